@@ -1,0 +1,30 @@
+"""``monitor``: the command line. Commands live in ``monitor/commands/*`` and register here."""
+
+from __future__ import annotations
+
+import typer
+
+from monitor.commands import schema as schema_cmd
+
+app = typer.Typer(
+    name="monitor",
+    help="Agent reliability monitor: ingest agent events, score them, watch calibration and "
+    "escalation, and page on-call when they go wrong.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+
+@app.callback()
+def main() -> None:
+    """Agent reliability monitor. Configure with MONITOR_* environment variables (see README)."""
+
+
+for _module in (schema_cmd,):
+    _module.register(app)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,1 @@
+"""CLI command modules. Each module defines ``register(app: typer.Typer) -> None``."""
