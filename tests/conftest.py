@@ -41,5 +41,33 @@ def tau2_files() -> list[Path]:
     return files
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+# --- Postgres -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Admin URL of the session's Postgres server (DATABASE_URL's server, else embedded)."""
+    url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from monitor.infra.postgres import EmbeddedPostgres
+
+    with EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data") as pg:
+        yield pg.admin_url
+
+
+@pytest.fixture
+async def database_url(pg_admin_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database on the session server, dropped after the test."""
+    import asyncio
+
+    from monitor.store.engine import drop_database, ensure_database, upgrade, with_database
+
+    url = with_database(pg_admin_url, f"mon_test_{uuid.uuid4().hex[:10]}")
+    await ensure_database(url)
+    await asyncio.to_thread(upgrade, url)
+    try:
+        yield url
+    finally:
+        await drop_database(url)

@@ -1,0 +1,77 @@
+"""The batch writer of the ingest path: COPY into a staging table, then one idempotent statement.
+
+Contract: ``write(rows, dead)`` either commits every row of the batch (events, roll-ups and
+dead letters in ONE transaction) and returns what it inserted, or raises and commits nothing.
+Re-writing the same batch is harmless: duplicates on ``event_id`` are skipped and do not touch
+the roll-up, dead letters are unique per (source, partition, offset). The caller commits Kafka
+offsets only after ``write`` returned.
+
+Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from monitor.store.engine import libpq_url
+from monitor.store.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING_TABLE, WRITE_BATCH
+from monitor.store.rows import EVENT_COLUMNS, DeadLetter, EventRow
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one committed batch changed."""
+
+    inserted: int  # new rows in events
+    duplicates: int  # rows skipped because their event_id was already stored
+    conversations: int  # conversation rows inserted or updated
+    dead_letters: int  # dead letters offered (already-stored ones are skipped silently)
+
+
+class EventWriter:
+    """Writes batches into Postgres through a small asyncpg pool (created by ``start``)."""
+
+    def __init__(self, database_url: str, pool_size: int = 2) -> None:
+        self._dsn = libpq_url(database_url)
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+
+    async def start(self) -> None:
+        """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=0, max_size=self._pool_size, command_timeout=120
+            )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def write(self, rows: Sequence[EventRow], dead: Sequence[DeadLetter] = ()) -> WriteResult:
+        """Commit ``rows`` and ``dead`` atomically (see the module contract)."""
+        if self._pool is None:
+            await self.start()
+        assert self._pool is not None
+        inserted = conversations = 0
+        async with self._pool.acquire() as conn, conn.transaction():
+            if rows:
+                await conn.execute(CREATE_STAGING)
+                await conn.copy_records_to_table(
+                    STAGING_TABLE, records=rows, columns=list(EVENT_COLUMNS)
+                )
+                record = await conn.fetchrow(WRITE_BATCH)
+                assert record is not None
+                inserted, conversations = int(record["inserted"]), int(record["conversations"])
+            if dead:
+                await conn.executemany(
+                    INSERT_DEAD_LETTER,
+                    [
+                        (d.source, d.partition, d.offset, d.reason, d.field, d.detail, d.raw)
+                        for d in dead
+                    ],
+                )
+        return WriteResult(inserted, len(rows) - inserted, conversations, len(dead))

@@ -1,0 +1,150 @@
+"""The SQL of the idempotent batch write: staged events -> ``events`` + ``conversations``.
+
+One statement inserts the staged rows into ``events`` with ``ON CONFLICT DO NOTHING`` and folds
+ONLY the rows actually inserted into the ``conversations`` roll-up, so a replayed or re-delivered
+event changes nothing. Merge rules (order-independent across batches):
+
+- segment columns: first non-null value wins;
+- first_ts / last_ts: LEAST / GREATEST; counts: added;
+- min_confidence: LEAST over assistant messages (NULLs ignored);
+- last_confidence: the assistant confidence with the latest ts (ties: the later batch);
+- escalation: the earliest escalation event gives escalated_at, its turn and trigger;
+- outcome: a ``ground_truth`` outcome beats any other source; within the same rank the latest
+  ts wins, so a late outcome updates the row.
+"""
+
+from __future__ import annotations
+
+from monitor.store.rows import EVENT_COLUMNS
+
+STAGING_TABLE = "staging_events"
+
+CREATE_STAGING = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} "
+    "(LIKE events INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+)
+
+_SEGMENT = ("agent_version", "agent_model", "domain", "tier", "channel", "intent", "segment",
+            "task_id", "trial")
+_COLS = ", ".join(EVENT_COLUMNS)
+_ASSISTANT = "type = 'message' AND role = 'assistant'"
+_OUTCOME_ORDER = "(body->'outcome'->>'source' = 'ground_truth') DESC, ts DESC"
+_ESC = "type = 'escalation'"
+_OUT = "type = 'outcome'"
+_TRIGGER = "body->'escalation'->>'trigger'"
+_SUCCESS = "(body->'outcome'->>'success')::boolean"
+_REWARD = "(body->'outcome'->>'reward')::float8"
+_SOURCE = "body->'outcome'->>'source'"
+
+
+def _first(expr: str, where: str = "TRUE", order: str = "ts") -> str:
+    return f"(array_agg({expr} ORDER BY {order}) FILTER (WHERE {where}))[1]"
+
+
+_AGG = ",\n    ".join(
+    [
+        "conversation_id",
+        f"{_first('agent_id')} AS agent_id",
+        *[f"{_first(c, f'{c} IS NOT NULL')} AS {c}" for c in _SEGMENT],
+        "min(ts) AS first_ts",
+        "max(ts) AS last_ts",
+        "count(*) AS event_count",
+        "count(*) FILTER (WHERE type = 'message') AS message_count",
+        f"count(*) FILTER (WHERE {_ASSISTANT}) AS assistant_messages",
+        "count(*) FILTER (WHERE type = 'message' AND role = 'user') AS user_messages",
+        "coalesce(sum(jsonb_array_length(coalesce(body->'message'->'tool_calls', '[]'::jsonb)))"
+        " FILTER (WHERE type = 'message'), 0) AS tool_calls",
+        "count(*) FILTER (WHERE type = 'tool_result') AS tool_results",
+        "count(*) FILTER (WHERE type = 'tool_result' AND NOT tool_ok) AS tool_errors",
+        "count(*) FILTER (WHERE type = 'feedback') AS feedback_count",
+        f"min(confidence) FILTER (WHERE {_ASSISTANT}) AS min_confidence",
+        f"{_first('confidence', f'{_ASSISTANT} AND confidence IS NOT NULL', 'ts DESC')}"
+        " AS last_confidence",
+        f"max(ts) FILTER (WHERE {_ASSISTANT} AND confidence IS NOT NULL) AS last_confidence_ts",
+        "bool_or(type = 'escalation') AS escalated",
+        "min(ts) FILTER (WHERE type = 'escalation') AS escalated_at",
+        f"{_first('turn', _ESC)} AS escalation_turn",
+        f"{_first(_TRIGGER, _ESC)} AS escalation_trigger",
+        f"{_first(_SUCCESS, _OUT, _OUTCOME_ORDER)}"
+        " AS outcome_success",
+        f"{_first(_REWARD, _OUT, _OUTCOME_ORDER)}"
+        " AS outcome_reward",
+        f"{_first(_SOURCE, _OUT, _OUTCOME_ORDER)}"
+        " AS outcome_source",
+        f"{_first('ts', _OUT, _OUTCOME_ORDER)} AS outcome_at",
+    ]
+)
+
+_ROLLUP_COLS = (
+    "conversation_id", "agent_id", *_SEGMENT, "first_ts", "last_ts", "event_count",
+    "message_count", "assistant_messages", "user_messages", "tool_calls", "tool_results",
+    "tool_errors", "feedback_count", "min_confidence", "last_confidence", "last_confidence_ts",
+    "escalated", "escalated_at", "escalation_turn", "escalation_trigger", "outcome_success",
+    "outcome_reward", "outcome_source", "outcome_at",
+)
+_ADDITIVE = ("event_count", "message_count", "assistant_messages", "user_messages", "tool_calls",
+             "tool_results", "tool_errors", "feedback_count")
+
+_NEWER_CONF = (
+    "EXCLUDED.last_confidence_ts IS NOT NULL AND "
+    "(c.last_confidence_ts IS NULL OR EXCLUDED.last_confidence_ts >= c.last_confidence_ts)"
+)
+_EARLIER_ESC = "EXCLUDED.escalated_at IS NOT NULL AND (c.escalated_at IS NULL OR EXCLUDED.escalated_at < c.escalated_at)"
+_BETTER_OUTCOME = (
+    "EXCLUDED.outcome_at IS NOT NULL AND (c.outcome_at IS NULL"
+    " OR (EXCLUDED.outcome_source = 'ground_truth') > (c.outcome_source IS NOT DISTINCT FROM 'ground_truth')"
+    " OR ((EXCLUDED.outcome_source = 'ground_truth') = (c.outcome_source IS NOT DISTINCT FROM 'ground_truth')"
+    " AND EXCLUDED.outcome_at >= c.outcome_at))"
+)
+
+
+def _pick(cond: str, col: str) -> str:
+    return f"{col} = CASE WHEN {cond} THEN EXCLUDED.{col} ELSE c.{col} END"
+
+
+_UPDATES = ",\n    ".join(
+    [
+        *[f"{c} = coalesce(c.{c}, EXCLUDED.{c})" for c in _SEGMENT],
+        "first_ts = LEAST(c.first_ts, EXCLUDED.first_ts)",
+        "last_ts = GREATEST(c.last_ts, EXCLUDED.last_ts)",
+        *[f"{c} = c.{c} + EXCLUDED.{c}" for c in _ADDITIVE],
+        "min_confidence = LEAST(c.min_confidence, EXCLUDED.min_confidence)",
+        _pick(_NEWER_CONF, "last_confidence"),
+        "last_confidence_ts = GREATEST(c.last_confidence_ts, EXCLUDED.last_confidence_ts)",
+        "escalated = c.escalated OR EXCLUDED.escalated",
+        *[_pick(_EARLIER_ESC, c) for c in ("escalation_turn", "escalation_trigger")],
+        "escalated_at = LEAST(c.escalated_at, EXCLUDED.escalated_at)",
+        *[_pick(_BETTER_OUTCOME, c) for c in ("outcome_success", "outcome_reward", "outcome_source")],
+        _pick(_BETTER_OUTCOME, "outcome_at"),
+        "updated_at = now()",
+    ]
+)
+
+# Every SET expression reads the pre-update row (c.*), so the CASE conditions above all compare
+# against the old values and the order of assignments does not matter.
+
+WRITE_BATCH = f"""
+WITH ins AS (
+  INSERT INTO events ({_COLS})
+  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE} ORDER BY event_id
+  ON CONFLICT (event_id) DO NOTHING
+  RETURNING *
+), agg AS (
+  SELECT
+    {_AGG}
+  FROM ins GROUP BY conversation_id
+), up AS (
+  INSERT INTO conversations AS c ({", ".join(_ROLLUP_COLS)})
+  SELECT {", ".join(_ROLLUP_COLS)} FROM agg ORDER BY conversation_id
+  ON CONFLICT (conversation_id) DO UPDATE SET
+    {_UPDATES}
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations
+"""
+
+INSERT_DEAD_LETTER = """
+INSERT INTO dead_letters (source, source_partition, source_offset, reason, field, detail, raw)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (source, source_partition, source_offset) DO NOTHING
+"""

@@ -1,0 +1,128 @@
+"""SQLAlchemy table definitions: the single source of truth that migrations must match.
+
+``events`` holds every valid event once (primary key ``event_id``); ``conversations`` is the
+per-conversation roll-up maintained in the same transaction as the event inserts;
+``dead_letters`` keeps every invalid input with its reason (idempotent per source offset).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TS = DateTime(timezone=True)
+
+# Columns shared by events and conversations: who and which segment.
+SEGMENT_COLUMNS = (
+    "agent_id", "agent_version", "agent_model", "domain", "tier",
+    "channel", "intent", "segment", "task_id", "trial",
+)
+
+
+def _segment_columns(agent_nullable: bool) -> list[Column[object]]:
+    return [
+        Column("agent_id", Text, nullable=agent_nullable),
+        Column("agent_version", Text),
+        Column("agent_model", Text),
+        Column("domain", Text),
+        Column("tier", SmallInteger),
+        Column("channel", Text),
+        Column("intent", Text),
+        Column("segment", Text),
+        Column("task_id", Text),
+        Column("trial", Integer),
+    ]
+
+
+events = Table(
+    "events",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("conversation_id", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("ts", TS, nullable=False),
+    *_segment_columns(agent_nullable=False),
+    Column("turn", Integer),
+    Column("role", Text),
+    Column("confidence", Double),
+    Column("tool_name", Text),
+    Column("tool_ok", Boolean),
+    Column("body", JSONB, nullable=False),
+    Column("kafka_partition", Integer),
+    Column("kafka_offset", BigInteger),
+    Column("ingested_at", TS, nullable=False, server_default=func.now()),
+    Index(None, "conversation_id", "ts"),
+    Index(None, "agent_id", "ts"),
+    Index(None, "type", "ts"),
+    Index(None, "ingested_at"),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("conversation_id", Text, primary_key=True),
+    *_segment_columns(agent_nullable=False),
+    Column("first_ts", TS, nullable=False),
+    Column("last_ts", TS, nullable=False),
+    Column("event_count", Integer, nullable=False, server_default="0"),
+    Column("message_count", Integer, nullable=False, server_default="0"),
+    Column("assistant_messages", Integer, nullable=False, server_default="0"),
+    Column("user_messages", Integer, nullable=False, server_default="0"),
+    Column("tool_calls", Integer, nullable=False, server_default="0"),
+    Column("tool_results", Integer, nullable=False, server_default="0"),
+    Column("tool_errors", Integer, nullable=False, server_default="0"),
+    Column("feedback_count", Integer, nullable=False, server_default="0"),
+    Column("min_confidence", Double),
+    Column("last_confidence", Double),
+    Column("last_confidence_ts", TS),
+    Column("escalated", Boolean, nullable=False, server_default="false"),
+    Column("escalated_at", TS),
+    Column("escalation_turn", Integer),
+    Column("escalation_trigger", Text),
+    Column("outcome_success", Boolean),
+    Column("outcome_reward", Double),
+    Column("outcome_source", Text),
+    Column("outcome_at", TS),
+    Column("updated_at", TS, nullable=False, server_default=func.now()),
+    Index(None, "agent_id", "first_ts"),
+    Index(None, "last_ts"),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("source", Text, nullable=False),
+    Column("source_partition", Integer),
+    Column("source_offset", BigInteger),
+    Column("reason", Text, nullable=False),
+    Column("field", Text),
+    Column("detail", Text, nullable=False),
+    Column("raw", LargeBinary, nullable=False),
+    Column("received_at", TS, nullable=False, server_default=func.now()),
+    UniqueConstraint("source", "source_partition", "source_offset"),
+    Index(None, "received_at"),
+)
