@@ -1,0 +1,55 @@
+"""Operational metrics of the worker, in Prometheus format on ``GET /metrics``.
+
+Each ``OpsMetrics`` owns its own ``CollectorRegistry`` so several workers (or tests) in one
+process never share counters. Units: counts are events, latency is seconds, lag is messages.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class OpsMetrics:
+    """Counters and gauges of the ingest path (names prefixed ``monitor_``)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events_in = Counter(
+            "monitor_events_in", "Kafka records read by the ingest loop", registry=r
+        )
+        self.events_invalid = Counter(
+            "monitor_events_invalid", "Invalid events sent to the DLQ", ["reason"], registry=r
+        )
+        self.events_written = Counter(
+            "monitor_events_written", "New events committed to Postgres", registry=r
+        )
+        self.events_duplicate = Counter(
+            "monitor_events_duplicate", "Events skipped as already stored", registry=r
+        )
+        self.batches = Counter("monitor_batches", "Batches committed", registry=r)
+        self.batch_latency = Histogram(
+            "monitor_batch_latency_seconds",
+            "Decode + write + offset commit time per batch",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "monitor_store_errors", "Failed write attempts (retried with backoff)", registry=r
+        )
+        self.consumer_lag = Gauge(
+            "monitor_consumer_lag", "High watermark minus position", ["partition"], registry=r
+        )
+        self.paused = Gauge(
+            "monitor_ingest_paused", "1 while ingest is paused waiting for the store", registry=r
+        )
+        self.http_events = Counter(
+            "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
+        )
+
+    def render(self) -> bytes:
+        """The text exposition format of every metric."""
+        return generate_latest(self.registry)
