@@ -8,19 +8,24 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
 
-# Unprivileged runtime user; its home holds the (unused in compose) embedded-state directory.
+# Unprivileged runtime user. It owns only the state directory (faust's local data dir lives
+# under MONITOR_STATE_DIR); the code and /app stay read-only to it.
 RUN groupadd --system --gid 10001 monitor \
  && useradd --system --uid 10001 --gid monitor --home-dir /var/lib/monitor --create-home \
-    --shell /usr/sbin/nologin monitor
+    --shell /usr/sbin/nologin monitor \
+ && mkdir -p /var/lib/monitor/state \
+ && chown -R monitor:monitor /var/lib/monitor
 
 # Install the package (non-editable) from pyproject.toml; the build tree is thrown away.
 COPY pyproject.toml README.md /tmp/src/
 COPY monitor /tmp/src/monitor
 RUN pip install /tmp/src && rm -rf /tmp/src
 
-# Runtime files read from the working directory: Alembic migrations, dashboards, JSON Schema.
+# Runtime files read from the working directory: Alembic migrations (`monitor migrate` falls
+# back to ./migrations when the package is installed), dashboards, JSON Schema.
 WORKDIR /app
 COPY alembic.ini ./
 COPY migrations ./migrations

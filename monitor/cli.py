@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from monitor.commands import replay as replay_cmd
 from monitor.commands import schema as schema_cmd
+from monitor.commands import simulate as simulate_cmd
+from monitor.commands import worker as worker_cmd
 
 app = typer.Typer(
     name="monitor",
@@ -22,7 +25,7 @@ def main() -> None:
     """Agent reliability monitor. Configure with MONITOR_* environment variables (see README)."""
 
 
-for _module in (schema_cmd,):
+for _module in (schema_cmd, worker_cmd, replay_cmd, simulate_cmd):
     _module.register(app)
 
 

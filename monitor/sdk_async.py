@@ -13,7 +13,13 @@ from aiokafka import AIOKafkaProducer
 
 from monitor.errors import InvalidEvent
 from monitor.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context
-from monitor.sdk_base import DeliveryError, EmitterError, EmitterNotRunning, EventHelpers
+from monitor.sdk_base import (
+    DeliveryError,
+    EmitterError,
+    EmitterNotRunning,
+    EventHelpers,
+    describe,
+)
 
 _IDEMPOTENCE_HINT = (
     " (idempotent=True needs a broker that answers InitProducerId; the embedded Tansu broker"
@@ -116,7 +122,7 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             hint = _IDEMPOTENCE_HINT if self.idempotent else ""
             raise EmitterError(
                 f"could not start the Kafka producer for {self.bootstrap_servers}: "
-                f"{type(exc).__name__}: {exc}{hint}"
+                f"{describe(exc)}{hint}"
             ) from exc
         self._producer = producer
         self._idle = asyncio.Event()
@@ -177,6 +183,7 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
     async def flush(self) -> None:
         """Wait until every event sent before this call is acknowledged or has failed.
 
+        Batches still lingering are sent at once (flush does not wait out ``linger_ms``).
         A no-op before ``start()`` and after ``close()``. Cancelling it (e.g. a timeout with
         ``asyncio.wait_for``) does not cancel the deliveries themselves.
 
@@ -185,8 +192,18 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         """
         waiting = set(self._pending)
         if waiting:
+            await self._expedite()
             await asyncio.wait(waiting)
         self._raise_failures()
+
+    async def _expedite(self) -> None:
+        # Like Java's flush(): make lingering batches ready to send now instead of waiting out
+        # linger_ms. aiokafka only offers this as flush_for_commit (closes the open batches and
+        # wakes the sender); when it is missing we simply wait for the linger to expire.
+        accumulator = getattr(self._producer, "_message_accumulator", None)
+        expedite = getattr(accumulator, "flush_for_commit", None)
+        if callable(expedite):
+            await expedite()
 
     def _raise_failures(self) -> None:
         failed, self._failed = self._failed, []

@@ -48,12 +48,17 @@ class DeliveryError(EmitterError):
     """
 
     def __init__(self, events: list[AgentEvent], errors: list[BaseException]) -> None:
-        first = errors[0] if errors else None
-        cause = f"; first error: {type(first).__name__}: {first}" if first is not None else ""
+        cause = f"; first error: {describe(errors[0])}" if errors else ""
         super().__init__(f"{len(events)} event(s) were not delivered to Kafka{cause}")
         self.failed = len(events)
         self.events = events
         self.errors = errors
+
+
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` without repeating the type when the message already starts with it."""
+    text, name = str(exc), type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}" if text else name
 
 
 def new_event_id() -> str:

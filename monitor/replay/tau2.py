@@ -22,6 +22,8 @@ Identity is deterministic so a replay never double counts: ``conversation_id`` i
 Timestamps without a zone are UTC; a message without a parseable timestamp inherits the
 previous one (the first one inherits ``start_time``).
 Context: domain from ``environment_info.domain_name``, ``task_id``, ``trial``, channel ``chat``.
+Events are not size-checked here: one over 256 KiB (a huge tool output) would be dead-lettered
+by ingest with reason ``oversize``.
 """
 
 from __future__ import annotations
