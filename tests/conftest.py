@@ -30,7 +30,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 @pytest.fixture
 def topic_name() -> str:
-    """A topic name no other test uses (topics are auto-created or created by the code under test)."""
+    """A topic name no other test uses (created by the test or auto-created on produce)."""
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
@@ -53,7 +53,7 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from monitor.infra.postgres import EmbeddedPostgres
 
-    with EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data") as pg:
+    with EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", fsync=False) as pg:
         yield pg.admin_url
 
 

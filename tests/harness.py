@@ -46,6 +46,7 @@ class WorkerProcess:
             **extra_env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.loglevel = os.environ.get("TEST_WORKER_LOGLEVEL", "warning")
 
     @property
     def url(self) -> str:
@@ -54,7 +55,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor.cli", "worker", "--loglevel", "warning"],
+            [sys.executable, "-m", "monitor.cli", "worker", "--loglevel", self.loglevel],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
         return self
@@ -97,6 +98,14 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
+
+
+def metric(worker: WorkerProcess, name: str) -> float:
+    """The value of an unlabelled metric from the worker's /metrics."""
+    for line in httpx.get(f"{worker.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from monitor.store.engine import libpq_url
 from tests.factories import event_dict
-from tests.harness import WorkerProcess, count, create_topic, wait_for_count
+from tests.harness import WorkerProcess, count, create_topic, metric, wait_for_count
 
 
 def expected_from_tau2(files: list[Path]) -> tuple[Counter[str], dict[str, tuple[float, bool]]]:
@@ -44,25 +44,33 @@ def expected_from_tau2(files: list[Path]) -> tuple[Counter[str], dict[str, tuple
 def replay_cli(path: Path, bootstrap: str, topic: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MONITOR_KAFKA_IDEMPOTENT": "false"}
     return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", "replay", str(path), "--bootstrap", bootstrap,
-         "--topic", topic],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "monitor.cli",
+            "replay",
+            str(path),
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-
-
-def metric(worker: WorkerProcess, name: str) -> float:
-    """The value of an unlabelled metric from the worker's /metrics."""
-    for line in httpx.get(f"{worker.url}/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 async def db_snapshot(url: str) -> tuple[Counter[str], dict[str, tuple[float, bool, int]]]:
     conn = await asyncpg.connect(libpq_url(url))
     try:
-        types = Counter({r["type"]: r["n"] for r in await conn.fetch(
-            "SELECT type, count(*) AS n FROM events GROUP BY type")})
+        types = Counter(
+            {
+                r["type"]: r["n"]
+                for r in await conn.fetch("SELECT type, count(*) AS n FROM events GROUP BY type")
+            }
+        )
         convs = {
             r["conversation_id"]: (r["outcome_reward"], r["escalated"], r["event_count"])
             for r in await conn.fetch("SELECT * FROM conversations")
@@ -112,8 +120,12 @@ async def test_tau2_replay_twice_through_kafka(
 async def http_worker(broker, topic_name: str, database_url: str, tmp_path: Path):
     await create_topic(broker.bootstrap, topic_name)
     worker = WorkerProcess(
-        broker.bootstrap, database_url, topic_name, tmp_path,
-        MONITOR_INGEST_TOKEN="s3cret", MONITOR_HTTP_MAX_BODY_BYTES="65536",
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_INGEST_TOKEN="s3cret",
+        MONITOR_HTTP_MAX_BODY_BYTES="65536",
         MONITOR_HTTP_MAX_EVENTS="50",
     ).start()
     try:
@@ -138,13 +150,18 @@ async def test_http_ingest_auth_mixed_and_limits(http_worker: WorkerProcess, dat
         body = r.json()
         assert (body["accepted"], body["rejected"]) == (2, 2)
         assert [x["status"] for x in body["results"]] == [
-            "accepted", "rejected", "accepted", "rejected"]
+            "accepted",
+            "rejected",
+            "accepted",
+            "rejected",
+        ]
         assert body["results"][1]["reason"] == "unknown_type"
         assert body["results"][3]["reason"] == "missing_field"
 
         ndjson = "\n".join(json.dumps(event_dict(f"n-{i}", "hc-2", at=i)) for i in range(4))
-        r = await client.post(url, content=ndjson, headers={
-            **auth, "Content-Type": "application/x-ndjson"})
+        r = await client.post(
+            url, content=ndjson, headers={**auth, "Content-Type": "application/x-ndjson"}
+        )
         assert r.status_code == 202 and r.json()["accepted"] == 4
 
         too_many = [event_dict(f"m-{i}", "hc-3") for i in range(51)]
@@ -156,6 +173,8 @@ async def test_http_ingest_auth_mixed_and_limits(http_worker: WorkerProcess, dat
         assert all_bad.status_code == 422
 
     assert await wait_for_count(database_url, 6) == 6
-    assert await count(database_url, "SELECT count(*) FROM events WHERE conversation_id='hc-1'") == 2
+    assert (
+        await count(database_url, "SELECT count(*) FROM events WHERE conversation_id='hc-1'") == 2
+    )
     text = httpx.get(f"{http_worker.url}/metrics").text
     assert 'monitor_http_events_total{result="accepted"} 6.0' in text

@@ -41,8 +41,12 @@ async def wait_count(url: str, sql: str, want: int, timeout: float = 30) -> int:
 MALFORMED: dict[str, bytes] = {
     "not_json": b"{nope",
     "wrong_type": json.dumps(event_dict("bad-1", turn="three")).encode(),
-    "missing_field": json.dumps({k: v for k, v in event_dict("bad-2").items() if k != "ts"}).encode(),
-    "multiple_payloads": json.dumps({**event_dict("bad-3"), "feedback": {"score": 1, "source": "x"}}).encode(),
+    "missing_field": json.dumps(
+        {k: v for k, v in event_dict("bad-2").items() if k != "ts"}
+    ).encode(),
+    "multiple_payloads": json.dumps(
+        {**event_dict("bad-3"), "feedback": {"score": 1, "source": "x"}}
+    ).encode(),
     "unknown_type": json.dumps({**event_dict("bad-4"), "type": "thought"}).encode(),
     "oversize": json.dumps(event_dict("bad-5", content="x" * (300 * 1024))).encode(),
     "out_of_range": json.dumps(event_dict("bad-6", confidence=1.5)).encode(),
@@ -61,8 +65,13 @@ async def test_valid_and_malformed_events(broker, topic_name: str, database_url:
 
     writer = EventWriter(database_url)
     loop = IngestLoop(
-        IngestConfig(bootstrap=broker.bootstrap, topic=topic_name, dlq_topic=dlq,
-                     group_id=f"g-{topic_name}", idempotent_producer=False),
+        IngestConfig(
+            bootstrap=broker.bootstrap,
+            topic=topic_name,
+            dlq_topic=dlq,
+            group_id=f"g-{topic_name}",
+            idempotent_producer=False,
+        ),
         writer,
     )
     task = asyncio.create_task(loop.run())
@@ -77,12 +86,17 @@ async def test_valid_and_malformed_events(broker, topic_name: str, database_url:
     conn = await asyncpg.connect(libpq_url(database_url))
     try:
         reasons = sorted(r["reason"] for r in await conn.fetch("SELECT reason FROM dead_letters"))
-        convs = await conn.fetch("SELECT conversation_id, event_count FROM conversations ORDER BY 1")
+        convs = await conn.fetch(
+            "SELECT conversation_id, event_count FROM conversations ORDER BY 1"
+        )
     finally:
         await conn.close()
     assert reasons == sorted(MALFORMED)
     assert [(r["conversation_id"], r["event_count"]) for r in convs] == [
-        ("conv-0", 10), ("conv-1", 10), ("conv-2", 10)]
+        ("conv-0", 10),
+        ("conv-1", 10),
+        ("conv-2", 10),
+    ]
     text = loop.metrics.render().decode()
     assert "monitor_events_written_total 30.0" in text
     assert 'monitor_events_invalid_total{reason="oversize"} 1.0' in text

@@ -32,9 +32,16 @@ async def fetch_conv(database_url: str, cid: str) -> asyncpg.Record:
 def conversation() -> list:
     return [
         event("e1", at=0, role="user", content="hi", confidence=None, turn=0),
-        event("e2", at=1, confidence=0.9, turn=1,
-              tool_calls=[{"id": "k1", "name": "lookup", "arguments": {"q": 1}},
-                          {"id": "k2", "name": "refund", "arguments": {}}]),
+        event(
+            "e2",
+            at=1,
+            confidence=0.9,
+            turn=1,
+            tool_calls=[
+                {"id": "k1", "name": "lookup", "arguments": {"q": 1}},
+                {"id": "k2", "name": "refund", "arguments": {}},
+            ],
+        ),
         event("e3", "c1", "tool_result", at=2, ok=False, error="boom", turn=2),
         event("e4", at=3, confidence=0.4, turn=3),
         event("e5", "c1", "escalation", at=4, turn=4, trigger="threshold"),
@@ -74,24 +81,44 @@ async def test_rollup_is_order_independent_across_batches(writer: EventWriter, d
     assert c["first_ts"] < c["last_ts"]
 
 
-async def test_late_outcome_updates_row_and_ground_truth_wins(writer: EventWriter, database_url: str):
+async def test_late_outcome_updates_row_and_ground_truth_wins(
+    writer: EventWriter, database_url: str
+):
     await writer.write([event_row(e) for e in conversation()])
-    await writer.write([event_row(event("o1", "c1", "outcome", at=100, success=False,
-                                        reward=None, source="csat"))])
+    await writer.write(
+        [event_row(event("o1", "c1", "outcome", at=100, success=False, reward=None, source="csat"))]
+    )
     c = await fetch_conv(database_url, "c1")
     assert (c["outcome_success"], c["outcome_source"]) == (False, "csat")
-    await writer.write([event_row(event("o2", "c1", "outcome", at=200, success=True,
-                                        reward=1.0, source="ground_truth"))])
+    await writer.write(
+        [
+            event_row(
+                event(
+                    "o2", "c1", "outcome", at=200, success=True, reward=1.0, source="ground_truth"
+                )
+            )
+        ]
+    )
     # an even later non-ground-truth outcome does not override ground truth
-    await writer.write([event_row(event("o3", "c1", "outcome", at=300, success=False,
-                                        reward=0.0, source="ticket"))])
+    await writer.write(
+        [
+            event_row(
+                event("o3", "c1", "outcome", at=300, success=False, reward=0.0, source="ticket")
+            )
+        ]
+    )
     c = await fetch_conv(database_url, "c1")
     assert (c["outcome_success"], c["outcome_reward"], c["outcome_source"]) == (
-        True, 1.0, "ground_truth")
+        True,
+        1.0,
+        "ground_truth",
+    )
     assert c["event_count"] == 9
 
 
-async def test_dead_letters_are_idempotent_per_source_offset(writer: EventWriter, database_url: str):
+async def test_dead_letters_are_idempotent_per_source_offset(
+    writer: EventWriter, database_url: str
+):
     dl = DeadLetter("agent-events", 0, 17, "not_json", None, "bad", b"\xff")
     await writer.write([], [dl])
     await writer.write([], [dl])

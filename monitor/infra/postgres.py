@@ -31,7 +31,13 @@ def _bin_dir() -> Path:
 class EmbeddedPostgres:
     """A PostgreSQL server owned by this process on 127.0.0.1:``port`` (free port when 0)."""
 
-    def __init__(self, data_dir: Path, port: int = 0) -> None:
+    def __init__(self, data_dir: Path, port: int = 0, *, fsync: bool = True) -> None:
+        """``fsync=False`` trades crash safety of the OS (not of Postgres) for speed: tests only.
+
+        ``synchronous_commit`` always stays on: with it off, a commit that asyncpg reported can
+        vanish when the server crashes, and the ingest path would have acked lost data.
+        """
+        self.fsync = fsync
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.host = "127.0.0.1"
@@ -80,8 +86,8 @@ class EmbeddedPostgres:
         self._run(
             "pg_ctl", "-D", str(self.data_dir), "-w", "-t", "60", "-l",
             str(self.data_dir / "server.log"),
-            "-o", f"-h {self.host} -p {self.port} -k {self.data_dir} -c fsync=off "
-            "-c synchronous_commit=off -c max_connections=200",
+            "-o", f"-h {self.host} -p {self.port} -k {self.data_dir} "
+            f"-c fsync={'on' if self.fsync else 'off'} -c max_connections=200",
             "start",
         )
         if not wait_for_port(self.host, self.port, 30):
