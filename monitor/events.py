@@ -110,7 +110,7 @@ Payload = MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayloa
 class AgentEvent(_Strict):
     """One agent event. Exactly one payload is set: the one named by ``type``."""
 
-    schema_: Literal["agent-event/v1"] = Field(default=SCHEMA_ID, alias="schema")
+    schema_: Literal["agent-event/v1"] = Field(default="agent-event/v1", alias="schema")
     event_id: Id
     type: EventType
     ts: AwareDatetime
@@ -261,6 +261,7 @@ def _json_strict_input(obj: dict[str, Any]) -> dict[str, Any]:
 def json_schema() -> dict[str, Any]:
     """The published JSON Schema of agent-event/v1, generated from the models."""
     schema = AgentEvent.model_json_schema(by_alias=True, mode="validation")
+    schema["required"] = ["schema", *schema.get("required", [])]  # decode_event requires it
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://agent-reliability-monitor.dev/schemas/agent-event-v1.json"
     schema["title"] = "agent-event/v1"

@@ -26,6 +26,7 @@ from monitor.config import load_settings
 from monitor.errors import MonitorError
 from monitor.events import EVENT_TYPES
 from monitor.flows.replay import ReplayReport, SendFn, run_replay
+from monitor.infra import endpoints
 from monitor.replay.reader import LineError, ReplayItem, open_source
 
 MAX_ERROR_ROWS = 50
@@ -38,7 +39,7 @@ def kafka_target(bootstrap: str | None, topic: str | None) -> tuple[str, str, bo
         typer.Exit(2): no bootstrap anywhere, or the MONITOR_* settings are invalid.
     """
     try:
-        settings = load_settings()
+        settings = endpoints.resolve(load_settings())
     except ValidationError as exc:
         fail(f"invalid MONITOR_* settings: {exc}", 2)
     servers = bootstrap or settings.kafka_bootstrap
