@@ -7,6 +7,7 @@ import typer
 from monitor.commands import replay as replay_cmd
 from monitor.commands import schema as schema_cmd
 from monitor.commands import simulate as simulate_cmd
+from monitor.commands import up as up_cmd
 from monitor.commands import worker as worker_cmd
 
 app = typer.Typer(
@@ -25,7 +26,7 @@ def main() -> None:
     """Agent reliability monitor. Configure with MONITOR_* environment variables (see README)."""
 
 
-for _module in (schema_cmd, worker_cmd, replay_cmd, simulate_cmd):
+for _module in (up_cmd, schema_cmd, worker_cmd, replay_cmd, simulate_cmd):
     _module.register(app)
 
 

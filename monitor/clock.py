@@ -1,4 +1,4 @@
-"""Injectable time: pure code takes a ``Clock`` (or a plain ``now``) instead of reading the system."""
+"""Injectable time: pure code takes a ``Clock`` (or a plain ``now``), never the system clock."""
 
 from __future__ import annotations
 

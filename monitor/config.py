@@ -52,7 +52,8 @@ class Settings(BaseSettings):
     web_host: str = "127.0.0.1"
     web_port: int = Field(default=6066, ge=0, le=65535)
     ingest_token: str | None = Field(
-        default=None, description="Bearer token required by POST /v1/events. Unset: HTTP ingest off."
+        default=None,
+        description="Bearer token required by POST /v1/events. Unset: HTTP ingest off.",
     )
     http_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     http_max_events: int = Field(default=10_000, ge=1)
@@ -60,7 +61,7 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str | None) -> str | None:
-        return None if value in (None, "") else normalize_db_url(value)
+        return normalize_db_url(value) if value else None
 
 
 def normalize_db_url(url: str) -> str:

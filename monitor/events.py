@@ -230,7 +230,9 @@ def decode_event(raw: bytes | str) -> AgentEvent:
 def validate_event(obj: Any) -> AgentEvent:
     """Validate an already-parsed JSON value (see ``decode_event`` for the errors raised)."""
     if not isinstance(obj, dict):
-        raise InvalidEvent("not_json", None, f"event must be a JSON object, got {type(obj).__name__}")
+        raise InvalidEvent(
+            "not_json", None, f"event must be a JSON object, got {type(obj).__name__}"
+        )
     if "schema" not in obj:
         raise InvalidEvent("missing_field", "schema", f'schema: required, exactly "{SCHEMA_ID}"')
     etype = obj.get("type")

@@ -31,7 +31,9 @@ def register(app: typer.Typer) -> None:
                 "DATABASE_URL, or run `monitor up` for the embedded stack."
             )
             raise typer.Exit(2)
-        logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        logging.basicConfig(
+            level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
         from monitor.app import run_worker
 
         run_worker(settings, loglevel)

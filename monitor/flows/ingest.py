@@ -33,6 +33,8 @@ from monitor.store.rows import DeadLetter, EventRow, event_row
 
 log = logging.getLogger("monitor.ingest")
 
+Record = ConsumerRecord[bytes, bytes]
+
 STORE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.PostgresError,
@@ -53,8 +55,16 @@ def decode_records(
             event = decode_event(raw)
         except InvalidEvent as exc:
             dead.append(
-                DeadLetter(rec.topic, rec.partition, rec.offset, exc.reason, exc.field,
-                           exc.detail, raw, rec.key)
+                DeadLetter(
+                    rec.topic,
+                    rec.partition,
+                    rec.offset,
+                    exc.reason,
+                    exc.field,
+                    exc.detail,
+                    raw,
+                    rec.key,
+                )
             )
             continue
         rows.append(event_row(event, rec.partition, rec.offset))
@@ -110,13 +120,18 @@ class IngestLoop:
     async def run(self) -> None:
         cfg = self.config
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.bootstrap, acks="all",
-            enable_idempotence=cfg.idempotent_producer, linger_ms=5,
+            bootstrap_servers=cfg.bootstrap,
+            acks="all",
+            enable_idempotence=cfg.idempotent_producer,
+            linger_ms=5,
         )
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap, group_id=cfg.group_id,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            max_poll_records=cfg.batch_max_events, fetch_max_bytes=64 * 1024 * 1024,
+            bootstrap_servers=cfg.bootstrap,
+            group_id=cfg.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=cfg.batch_max_events,
+            fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
         await self._producer.start()
@@ -140,7 +155,9 @@ class IngestLoop:
         """Ask the loop to finish; a batch not yet written is left uncommitted (re-delivered)."""
         self._stopping.set()
 
-    async def _handle(self, batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]) -> None:
+    async def _handle(
+        self, batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+    ) -> None:
         started = self.clock.monotonic()
         records = [rec for recs in batch.values() for rec in recs]
         self.metrics.events_in.inc(len(records))
@@ -193,7 +210,9 @@ class IngestLoop:
                         paused = True
                     log.warning("store write failed (%s); retrying in %.1fs", exc, delay)
                     try:
-                        await asyncio.wait_for(self._stopping.wait(), delay * random.uniform(0.5, 1.0))
+                        await asyncio.wait_for(
+                            self._stopping.wait(), delay * random.uniform(0.5, 1.0)
+                        )
                         return None
                     except TimeoutError:
                         pass

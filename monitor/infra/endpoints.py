@@ -57,7 +57,10 @@ def resolve(settings: Settings) -> Settings:
     return settings.model_copy(
         update={
             "kafka_bootstrap": settings.kafka_bootstrap or ep.kafka_bootstrap,
-            "database_url": settings.database_url or Settings(database_url=ep.database_url).database_url,
-            "kafka_idempotent": False if not settings.kafka_bootstrap else settings.kafka_idempotent,
+            "database_url": settings.database_url
+            or Settings(database_url=ep.database_url).database_url,
+            "kafka_idempotent": False
+            if not settings.kafka_bootstrap
+            else settings.kafka_idempotent,
         }
     )

@@ -67,6 +67,8 @@ class EmbeddedPostgres:
         )
 
         entry = ensure_user_exists(_SYSTEM_USER)
+        if entry is None:
+            raise InfraError(f"could not create the system user {_SYSTEM_USER!r}")
         bins = _bin_dir()
         ensure_prefix_permissions(bins)
         ensure_folder_permissions(bins, 0o055)
@@ -81,12 +83,27 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_root()
         if not (self.data_dir / "PG_VERSION").exists():
-            self._run("initdb", "-D", str(self.data_dir), "--auth=trust", "-U", "postgres",
-                      "--encoding=UTF8", "--no-sync")
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data_dir),
+                "--auth=trust",
+                "-U",
+                "postgres",
+                "--encoding=UTF8",
+                "--no-sync",
+            )
         self._run(
-            "pg_ctl", "-D", str(self.data_dir), "-w", "-t", "60", "-l",
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-w",
+            "-t",
+            "60",
+            "-l",
             str(self.data_dir / "server.log"),
-            "-o", f"-h {self.host} -p {self.port} -k {self.data_dir} "
+            "-o",
+            f"-h {self.host} -p {self.port} -k {self.data_dir} "
             f"-c fsync={'on' if self.fsync else 'off'} -c max_connections=200",
             "start",
         )

@@ -28,13 +28,13 @@ def libpq_url(url: str) -> str:
 
 def with_database(url: str, database: str) -> str:
     """``url`` pointing at another database on the same server."""
-    return make_url(normalize_db_url(url)).set(database=database).render_as_string(
-        hide_password=False
+    return (
+        make_url(normalize_db_url(url)).set(database=database).render_as_string(hide_password=False)
     )
 
 
 async def ensure_database(url: str) -> bool:
-    """Create the database named in ``url`` if missing (connects to ``postgres``). True if created."""
+    """Create the database named in ``url`` if missing (via ``postgres``); True if created."""
     name = make_url(normalize_db_url(url)).database
     if not name:
         raise ValueError("database URL names no database")

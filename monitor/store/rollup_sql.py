@@ -24,8 +24,17 @@ CREATE_STAGING = (
     "(LIKE events INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
 )
 
-_SEGMENT = ("agent_version", "agent_model", "domain", "tier", "channel", "intent", "segment",
-            "task_id", "trial")
+_SEGMENT = (
+    "agent_version",
+    "agent_model",
+    "domain",
+    "tier",
+    "channel",
+    "intent",
+    "segment",
+    "task_id",
+    "trial",
+)
 _COLS = ", ".join(EVENT_COLUMNS)
 _ASSISTANT = "type = 'message' AND role = 'assistant'"
 _OUTCOME_ORDER = "(body->'outcome'->>'source' = 'ground_truth') DESC, ts DESC"
@@ -65,36 +74,64 @@ _AGG = ",\n    ".join(
         "min(ts) FILTER (WHERE type = 'escalation') AS escalated_at",
         f"{_first('turn', _ESC)} AS escalation_turn",
         f"{_first(_TRIGGER, _ESC)} AS escalation_trigger",
-        f"{_first(_SUCCESS, _OUT, _OUTCOME_ORDER)}"
-        " AS outcome_success",
-        f"{_first(_REWARD, _OUT, _OUTCOME_ORDER)}"
-        " AS outcome_reward",
-        f"{_first(_SOURCE, _OUT, _OUTCOME_ORDER)}"
-        " AS outcome_source",
+        f"{_first(_SUCCESS, _OUT, _OUTCOME_ORDER)} AS outcome_success",
+        f"{_first(_REWARD, _OUT, _OUTCOME_ORDER)} AS outcome_reward",
+        f"{_first(_SOURCE, _OUT, _OUTCOME_ORDER)} AS outcome_source",
         f"{_first('ts', _OUT, _OUTCOME_ORDER)} AS outcome_at",
     ]
 )
 
 _ROLLUP_COLS = (
-    "conversation_id", "agent_id", *_SEGMENT, "first_ts", "last_ts", "event_count",
-    "message_count", "assistant_messages", "user_messages", "tool_calls", "tool_results",
-    "tool_errors", "feedback_count", "min_confidence", "last_confidence", "last_confidence_ts",
-    "escalated", "escalated_at", "escalation_turn", "escalation_trigger", "outcome_success",
-    "outcome_reward", "outcome_source", "outcome_at",
+    "conversation_id",
+    "agent_id",
+    *_SEGMENT,
+    "first_ts",
+    "last_ts",
+    "event_count",
+    "message_count",
+    "assistant_messages",
+    "user_messages",
+    "tool_calls",
+    "tool_results",
+    "tool_errors",
+    "feedback_count",
+    "min_confidence",
+    "last_confidence",
+    "last_confidence_ts",
+    "escalated",
+    "escalated_at",
+    "escalation_turn",
+    "escalation_trigger",
+    "outcome_success",
+    "outcome_reward",
+    "outcome_source",
+    "outcome_at",
 )
-_ADDITIVE = ("event_count", "message_count", "assistant_messages", "user_messages", "tool_calls",
-             "tool_results", "tool_errors", "feedback_count")
+_ADDITIVE = (
+    "event_count",
+    "message_count",
+    "assistant_messages",
+    "user_messages",
+    "tool_calls",
+    "tool_results",
+    "tool_errors",
+    "feedback_count",
+)
 
 _NEWER_CONF = (
     "EXCLUDED.last_confidence_ts IS NOT NULL AND "
     "(c.last_confidence_ts IS NULL OR EXCLUDED.last_confidence_ts >= c.last_confidence_ts)"
 )
-_EARLIER_ESC = "EXCLUDED.escalated_at IS NOT NULL AND (c.escalated_at IS NULL OR EXCLUDED.escalated_at < c.escalated_at)"
+_EARLIER_ESC = (
+    "EXCLUDED.escalated_at IS NOT NULL AND "
+    "(c.escalated_at IS NULL OR EXCLUDED.escalated_at < c.escalated_at)"
+)
+_NEW_GT = "(EXCLUDED.outcome_source = 'ground_truth')"
+_OLD_GT = "(c.outcome_source IS NOT DISTINCT FROM 'ground_truth')"
 _BETTER_OUTCOME = (
     "EXCLUDED.outcome_at IS NOT NULL AND (c.outcome_at IS NULL"
-    " OR (EXCLUDED.outcome_source = 'ground_truth') > (c.outcome_source IS NOT DISTINCT FROM 'ground_truth')"
-    " OR ((EXCLUDED.outcome_source = 'ground_truth') = (c.outcome_source IS NOT DISTINCT FROM 'ground_truth')"
-    " AND EXCLUDED.outcome_at >= c.outcome_at))"
+    f" OR {_NEW_GT} > {_OLD_GT}"
+    f" OR ({_NEW_GT} = {_OLD_GT} AND EXCLUDED.outcome_at >= c.outcome_at))"
 )
 
 
@@ -114,7 +151,10 @@ _UPDATES = ",\n    ".join(
         "escalated = c.escalated OR EXCLUDED.escalated",
         *[_pick(_EARLIER_ESC, c) for c in ("escalation_turn", "escalation_trigger")],
         "escalated_at = LEAST(c.escalated_at, EXCLUDED.escalated_at)",
-        *[_pick(_BETTER_OUTCOME, c) for c in ("outcome_success", "outcome_reward", "outcome_source")],
+        *[
+            _pick(_BETTER_OUTCOME, c)
+            for c in ("outcome_success", "outcome_reward", "outcome_source")
+        ],
         _pick(_BETTER_OUTCOME, "outcome_at"),
         "updated_at = now()",
     ]

@@ -14,17 +14,36 @@ from typing import Any
 from monitor.events import AgentEvent
 
 EVENT_COLUMNS: tuple[str, ...] = (
-    "event_id", "conversation_id", "type", "ts",
-    "agent_id", "agent_version", "agent_model",
-    "domain", "tier", "channel", "intent", "segment", "task_id", "trial",
-    "turn", "role", "confidence", "tool_name", "tool_ok", "body",
-    "kafka_partition", "kafka_offset",
+    "event_id",
+    "conversation_id",
+    "type",
+    "ts",
+    "agent_id",
+    "agent_version",
+    "agent_model",
+    "domain",
+    "tier",
+    "channel",
+    "intent",
+    "segment",
+    "task_id",
+    "trial",
+    "turn",
+    "role",
+    "confidence",
+    "tool_name",
+    "tool_ok",
+    "body",
+    "kafka_partition",
+    "kafka_offset",
 )
 
 EventRow = tuple[Any, ...]
 
 
-def event_row(event: AgentEvent, partition: int | None = None, offset: int | None = None) -> EventRow:
+def event_row(
+    event: AgentEvent, partition: int | None = None, offset: int | None = None
+) -> EventRow:
     """The ``events`` row for ``event``; ``body`` is the event's canonical JSON (str)."""
     ctx = event.context
     role = event.message.role if event.message is not None else None

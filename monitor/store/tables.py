@@ -37,8 +37,16 @@ TS = DateTime(timezone=True)
 
 # Columns shared by events and conversations: who and which segment.
 SEGMENT_COLUMNS = (
-    "agent_id", "agent_version", "agent_model", "domain", "tier",
-    "channel", "intent", "segment", "task_id", "trial",
+    "agent_id",
+    "agent_version",
+    "agent_model",
+    "domain",
+    "tier",
+    "channel",
+    "intent",
+    "segment",
+    "task_id",
+    "trial",
 )
 
 
