@@ -128,3 +128,16 @@ async def test_dead_letters_are_idempotent_per_source_offset(
     finally:
         await conn.close()
     assert [(r["reason"], bytes(r["raw"])) for r in rows] == [("not_json", b"\xff")]
+
+
+async def test_dead_letter_at_a_reused_offset_is_kept(writer: EventWriter, database_url: str):
+    """A recreated topic (or a restarted in-memory broker) reuses offsets: keep both records."""
+    await writer.write([], [DeadLetter("agent-events", 0, 0, "not_json", None, "bad", b"a")])
+    await writer.write([], [DeadLetter("agent-events", 0, 0, "not_json", None, "bad", b"b")])
+    await writer.write([], [DeadLetter("agent-events", 0, 0, "not_json", None, "bad", b"b")])
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        raws = sorted(bytes(r["raw"]) for r in await conn.fetch("SELECT raw FROM dead_letters"))
+    finally:
+        await conn.close()
+    assert raws == [b"a", b"b"]

@@ -175,7 +175,7 @@ def test_rerun_after_a_killed_run_cleans_up_its_leftovers(
     out = tmp_path / "out.txt"
     proc = _up(state_dir, out, "--duration", "60", "--rate", "50")
     try:
-        _wait_for(out, "Sending", proc, 120)
+        _wait_for(out, "starting the worker", proc, 120)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # no cleanup at all
         proc.wait()

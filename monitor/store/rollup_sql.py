@@ -184,7 +184,8 @@ SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conv
 """
 
 INSERT_DEAD_LETTER = """
-INSERT INTO dead_letters (source, source_partition, source_offset, reason, field, detail, raw)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (source, source_partition, source_offset) DO NOTHING
+INSERT INTO dead_letters
+  (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
+VALUES ($1, $2, $3, $4, $5, $6, $7::bytea, md5($7::bytea))
+ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
 """

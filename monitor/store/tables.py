@@ -130,7 +130,10 @@ dead_letters = Table(
     Column("field", Text),
     Column("detail", Text, nullable=False),
     Column("raw", LargeBinary, nullable=False),
+    # md5 of raw: a re-delivered record (same offset, same bytes) is absorbed, while a different
+    # record at a reused offset (a recreated topic, an in-memory broker restarted) is kept
+    Column("raw_md5", Text, nullable=False),
     Column("received_at", TS, nullable=False, server_default=func.now()),
-    UniqueConstraint("source", "source_partition", "source_offset"),
+    UniqueConstraint("source", "source_partition", "source_offset", "raw_md5"),
     Index(None, "received_at"),
 )
