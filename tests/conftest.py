@@ -51,10 +51,19 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url:
         yield url
         return
+    import shutil
+    import tempfile
+
     from monitor.infra.postgres import EmbeddedPostgres
 
-    with EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", fsync=False) as pg:
-        yield pg.admin_url
+    # not under pytest's tmp_path: pytest prunes old basetemp dirs, and a concurrent pytest
+    # run on the same machine would delete the data directory of a server still in use
+    root = Path(tempfile.mkdtemp(prefix="monitor-test-pg-"))
+    try:
+        with EmbeddedPostgres(root / "data", fsync=False) as pg:
+            yield pg.admin_url
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

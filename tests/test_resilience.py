@@ -19,6 +19,7 @@ import pytest
 
 from monitor.events import AgentEvent
 from monitor.infra.postgres import EmbeddedPostgres
+from monitor.sdk import EventEmitter
 from monitor.simulate import Simulator
 from monitor.store.engine import ensure_database, libpq_url, upgrade, with_database
 from tests.harness import WorkerProcess, create_topic, metric, send_events, wait_for_count
@@ -133,20 +134,37 @@ async def test_postgres_outage_mid_run(broker, topic_name: str, tmp_path: Path):
 async def test_scale_out_second_worker_joins_then_first_leaves(
     broker, topic_name: str, database_url: str, tmp_path: Path
 ):
+    """Phases, so the test does not depend on machine speed:
+
+    1. the first worker alone ingests a quarter of the events;
+    2. a second worker joins; events trickle in until the second one has consumed some
+       (so partitions really moved to it);
+    3. the first worker leaves (SIGTERM) and the rest is sent as fast as possible.
+    """
     events = traffic(13)
+    quarter = N // 4
     await create_topic(broker.bootstrap, topic_name)
     first = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path).start()
     second = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path)
     try:
         await first.wait_ready()
-        sending = asyncio.create_task(send_events(broker.bootstrap, topic_name, events, RATE))
-        assert await wait_for_count(database_url, N // 5, timeout=60) >= N // 5
+        sent = await send_events(broker.bootstrap, topic_name, events[:quarter])
+        assert await wait_for_count(database_url, quarter, timeout=60) == quarter
         second.start()
         await second.wait_ready()
-        assert await wait_for_count(database_url, N // 2, timeout=90) >= N // 2
+        trickle_end = 3 * quarter
+        async with EventEmitter(broker.bootstrap, topic_name, idempotent=False) as em:
+            while sent < trickle_end and metric(second, "monitor_events_in_total") == 0:
+                for event in events[sent : sent + 50]:
+                    await em.send(event)
+                await em.flush()
+                sent += 50
+                await asyncio.sleep(0.1)
+        assert metric(second, "monitor_events_in_total") > 0, "partitions never moved"
         first_wrote = metric(first, "monitor_events_written_total")
         assert first.stop() is not None
-        assert await sending == N
+        sent += await send_events(broker.bootstrap, topic_name, events[sent:])
+        assert sent == N
         await assert_exact(database_url, events)
         second_wrote = metric(second, "monitor_events_written_total")
         assert first_wrote > 0 and second_wrote > 0  # both workers really shared the work
