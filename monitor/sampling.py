@@ -1,7 +1,8 @@
 """Stratified, deterministic conversation sampling and the estimators that undo it (issue 3).
 
 Pure: imports no I/O library. Configuration, the hash and stratum matching live in
-:mod:`monitor.sampling_rules` and are re-exported here.
+:mod:`monitor.sampling_rules`, the estimators (``weighted_mean``, ``Estimate``) in
+:mod:`monitor.sampling_estimates`; both are re-exported here.
 
 How a conversation is decided
     A conversation falls in one stratum, chosen by (agent id, domain, tier) with the most
@@ -46,13 +47,13 @@ Why always-sampled conversations do not bias the estimates (the choice made here
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from monitor.events import AgentEvent
+from monitor.sampling_estimates import Estimate, WeightMode, weighted_mean
 from monitor.sampling_rules import (
     DEFAULT_STRATUM,
     AlwaysSampleRules,
@@ -81,7 +82,6 @@ __all__ = [
     "weighted_mean",
 ]
 
-WeightMode = Literal["probability_sample", "rule_stratum"]
 _Order = tuple[datetime, str]
 
 
@@ -278,51 +278,3 @@ def decide_events(
         cid = ev.conversation_id
         facts[cid] = facts.get(cid, ConversationFacts(cid)).observe(ev)
     return {cid: decide(policy, f) for cid, f in facts.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """A weighted (Hájek) estimate of a population mean.
-
-    ``mean`` and ``std_error`` are NaN when no item has positive weight; ``n`` counts the items
-    with positive weight; ``weight_total`` is the estimated population size sum(w).
-    """
-
-    mean: float
-    std_error: float
-    n: int
-    weight_total: float
-
-
-def weighted_mean(
-    values: Iterable[float],
-    decisions: Iterable[SamplingDecision],
-    mode: WeightMode = "probability_sample",
-) -> Estimate:
-    """Estimate the population mean of ``values`` from sampled conversations.
-
-    ``values[i]`` is the measurement of the conversation decided by ``decisions[i]`` (both of
-    the same length; unsampled or zero-weight entries are ignored). The estimator is Hájek's:
-    sum(w*y) / sum(w) with ``w = decision.estimation_weight(mode)``, i.e. the Horvitz-Thompson
-    total over the Horvitz-Thompson population size. Its standard error is the linearised
-    variance under Poisson sampling (each conversation drawn independently by its hash):
-    sum((1 - 1/w) * w**2 * (y - mean)**2) / sum(w)**2. Units drawn with probability 1 add no
-    variance.
-
-    Raises ValueError on a length mismatch or a non-finite value.
-    """
-    ws: list[float] = []
-    ys: list[float] = []
-    for y, decision in zip(values, decisions, strict=True):
-        w = decision.estimation_weight(mode)
-        if w > 0.0:
-            if not math.isfinite(y):
-                raise ValueError(f"values must be finite, got {y!r}")
-            ws.append(w)
-            ys.append(float(y))
-    total = math.fsum(ws)
-    if not ws:
-        return Estimate(math.nan, math.nan, 0, 0.0)
-    mean = math.fsum(w * y for w, y in zip(ws, ys, strict=True)) / total
-    var = math.fsum((1.0 - 1.0 / w) * w * w * (y - mean) ** 2 for w, y in zip(ws, ys, strict=True))
-    return Estimate(mean, math.sqrt(max(var, 0.0)) / total, len(ws), total)

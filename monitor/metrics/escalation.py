@@ -16,7 +16,8 @@ Conversations without a confidence are left out of everything that bins or thres
   m = number of tests that could be computed (Bonferroni, family-wise false alarm <= alpha).
 - :func:`time_to_escalation`: median and p90 of turns and seconds (:func:`weighted_quantile`).
 - :func:`missed_escalations`: min confidence < threshold, not escalated, failed.
-- :func:`threshold_table` / :meth:`ThresholdTable.recommend`: the threshold what-if and advisor.
+- :func:`threshold_table` / :meth:`ThresholdTable.recommend`: the threshold what-if and advisor,
+  defined in :mod:`monitor.metrics.thresholds` and re-exported here.
 
 Malformed input raises ValueError.
 """
@@ -33,6 +34,10 @@ import numpy.typing as npt
 from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 
 from monitor.metrics.bins import DEFAULT_BINS, bin_index
+from monitor.metrics.thresholds import Recommendation as Recommendation
+from monitor.metrics.thresholds import ThresholdRow as ThresholdRow
+from monitor.metrics.thresholds import ThresholdTable as ThresholdTable
+from monitor.metrics.thresholds import threshold_table as threshold_table
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -246,92 +251,3 @@ def missed_escalations(convs: Iterable[ConversationEscalation], threshold: float
     den = sum(c.weight for c in low)
     num = sum(c.weight for c in missed)
     return MissedEscalations(threshold, len(missed), num, den, num / den if den else None)
-
-
-@dataclass(frozen=True)
-class ThresholdRow:
-    """What-if for threshold ``t``: escalate every conversation with min confidence < t.
-
-    ``escalation_rate``: weighted share escalated (None-confidence conversations excluded);
-    ``residual_failure_rate``: weighted failure rate among the rest with a known outcome (None
-    when none remain); ``failures_caught``: weighted failures among the escalated, and
-    ``failures_caught_share`` their share of all known failures (None without failures)."""
-
-    threshold: float
-    escalation_rate: float
-    residual_failure_rate: float | None
-    failures_caught: float
-    failures_caught_share: float | None
-    n_escalated: int
-    n_remaining_known: int
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """A recommended threshold and its row, or ``threshold=None`` with the reason why not."""
-
-    threshold: float | None
-    row: ThresholdRow | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class ThresholdTable:
-    """Rows of :func:`threshold_table` in increasing threshold order."""
-
-    rows: tuple[ThresholdRow, ...]
-
-    def recommend(self, target_residual_failure: float | None = None,
-                  escalation_budget: float | None = None) -> Recommendation:
-        """Pick a threshold.
-
-        - target only: among rows with residual failure rate <= target, the lowest escalation
-          rate (ties: the smallest threshold);
-        - budget only: among rows with escalation rate <= budget, the lowest residual failure
-          rate (ties: lowest escalation rate, then smallest threshold);
-        - both: rows meeting both, lowest escalation rate.
-        Rows with an unknown residual failure rate never qualify.  Neither given: ValueError.
-        """
-        if target_residual_failure is None and escalation_budget is None:
-            raise ValueError("give target_residual_failure and/or escalation_budget")
-        ok = [r for r in self.rows if r.residual_failure_rate is not None
-              and (target_residual_failure is None
-                   or r.residual_failure_rate <= target_residual_failure)
-              and (escalation_budget is None or r.escalation_rate <= escalation_budget)]
-        if not ok:
-            return Recommendation(None, None, (
-                f"no candidate threshold meets target residual failure "
-                f"{target_residual_failure} and escalation budget {escalation_budget}"))
-        if target_residual_failure is None:
-            best = min(ok, key=lambda r: (r.residual_failure_rate, r.escalation_rate,
-                                          r.threshold))
-            why = f"lowest residual failure within escalation budget {escalation_budget}"
-        else:
-            best = min(ok, key=lambda r: (r.escalation_rate, r.threshold))
-            why = f"lowest escalation rate meeting residual failure <= {target_residual_failure}"
-        return Recommendation(best.threshold, best, why)
-
-
-def threshold_table(convs: Iterable[ConversationEscalation],
-                    thresholds: Sequence[float] | None = None) -> ThresholdTable:
-    """What-if rows for ``thresholds`` (default 0.00, 0.01, ..., 1.00).  Conversations
-    without a confidence are ignored; an empty input gives rows with escalation rate 0."""
-    ts = (np.arange(101) / 100 if thresholds is None
-          else np.sort(np.asarray(thresholds, dtype=np.float64)))
-    known = [c for c in convs if c.min_confidence is not None]
-    conf = np.array([c.min_confidence for c in known], dtype=np.float64)
-    w = np.array([c.weight for c in known], dtype=np.float64)
-    has_outcome = np.array([c.success is not None for c in known], dtype=bool)
-    failed = np.array([c.success is False for c in known], dtype=bool)
-    total, all_fail = float(w.sum()), float(w[failed].sum())
-    rows = []
-    for t in ts:
-        below = conf < t
-        rest = ~below & has_outcome
-        rest_w = float(w[rest].sum())
-        caught = float(w[below & failed].sum())
-        rows.append(ThresholdRow(
-            float(t), float(w[below].sum()) / total if total else 0.0,
-            float(w[rest & failed].sum()) / rest_w if rest.any() else None,
-            caught, caught / all_fail if all_fail else None, int(below.sum()), int(rest.sum())))
-    return ThresholdTable(tuple(rows))
