@@ -1,0 +1,243 @@
+"""What the benchmarks share: scratch topics and databases, the worker subprocess, CPU meters.
+
+Everything here cleans up after itself: a scratch database is dropped, a scratch topic deleted,
+a worker stopped (SIGTERM, then SIGKILL of its process group) even when the caller is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from monitor.infra.ports import free_port  # noqa: E402
+from monitor.store import engine  # noqa: E402
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(admin_url: str, tag: str) -> AsyncIterator[str]:
+    """A freshly created and migrated database on the server (libpq URL), dropped afterwards."""
+    url = engine.with_database(admin_url, f"bench_{tag}_{uuid.uuid4().hex[:8]}")
+    await engine.ensure_database(url)
+    try:
+        await asyncio.to_thread(engine.upgrade, url)
+        yield engine.libpq_url(url)
+    finally:
+        await engine.drop_database(url)
+
+
+@contextlib.asynccontextmanager
+async def scratch_topic(bootstrap: str, tag: str, partitions: int) -> AsyncIterator[str]:
+    """A new topic, deleted afterwards with its DLQ (frees Tansu's memory)."""
+    name = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.delete_topics([name, f"{name}.dlq"])
+        await admin.close()
+
+
+WORKER_ARGV = ("-m", "monitor.cli", "worker", "--loglevel", "info")
+
+
+class Worker:
+    """``python -m monitor.cli worker`` (or ``python *argv``) on ``topic`` as a subprocess;
+    its log goes to ``log``."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        db_url: str,
+        topic: str,
+        log: Path,
+        extra: dict[str, str],
+        argv: tuple[str, ...] = WORKER_ARGV,
+    ) -> None:
+        self.argv = argv
+        self.port = free_port()
+        self.log = log
+        self.env = {
+            **os.environ,
+            "MONITOR_KAFKA_BOOTSTRAP": bootstrap,
+            "DATABASE_URL": db_url,
+            "MONITOR_KAFKA_IDEMPOTENT": "false",  # Tansu's memory store lacks InitProducerId
+            "MONITOR_WEB_PORT": str(self.port),
+            "MONITOR_STATE_DIR": str(log.parent / f"state-{topic}"),
+            "MONITOR_TOPIC_EVENTS": topic,
+            "MONITOR_TOPIC_DLQ": f"{topic}.dlq",
+            "MONITOR_CONSUMER_GROUP": f"g-{topic}",
+            "MONITOR_APP_ID": f"bench-{topic}",
+            "PYTHONPATH": str(REPO),
+            **extra,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.argv],
+                env=self.env, cwd=self.log.parent, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches only the bench, which stops us
+            )
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+    def _check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            code = None if self.proc is None else self.proc.returncode
+            raise RuntimeError(f"worker is not running (exit {code}); see {self.log}")
+
+    async def _poll(
+        self,
+        what: str,
+        probe: Callable[[httpx.AsyncClient], Awaitable[bool]],
+        every_s: float,
+        timeout_s: float,
+    ) -> float:
+        """Call async ``probe`` every ``every_s`` until true; perf_counter() at that moment."""
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                self._check_alive()
+                with contextlib.suppress(httpx.HTTPError):
+                    if await probe(client):
+                        return time.perf_counter()
+                await asyncio.sleep(every_s)
+        raise TimeoutError(f"worker: {what} not seen after {timeout_s}s; see {self.log}")
+
+    async def metrics(self, client: httpx.AsyncClient) -> dict[str, float]:
+        """The unlabelled samples of ``GET /metrics``."""
+        text = (await client.get(f"http://127.0.0.1:{self.port}/metrics")).text
+        return {m[1]: float(m[2]) for m in re.finditer(r"^(\w+) (\S+)$", text, re.M)}
+
+    async def wait_ready(self, timeout_s: float = 90.0) -> float:
+        """``GET /health`` answers 200 (polled every 20 ms)."""
+        async def probe(client: httpx.AsyncClient) -> bool:
+            r = await client.get(f"http://127.0.0.1:{self.port}/health")
+            return r.status_code == 200
+        return await self._poll("/health 200", probe, 0.02, timeout_s)
+
+    async def wait_assigned(self, partitions: int, timeout_s: float = 60.0) -> float:
+        """Wait until the ingest loop logged that it owns every partition (log polled every
+        10 ms); returns when that happened per the log line's own timestamp, in
+        ``time.perf_counter()`` terms (ms resolution), not when it was seen."""
+        pattern = re.compile(
+            r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*assigned partitions: "
+            + re.escape(str(list(range(partitions)))), re.M,
+        )
+        stamp: list[str] = []
+
+        async def probe(client: httpx.AsyncClient) -> bool:
+            found = pattern.search(self.log.read_text(errors="replace"))
+            if found:
+                stamp.append(found.group(1))
+            return found is not None
+
+        seen = await self._poll("the partition assignment", probe, 0.01, timeout_s)
+        logged = datetime.strptime(stamp[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time
+        return min(seen, time.perf_counter() - (time.time() - logged))
+
+    async def batch_stats(self) -> tuple[int, float]:
+        """Committed batches and their mean latency in s (decode + write + commit)."""
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            m = await self.metrics(client)
+        count = int(m.get("monitor_batches_total", 0))
+        return count, m.get("monitor_batch_latency_seconds_sum", 0.0) / max(count, 1)
+
+
+@contextlib.contextmanager
+def running(worker: Worker) -> Iterator[Worker]:
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+# --- CPU accounting -------------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, with_children: bool = False) -> float:
+    """user + system CPU of ``pid`` (plus its reaped children's), 0.0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime + ((cutime + cstime) if with_children else 0)) / _TICK
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                    out.append(int(entry.name))
+    return out
+
+
+class CpuMeter:
+    """CPU seconds of named processes between two ``snapshot()`` calls.
+
+    ``postmaster`` (optional) counts the whole Postgres server: the postmaster, its live
+    backends and the backends that already exited (reaped children).
+    """
+
+    def __init__(self, pids: dict[str, int], postmaster: int | None = None) -> None:
+        self.pids = dict(pids)
+        self.postmaster = postmaster
+
+    def snapshot(self, **extra: int) -> dict[str, float]:
+        snap = {name: cpu_seconds(pid) for name, pid in {**self.pids, **extra}.items()}
+        if self.postmaster is not None:
+            pm = self.postmaster
+            snap["postgres"] = cpu_seconds(pm, True) + sum(map(cpu_seconds, children_of(pm)))
+        return snap
+
+    @staticmethod
+    def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The postmaster's pid from ``data_dir/postmaster.pid`` (None if not readable)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((data_dir / "postmaster.pid").read_text().split()[0])
+    return None

