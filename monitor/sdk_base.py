@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -74,7 +75,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class EventHelpers(Generic[R_co]):
+class EventHelpers(ABC, Generic[R_co]):
     """One helper per event type. Each fills ``event_id`` (``new_event_id()`` unless given), ``ts``
     (the clock's now unless given; must be timezone-aware, stored as UTC) and the default
     ``agent``/``context``, validates the event against agent-event/v1 and passes it to ``_emit``.
@@ -93,8 +94,9 @@ class EventHelpers(Generic[R_co]):
         self.context = context
         self._clock: Callable[[], datetime] = clock or _utc_now
 
+    @abstractmethod
     def _emit(self, event: AgentEvent) -> R_co:
-        raise NotImplementedError
+        """Deliver ``event`` the way the concrete emitter does (async or blocking)."""
 
     def build(
         self,

@@ -16,6 +16,7 @@ event changes nothing. Merge rules (order-independent across batches):
 from __future__ import annotations
 
 from monitor.store.rows import EVENT_COLUMNS
+from monitor.store.tables import SEGMENT_COLUMNS
 
 STAGING_TABLE = "staging_events"
 
@@ -24,17 +25,7 @@ CREATE_STAGING = (
     "(LIKE events INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
 )
 
-_SEGMENT = (
-    "agent_version",
-    "agent_model",
-    "domain",
-    "tier",
-    "channel",
-    "intent",
-    "segment",
-    "task_id",
-    "trial",
-)
+_SEGMENT = tuple(c for c in SEGMENT_COLUMNS if c != "agent_id")
 _COLS = ", ".join(EVENT_COLUMNS)
 _ASSISTANT = "type = 'message' AND role = 'assistant'"
 _OUTCOME_ORDER = "(body->'outcome'->>'source' = 'ground_truth') DESC, ts DESC"
