@@ -40,6 +40,11 @@ class OpsMetrics:
         self.store_errors = Counter(
             "monitor_store_errors", "Failed write attempts (retried with backoff)", registry=r
         )
+        self.dlq_errors = Counter(
+            "monitor_dlq_publish_errors",
+            "Failed DLQ publish attempts (retried with backoff)",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "monitor_consumer_lag", "High watermark minus position", ["partition"], registry=r
         )

@@ -16,25 +16,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import CommitFailedError
+from aiokafka.errors import CommitFailedError, KafkaError
+from prometheus_client import Counter
 
 from monitor.clock import Clock, SystemClock
 from monitor.errors import InvalidEvent
 from monitor.events import decode_event
 from monitor.ops_metrics import OpsMetrics
-from monitor.store.event_writer import EventWriter, WriteResult
+from monitor.store.event_writer import EventWriter
 from monitor.store.rows import DeadLetter, EventRow, event_row
 
 log = logging.getLogger("monitor.ingest")
 
 Record = ConsumerRecord[bytes, bytes]
+T = TypeVar("T")
 
+
+class _Stopping(Exception):
+    """``stop()`` was called while an operation was being retried."""
+
+
+KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutError)
 STORE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.PostgresError,
@@ -148,6 +157,7 @@ class IngestLoop:
                         await self._handle(batch)
                 self._update_lag()
         finally:
+            self.ready.clear()  # /health must not report a loop that has ended
             await self._consumer.stop()
             await self._producer.stop()
 
@@ -162,11 +172,25 @@ class IngestLoop:
         records = [rec for recs in batch.values() for rec in recs]
         self.metrics.events_in.inc(len(records))
         rows, dead = decode_records(records)
-        if dead:
-            await self._publish_dead(dead)
-        result = await self._write_with_retry(rows, dead, list(batch))
-        if result is None:
-            return  # stopping: leave the batch uncommitted
+        partitions = list(batch)
+        try:
+            if dead:
+                await self._retry(
+                    lambda: self._publish_dead(dead),
+                    "DLQ publish",
+                    KAFKA_ERRORS,
+                    self.metrics.dlq_errors,
+                    partitions,
+                )
+            result = await self._retry(
+                lambda: self.writer.write(rows, dead),
+                "store write",
+                STORE_ERRORS,
+                self.metrics.store_errors,
+                partitions,
+            )
+        except _Stopping:
+            return  # leave the batch uncommitted: it is re-delivered after a restart
         offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
         try:
             assert self._consumer is not None
@@ -193,27 +217,36 @@ class IngestLoop:
         ]
         await asyncio.gather(*futures)
 
-    async def _write_with_retry(
-        self, rows: list[EventRow], dead: list[DeadLetter], partitions: list[TopicPartition]
-    ) -> WriteResult | None:
+    async def _retry(
+        self,
+        op: Callable[[], Awaitable[T]],
+        what: str,
+        errors: tuple[type[BaseException], ...],
+        failures: Counter,
+        partitions: list[TopicPartition],
+    ) -> T:
+        """Run ``op`` until it succeeds, pausing ``partitions`` while it fails.
+
+        Backoff is exponential with jitter, capped at ``retry_max_s``. Raises ``_Stopping`` when
+        ``stop()`` is called meanwhile, so the caller leaves the batch uncommitted.
+        """
         delay = self.config.retry_initial_s
         paused = False
         try:
             while True:
                 try:
-                    return await self.writer.write(rows, dead)
-                except STORE_ERRORS as exc:
-                    self.metrics.store_errors.inc()
+                    return await op()
+                except errors as exc:
+                    failures.inc()
                     if not paused and self._consumer is not None:
                         self._consumer.pause(*partitions)
                         self.metrics.paused.set(1)
                         paused = True
-                    log.warning("store write failed (%s); retrying in %.1fs", exc, delay)
+                    log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
                     try:
-                        await asyncio.wait_for(
-                            self._stopping.wait(), delay * random.uniform(0.5, 1.0)
-                        )
-                        return None
+                        pause_s = delay * random.uniform(0.5, 1.0)
+                        await asyncio.wait_for(self._stopping.wait(), pause_s)
+                        raise _Stopping from None
                     except TimeoutError:
                         pass
                     delay = min(delay * 2, self.config.retry_max_s)

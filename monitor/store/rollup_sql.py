@@ -16,7 +16,7 @@ event changes nothing. Merge rules (order-independent across batches):
 from __future__ import annotations
 
 from monitor.store.rows import EVENT_COLUMNS
-from monitor.store.tables import SEGMENT_COLUMNS
+from monitor.store.tables import SEGMENT_COLUMNS, conversations
 
 STAGING_TABLE = "staging_events"
 
@@ -72,32 +72,8 @@ _AGG = ",\n    ".join(
     ]
 )
 
-_ROLLUP_COLS = (
-    "conversation_id",
-    "agent_id",
-    *_SEGMENT,
-    "first_ts",
-    "last_ts",
-    "event_count",
-    "message_count",
-    "assistant_messages",
-    "user_messages",
-    "tool_calls",
-    "tool_results",
-    "tool_errors",
-    "feedback_count",
-    "min_confidence",
-    "last_confidence",
-    "last_confidence_ts",
-    "escalated",
-    "escalated_at",
-    "escalation_turn",
-    "escalation_trigger",
-    "outcome_success",
-    "outcome_reward",
-    "outcome_source",
-    "outcome_at",
-)
+# every conversations column but the server-filled updated_at, in table order
+_ROLLUP_COLS = tuple(c.name for c in conversations.c if c.name != "updated_at")
 _ADDITIVE = (
     "event_count",
     "message_count",
