@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import from_json
 
 from monitor.errors import InvalidEvent
 
@@ -221,7 +222,7 @@ def decode_event(raw: bytes | str) -> AgentEvent:
             "oversize", None, f"event is {len(data)} bytes, limit is {MAX_EVENT_BYTES}"
         )
     try:
-        obj = json.loads(data)
+        obj = from_json(data)  # pydantic-core parser: ~2x faster than json.loads (bench)
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidEvent("not_json", None, f"not valid UTF-8 JSON: {exc}") from None
     return validate_event(obj)

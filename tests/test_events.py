@@ -46,6 +46,11 @@ def test_timestamps_need_a_zone_and_keep_it():
 BAD = [
     (b"not json", ("not_json", None)),
     (b"[1, 2]", ("not_json", None)),
+    (b'{"schema": "agent-event/v1"} trailing', ("not_json", None)),
+    (json.dumps(event_dict("e", confidence=0.5)).replace("0.5", "NaN").encode(),
+     ("out_of_range", "message.confidence")),
+    (json.dumps(event_dict("e", confidence=0.5)).replace("0.5", "Infinity").encode(),
+     ("out_of_range", "message.confidence")),
     (b"\xff\xfe", ("not_json", None)),
     ({**event_dict("e"), "schema": "agent-event/v2"}, ("bad_schema", "schema")),
     ({k: v for k, v in event_dict("e").items() if k != "schema"}, ("missing_field", "schema")),
@@ -93,7 +98,7 @@ def test_error_detail_is_readable():
 @given(st.binary(max_size=300))
 def test_decode_never_raises_anything_but_invalid_event(raw: bytes):
     with contextlib.suppress(InvalidEvent):
-        decode_event(raw)
+        assert decode_event(raw).schema_ == "agent-event/v1"
 
 
 def test_published_schema_is_current():
