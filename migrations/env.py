@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from monitor.config import load_settings, normalize_db_url
-from monitor.store.tables import metadata
+from monitor.store.schema import metadata
 
 config = context.config
 target_metadata = metadata

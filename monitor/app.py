@@ -16,7 +16,7 @@ import faust
 from faust.web import Request, Response, View
 from mode import Service
 
-from monitor.config import Settings
+from monitor.config import Settings, load_sampling_policy
 from monitor.errors import MonitorError
 from monitor.flows.http_ingest import (
     BadBody,
@@ -44,7 +44,7 @@ class IngestService(Service):
     def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         assert settings.kafka_bootstrap and settings.database_url
-        self.writer = EventWriter(settings.database_url)
+        self.writer = EventWriter(settings.database_url, policy=load_sampling_policy(settings))
         self.loop_ = IngestLoop(
             IngestConfig(
                 bootstrap=settings.kafka_bootstrap,

@@ -13,6 +13,9 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from monitor.errors import ConfigError
+from monitor.sampling_rules import SamplingPolicy
+
 
 class Settings(BaseSettings):
     """All runtime configuration, validated at startup (errors name the field)."""
@@ -58,6 +61,17 @@ class Settings(BaseSettings):
     http_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     http_max_events: int = Field(default=10_000, ge=1)
 
+    # --- analytics ------------------------------------------------------------------------
+    sampling_file: Path | None = Field(
+        default=None,
+        description="YAML sampling policy (strata, rates, always-sample rules). Unset: sample "
+        "every conversation (rate 1.0).",
+    )
+    api_token: str | None = Field(
+        default=None,
+        description="Bearer token for the read API (GET /v1/calibration/...). Unset: open.",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str | None) -> str | None:
@@ -75,3 +89,18 @@ def normalize_db_url(url: str) -> str:
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, with explicit overrides winning."""
     return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def load_sampling_policy(settings: Settings) -> SamplingPolicy:
+    """The policy in ``settings.sampling_file`` (YAML), or the default policy (sample all).
+
+    Raises ConfigError naming the file (and the field) when it cannot be read or is invalid.
+    """
+    path = settings.sampling_file
+    if path is None:
+        return SamplingPolicy()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the sampling policy: {exc.strerror}") from None
+    return SamplingPolicy.from_yaml(text, str(path))

@@ -10,7 +10,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from monitor.store.engine import downgrade, libpq_url, upgrade
-from monitor.store.tables import metadata
+from monitor.store.schema import metadata
 
 
 async def tables(url: str) -> set[str]:

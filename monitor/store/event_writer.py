@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from monitor.sampling import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
+from monitor.store.items_sql import SET_DECISIONS, SYNC_ITEMS, UNDECIDED
 from monitor.store.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING_TABLE, WRITE_BATCH
 from monitor.store.rows import EVENT_COLUMNS, DeadLetter, EventRow
+
+_CID = EVENT_COLUMNS.index("conversation_id")
 
 
 @dataclass(frozen=True)
@@ -29,14 +33,26 @@ class WriteResult:
     duplicates: int  # rows skipped because their event_id was already stored
     conversations: int  # conversation rows inserted or updated
     dead_letters: int  # dead letters offered (already-stored ones are skipped silently)
+    decided: int = 0  # conversations that got their sampling decision in this batch
+    new_items: int = 0  # new rows in items
+    relabelled: int = 0  # items whose label changed
 
 
 class EventWriter:
-    """Writes batches into Postgres through a small asyncpg pool (created by ``start``)."""
+    """Writes batches into Postgres through a small asyncpg pool (created by ``start``).
 
-    def __init__(self, database_url: str, pool_size: int = 2) -> None:
+    ``policy`` decides which conversations are sampled and their weight in the metrics; each
+    conversation is decided once, in the batch that first writes it, and the decision is stored
+    with the policy's digest (a later policy change applies to new conversations only).
+    """
+
+    def __init__(
+        self, database_url: str, pool_size: int = 2, policy: SamplingPolicy | None = None
+    ) -> None:
         self._dsn = libpq_url(database_url)
         self._pool_size = pool_size
+        self._policy = policy if policy is not None else SamplingPolicy()
+        self._digest = self._policy.digest()
         self._pool: asyncpg.Pool | None = None
 
     async def start(self) -> None:
@@ -56,7 +72,7 @@ class EventWriter:
         if self._pool is None:
             await self.start()
         assert self._pool is not None
-        inserted = conversations = 0
+        inserted = conversations = decided = new_items = relabelled = 0
         async with self._pool.acquire() as conn, conn.transaction():
             if rows:
                 await conn.execute(CREATE_STAGING)
@@ -66,6 +82,11 @@ class EventWriter:
                 record = await conn.fetchrow(WRITE_BATCH)
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
+                cids = sorted({str(r[_CID]) for r in rows})
+                decided = await self._decide(conn, cids)
+                synced = await conn.fetchrow(SYNC_ITEMS, cids)
+                assert synced is not None
+                new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
             if dead:
                 await conn.executemany(
                     INSERT_DEAD_LETTER,
@@ -74,4 +95,29 @@ class EventWriter:
                         for d in dead
                     ],
                 )
-        return WriteResult(inserted, len(rows) - inserted, conversations, len(dead))
+        return WriteResult(
+            inserted, len(rows) - inserted, conversations, len(dead), decided, new_items, relabelled
+        )
+
+    async def _decide(self, conn: asyncpg.Connection, cids: list[str]) -> int:
+        """Store the sampling decision of every conversation of ``cids`` not decided yet.
+
+        Only the probability-sample part of the decision is stored (stratum, rate, by_rate,
+        weight): it depends on the conversation id and its segment alone, so it is final when
+        the conversation is first written. The always-sample rules are evaluated where the
+        conversation is judged (they depend on events that may come later).
+        """
+        undecided = await conn.fetch(UNDECIDED, cids)
+        if not undecided:
+            return 0
+        ids, strata, rates, by_rate, weights = [], [], [], [], []
+        for r in undecided:
+            stratum = self._policy.stratum_for(r["agent_id"], r["domain"], r["tier"])
+            hit = hash_unit(r["conversation_id"], self._policy.salt) < stratum.rate
+            ids.append(r["conversation_id"])
+            strata.append(stratum.name)
+            rates.append(stratum.rate)
+            by_rate.append(hit)
+            weights.append(1.0 / stratum.rate if hit else 0.0)
+        await conn.execute(SET_DECISIONS, ids, strata, rates, by_rate, weights, self._digest)
+        return len(ids)

@@ -16,7 +16,7 @@ event changes nothing. Merge rules (order-independent across batches):
 from __future__ import annotations
 
 from monitor.store.rows import EVENT_COLUMNS
-from monitor.store.tables import SEGMENT_COLUMNS, conversations
+from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
 
 STAGING_TABLE = "staging_events"
 
@@ -72,8 +72,10 @@ _AGG = ",\n    ".join(
     ]
 )
 
-# every conversations column but the server-filled updated_at, in table order
-_ROLLUP_COLS = tuple(c.name for c in conversations.c if c.name != "updated_at")
+# every conversations column but the server-filled updated_at and the sampler's, in table order
+_ROLLUP_COLS = tuple(
+    c.name for c in conversations.c if c.name != "updated_at" and c.name not in SAMPLING_COLUMNS
+)
 _ADDITIVE = (
     "event_count",
     "message_count",

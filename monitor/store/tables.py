@@ -35,6 +35,15 @@ metadata = MetaData(
 
 TS = DateTime(timezone=True)
 
+# conversations columns written by the sampler, not by the event roll-up
+SAMPLING_COLUMNS = (
+    "sample_stratum",
+    "sample_rate",
+    "sampled_by_rate",
+    "sample_weight",
+    "sample_policy",
+)
+
 # Columns shared by events and conversations: who and which segment.
 SEGMENT_COLUMNS = (
     "agent_id",
@@ -115,6 +124,14 @@ conversations = Table(
     Column("outcome_source", Text),
     Column("outcome_at", TS),
     Column("updated_at", TS, nullable=False, server_default=func.now()),
+    # the sampling decision (monitor.sampling), made once when the conversation is first written
+    # and never changed: NULL = not decided yet. sample_weight = 1 / rate when sampled by rate,
+    # else 0 (a conversation pulled in only by an always-sample rule does not weigh in metrics)
+    Column("sample_stratum", Text),
+    Column("sample_rate", Double),
+    Column("sampled_by_rate", Boolean),
+    Column("sample_weight", Double),
+    Column("sample_policy", Text),
     Index(None, "agent_id", "first_ts"),
     Index(None, "last_ts"),
 )

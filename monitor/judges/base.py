@@ -1,0 +1,133 @@
+"""The judge contract: what a judge reads, what it returns (pure; no I/O imports).
+
+A judge reads one sampled conversation (its events, ordered) and returns one :class:`Verdict`
+per assistant message it has an opinion on (``item_id`` = that message's ``event_id``) and/or
+one conversation-level verdict (``item_id is None``). Judges never raise for a bad conversation
+or a failing endpoint: they return verdicts with ``status="error"`` and a ``error`` reason, so a
+judge failure never blocks anything downstream.
+
+Labels: ``label=1`` means the message was right, ``0`` wrong, ``None`` no opinion (for example a
+check that found nothing to check). ``score`` in [0, 1] is the judge's graded view (1 = fully
+correct) when it has one. ``categories`` are values of :data:`FAILURE_CATEGORIES` (plus, for
+fabrication, ``fabrication:<type>`` with a type from :data:`FABRICATION_TYPES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from monitor.events import AgentEvent
+
+VerdictStatus = Literal["ok", "error"]
+
+FAILURE_CATEGORIES = (
+    "wrong_action",
+    "wrong_arguments",
+    "wrong_information",
+    "policy_violation",
+    "partial_resolution",
+    "fabrication",
+)
+FABRICATION_TYPES = (
+    "policy",
+    "pricing",
+    "availability",
+    "procedure",
+    "authorization",
+    "citation",
+    "account",
+    "history",
+)
+ALL_CATEGORIES = FAILURE_CATEGORIES + tuple(f"fabrication:{t}" for t in FABRICATION_TYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """The input of every judge: one conversation's events in (ts, turn, event_id) order."""
+
+    conversation_id: str
+    events: tuple[AgentEvent, ...]
+
+    @classmethod
+    def of(cls, events: Sequence[AgentEvent]) -> Conversation:
+        """Order ``events`` (one conversation, any order, duplicates by event_id dropped).
+
+        Raises ValueError when ``events`` is empty or spans several conversations.
+        """
+        if not events:
+            raise ValueError("a conversation needs at least one event")
+        cids = {e.conversation_id for e in events}
+        if len(cids) != 1:
+            raise ValueError(f"events of {len(cids)} conversations given, expected one")
+        unique = {e.event_id: e for e in events}.values()
+        ordered = sorted(
+            unique, key=lambda e: (e.ts, e.turn if e.turn is not None else -1, e.event_id)
+        )
+        return cls(next(iter(cids)), tuple(ordered))
+
+    def assistant_messages(self) -> list[AgentEvent]:
+        """The assistant ``message`` events, in order."""
+        return [e for e in self.events if e.message is not None and e.message.role == "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One judge's opinion on one item (or on the whole conversation when ``item_id`` is None).
+
+    ``latency_ms`` is the wall time the judge spent (0 for instant checks); ``evidence`` is a
+    JSON-ready mapping naming the messages and tool calls the verdict rests on.
+    """
+
+    judge: str
+    judge_version: str
+    conversation_id: str
+    item_id: str | None
+    status: VerdictStatus = "ok"
+    label: int | None = None
+    score: float | None = None
+    categories: tuple[str, ...] = ()
+    evidence: dict[str, Any] = field(default_factory=dict)
+    rationale: str | None = None
+    error: str | None = None
+    latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.label not in (None, 0, 1):
+            raise ValueError(f"label must be 0, 1 or None, got {self.label!r}")
+        if self.score is not None and not 0.0 <= self.score <= 1.0:
+            raise ValueError(f"score must be in [0, 1], got {self.score!r}")
+        unknown = [c for c in self.categories if c not in ALL_CATEGORIES]
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}")
+        if self.status == "error" and not self.error:
+            raise ValueError("an error verdict needs an error reason")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the shape stored in Postgres and sent on judge topics)."""
+        return {
+            "judge": self.judge,
+            "judge_version": self.judge_version,
+            "conversation_id": self.conversation_id,
+            "item_id": self.item_id,
+            "status": self.status,
+            "label": self.label,
+            "score": self.score,
+            "categories": list(self.categories),
+            "evidence": self.evidence,
+            "rationale": self.rationale,
+            "error": self.error,
+            "latency_ms": self.latency_ms,
+        }
+
+
+class Judge(Protocol):
+    """A synchronous, pure judge (deterministic checks). LLM judges are async; see llm.py."""
+
+    name: str
+    version: str
+
+    def judge(self, conversation: Conversation) -> list[Verdict]:
+        """All verdicts on ``conversation``; never raises for conversation content."""
+        ...

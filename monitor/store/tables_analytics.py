@@ -1,0 +1,147 @@
+"""Tables of the analytics (issue 4), on the same metadata as :mod:`monitor.store.tables`.
+
+``items``
+    One row per assistant message with a confidence (DESIGN.md section 4: an *item*), with the
+    sampling weight of its conversation (fixed when the item is written) and its current best
+    label (``NULL`` until one exists). Segment columns use sentinels instead of NULL so that they
+    can be part of keys: ``''`` for a missing agent version or domain, ``0`` for a missing tier.
+``calibration_bins``
+    Additive sums per (resolution, window start, segment, confidence bin): exactly the fields of
+    :class:`monitor.metrics.bins.BinSums` (``count, weight, sum_conf, sum_y, sum_sq_err,
+    sum_w2``). Resolutions ``1m``, ``1h``, ``1d``; windows start on UTC boundaries. Any time range
+    aligned to a resolution, and any roll-up of segments, is the sum of its rows.
+``calibration_maps``
+    Versioned isotonic recalibration maps per (agent, domain) with their held-out evaluation.
+``drift_checks``
+    One row per drift check of a segment (recent window against a baseline window): every
+    statistic and p-value, the sample sizes, which tests fired and why. Re-running a check for
+    the same windows replaces its row.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    Index,
+    Integer,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from monitor.store.tables import TS, metadata
+
+#: Resolutions kept in ``calibration_bins``, with their ``date_trunc`` unit.
+RESOLUTIONS = {"1m": "minute", "1h": "hour", "1d": "day"}
+
+#: Segment key of the analytics tables, in key order.
+SEGMENT_KEY = ("agent_id", "agent_version", "domain", "tier")
+
+
+def _segment() -> list[Column[object]]:
+    return [
+        Column("agent_id", Text, nullable=False),
+        Column("agent_version", Text, nullable=False, server_default=""),
+        Column("domain", Text, nullable=False, server_default=""),
+        Column("tier", SmallInteger, nullable=False, server_default="0"),
+    ]
+
+
+items = Table(
+    "items",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("conversation_id", Text, nullable=False),
+    Column("ts", TS, nullable=False),
+    *_segment(),
+    Column("confidence", Double, nullable=False),
+    Column("weight", Double, nullable=False),
+    Column("label", SmallInteger),
+    Column("label_source", Text),
+    Column("labelled_at", TS),
+    Index(None, "conversation_id"),
+    Index(None, "agent_id", "ts"),
+)
+
+calibration_bins = Table(
+    "calibration_bins",
+    metadata,
+    Column("resolution", Text, primary_key=True),
+    Column("window_start", TS, primary_key=True),
+    Column("agent_id", Text, primary_key=True),
+    Column("agent_version", Text, primary_key=True),
+    Column("domain", Text, primary_key=True),
+    Column("tier", SmallInteger, primary_key=True),
+    Column("bin", SmallInteger, primary_key=True),
+    Column("count", BigInteger, nullable=False),
+    Column("weight", Double, nullable=False),
+    Column("sum_conf", Double, nullable=False),
+    Column("sum_y", Double, nullable=False),
+    Column("sum_sq_err", Double, nullable=False),
+    Column("sum_w2", Double, nullable=False),
+    Index(None, "resolution", "agent_id", "window_start"),
+)
+
+calibration_maps = Table(
+    "calibration_maps",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("agent_id", Text, nullable=False),
+    Column("domain", Text, nullable=False, server_default=""),
+    Column("version", Integer, nullable=False),
+    Column("method", Text, nullable=False),
+    Column("map", JSONB, nullable=False),
+    Column("n_train", Integer, nullable=False),
+    Column("n_holdout", Integer, nullable=False),
+    Column("ece_before", Double),
+    Column("ece_after", Double),
+    Column("brier_before", Double),
+    Column("brier_after", Double),
+    Column("data_from", TS),
+    Column("data_to", TS),
+    Column("fitted_at", TS, nullable=False, server_default=func.now()),
+    UniqueConstraint("agent_id", "domain", "version"),
+)
+
+drift_checks = Table(
+    "drift_checks",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("checked_at", TS, nullable=False, server_default=func.now()),
+    *_segment(),
+    Column("baseline_from", TS, nullable=False),
+    Column("baseline_to", TS, nullable=False),
+    Column("recent_from", TS, nullable=False),
+    Column("recent_to", TS, nullable=False),
+    Column("n_baseline", Integer, nullable=False),
+    Column("n_recent", Integer, nullable=False),
+    Column("psi", Double),
+    Column("ks_statistic", Double),
+    Column("ks_pvalue", Double),
+    Column("accuracy_baseline", Double),
+    Column("accuracy_recent", Double),
+    Column("accuracy_pvalue", Double),
+    Column("ece_baseline", Double),
+    Column("ece_recent", Double),
+    Column("ece_delta", Double),
+    Column("ece_pvalue", Double),
+    Column("fired", Boolean, nullable=False),
+    Column("fired_tests", Text, nullable=False, server_default=""),
+    Column("reason", Text, nullable=False),
+    Column("details", JSONB, nullable=False),
+    UniqueConstraint(
+        *SEGMENT_KEY,
+        "recent_from",
+        "recent_to",
+        "baseline_from",
+        "baseline_to",
+        name="uq_drift_checks_segment_windows",
+    ),
+    Index(None, "recent_to"),
+)
