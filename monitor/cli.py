@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from monitor.commands import calibration as calibration_cmd
+from monitor.commands import drift as drift_cmd
+from monitor.commands import escalation as escalation_cmd
 from monitor.commands import replay as replay_cmd
 from monitor.commands import schema as schema_cmd
 from monitor.commands import simulate as simulate_cmd
@@ -26,7 +29,16 @@ def main() -> None:
     """Agent reliability monitor. Configure with MONITOR_* environment variables (see README)."""
 
 
-for _module in (up_cmd, schema_cmd, worker_cmd, replay_cmd, simulate_cmd):
+for _module in (
+    up_cmd,
+    schema_cmd,
+    worker_cmd,
+    replay_cmd,
+    simulate_cmd,
+    calibration_cmd,
+    escalation_cmd,
+    drift_cmd,
+):
     _module.register(app)
 
 

@@ -1,0 +1,152 @@
+"""What the analytics commands share: the scope options, the time range, the database, JSON.
+
+Exit codes of every analytics command: 0 done, 2 bad options or no database configured or
+reachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from sqlalchemy.ext.asyncio import AsyncEngine as AsyncEngine
+
+from monitor.alerts.durations import parse_duration
+from monitor.config import load_settings
+from monitor.infra import endpoints
+from monitor.store.analytics_repo import Segment
+from monitor.store.engine import make_engine
+
+T = TypeVar("T")
+
+AGENT = typer.Option(None, "--agent", "-a", help="Agent id (wildcards * and ? allowed).")
+DOMAIN = typer.Option(None, "--domain", help="Domain (context.domain).")
+TIER = typer.Option(None, "--tier", min=0, max=3, help="Tier 1-3 (0 = not given).")
+VERSION = typer.Option(None, "--agent-version", help="Agent version.")
+SINCE = typer.Option("24h", "--since", help="Range: the last DURATION (30m, 24h, 7d ...).")
+FROM = typer.Option(None, "--from", help="Range start, ISO 8601 (overrides --since).")
+TO = typer.Option(None, "--to", help="Range end, ISO 8601 (default: now).")
+JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of tables.")
+
+
+@dataclass(frozen=True)
+class Query:
+    """The scope and half-open time range ``[start, end)`` a command reports on."""
+
+    segment: Segment
+    start: datetime
+    end: datetime
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in vars(self.segment).items() if v is not None]
+        scope = ", ".join(parts) if parts else "all agents"
+        return f"{scope}; {self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC"
+
+
+def console() -> Console:
+    """The console of the analytics commands: wide tables when the output is not a terminal
+    (a pipe or a file gets 160 columns instead of rich's default 80)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
+def _when(text: str, option: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint=option) from None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def query(
+    agent: str | None,
+    domain: str | None,
+    tier: int | None,
+    version: str | None,
+    since: str,
+    start: str | None,
+    end: str | None,
+    now: datetime | None = None,
+) -> Query:
+    """Build the :class:`Query` from the common options (raises typer.BadParameter)."""
+    now = now or datetime.now(UTC)
+    hi = _when(end, "--to") if end else now
+    if start:
+        lo = _when(start, "--from")
+    else:
+        try:
+            lo = hi - parse_duration(since)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--since") from None
+    if hi <= lo:
+        raise typer.BadParameter("the range is empty (end <= start)", param_hint="--from/--to")
+    return Query(Segment(agent, version, domain, tier), lo, hi)
+
+
+def duration(text: str, option: str) -> timedelta:
+    """Parse a duration option (raises typer.BadParameter naming the option)."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+def run_with_engine(console: Console, fn: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """Run ``fn(engine)`` on the configured database (or the running ``monitor up``'s).
+
+    Raises typer.Exit(2) when no database is configured or it cannot be reached.
+    """
+    settings = endpoints.resolve(load_settings())
+    if not settings.database_url:
+        console.print(
+            "[red]no database[/]: set MONITOR_DATABASE_URL (or DATABASE_URL), or start "
+            "`monitor up` in this directory"
+        )
+        raise typer.Exit(2)
+
+    async def go() -> T:
+        engine = make_engine(settings.database_url or "")
+        try:
+            return await fn(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(go())
+    except (OSError, ConnectionError) as exc:
+        console.print(f"[red]database unreachable[/]: {exc}")
+        raise typer.Exit(2) from None
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: NaN/inf -> None, datetimes -> ISO strings, tuples -> lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict())
+    return value
+
+
+def print_json(payload: Any) -> None:
+    """Print ``payload`` as indented JSON on standard output (no rich markup)."""
+    typer.echo(json.dumps(jsonable(payload), indent=2, sort_keys=True))
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    """A number for a table cell; ``-`` for None/NaN."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{digits}f}"

@@ -1,0 +1,162 @@
+"""``monitor escalation``, ``monitor thresholds``, ``monitor passk``: conversation-level views.
+
+Every number is over conversations whose first event is in the range and that are in the
+probability sample (weighted by their inverse inclusion probability).
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from monitor.commands import analytics_common as ac
+from monitor.flows import analytics as fa
+
+
+def escalation_table(summaries: dict[str, fa.EscalationSummary], threshold: float) -> Table:
+    """One row per agent: inversion verdict, timing, missed escalations."""
+    t = Table(title="escalation", title_justify="left")
+    for col in ("agent", "convs", "escalated", "rank corr (p)", "inverted", "turns to esc "
+                "med/p90", "seconds med/p90", f"missed (<{threshold:g}, failed, not esc)"):
+        t.add_column(col, justify="left" if col == "agent" else "right")
+    for agent, s in summaries.items():
+        inv = s.inversion
+        corr = (f"{inv.spearman_rho:+.2f} ({inv.spearman_pvalue:.3g})"
+                if inv.spearman_rho is not None and inv.spearman_pvalue is not None else "-")
+        tm = s.timing
+        t.add_row(
+            agent, str(s.conversations), str(s.escalated), corr,
+            "[red bold]YES[/]" if inv.inverted else "no",
+            f"{ac.fmt(tm.median_turns, 1)}/{ac.fmt(tm.p90_turns, 1)}",
+            f"{ac.fmt(tm.median_seconds, 0)}/{ac.fmt(tm.p90_seconds, 0)}",
+            f"{s.missed.count} ({ac.fmt(s.missed.rate, 2)})",
+        )  # fmt: skip
+    return t
+
+
+def rate_by_bin_table(summaries: dict[str, fa.EscalationSummary]) -> Table:
+    """Escalation rate per confidence bin (rows) and agent (columns); should fall downwards."""
+    t = Table(title="escalation rate by minimum-confidence bin (should fall as confidence "
+              "rises)", title_justify="left")
+    t.add_column("confidence bin", justify="right")
+    agents = list(summaries)
+    for a in agents:
+        t.add_column(a, justify="right")
+    n_bins = len(next(iter(summaries.values())).bins) if summaries else 0
+    for b in range(n_bins):
+        first = summaries[agents[0]].bins[b]
+        cells = []
+        for a in agents:
+            eb = summaries[a].bins[b]
+            cells.append("-" if eb.rate is None else f"{eb.rate:.2f} (n={eb.n})")
+        t.add_row(f"[{first.lower:.1f}, {first.upper:.1f})", *cells)
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("escalation")
+    def escalation(
+        agent: str | None = ac.AGENT,
+        domain: str | None = ac.DOMAIN,
+        tier: int | None = ac.TIER,
+        version: str | None = ac.VERSION,
+        since: str = ac.SINCE,
+        start: str | None = ac.FROM,
+        end: str | None = ac.TO,
+        threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
+                                        help="Confidence below which a failed, not escalated "
+                                        "conversation counts as a missed escalation."),
+        as_json: bool = ac.JSON,
+    ) -> None:
+        """Does escalation follow confidence? Rate per confidence bin, inversion test (one-sided
+        rank correlation; flags escalation RISING with confidence), time to escalation in turns
+        and seconds (median, p90), missed escalations."""
+        console = ac.console()
+        q = ac.query(agent, domain, tier, version, since, start, end)
+        out = ac.run_with_engine(
+            console, lambda eng: fa.escalation(eng, q.segment, q.start, q.end, threshold=threshold)
+        )
+        if as_json:
+            ac.print_json({"scope": q.describe(), "agents": out})
+            return
+        if not out:
+            console.print(f"no sampled conversations for {q.describe()}")
+            return
+        console.print(f"[dim]{q.describe()}[/]")
+        console.print(escalation_table(out, threshold))
+        console.print(rate_by_bin_table(out))
+
+    @app.command("thresholds")
+    def thresholds(
+        agent: str | None = ac.AGENT,
+        domain: str | None = ac.DOMAIN,
+        tier: int | None = ac.TIER,
+        version: str | None = ac.VERSION,
+        since: str = typer.Option("7d", "--since", help="Range: the last DURATION."),
+        start: str | None = ac.FROM,
+        end: str | None = ac.TO,
+        target: float | None = typer.Option(0.1, "--target", min=0.0, max=1.0,
+                                            help="Target failure rate among the conversations "
+                                            "NOT escalated."),
+        budget: float | None = typer.Option(None, "--budget", min=0.0, max=1.0,
+                                            help="Most conversations you can escalate (share)."),
+        step: float = typer.Option(0.1, "--step", min=0.01, max=0.5,
+                                   help="Spacing of the candidate thresholds in the table."),
+        as_json: bool = ac.JSON,
+    ) -> None:
+        """Threshold advisor: for thresholds on a conversation's minimum confidence, the
+        escalation rate, the failure rate among the rest and the failures caught; recommends
+        the threshold that meets --target (and/or --budget) with the fewest escalations."""
+        console = ac.console()
+        q = ac.query(agent, domain, tier, version, since, start, end)
+        n = round(1 / step)
+        grid = [round(i / n, 6) for i in range(n + 1)]
+        out = ac.run_with_engine(console, lambda eng: fa.thresholds(
+            eng, q.segment, q.start, q.end, target=target, budget=budget, candidates=grid))
+        if as_json:
+            ac.print_json({"scope": q.describe(), "agents": {
+                a: {"rows": tb.rows, "recommendation": rec} for a, (tb, rec) in out.items()}})
+            return
+        for a, (tb, rec) in out.items():
+            t = Table(title=f"{a}: recommended threshold "
+                      f"{'-' if rec.threshold is None else f'{rec.threshold:g}'} ({rec.reason})",
+                      title_justify="left")  # fmt: skip
+            for col in ("threshold", "escalation rate", "residual failure rate",
+                        "failures caught", "share caught"):
+                t.add_column(col, justify="right")
+            for r in tb.rows:
+                mark = " <" if rec.threshold is not None and r.threshold == rec.threshold else ""
+                t.add_row(f"{r.threshold:.2f}{mark}", ac.fmt(r.escalation_rate),
+                          ac.fmt(r.residual_failure_rate), f"{r.failures_caught:.0f}",
+                          ac.fmt(r.failures_caught_share))  # fmt: skip
+            console.print(t)
+        if not out:
+            console.print(f"no sampled conversations for {q.describe()}")
+
+    @app.command("passk")
+    def passk(
+        agent: str | None = ac.AGENT,
+        domain: str | None = ac.DOMAIN,
+        k: list[int] = typer.Option([1, 2], "--k", help="k values (repeat the option)."),
+        as_json: bool = ac.JSON,
+    ) -> None:
+        """pass^k per agent for tasks run in several trials (context.task_id / trial), with
+        the unbiased estimator C(c,k)/C(n,k) averaged over tasks with at least k trials."""
+        console = ac.console()
+        q = ac.query(agent, domain, None, None, "1d", None, None)
+
+        async def all_k(eng: ac.AsyncEngine) -> dict[int, dict[str, fa.PassK]]:
+            return {kk: await fa.passk(eng, q.segment, kk) for kk in k}
+
+        out = ac.run_with_engine(console, all_k)
+        if as_json:
+            ac.print_json({str(kk): v for kk, v in out.items()})
+            return
+        t = Table(title="pass^k (all k trials succeed) and pass@k", title_justify="left")
+        for col in ("agent", "k", "tasks", "pass^k", "pass@k", "tasks with < k trials"):
+            t.add_column(col)
+        for kk, per in out.items():
+            for a, p in per.items():
+                t.add_row(a, str(kk), str(p.n_tasks), ac.fmt(p.pass_hat_k), ac.fmt(p.pass_at_k),
+                          str(p.n_tasks_skipped))  # fmt: skip
+        console.print(t)

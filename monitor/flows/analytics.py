@@ -1,0 +1,224 @@
+"""The analytics as the CLI, the HTTP API and the demo use them: stored rows -> reports.
+
+Framework-free orchestration: each function reads through :mod:`monitor.store.analytics_repo`,
+computes with :mod:`monitor.metrics` (pure), and (for drift checks and recalibration maps)
+stores its results. Per-agent results are keyed by agent id; :data:`ALL` is the roll-up of every
+agent in the filter (a sum of the same rows, so exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from monitor.metrics.bins import sum_all
+from monitor.metrics.calibration import DEFAULT_MIN_SAMPLES, CalibrationReport, calibration_report
+from monitor.metrics.drift import DriftCheck, check_drift_sums
+from monitor.metrics.escalation import (
+    EscalationBin,
+    EscalationTiming,
+    InversionTest,
+    MissedEscalations,
+    escalation_by_bin,
+    inversion_test,
+    missed_escalations,
+    time_to_escalation,
+)
+from monitor.metrics.passk import PassK as PassK
+from monitor.metrics.passk import pass_k
+from monitor.metrics.recalibration import RecalibrationResult, fit_isotonic
+from monitor.metrics.thresholds import Recommendation, ThresholdTable, threshold_table
+from monitor.store.analytics_repo import (
+    Segment,
+    bin_range,
+    bin_sums,
+    escalation_conversations,
+    labelled_items,
+    trials,
+)
+from monitor.store.analytics_write import SegmentKey, save_drift, save_map
+
+ALL = "*"
+
+
+async def calibration(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    *,
+    min_samples: float = DEFAULT_MIN_SAMPLES,
+    n_boot: int = 500,
+) -> dict[str, CalibrationReport]:
+    """Calibration report per agent plus :data:`ALL` (absent when there is no labelled item).
+
+    Intervals: parametric bootstrap over the bin sums (``n_boot`` draws, seed 0), Wilson for
+    accuracies; ``meaningful`` False below ``min_samples`` effective items.
+    """
+    per_agent = {k[0]: s for k, s in (await bin_sums(engine, segment, start, end)).items()}
+    out = {
+        agent: calibration_report(s, min_samples=min_samples, n_boot=n_boot)
+        for agent, s in sorted(per_agent.items())
+    }
+    if per_agent:
+        total = sum_all(per_agent.values())
+        out[ALL] = calibration_report(total, min_samples=min_samples, n_boot=n_boot)
+    return out
+
+
+@dataclass(frozen=True)
+class EscalationSummary:
+    """Escalation analytics of one agent (DESIGN.md section 4)."""
+
+    conversations: int
+    escalated: int
+    bins: list[EscalationBin]
+    inversion: InversionTest
+    timing: EscalationTiming
+    missed: MissedEscalations
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def escalation(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime, *, threshold: float
+) -> dict[str, EscalationSummary]:
+    """Per agent: escalation by confidence bin, inversion test, timing, missed escalations
+    (``threshold`` on the conversation's minimum confidence)."""
+    convs = await escalation_conversations(engine, segment, start, end)
+    return {
+        agent: EscalationSummary(
+            conversations=len(cs),
+            escalated=sum(c.escalated for c in cs),
+            bins=escalation_by_bin(cs),
+            inversion=inversion_test(cs),
+            timing=time_to_escalation(cs),
+            missed=missed_escalations(cs, threshold),
+        )
+        for agent, cs in sorted(convs.items())
+    }
+
+
+async def thresholds(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    *,
+    target: float | None,
+    budget: float | None,
+    candidates: list[float] | None = None,
+) -> dict[str, tuple[ThresholdTable, Recommendation]]:
+    """Per agent: the threshold what-if table and the recommended threshold."""
+    convs = await escalation_conversations(engine, segment, start, end)
+    out = {}
+    for agent, cs in sorted(convs.items()):
+        table = threshold_table(cs, candidates)
+        out[agent] = (table, table.recommend(target, budget))
+    return out
+
+
+async def passk(engine: AsyncEngine, segment: Segment, k: int) -> dict[str, PassK]:
+    """pass^k (and pass@k) per agent over conversations with a task id and an outcome."""
+    return {agent: pass_k(ts, k) for agent, ts in sorted((await trials(engine, segment)).items())}
+
+
+@dataclass(frozen=True)
+class DriftWindows:
+    """The two half-open windows a drift check compares."""
+
+    baseline: tuple[datetime, datetime]
+    recent: tuple[datetime, datetime]
+
+
+def drift_windows(
+    now: datetime, recent: timedelta, baseline: tuple[datetime, datetime] | None = None
+) -> DriftWindows:
+    """Recent = ``[now - recent, now)`` on whole minutes; baseline = the period just before
+    it, of the same length, unless a pinned ``baseline`` is given. Raises ValueError when the
+    windows are empty or overlap."""
+    _, _, end = bin_range(now - timedelta(minutes=1), now)
+    rec = (end - recent, end)
+    base = baseline if baseline is not None else (rec[0] - recent, rec[0])
+    if recent <= timedelta(0) or base[1] <= base[0]:
+        raise ValueError("drift windows must be non-empty")
+    if base[1] > rec[0]:
+        raise ValueError("the baseline window must end before the recent window starts")
+    return DriftWindows(base, rec)
+
+
+async def run_drift(
+    engine: AsyncEngine,
+    segment: Segment,
+    windows: DriftWindows,
+    *,
+    alpha: float = 0.01,
+    min_samples: int = 100,
+    store: bool = True,
+) -> dict[SegmentKey, DriftCheck]:
+    """Drift check of every segment with items in either window; stored when ``store``."""
+    keys = ("agent_id", "agent_version", "domain", "tier")
+    base = await bin_sums(engine, segment, *windows.baseline, group_by=keys)
+    rec = await bin_sums(engine, segment, *windows.recent, group_by=keys)
+    out: dict[SegmentKey, DriftCheck] = {}
+    empty = sum_all([])
+    for key in sorted(set(base) | set(rec)):
+        seg: SegmentKey = (str(key[0]), str(key[1]), str(key[2]), int(key[3]))
+        check = check_drift_sums(
+            base.get(key, empty), rec.get(key, empty), alpha=alpha, min_samples=min_samples
+        )
+        out[seg] = check
+        if store:
+            await save_drift(engine, seg, windows.baseline, windows.recent, check)
+    return out
+
+
+async def fit_maps(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    *,
+    min_items: int = 200,
+    store: bool = True,
+) -> dict[tuple[str, str], RecalibrationResult | str]:
+    """Fit an isotonic map per (agent, domain) from labelled items in ``[start, end)``.
+
+    Values are the fit results (stored as new versions when ``store``) or, for a segment that
+    cannot be fitted (too few items), the reason as a string.
+    """
+    cond, params = segment.where()
+    sql = text(
+        "SELECT DISTINCT agent_id, domain FROM items WHERE label IS NOT NULL AND weight > 0"
+        f" AND ts >= :lo AND ts < :hi AND {cond} ORDER BY agent_id, domain"
+    )
+    async with engine.connect() as conn:
+        pairs = [
+            (str(a), str(d)) for a, d in await conn.execute(sql, {"lo": start, "hi": end, **params})
+        ]
+    out: dict[tuple[str, str], RecalibrationResult | str] = {}
+    for agent, domain in pairs:
+        exact = Segment(agent=_literal(agent), domain=domain, tier=segment.tier,
+                        agent_version=segment.agent_version)  # fmt: skip
+        conf, y, w = await labelled_items(engine, exact, start, end)
+        try:
+            result = fit_isotonic(conf, y, w, min_items=min_items)
+        except ValueError as exc:
+            out[(agent, domain)] = str(exc)
+            continue
+        out[(agent, domain)] = result
+        if store:
+            await save_map(engine, agent, domain, result, start, end)
+    return out
+
+
+def _literal(agent: str) -> str:
+    """``agent`` as a Segment pattern matching only itself (wildcard characters refused)."""
+    if any(ch in agent for ch in "*?"):
+        raise ValueError(f"agent id {agent!r} contains a wildcard character")
+    return agent
