@@ -7,6 +7,7 @@ reachable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 from collections.abc import Awaitable, Callable
@@ -137,6 +138,8 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if hasattr(value, "to_dict"):
         return jsonable(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
     return value
 
 
