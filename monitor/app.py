@@ -15,6 +15,7 @@ from typing import Any, cast
 import faust
 from faust.web import Request, Response, View
 from mode import Service
+from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.config import Settings, load_sampling_policy
 from monitor.errors import MonitorError
@@ -29,6 +30,8 @@ from monitor.flows.http_ingest import (
 from monitor.flows.ingest import IngestConfig, IngestLoop
 from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.sdk import EventEmitter
+from monitor.store.analytics_write import current_maps
+from monitor.store.engine import make_engine
 from monitor.store.event_writer import EventWriter
 
 log = logging.getLogger("monitor.app")
@@ -63,6 +66,8 @@ class IngestService(Service):
         self.emitter = EventEmitter(
             settings.kafka_bootstrap, settings.topic_events, idempotent=settings.kafka_idempotent
         )
+        # read side of the HTTP API (connects on first use, not here)
+        self.reads = make_engine(settings.database_url, pool_size=2)
 
     async def on_start(self) -> None:
         await self.emitter.start()
@@ -75,6 +80,7 @@ class IngestService(Service):
         await self.loop_.stop()
         await self.emitter.close()
         await self.writer.close()
+        await self.reads.dispose()
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -146,6 +152,25 @@ def create_app(settings: Settings) -> faust.App:
             metrics.http_events.labels("accepted").inc(len(verdicts.accepted))
             metrics.http_events.labels("rejected").inc(verdicts.rejected)
             return self.json(response_body(verdicts), status=status_for(verdicts))
+
+    @app.page("/v1/calibration/{agent_id}")
+    class Calibration(View):
+        async def get(self, request: Request, agent_id: str) -> Response:
+            if settings.api_token and not token_ok(
+                request.headers.get("Authorization"), settings.api_token
+            ):
+                return self.json({"error": "missing or wrong bearer token"}, status=401)
+            try:
+                maps = await current_maps(ingest.reads, agent_id)
+            except (OSError, SQLAlchemyError) as exc:
+                log.error("calibration maps unavailable: %s", exc)
+                return self.json({"error": "store unavailable"}, status=503)
+            if not maps:
+                return self.json(
+                    {"error": f"no recalibration map for agent {agent_id!r}", "agent_id": agent_id},
+                    status=404,
+                )
+            return self.json({"agent_id": agent_id, "maps": [m.to_dict() for m in maps]})
 
     return app
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -178,3 +179,35 @@ async def test_http_ingest_auth_mixed_and_limits(http_worker: WorkerProcess, dat
     )
     text = httpx.get(f"{http_worker.url}/metrics").text
     assert 'monitor_http_events_total{result="accepted"} 6.0' in text
+
+
+async def test_calibration_map_endpoint(http_worker: WorkerProcess, database_url: str):
+    """GET /v1/calibration/{agent_id} serves the latest stored map per domain; 404 without."""
+    import numpy as np
+
+    from monitor.metrics.recalibration import fit_isotonic
+    from monitor.store.analytics_write import save_map
+    from monitor.store.engine import make_engine
+
+    rng = np.random.default_rng(3)
+    conf = rng.uniform(0.5, 1.0, 600)
+    y = (rng.uniform(size=600) < conf - 0.3).astype(float)  # overconfident by 0.3
+    result = fit_isotonic(conf, y)
+    engine = make_engine(database_url)
+    try:
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        for _ in range(2):
+            await save_map(engine, "agent-x", "retail", result, t0, t0 + timedelta(days=1))
+    finally:
+        await engine.dispose()
+    async with httpx.AsyncClient(timeout=30) as client:
+        r = await client.get(f"{http_worker.url}/v1/calibration/agent-x")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["agent_id"] == "agent-x" and len(body["maps"]) == 1
+        m = body["maps"][0]
+        assert (m["domain"], m["version"], m["method"]) == ("retail", 2, "isotonic")
+        assert m["map"]["xs"] == list(result.map.xs)
+        assert m["ece_after"] == pytest.approx(result.ece_after)
+        missing = await client.get(f"{http_worker.url}/v1/calibration/nobody")
+        assert missing.status_code == 404 and "nobody" in missing.json()["error"]

@@ -1,0 +1,299 @@
+"""Deterministic judges: checks that need no LLM (pure: no I/O imports).
+
+- ``det.authorization``: an assistant message claims an action was done ("has been cancelled")
+  with no successful (``ok=True``) matching tool call before it (:mod:`~.lexicon`). Categories
+  ``fabrication``, ``fabrication:authorization``.
+- ``det.repeated_call``: same tool, identical arguments (canonical JSON) called again. A retry
+  after a *transient* error (timeout, 429, 5xx, "try again") passes; a repeat after a success or
+  after a permanent error (not found, validation: it cannot succeed) fails. ``wrong_action``.
+- ``det.ignored_error``: the next assistant text after a failed tool result speaks of success
+  without acknowledging a problem (a failure superseded by a later success of the same tool is
+  not checked). ``wrong_information``.
+- ``det.unsupported_figure``: an amount, date or identifier found in no earlier tool result,
+  tool-call arguments, user/system message or ``reference`` text (:mod:`~.figures`); an amount
+  the message derives from its own supported amounts ("$174 each, $348 in all") passes.
+  ``fabrication`` + ``fabrication:pricing`` (amounts) / ``:history`` (dates) / ``:account`` (ids).
+
+Labels: each judge returns one verdict per assistant message it *checked*: ``label=0`` when the
+check fails, ``label=1`` when it passes (so agreement with ground truth can be measured on both
+classes). ``label=1`` means "this check passed", not "the message is right". A message with
+nothing to check (no claim, no tool call, no preceding error, no figure) gets no verdict.
+``score`` equals the label except for figures (share of supported figures). Evidence always
+names ``message_event_id`` and the tool calls (ids and names) involved, all earlier in the
+conversation than the message except the message's own calls. A judge never raises for
+conversation content: an unexpected exception becomes one ``status="error"`` verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from monitor.events import AgentEvent, ToolCall
+from monitor.judges.base import Conversation, Judge, Verdict
+from monitor.judges.figures import check_figures, derivation
+from monitor.judges.lexicon import (
+    acknowledges_problem,
+    find_claims,
+    is_transient,
+    speaks_of_success,
+    tool_backs,
+)
+
+VERSION = "1"
+_IGNORED_WHY = (
+    "acknowledges the failed tool call",
+    "speaks of success after a failed tool call",
+    "neither claims success nor acknowledges a problem: the error is not ignored",
+)
+_AUTH = ("fabrication", "fabrication:authorization")
+_FIGURE_TYPES = {"amount": "pricing", "date": "history", "identifier": "account"}
+
+
+def canonical_arguments(arguments: dict[str, Any]) -> str:
+    """Arguments as canonical JSON (sorted keys, no spaces): equal calls give equal strings."""
+    return json.dumps(
+        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+
+
+def _call_ref(call: ToolCall) -> dict[str, Any]:
+    return {"call_id": call.id, "name": call.name}
+
+
+def _failure(result: AgentEvent) -> dict[str, Any]:
+    tr = result.tool_result
+    assert tr is not None
+    error = (tr.error or tr.content or "")[:300]
+    return {
+        "result_event_id": result.event_id,
+        "call_id": tr.call_id,
+        "name": tr.name,
+        "error": error,
+    }
+
+
+class _DeterministicJudge:
+    """Shared plumbing: verdict construction and the never-raise wrapper."""
+
+    name = "det.base"
+    version = VERSION
+
+    def judge(self, conversation: Conversation) -> list[Verdict]:
+        """All verdicts on ``conversation`` (see the module docstring); never raises."""
+        try:
+            return self._judge(conversation)
+        except Exception as exc:  # the contract: a judge never raises
+            return [
+                Verdict(
+                    judge=self.name,
+                    judge_version=self.version,
+                    conversation_id=conversation.conversation_id,
+                    item_id=None,
+                    status="error",
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            ]
+
+    def _judge(self, conv: Conversation) -> list[Verdict]:
+        raise NotImplementedError
+
+    def _verdict(
+        self,
+        conv: Conversation,
+        message: AgentEvent,
+        ok: bool,
+        categories: tuple[str, ...],
+        evidence: dict[str, Any],
+        rationale: str,
+        score: float | None = None,
+    ) -> Verdict:
+        return Verdict(
+            judge=self.name,
+            judge_version=self.version,
+            conversation_id=conv.conversation_id,
+            item_id=message.event_id,
+            label=1 if ok else 0,
+            score=(1.0 if ok else 0.0) if score is None else score,
+            categories=() if ok else categories,
+            evidence={"message_event_id": message.event_id, **evidence},
+            rationale=rationale,
+        )
+
+
+class AuthorizationFabricationJudge(_DeterministicJudge):
+    """Claims of a done action without a successful matching tool call before the message."""
+
+    name = "det.authorization"
+
+    def _judge(self, conv: Conversation) -> list[Verdict]:
+        calls: dict[str, ToolCall] = {}
+        succeeded: list[tuple[AgentEvent, ToolCall]] = []  # (result event, call), in order
+        out: list[Verdict] = []
+        for e in conv.events:
+            if e.tool_result is not None and e.tool_result.ok:
+                call = calls.get(e.tool_result.call_id)
+                succeeded.append(
+                    (e, call or ToolCall(id=e.tool_result.call_id, name=e.tool_result.name))
+                )
+            if e.message is None:
+                continue
+            if e.message.role == "assistant" and (claims := find_claims(e.message.content)):
+                entries, missing = [], []
+                for claim in claims:
+                    backing = [
+                        {**_call_ref(c), "result_event_id": r.event_id}
+                        for r, c in succeeded
+                        if tool_backs(c.name, claim.family)
+                    ]
+                    entries.append({**asdict(claim), "supported_by": backing})
+                    if not backing:
+                        missing.append(claim.family)
+                rationale = (
+                    f"claims {', '.join(sorted(set(missing)))} done with no successful matching "
+                    "tool call before it"
+                    if missing
+                    else "every action claim is backed by a successful tool call"
+                )
+                evidence = {"claims": entries, "unsupported_families": missing}
+                out.append(self._verdict(conv, e, not missing, _AUTH, evidence, rationale))
+            calls.update((c.id, c) for c in e.message.tool_calls)
+        return out
+
+
+class RepeatedToolCallJudge(_DeterministicJudge):
+    """The same tool with identical arguments called again (a transient-error retry is fine)."""
+
+    name = "det.repeated_call"
+
+    def _judge(self, conv: Conversation) -> list[Verdict]:
+        results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events
+        seen: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}
+        out: list[Verdict] = []
+        for event in conv.events:
+            if event.tool_result is not None:
+                results[event.tool_result.call_id] = event
+            msg = event.message
+            if msg is None or msg.role != "assistant" or not msg.tool_calls:
+                continue
+            repeats: list[dict[str, Any]] = []
+            retries: list[dict[str, Any]] = []
+            for call in msg.tool_calls:
+                key = (call.name, canonical_arguments(call.arguments))
+                if key in seen:
+                    prev_msg, prev = seen[key]
+                    result = results.get(prev.id)
+                    tr = result.tool_result if result is not None else None
+                    entry = {
+                        **_call_ref(call),
+                        "arguments": call.arguments,
+                        "previous_call_id": prev.id,
+                        "previous_message_event_id": prev_msg.event_id,
+                        "previous_result_event_id": result.event_id if result else None,
+                        "previous_ok": tr.ok if tr else None,
+                    }
+                    transient = (
+                        tr is not None and not tr.ok and is_transient(tr.error or tr.content)
+                    )
+                    (retries if transient else repeats).append(entry)
+                seen[key] = (event, call)
+            rationale = (
+                f"repeats {', '.join(r['name'] for r in repeats)} with identical arguments"
+                if repeats
+                else "no identical repeat (or only retries after a transient error)"
+            )
+            evidence = {
+                "calls": [_call_ref(c) for c in msg.tool_calls],
+                "repeats": repeats,
+                "transient_retries": retries,
+            }
+            out.append(
+                self._verdict(conv, event, not repeats, ("wrong_action",), evidence, rationale)
+            )
+        return out
+
+
+class IgnoredToolErrorJudge(_DeterministicJudge):
+    """The next assistant text after a failed tool result talks as if it had worked."""
+
+    name = "det.ignored_error"
+
+    def _judge(self, conv: Conversation) -> list[Verdict]:
+        pending: list[AgentEvent] = []  # failed results not yet answered in text
+        out: list[Verdict] = []
+        for e in conv.events:
+            tr = e.tool_result
+            if tr is not None:
+                if tr.ok:  # a later success of the same tool supersedes its failure
+                    pending = [
+                        p for p in pending if p.tool_result and p.tool_result.name != tr.name
+                    ]
+                else:
+                    pending.append(e)
+                continue
+            msg = e.message
+            if not pending or msg is None or msg.role != "assistant" or not msg.content:
+                continue
+            acknowledged = acknowledges_problem(msg.content)
+            success = speaks_of_success(msg.content)
+            ok = acknowledged or not success
+            rationale = _IGNORED_WHY[0 if acknowledged else 1 if success else 2]
+            evidence = {
+                "failed_calls": [_failure(p) for p in pending],
+                "acknowledged": acknowledged,
+            }
+            out.append(self._verdict(conv, e, ok, ("wrong_information",), evidence, rationale))
+            pending = []
+        return out
+
+
+class UnsupportedFigureJudge(_DeterministicJudge):
+    """Amounts, dates and identifiers that no earlier source in the conversation contains.
+
+    ``reference`` texts (for example the agent's policy document) are sources too; they are
+    indexed once per conversation before the first event.
+    """
+
+    name = "det.unsupported_figure"
+
+    def __init__(self, reference: tuple[str, ...] = ()) -> None:
+        self.reference = reference
+
+    def _judge(self, conv: Conversation) -> list[Verdict]:
+        out: list[Verdict] = []
+        for e, figures, sources in check_figures(conv.events, self.reference):
+            supported = [f for f in figures if sources[f.text] is not None]
+            unsupported = [f for f in figures if sources[f.text] is None]
+            derived = {f.text: d for f in unsupported if (d := derivation(f, supported))}
+            missing = [f for f in unsupported if f.text not in derived]
+            types = {f"fabrication:{_FIGURE_TYPES[f.kind]}" for f in missing}
+            evidence = {
+                "unsupported": [{"kind": f.kind, "text": f.text, "key": f.key} for f in missing],
+                "source_event_ids": {t: s for t, s in sources.items() if s is not None},
+                "derived": derived,
+            }
+            rationale = (
+                f"{len(missing)} of {len(figures)} figures appear in no earlier tool result, "
+                "tool call, user message or reference: " + ", ".join(f.text for f in missing)
+                if missing
+                else f"all {len(figures)} figures appear in earlier sources"
+            )
+            score, cats = 1.0 - len(missing) / len(figures), ("fabrication", *sorted(types))
+            out.append(self._verdict(conv, e, not missing, cats, evidence, rationale, score))
+        return out
+
+
+def deterministic_judges(reference: tuple[str, ...] = ()) -> list[Judge]:
+    """One instance of each deterministic judge; ``reference`` goes to the figure judge."""
+    return [
+        AuthorizationFabricationJudge(),
+        RepeatedToolCallJudge(),
+        IgnoredToolErrorJudge(),
+        UnsupportedFigureJudge(reference),
+    ]
+
+
+def run_all(conversation: Conversation, reference: tuple[str, ...] = ()) -> list[Verdict]:
+    """The verdicts of every deterministic judge on ``conversation``, judge by judge."""
+    return [v for j in deterministic_judges(reference) for v in j.judge(conversation)]

@@ -1,0 +1,218 @@
+"""Figures (amounts, dates, identifiers) in text, normalised, and an index of supported ones.
+
+Pure: ``re``, ``json`` and ``decimal`` only; :func:`check_figures` walks a conversation.
+
+- Amounts carry a currency mark: ``$12.50``, ``€1,234``, ``12.50 USD``, ``30 dollars``. The key
+  is the normalised decimal (``"$1,234.50"`` -> ``"1234.5"``). In sources every number counts
+  (tool output is JSON: ``"price": 174`` supports ``$174``).
+- Dates: ISO ``2024-05-01``, ``May 1``/``May 1st, 2024``/``1 May 2024`` and US ``05/01/2024``;
+  the key is ``(year or None, month, day)``. A date without a year matches any year.
+- Identifiers: tokens of 5+ letters/digits/underscores mixing letters and digits (``HAT271``,
+  ``EHGLP3``, ``#W1234567``, ``certificate_8045380``) or runs of 6+ digits; ordinals and
+  amounts/dates are not identifiers. Matching is case-insensitive on whole tokens (a source
+  token ``certificate_8045380`` also supplies its parts ``certificate`` and ``8045380``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Literal
+
+from monitor.events import AgentEvent
+
+FigureKind = Literal["amount", "date", "identifier"]
+
+_MONTHS = {
+    m: i + 1
+    for i, names in enumerate(
+        ("jan january", "feb february", "mar march", "apr april", "may", "jun june",
+         "jul july", "aug august", "sep sept september", "oct october", "nov november",
+         "dec december")
+    )
+    for m in names.split()
+}  # fmt: skip
+_MONTH_ALT = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_AMOUNT_RE = re.compile(
+    rf"(?:[$€£]\s?(?P<a>{_NUM}))"
+    rf"|(?:\b(?P<b>{_NUM})\s?(?:USD|EUR|GBP|dollars?|euros?|pounds?)\b)",
+    re.IGNORECASE,
+)
+_ISO_DATE_RE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_US_DATE_RE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
+_MDY_RE = re.compile(
+    rf"\b({_MONTH_ALT})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}})\b)?", re.IGNORECASE
+)
+_DMY_RE = re.compile(
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_ALT})\b\.?(?:,?\s+(\d{{4}})\b)?",
+    re.IGNORECASE,
+)
+_ID_RE = re.compile(
+    r"#?\b(?:(?=[A-Za-z0-9_]*\d)(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{5,}|\d{6,})\b"
+)
+_ORDINAL_RE = re.compile(r"^\d+(?:st|nd|rd|th)$", re.IGNORECASE)
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_]+")
+_NUMBER_RE = re.compile(_NUM)
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One figure as written (``text``) and its normalised ``key`` (compared with sources)."""
+
+    kind: FigureKind
+    text: str
+    key: str
+
+
+def normalise_amount(text: str) -> str | None:
+    """``"1,234.50"`` -> ``"1234.5"``; ``None`` when ``text`` is not a number."""
+    try:
+        value = Decimal(text.replace(",", ""))
+    except InvalidOperation:
+        return None
+    if value == value.to_integral_value():
+        return str(value.quantize(Decimal(1)))
+    return format(value.normalize(), "f")
+
+
+def _date_key(year: str | None, month: int, day: int) -> str | None:
+    if not (1 <= month <= 12 and 1 <= day <= 31):
+        return None
+    return f"{year or '*'}-{month:02d}-{day:02d}"
+
+
+def _dates(text: str) -> list[tuple[tuple[int, int], str, str]]:
+    """``((start, end), text, key)`` of every date in ``text``."""
+    found: list[tuple[re.Match[str], str | None, int, int]] = []
+    for m in _ISO_DATE_RE.finditer(text):
+        found.append((m, m.group(1), int(m.group(2)), int(m.group(3))))
+    for m in _US_DATE_RE.finditer(text):
+        found.append((m, m.group(3), int(m.group(1)), int(m.group(2))))
+    for m in _MDY_RE.finditer(text):
+        found.append((m, m.group(3), _MONTHS[m.group(1).lower()], int(m.group(2))))
+    for m in _DMY_RE.finditer(text):
+        found.append((m, m.group(3), _MONTHS[m.group(2).lower()], int(m.group(1))))
+    out = []
+    for m, year, month, day in found:
+        key = _date_key(year, month, day)
+        if key is not None:
+            out.append((m.span(), m.group(0), key))
+    return out
+
+
+def extract_figures(text: str | None) -> list[Figure]:
+    """Amounts, dates and identifiers in ``text``, in that order, without duplicates."""
+    if not text:
+        return []
+    figures: list[Figure] = []
+    taken: list[tuple[int, int]] = []
+    for m in _AMOUNT_RE.finditer(text):
+        key = normalise_amount(m.group("a") or m.group("b"))
+        if key is not None:
+            figures.append(Figure("amount", m.group(0).strip(), key))
+            taken.append(m.span())
+    for span, raw, key in _dates(text):
+        figures.append(Figure("date", raw, key))
+        taken.append(span)
+    for m in _ID_RE.finditer(text):
+        raw = m.group(0)
+        inside = any(s <= m.start() and m.end() <= e for s, e in taken)
+        if not inside and not _ORDINAL_RE.match(raw):
+            figures.append(Figure("identifier", raw, raw.lstrip("#").lower()))
+    unique: dict[tuple[str, str], Figure] = {}
+    for f in figures:
+        unique.setdefault((f.kind, f.key), f)
+    return list(unique.values())
+
+
+class SourceIndex:
+    """What earlier text supports: numbers, dates and tokens, each with its first source."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, str] = {}
+        self._dates: dict[str, str] = {}
+        self._tokens: dict[str, str] = {}
+
+    def add(self, text: str | None, source: str = "") -> None:
+        """Index ``text`` (a tool result, call arguments, a user message...) from ``source``."""
+        if not text:
+            return
+        for m in _NUMBER_RE.finditer(text):
+            key = normalise_amount(m.group(0))
+            if key is not None:
+                self._numbers.setdefault(key, source)
+        for _, _, key in _dates(text):
+            self._dates.setdefault(key, source)
+        for tok in _TOKEN_RE.findall(text):
+            for part in (tok.lower(), *tok.lower().split("_")):
+                self._tokens.setdefault(part, source)
+
+    def source_of(self, figure: Figure) -> str | None:
+        """The first source whose text holds ``figure`` (by normalised key), else ``None``."""
+        if figure.kind == "amount":
+            return self._numbers.get(figure.key)
+        if figure.kind == "identifier":
+            return self._tokens.get(figure.key)
+        year, month_day = figure.key.split("-", 1)
+        if year == "*":
+            return next((s for d, s in self._dates.items() if d.endswith(month_day)), None)
+        return self._dates.get(figure.key, self._dates.get(f"*-{month_day}"))
+
+    def supports(self, figure: Figure) -> bool:
+        """True when ``figure`` occurs in the indexed sources."""
+        return self.source_of(figure) is not None
+
+
+def derivation(figure: Figure, stated: Sequence[Figure]) -> str | None:
+    """How amount ``figure`` follows from supported amounts ``stated`` in the same message.
+
+    ``"2 x 174"`` when it is 2-9 times one of them, ``"402 + 306"`` when it is the sum of two
+    or more of them (at most 10 considered); ``None`` otherwise. This accepts a message that
+    shows its arithmetic ("$174 per person, so $348 for both") while an amount computed from
+    figures the message does not state stays unsupported.
+    """
+    if figure.kind != "amount":
+        return None
+    target = Decimal(figure.key)
+    values = sorted({Decimal(f.key) for f in stated if f.kind == "amount"})[:10]
+    for v in values:
+        for k in range(2, 10):
+            if v * k == target:
+                return f"{k} x {v}"
+    for mask in range(1, 1 << len(values)):
+        parts = [v for i, v in enumerate(values) if mask >> i & 1]
+        if len(parts) >= 2 and sum(parts) == target:
+            return " + ".join(str(p) for p in parts)
+    return None
+
+
+def check_figures(
+    events: Sequence[AgentEvent], reference: Sequence[str] = ()
+) -> Iterator[tuple[AgentEvent, list[Figure], dict[str, str | None]]]:
+    """``(message, figures, sources)`` for each assistant message that has figures.
+
+    ``sources`` maps each figure's text to the event id that supports it (``"reference:<i>"``
+    for a reference text, ``None`` when unsupported). Sources, in conversation order:
+    ``reference`` texts (first), tool results (content and error), tool-call arguments (for
+    later messages only) and user/system messages; the assistant's own text is not a source.
+    """
+    index = SourceIndex()
+    for i, text in enumerate(reference):
+        index.add(text, f"reference:{i}")
+    for e in events:
+        if e.tool_result is not None:
+            index.add(e.tool_result.content, e.event_id)
+            index.add(e.tool_result.error, e.event_id)
+        msg = e.message
+        if msg is None:
+            continue
+        if msg.role == "assistant" and (figures := extract_figures(msg.content)):
+            yield e, figures, {f.text: index.source_of(f) for f in figures}
+        if msg.role in ("user", "system"):
+            index.add(msg.content, e.event_id)
+        for call in msg.tool_calls:
+            index.add(json.dumps(call.arguments, ensure_ascii=False, default=str), e.event_id)

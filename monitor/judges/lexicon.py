@@ -1,0 +1,199 @@
+"""Phrase lexicons of the deterministic judges (pure: ``re`` and ``fnmatch`` only).
+
+Action claims. :func:`find_claims` finds the sentences in which an assistant tells the user that
+an action *was done*: perfect or passive-perfect forms ("I have cancelled", "has been refunded",
+"I've updated"), "is/are now <done>" ("is now updated"), "successfully <done>" and the first
+person simple past ("I cancelled", "I just booked"). It ignores sentences that are questions,
+offers, plans or conditions ("I can cancel", "would you like me to", "once I cancel", "I will",
+"if ...", "to confirm, ..."), negated sentences ("was not added", "cannot be refunded") and
+things the airline/merchant did ("was cancelled by the airline"). Plain "was/were <done>" is not
+a claim (it mostly retells history: "your flight was cancelled").
+
+Each claim maps to an action *family* whose tool-name patterns (fnmatch, lower case) say which
+successful tool call backs it; see :data:`FAMILY_TOOLS`. Read-only tools (``get_*``, ``search_*``,
+``list_*``, ...) never back a claim, so ``get_reservation_details`` does not back "booked".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+# family -> tool-name patterns whose successful call backs a claim of that family.
+# refund also accepts *cancel*: cancelling a paid booking is how the refund is issued.
+FAMILY_TOOLS: dict[str, tuple[str, ...]] = {
+    "cancel": ("*cancel*",),
+    "refund": ("*refund*", "*return*", "*cancel*"),
+    "address": ("*address*",),
+    "book": ("*book*", "*reserv*", "*create*order*", "*place*order*"),
+    "modify": ("*update*", "*modify*", "*change*", "*upgrade*", "*exchange*", "*rebook*"),
+    "exchange": ("*exchange*",),
+    "return": ("*return*",),
+    "payment": ("*pay*", "*charge*", "*book*", "*update*", "*modify*", "*exchange*"),
+    "compensation": ("*certificate*", "*compensat*", "*voucher*", "*credit*", "*send*"),
+    "note": ("*note*", "*comment*", "*remark*"),
+    "insurance": ("*insurance*", "*book*", "*update*", "*modify*"),
+    "baggage": ("*bag*", "*luggage*", "*update*", "*modify*"),
+    "transfer": ("*transfer*", "*escalat*", "*handoff*"),
+}
+
+READ_ONLY_PREFIXES = (
+    "get", "search", "list", "find", "lookup", "look_up", "check", "calculate", "think", "read",
+    "fetch", "query", "view", "show", "describe", "count",
+)  # fmt: skip
+
+# participles that name their family on their own
+_VERB_FAMILY = {
+    "cancelled": "cancel", "canceled": "cancel", "refunded": "refund", "reimbursed": "refund",
+    "booked": "book", "reserved": "book", "rebooked": "modify", "upgraded": "modify",
+    "downgraded": "modify", "exchanged": "exchange", "charged": "payment", "paid": "payment",
+    "transferred": "transfer", "escalated": "transfer",
+}  # fmt: skip
+# participles that need a noun: updated/changed -> address or modify
+_CHANGE_VERBS = frozenset({"updated", "changed", "modified", "corrected", "edited", "switched"})
+_GENERIC_VERBS = frozenset({
+    "processed", "issued", "initiated", "submitted", "placed", "made", "created", "completed",
+    "confirmed", "sent", "added", "applied", "credited", "purchased", "finalized", "done",
+})  # fmt: skip
+# noun -> family, for generic participles (nearest noun to the verb wins)
+_NOUN_FAMILY = {
+    "refund": "refund", "reimbursement": "refund", "exchange": "exchange", "return": "return",
+    "cancellation": "cancel", "payment": "payment", "charge": "payment",
+    "certificate": "compensation", "voucher": "compensation", "compensation": "compensation",
+    "credit": "compensation", "note": "note", "comment": "note", "insurance": "insurance",
+    "bag": "baggage", "bags": "baggage", "baggage": "baggage", "luggage": "baggage",
+    "booking": "book", "reservation": "book", "order": "book", "address": "address",
+    "flight": "modify", "flights": "modify", "cabin": "modify", "seat": "modify",
+    "passenger": "modify", "passengers": "modify", "itinerary": "modify", "change": "modify",
+}  # fmt: skip
+
+_VERB_ALT = "|".join(sorted({*_VERB_FAMILY, *_CHANGE_VERBS, *_GENERIC_VERBS}, key=len)[::-1])
+_CLAIM_RE = re.compile(
+    r"\b(?:(?:has|have|'ve|'s)\s+(?:now\s+|just\s+|already\s+|also\s+)?(?:been\s+)?"
+    r"|(?:is|are)\s+now\s+|(?:is|are)\s+(?=confirmed\b)|(?:was|were)\s+successfully\s+"
+    r"|successfully\s+"
+    r"|\bI\s+(?:just\s+|already\s+|also\s+)?)(?:successfully\s+|now\s+)?"
+    rf"(?P<verb>{_VERB_ALT})\b",
+    re.IGNORECASE,
+)
+_NOUN_RE = re.compile(r"\b(" + "|".join(_NOUN_FAMILY) + r")\b", re.IGNORECASE)
+_NOT_A_CLAIM_RE = re.compile(
+    r"\b(?:not|never|no longer|cannot|unable|once|if|whether|when|before|after|would|could|"
+    r"should|shall|will|can|(?-i:may)|might|want|like|need|let me|going to|to confirm|"
+    r"please confirm)\b|n't\b",
+    re.IGNORECASE,
+)
+_BY_OTHERS_RE = re.compile(r"\s*by the (?:airline|carrier|merchant|seller|bank)\b", re.I)
+_CLAUSE_RE = re.compile(r"[,;:]|\b(?:and|but|so|while)\b", re.IGNORECASE)
+_PASSIVE_RE = re.compile(r"\b(?:been|is|are|was|were)\b", re.IGNORECASE)
+_SENTENCE_RE = re.compile(r"[^.!?\n]+[.!?]*")
+
+ACK_RE = re.compile(
+    r"\b(?:sorry|apologi[sz]e|apologies|unable|error|errors|couldn't|could not|can't|cannot|"
+    r"failed|fail|fails|failure|try again|retry|problem|issue|unfortunately|not found|"
+    r"wasn't able|was not able|weren't able|invalid|doesn't exist|does not exist|"
+    r"didn't go through|did not go through|no (?:\w+ ){0,3}(?:found|available|exists?))\b",
+    re.IGNORECASE,
+)
+TRANSIENT_RE = re.compile(
+    r"time[sd]? ?out|timed out|rate.?limit|too many requests|\b429\b|\b5\d\d\b|unavailable|"
+    r"temporar|"
+    r"try again|connection|network|overloaded|busy",
+    re.IGNORECASE,
+)
+SUCCESS_RE = re.compile(
+    r"\b(?:successfully|success|all set|done|completed|complete|confirmed|processed|went through|"
+    r"is now|are now|here is|here are|i found|i've found|i have found)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One "action was done" statement: its family, the matched words and the sentence."""
+
+    family: str
+    phrase: str
+    sentence: str
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences (on . ! ? and newlines), stripped, empties dropped."""
+    return [s.strip() for s in _SENTENCE_RE.findall(text) if s.strip()]
+
+
+def _family_of(verb: str, sentence: str, start: int, end: int, passive: bool) -> str | None:
+    """The family of one participle; generic ones take the family of a noun nearby.
+
+    Passive claims ("a note has been added to ...") take the first noun of their clause before
+    the verb (the subject's head), active ones ("I have issued a refund") the nearest noun after
+    (their object); each falls back to the other side.
+    """
+    v = verb.lower()
+    if v in _VERB_FAMILY:
+        return _VERB_FAMILY[v]
+    clause = max((m.end() for m in _CLAUSE_RE.finditer(sentence, 0, start)), default=0)
+    before = [_NOUN_FAMILY[m.group(1).lower()] for m in _NOUN_RE.finditer(sentence, clause, start)]
+    after = [_NOUN_FAMILY[m.group(1).lower()] for m in _NOUN_RE.finditer(sentence, end)]
+    if v in _CHANGE_VERBS:
+        return "address" if "address" in before + after else "modify"
+    near = (before[:1], after[:1]) if passive else (after[:1], before[-1:])
+    found = near[0] or near[1]
+    return found[0] if found else None
+
+
+def find_claims(text: str | None) -> list[Claim]:
+    """The action claims in ``text`` (in order; one per family per sentence).
+
+    A sentence yields a claim where it has a claim construction (module docstring) with a known
+    participle and no offer/condition/negation marker between the sentence start and the claim;
+    questions yield none.
+    """
+    out: list[Claim] = []
+    for sentence in sentences(text or ""):
+        if sentence.endswith("?"):
+            continue
+        seen: set[str] = set()
+        for m in _CLAIM_RE.finditer(sentence):
+            if _NOT_A_CLAIM_RE.search(sentence, 0, m.end()) or _BY_OTHERS_RE.match(
+                sentence, m.end()
+            ):
+                continue  # an offer, condition or negation governs this clause
+            passive = bool(_PASSIVE_RE.search(m.group(0)))
+            family = _family_of(m.group("verb"), sentence, m.start(), m.end(), passive)
+            if family is not None and family not in seen:
+                seen.add(family)
+                out.append(Claim(family, m.group(0).strip(), sentence))
+    return out
+
+
+def is_read_only(tool_name: str) -> bool:
+    """True for tools that only read (``get_*``, ``search_*``, ...): they never back a claim."""
+    name = tool_name.lower()
+    return any(name == p or name.startswith(p + "_") for p in READ_ONLY_PREFIXES)
+
+
+def tool_backs(tool_name: str, family: str) -> bool:
+    """True when a successful call of ``tool_name`` can back a claim of ``family``."""
+    if is_read_only(tool_name):
+        return False
+    name = tool_name.lower()
+    return any(fnmatchcase(name, p) for p in FAMILY_TOOLS.get(family, ()))
+
+
+def acknowledges_problem(text: str | None) -> bool:
+    """True when ``text`` admits a problem ("sorry", "unable", "error", "try again", ...)."""
+    return bool(text and ACK_RE.search(text))
+
+
+def speaks_of_success(text: str | None) -> bool:
+    """True when ``text`` claims an action or uses the success lexicon ("successfully", ...)."""
+    if not text:
+        return False
+    return bool(find_claims(text)) or bool(SUCCESS_RE.search(text))
+
+
+def is_transient(error: str | None) -> bool:
+    """True when a tool error looks transient (timeout, rate limit, 5xx, "try again", ...)."""
+    return bool(error and TRANSIENT_RE.search(error))
