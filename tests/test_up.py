@@ -86,12 +86,12 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def _table(output: str) -> dict[str, list[str]]:
-    """Rows of every rich table in ``output``, keyed by their first cell."""
+    """Rows of every rich table in ``output``, keyed by their first cell (first table wins)."""
     rows = {}
     for line in output.splitlines():
         if line.startswith("│"):
             cells = [c.strip() for c in line.strip("│").split("│")]
-            rows[cells[0]] = cells[1:]
+            rows.setdefault(cells[0], cells[1:])
     return rows
 
 
@@ -136,6 +136,12 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
     for reason, _ in malformed_events(b"x"):
         assert rows[reason][0] == "1", output
     assert "/metrics" in output and "Bearer " in output and "monitor replay" in output
+    # the analytics of the run: calibration, escalation and drift tables per simulated agent
+    found = output[output.index("What the monitor found") :]
+    for title in ("calibration of stated confidence", "escalation", "drift: recent"):
+        assert title in found, output
+    for agent in AGENTS:
+        assert found.count(agent) >= 3, (agent, found)
     assert _wait_gone(state_dir) == []
     assert not (state_dir / "endpoints.json").exists()
     # the data stays in the state dir for the next run

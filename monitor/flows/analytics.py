@@ -139,10 +139,13 @@ class DriftWindows:
 def drift_windows(
     now: datetime, recent: timedelta, baseline: tuple[datetime, datetime] | None = None
 ) -> DriftWindows:
-    """Recent = ``[now - recent, now)`` on whole minutes; baseline = the period just before
+    """Recent = ``[now - recent, now)`` on whole minutes (``now`` rounded up, ``recent`` to the
+    nearest minute); baseline = the period just before
     it, of the same length, unless a pinned ``baseline`` is given. Raises ValueError when the
     windows are empty or overlap."""
     _, _, end = bin_range(now - timedelta(minutes=1), now)
+    if recent > timedelta(0):  # whole minutes, so the two windows never share a stored minute
+        recent = timedelta(minutes=max(1, round(recent / timedelta(minutes=1))))
     rec = (end - recent, end)
     base = baseline if baseline is not None else (rec[0] - recent, rec[0])
     if recent <= timedelta(0) or base[1] <= base[0]:

@@ -1,0 +1,68 @@
+"""The analytics ``monitor up`` prints at the end of its run: calibration, escalation and drift
+of the simulated agents, so a newcomer sees at once which agent is overconfident, which one
+drifts and which one escalates backwards.
+
+Scope: agents ``sim-*`` over the run's simulated span. Rows of earlier runs whose span overlaps
+(a rerun within the same ~hour) are included: the analytics are sums per time window and agent,
+not per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+
+from monitor.commands.calibration import calibration_table
+from monitor.commands.drift import drift_table
+from monitor.commands.escalation import escalation_table
+from monitor.flows import analytics as fa
+from monitor.flows.demo import TrafficPlan
+from monitor.store.analytics_repo import Segment
+from monitor.store.engine import make_engine
+
+SIMULATED = Segment(agent="sim-*")
+MISSED_THRESHOLD = 0.5
+
+
+def print_analytics(console: Console, database_url: str, plan: TrafficPlan) -> None:
+    """Print the three tables (and a one-line reading of each); never raises for empty data."""
+    asyncio.run(_print(console, database_url, plan))
+
+
+async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None:
+    if not console.is_terminal:  # a log file or a pipe: wide tables rather than cut names
+        console = Console(file=console.file, width=160)
+    start = plan.simulator.start
+    end = datetime.now(UTC) + timedelta(minutes=1)
+    engine = make_engine(database_url)
+    try:
+        cal = await fa.calibration(engine, SIMULATED, start, end, n_boot=300)
+        esc = await fa.escalation(engine, SIMULATED, start, end, threshold=MISSED_THRESHOLD)
+        recent = max(timedelta(minutes=1), end - plan.change_point)
+        windows = fa.drift_windows(end, recent)
+        drift = await fa.run_drift(engine, SIMULATED, windows)
+    finally:
+        await engine.dispose()
+    console.print()
+    console.print("[bold]What the monitor found[/] (simulated agents, this run's time span)")
+    if cal:
+        console.print(calibration_table(cal, "calibration of stated confidence"))
+        worst = max((a for a in cal if a != fa.ALL), key=lambda a: cal[a].ece)
+        console.print(f"  [dim]->[/] highest ECE: [bold]{worst}[/] (gap "
+                      f"{cal[worst].overconfidence_gap:+.3f}: says more confident than it is)"
+                      if cal[worst].overconfidence_gap > 0 else "", soft_wrap=True)
+    if esc:
+        console.print(escalation_table(esc, MISSED_THRESHOLD))
+        inverted = [a for a, s in esc.items() if s.inversion.inverted]
+        console.print(f"  [dim]->[/] escalation inverted (rises with confidence): "
+                      f"[bold]{', '.join(inverted) or 'none'}[/]", soft_wrap=True)
+    if drift:
+        console.print(drift_table(drift, windows))
+        fired = [k[0] for k, c in drift.items() if c.fired]
+        console.print(f"  [dim]->[/] drift since the change point "
+                      f"{plan.change_point:%H:%M} UTC: [bold]{', '.join(fired) or 'none'}[/]",
+                      soft_wrap=True)
+    if not (cal or esc):
+        console.print("  no labelled conversations yet")
