@@ -1,0 +1,283 @@
+"""Pydantic models of the alert rules file; import them from :mod:`monitor.alerts.rules`.
+
+Pure: no I/O. Validation errors that concern one field of a rule are raised as
+:class:`FieldProblem` so that the loader can point at that field's line in the YAML file.
+
+Metric values, as the evaluator must compute them (units in brackets):
+
+- ``ece``, ``mce``, ``brier`` [0, 1], ``accuracy`` [0, 1], ``overconfidence_gap`` [-1, 1]
+  (mean confidence minus accuracy): DESIGN section 4, over the rule's ``window``.
+- ``drift``: 1.0 when the drift check fired (only the named ``test`` when one is given), else 0.0.
+- ``escalation_inversion``: 1.0 when a significant inversion was detected, else 0.0.
+- ``time_to_escalation_p90_s`` [seconds]; ``judge_failure_rate`` [0, 1]: share of judged items
+  with a failure of ``category``; ``dlq_rate`` [0, 1]: share of input events dead-lettered;
+  ``consumer_lag`` [records behind, max over the window].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+from enum import StrEnum
+from fnmatch import fnmatchcase
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from monitor.alerts.durations import Duration
+
+Path = tuple[str | int, ...]
+
+
+class FieldProblem(ValueError):
+    """A validation failure located at ``path`` below the model that raised it.
+
+    ``also`` optionally names where the same thing was first defined (duplicates); the
+    loader reports it as ``(first defined at <field>, line <n>)``.
+    """
+
+    def __init__(self, path: Path, message: str, also: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+        self.also = also
+
+
+class Metric(StrEnum):
+    """What a rule watches; see the module docstring for each value's definition and unit."""
+
+    ECE = "ece"
+    MCE = "mce"
+    BRIER = "brier"
+    ACCURACY = "accuracy"
+    OVERCONFIDENCE_GAP = "overconfidence_gap"
+    DRIFT = "drift"
+    ESCALATION_INVERSION = "escalation_inversion"
+    TIME_TO_ESCALATION_P90_S = "time_to_escalation_p90_s"
+    JUDGE_FAILURE_RATE = "judge_failure_rate"
+    DLQ_RATE = "dlq_rate"
+    CONSUMER_LAG = "consumer_lag"
+
+
+CALIBRATION_METRICS = frozenset(
+    {Metric.ECE, Metric.MCE, Metric.BRIER, Metric.ACCURACY, Metric.OVERCONFIDENCE_GAP}
+)
+DEFAULT_MIN_SAMPLES: Mapping[str, float] = {
+    **{m.value: 100.0 for m in CALIBRATION_METRICS},
+    Metric.ESCALATION_INVERSION.value: 100.0,
+    Metric.TIME_TO_ESCALATION_P90_S.value: 20.0,
+    Metric.JUDGE_FAILURE_RATE.value: 1.0,
+}
+"""``min_samples`` when a rule omits it; metrics not listed default to 0 (no minimum)."""
+
+_UNBOUNDED = frozenset({Metric.TIME_TO_ESCALATION_P90_S, Metric.CONSUMER_LAG})
+VALUE_RANGE: Mapping[Metric, tuple[float, float]] = {
+    m: (-1.0, 1.0)
+    if m is Metric.OVERCONFIDENCE_GAP
+    else (0.0, math.inf)
+    if m in _UNBOUNDED
+    else (0.0, 1.0)
+    for m in Metric
+}
+"""The range a metric's value can take; a threshold outside it could never (or always) fire."""
+
+DriftTest = Literal["psi", "ks", "accuracy_drop", "ece_increase"]
+
+
+class Comparison(StrEnum):
+    """How a value is compared with the threshold; the rule is breached when it holds."""
+
+    GT = ">"
+    GE = ">="
+    LT = "<"
+    LE = "<="
+
+    def holds(self, value: float, threshold: float) -> bool:
+        """``value <op> threshold``; NaN never holds."""
+        if self is Comparison.GT:
+            return value > threshold
+        if self is Comparison.GE:
+            return value >= threshold
+        if self is Comparison.LT:
+            return value < threshold
+        return value <= threshold
+
+
+class Severity(StrEnum):
+    """Routing severity (critical pages, warning posts, info is for dashboards and digests)."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _tier_to_str(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value not in (1, 2, 3):
+            raise ValueError("tier must be 1, 2 or 3 (or a glob such as '[23]')")
+        return str(value)
+    return value
+
+
+Glob = Annotated[str, Field(min_length=1, strict=True)]
+
+
+class Scope(_Model):
+    """Which segments a rule covers. Each field is an fnmatch glob (case-sensitive); ``None``
+    (absent) means any value, including a segment that lacks the attribute."""
+
+    agent: Glob | None = None
+    domain: Glob | None = None
+    tier: Annotated[Glob | None, BeforeValidator(_tier_to_str)] = None
+
+    def matches(self, labels: Mapping[str, object]) -> bool:
+        """True when every constrained field's glob matches ``labels[field]`` (as a string).
+
+        A constrained field whose label is missing or ``None`` does not match.
+        """
+        for key in ("agent", "domain", "tier"):
+            pattern = getattr(self, key)
+            if pattern is None:
+                continue
+            got = labels.get(key)
+            if got is None or not fnmatchcase(str(got), pattern):
+                return False
+        return True
+
+
+class Annotations(_Model):
+    """Human text of a notification. ``summary`` and ``description`` may use ``{value}``,
+    ``{threshold}``, ``{samples}``, ``{agent}``, ``{domain}``, ``{tier}``, ``{rule}``; unknown
+    placeholders are left as written."""
+
+    summary: Annotated[str, Field(min_length=1, strict=True)]
+    description: Annotated[str, Field(strict=True)] = ""
+    runbook_url: Annotated[str, Field(min_length=1, pattern=r"^\S+$", strict=True)] | None = None
+
+
+class Rule(_Model):
+    """One alert rule. Durations are timedeltas (strings like ``5m`` in YAML and JSON).
+
+    - ``for`` (attribute ``for_``): how long the breach must last before firing (0 = at once).
+    - ``min_samples``: a breach measured on fewer samples is treated as no data (default per
+      metric, :data:`DEFAULT_MIN_SAMPLES`).
+    - ``test``: drift only, restrict to one drift test. ``category``: required for and only
+      for ``judge_failure_rate`` (``kind:subkind``, e.g. ``fabrication:authorization``).
+    - ``redact_customer_content``: redact emails, phones and card numbers in notification text.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$", strict=True)]
+    metric: Metric
+    test: DriftTest | None = None
+    category: Annotated[str, Field(pattern=r"^[\w.-]+(:[\w.*-]+)*$", strict=True)] | None = None
+    scope: Scope = Field(default_factory=Scope)
+    comparison: Comparison
+    threshold: Annotated[float, Field(strict=True, allow_inf_nan=False)]
+    window: Duration
+    for_: Duration = Field(default=timedelta(0), alias="for")
+    min_samples: Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+    severity: Severity
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: Annotations
+    redact_customer_content: Annotated[bool, Field(strict=True)] = True
+    repeat_interval: Duration = timedelta(hours=4)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_min_samples(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "min_samples" not in data:
+            metric = data.get("metric")
+            default = DEFAULT_MIN_SAMPLES.get(metric, 0.0) if isinstance(metric, str) else 0.0
+            return {**data, "min_samples": default}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Rule:
+        if self.test is not None and self.metric is not Metric.DRIFT:
+            raise FieldProblem(("test",), "only allowed when metric is drift")
+        if self.metric is Metric.JUDGE_FAILURE_RATE and self.category is None:
+            raise FieldProblem(("category",), "required when metric is judge_failure_rate")
+        if self.category is not None and self.metric is not Metric.JUDGE_FAILURE_RATE:
+            raise FieldProblem(("category",), "only allowed when metric is judge_failure_rate")
+        low, high = VALUE_RANGE[self.metric]
+        if not low <= self.threshold <= high:
+            raise FieldProblem(
+                ("threshold",), f"{self.metric.value} takes values in [{low}, {high}]"
+            )
+        if self.window <= timedelta(0):
+            raise FieldProblem(("window",), "must be longer than 0s")
+        if self.repeat_interval < timedelta(minutes=1):
+            raise FieldProblem(("repeat_interval",), "must be at least 1m")
+        return self
+
+    def breached(self, value: float) -> bool:
+        """True when ``value`` violates the rule (``value <comparison> threshold``)."""
+        return self.comparison.holds(value, self.threshold)
+
+
+class RuleSet(_Model):
+    """A whole rules file: defaults for grouping and evaluation, and the rules.
+
+    ``repeat_interval`` at the top is the default of every rule that omits its own (applied
+    when validating a mapping). ``group_by`` names the notification labels whose values form a
+    group key (see :mod:`monitor.alerts.grouping`). Rule names are unique.
+    """
+
+    evaluation_interval: Duration = timedelta(seconds=30)
+    group_wait: Duration = timedelta(seconds=30)
+    group_interval: Duration = timedelta(minutes=5)
+    repeat_interval: Duration = timedelta(hours=4)
+    group_by: tuple[Annotated[str, Field(min_length=1, strict=True)], ...] = ("severity", "agent")
+    rules: tuple[Rule, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inherit_repeat_interval(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "repeat_interval" not in data:
+            return data
+        rules = data.get("rules")
+        if not isinstance(rules, list | tuple):
+            return data
+        inherited = [
+            {"repeat_interval": data["repeat_interval"], **r}
+            if isinstance(r, Mapping) and "repeat_interval" not in r
+            else r
+            for r in rules
+        ]
+        return {**data, "rules": inherited}
+
+    @model_validator(mode="after")
+    def _check(self) -> RuleSet:
+        if self.evaluation_interval <= timedelta(0):
+            raise FieldProblem(("evaluation_interval",), "must be longer than 0s")
+        if self.group_interval <= timedelta(0):
+            raise FieldProblem(("group_interval",), "must be longer than 0s")
+        first: dict[str, int] = {}
+        for i, rule in enumerate(self.rules):
+            if rule.name in first:
+                j = first[rule.name]
+                raise FieldProblem(
+                    ("rules", i, "name"),
+                    f"duplicate rule name {rule.name!r}",
+                    also=("rules", j, "name"),
+                )
+            first[rule.name] = i
+        return self
+
+    def rule(self, name: str) -> Rule:
+        """The rule called ``name``; raises KeyError when there is none."""
+        for r in self.rules:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def for_metric(self, metric: Metric) -> tuple[Rule, ...]:
+        """The rules watching ``metric``, in file order."""
+        return tuple(r for r in self.rules if r.metric is metric)

@@ -1,0 +1,264 @@
+"""Values the alert lifecycle stores and emits: fingerprints, ``AlertState``, ``Notification``.
+
+Pure. Every value is a frozen dataclass with ``to_dict`` (JSON-ready: datetimes as ISO 8601
+strings with offset, enums as their string values, mappings as plain dicts) and ``from_dict``
+(its exact inverse: ``X.from_dict(x.to_dict()) == x``), so a store can keep them in a JSONB
+column and an outbox can carry a notification verbatim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+
+def fingerprint(rule: str, scope: Mapping[str, object]) -> str:
+    """Stable id of one alert: the rule name plus its concrete scope (16 hex characters).
+
+    Scope values are compared as strings and ``None`` values are dropped, so
+    ``{"tier": 3}`` and ``{"tier": "3", "domain": None}`` give the same fingerprint. Algorithm
+    (stable across processes and versions): BLAKE2b, 8-byte digest, over the compact JSON of
+    ``[rule, [[key, value], ...] sorted by key]``.
+    """
+    pairs = sorted((str(k), str(v)) for k, v in scope.items() if v is not None)
+    canonical = json.dumps([rule, pairs], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+
+
+def frozen_labels(labels: Mapping[str, object]) -> Mapping[str, str]:
+    """A read-only, key-sorted copy with string values and ``None`` values dropped."""
+    return MappingProxyType({str(k): str(v) for k, v in sorted(labels.items()) if v is not None})
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _dt(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(str(value))
+
+
+def require_aware(value: datetime, name: str) -> None:
+    """Raise ValueError unless ``value`` is timezone-aware (naive times are ambiguous)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
+
+
+class Status(StrEnum):
+    """Lifecycle status of one fingerprint."""
+
+    INACTIVE = "inactive"
+    PENDING = "pending"
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+class Kind(StrEnum):
+    """What a notification announces. ``repeat`` is a reminder of a still-firing alert."""
+
+    FIRING = "firing"
+    REPEAT = "repeat"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True)
+class AlertState:
+    """Everything the lifecycle needs to remember about one fingerprint between evaluations.
+
+    - ``active_since``: start of the current breach (set in pending and firing).
+    - ``fired_at`` / ``resolved_at``: the current or last episode's times (an episode is one
+      pending->firing->resolved run; ``fired_at`` identifies it in idempotency keys).
+    - ``notified``: firing/repeat notifications emitted in this episode (the next one's
+      sequence number); ``last_notified_at``: when the last of them was emitted.
+    - ``silenced``: a silence matched at the last evaluation (the page is owed when it ends).
+    - ``acked_by`` / ``acked_at``: acknowledgement of this episode (cleared on resolve).
+    - ``version``: incremented on every change, for compare-and-swap in a shared store.
+    """
+
+    fingerprint: str
+    rule: str
+    scope: Mapping[str, str] = field(hash=False)
+    status: Status = Status.INACTIVE
+    active_since: datetime | None = None
+    fired_at: datetime | None = None
+    resolved_at: datetime | None = None
+    last_notified_at: datetime | None = None
+    notified: int = 0
+    silenced: bool = False
+    acked_by: str | None = None
+    acked_at: datetime | None = None
+    last_value: float | None = None
+    last_samples: float = 0.0
+    last_observed_at: datetime | None = None
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scope", frozen_labels(self.scope))
+        object.__setattr__(self, "status", Status(self.status))
+
+    @classmethod
+    def new(cls, rule: str, scope: Mapping[str, object]) -> AlertState:
+        """The inactive state of a fingerprint never seen before."""
+        labels = frozen_labels(scope)
+        return cls(fingerprint(rule, labels), rule, labels)
+
+    @property
+    def episode(self) -> str | None:
+        """``<fingerprint>:<fired_at ISO>`` of the current/last episode; None if never fired."""
+        return None if self.fired_at is None else f"{self.fingerprint}:{self.fired_at.isoformat()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (see module docstring)."""
+        return {
+            "fingerprint": self.fingerprint,
+            "rule": self.rule,
+            "scope": dict(self.scope),
+            "status": self.status.value,
+            "active_since": _iso(self.active_since),
+            "fired_at": _iso(self.fired_at),
+            "resolved_at": _iso(self.resolved_at),
+            "last_notified_at": _iso(self.last_notified_at),
+            "notified": self.notified,
+            "silenced": self.silenced,
+            "acked_by": self.acked_by,
+            "acked_at": _iso(self.acked_at),
+            "last_value": self.last_value,
+            "last_samples": self.last_samples,
+            "last_observed_at": _iso(self.last_observed_at),
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlertState:
+        """Inverse of ``to_dict``; raises KeyError/ValueError on a malformed dict."""
+        return cls(
+            fingerprint=str(data["fingerprint"]),
+            rule=str(data["rule"]),
+            scope=dict(data["scope"]),
+            status=Status(data["status"]),
+            active_since=_dt(data.get("active_since")),
+            fired_at=_dt(data.get("fired_at")),
+            resolved_at=_dt(data.get("resolved_at")),
+            last_notified_at=_dt(data.get("last_notified_at")),
+            notified=int(data.get("notified", 0)),
+            silenced=bool(data.get("silenced", False)),
+            acked_by=data.get("acked_by"),
+            acked_at=_dt(data.get("acked_at")),
+            last_value=None if data.get("last_value") is None else float(data["last_value"]),
+            last_samples=float(data.get("last_samples", 0.0)),
+            last_observed_at=_dt(data.get("last_observed_at")),
+            version=int(data.get("version", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One message for the sinks, self-contained (a sink needs no rule lookup).
+
+    ``idempotency_key`` is ``<fingerprint>:<fired_at ISO>:<kind>:<sequence>``: the same
+    notification always has the same key, so a receiver or an outbox can drop repeats.
+    ``sequence`` counts firing/repeat notifications within the episode (0 for the first);
+    ``resolved`` has sequence 0. ``labels`` holds ``alertname``, ``severity``, ``metric``,
+    the scope and the rule's labels (rule labels never override those). Text fields are
+    rendered and, unless the rule opted out, redacted. ``value`` is None only for resolved
+    notifications without data. Times are aware datetimes.
+    """
+
+    idempotency_key: str
+    kind: Kind
+    sequence: int
+    fingerprint: str
+    rule: str
+    metric: str
+    severity: str
+    scope: Mapping[str, str] = field(hash=False)
+    labels: Mapping[str, str] = field(hash=False)
+    summary: str
+    description: str
+    runbook_url: str | None
+    value: float | None
+    threshold: float
+    comparison: str
+    samples: float
+    window: str
+    fired_at: datetime
+    resolved_at: datetime | None
+    created_at: datetime
+    acked_by: str | None = None
+    detail: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scope", frozen_labels(self.scope))
+        object.__setattr__(self, "labels", frozen_labels(self.labels))
+        object.__setattr__(self, "kind", Kind(self.kind))
+
+    @property
+    def episode(self) -> str:
+        """``<fingerprint>:<fired_at ISO>``: threads a resolved message under its firing one."""
+        return f"{self.fingerprint}:{self.fired_at.isoformat()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (see module docstring)."""
+        return {
+            "idempotency_key": self.idempotency_key,
+            "kind": self.kind.value,
+            "sequence": self.sequence,
+            "fingerprint": self.fingerprint,
+            "rule": self.rule,
+            "metric": self.metric,
+            "severity": self.severity,
+            "scope": dict(self.scope),
+            "labels": dict(self.labels),
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": self.runbook_url,
+            "value": self.value,
+            "threshold": self.threshold,
+            "comparison": self.comparison,
+            "samples": self.samples,
+            "window": self.window,
+            "fired_at": self.fired_at.isoformat(),
+            "resolved_at": _iso(self.resolved_at),
+            "created_at": self.created_at.isoformat(),
+            "acked_by": self.acked_by,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Notification:
+        """Inverse of ``to_dict``; raises KeyError/ValueError on a malformed dict."""
+        fired_at = _dt(data["fired_at"])
+        created_at = _dt(data["created_at"])
+        if fired_at is None or created_at is None:
+            raise ValueError("fired_at and created_at are required")
+        value = data.get("value")
+        return cls(
+            idempotency_key=str(data["idempotency_key"]),
+            kind=Kind(data["kind"]),
+            sequence=int(data["sequence"]),
+            fingerprint=str(data["fingerprint"]),
+            rule=str(data["rule"]),
+            metric=str(data["metric"]),
+            severity=str(data["severity"]),
+            scope=dict(data["scope"]),
+            labels=dict(data["labels"]),
+            summary=str(data["summary"]),
+            description=str(data.get("description", "")),
+            runbook_url=data.get("runbook_url"),
+            value=None if value is None else float(value),
+            threshold=float(data["threshold"]),
+            comparison=str(data["comparison"]),
+            samples=float(data["samples"]),
+            window=str(data["window"]),
+            fired_at=fired_at,
+            resolved_at=_dt(data.get("resolved_at")),
+            created_at=created_at,
+            acked_by=data.get("acked_by"),
+            detail=data.get("detail"),
+        )
