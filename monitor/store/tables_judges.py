@@ -1,0 +1,65 @@
+"""Tables of the judging pipeline (issue 3), on the shared metadata.
+
+``verdicts``
+    One row per (conversation, item, judge, judge version): what the judge said about one
+    assistant message (``item_id`` = its event id) or about the whole conversation
+    (``item_id = ''``). Unique on that key, so a judge re-run after a restart or a re-delivered
+    judge request never stores a second verdict. Error verdicts are stored too (``status =
+    'error'`` with ``error`` the reason) and count as judged.
+``judge_requests``
+    One row per conversation sent to the judges: when and why (the sampling reasons), so the
+    scheduler never sends a conversation twice and the dashboards can show the judged sample.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Index,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from monitor.store.tables import TS, metadata
+
+verdicts = Table(
+    "verdicts",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("conversation_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False, server_default=""),
+    Column("agent_id", Text, nullable=False),
+    Column("judge", Text, nullable=False),
+    Column("judge_version", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("label", SmallInteger),
+    Column("score", Double),
+    Column("categories", JSONB, nullable=False, server_default="[]"),
+    Column("evidence", JSONB, nullable=False, server_default="{}"),
+    Column("rationale", Text),
+    Column("error", Text),
+    Column("latency_ms", Double, nullable=False, server_default="0"),
+    Column("created_at", TS, nullable=False, server_default=func.now()),
+    UniqueConstraint(
+        "conversation_id", "item_id", "judge", "judge_version", name="uq_verdicts_item_judge"
+    ),
+    Index(None, "created_at"),
+    Index(None, "agent_id", "created_at"),
+)
+
+judge_requests = Table(
+    "judge_requests",
+    metadata,
+    Column("conversation_id", Text, primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("reasons", JSONB, nullable=False),
+    Column("requested_at", TS, nullable=False, server_default=func.now()),
+    Column("judged_at", TS),
+    Index(None, "requested_at"),
+)
