@@ -28,6 +28,7 @@ from monitor.flows.http_ingest import (
     token_ok,
 )
 from monitor.flows.ingest import IngestConfig, IngestLoop
+from monitor.flows.judging import build_loop as build_judge_loop
 from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.sdk import EventEmitter
 from monitor.store.analytics_write import current_maps
@@ -83,6 +84,30 @@ class IngestService(Service):
         await self.reads.dispose()
 
 
+class JudgeService(Service):
+    """Runs the judge scheduler and the judge consumer (monitor.flows.judging) in the worker."""
+
+    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        policy = load_sampling_policy(settings)
+        self.judging = build_judge_loop(settings, metrics, policy.always_sample)
+
+    async def on_start(self) -> None:
+        await self.judging.start()
+
+    @Service.task
+    async def _schedule(self) -> None:
+        await self.judging.schedule_forever()
+
+    @Service.task
+    async def _consume(self) -> None:
+        await self.judging.consume_forever()
+
+    async def on_stop(self) -> None:
+        await self.judging.stop()
+        await self.judging.close()
+
+
 def create_app(settings: Settings) -> faust.App:
     """The faust App for ``settings`` (broker and database must be configured)."""
     if not settings.kafka_bootstrap or not settings.database_url:
@@ -108,6 +133,8 @@ def create_app(settings: Settings) -> faust.App:
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
+    if settings.judge_enabled:
+        app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))
 
     @app.page("/health")
     class Health(View):

@@ -72,6 +72,64 @@ class Settings(BaseSettings):
         description="Bearer token for the read API (GET /v1/calibration/...). Unset: open.",
     )
 
+    # --- judging --------------------------------------------------------------------------
+    judge_enabled: bool = Field(default=True, description="Run the judge scheduler and workers.")
+    topic_judge_requests: str = "judge-requests"
+    judge_consumer_group: str = "monitor-judges"
+    judge_idle_s: float = Field(
+        default=30.0, ge=0, description="Judge a conversation once it had no event for this long."
+    )
+    judge_schedule_interval_s: float = Field(default=5.0, gt=0)
+    judge_batch: int = Field(default=200, ge=1, description="Most conversations per schedule.")
+    judge_concurrency: int = Field(default=8, ge=1, description="Conversations judged at once.")
+    llm_judge_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible endpoint (e.g. https://api.openai.com/v1, a vLLM or "
+        "Ollama server's /v1). Unset: only the deterministic judges run.",
+    )
+    llm_judge_model: str = "gpt-4o-mini"
+    llm_judge_api_key: str | None = Field(default=None, repr=False)
+    llm_judge_timeout_s: float = Field(default=60.0, gt=0)
+    llm_judge_json_mode: bool = True
+
+    # --- alerting -------------------------------------------------------------------------
+    alert_rules_file: Path | None = Field(
+        default=None, description="YAML alert rules. Unset: the bundled default rule set."
+    )
+    slack_bot_token: str | None = Field(
+        default=None, repr=False, description="Slack bot token (xoxb-...) for chat.postMessage."
+    )
+    slack_channel: str | None = Field(
+        default=None, description="Channel id or name the bot posts to (with slack_bot_token)."
+    )
+    slack_webhook_url: str | None = Field(
+        default=None,
+        repr=False,
+        description="Slack incoming webhook URL (used when no bot token is set; no threading).",
+    )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/", description="Slack Web API base URL."
+    )
+    webhook_url: str | None = Field(default=None, description="Generic webhook receiver URL.")
+    webhook_secret: str | None = Field(
+        default=None, repr=False, description="HMAC-SHA256 key of the X-Monitor-Signature header."
+    )
+    alertmanager_url: str | None = Field(
+        default=None, description="Alertmanager base URL (alerts go to /api/v2/alerts)."
+    )
+    dashboard_url: str = Field(
+        default="http://localhost:3000", description="Grafana base URL for links in alerts."
+    )
+    notify_max_attempts: int = Field(
+        default=30, ge=1, description="Delivery attempts per notification and sink."
+    )
+    notify_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a claimed notification is reserved; a crashed notifier's claim "
+        "is retried after it (at most one duplicate, same idempotency key).",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _async_driver(cls, value: str | None) -> str | None:

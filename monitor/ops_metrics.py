@@ -54,6 +54,22 @@ class OpsMetrics:
         self.http_events = Counter(
             "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
         )
+        # judging
+        self.judge_requests = Counter(
+            "monitor_judge_requests", "Conversations sent to the judges", registry=r
+        )
+        self.judged = Counter(
+            "monitor_judged_conversations", "Judge requests completed", registry=r
+        )
+        self.verdicts = Counter(
+            "monitor_verdicts", "Verdicts produced", ["judge", "status"], registry=r
+        )
+        self.judge_latency = Histogram(
+            "monitor_judge_latency_seconds",
+            "Time to judge one conversation with every judge",
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=r,
+        )
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""

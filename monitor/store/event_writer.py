@@ -18,7 +18,7 @@ import asyncpg
 
 from monitor.sampling import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
-from monitor.store.items_sql import SET_DECISIONS, SYNC_ITEMS, UNDECIDED
+from monitor.store.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
 from monitor.store.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING_TABLE, WRITE_BATCH
 from monitor.store.rows import EVENT_COLUMNS, DeadLetter, EventRow
 
@@ -83,6 +83,7 @@ class EventWriter:
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
                 cids = sorted({str(r[_CID]) for r in rows})
+                await conn.execute(LOCK_CONVERSATIONS, cids)
                 decided = await self._decide(conn, cids)
                 synced = await conn.fetchrow(SYNC_ITEMS, cids)
                 assert synced is not None
