@@ -7,6 +7,7 @@ import typer
 from monitor.commands import calibration as calibration_cmd
 from monitor.commands import drift as drift_cmd
 from monitor.commands import escalation as escalation_cmd
+from monitor.commands import judges as judges_cmd
 from monitor.commands import replay as replay_cmd
 from monitor.commands import schema as schema_cmd
 from monitor.commands import simulate as simulate_cmd
@@ -38,6 +39,7 @@ for _module in (
     calibration_cmd,
     escalation_cmd,
     drift_cmd,
+    judges_cmd,
 ):
     _module.register(app)
 

@@ -1,0 +1,90 @@
+"""Read-side queries about the judges: volumes, errors, latency, categories, label pairs.
+
+Time range ``[start, end)`` applies to the verdict's ``created_at``; the agent filter to the
+verdict's ``agent_id`` (``*`` and ``?`` wildcards as in :class:`Segment`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from monitor.store.analytics_repo import Segment
+
+
+@dataclass
+class JudgeVolume:
+    """One judge (name + version): what it produced in the range."""
+
+    judge: str
+    judge_version: str
+    verdicts: int
+    errors: int
+    failures: int  # ok verdicts with label 0
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    error_reasons: dict[str, int] = field(default_factory=dict)
+    categories: dict[str, int] = field(default_factory=dict)
+
+
+def _agent(segment: Segment) -> tuple[str, dict[str, Any]]:
+    cond, params = Segment(segment.agent).where("v.")
+    return cond, params
+
+
+async def _rows(engine: AsyncEngine, sql: str, params: dict[str, Any]) -> list[Any]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(text(sql), params)).all())
+
+
+async def judge_volumes(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> list[JudgeVolume]:
+    """Per judge and version, ordered by judge name."""
+    cond, params = _agent(segment)
+    rng = f"v.created_at >= :lo AND v.created_at < :hi AND {cond}"
+    p = {"lo": start, "hi": end, **params}
+    rows = await _rows(engine, (
+        "SELECT judge, judge_version, count(*), count(*) FILTER (WHERE status = 'error'),"
+        " count(*) FILTER (WHERE status = 'ok' AND label = 0),"
+        " percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),"
+        " percentile_cont(0.9) WITHIN GROUP (ORDER BY latency_ms)"
+        f" FROM verdicts v WHERE {rng} GROUP BY 1, 2 ORDER BY 1, 2"), p)
+    errors = await _rows(engine, (
+        "SELECT judge, judge_version, coalesce(error, '?'), count(*) FROM verdicts v"
+        f" WHERE status = 'error' AND {rng} GROUP BY 1, 2, 3"), p)
+    cats = await _rows(engine, (
+        "SELECT judge, judge_version, c, count(*) FROM verdicts v,"
+        f" jsonb_array_elements_text(v.categories) AS c WHERE {rng} GROUP BY 1, 2, 3"), p)
+    out = {
+        (r[0], r[1]): JudgeVolume(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows
+    }
+    for j, v, reason, n in errors:
+        out[(j, v)].error_reasons[str(reason).split(":")[0]] = int(n)
+    for j, v, c, n in cats:
+        out[(j, v)].categories[str(c)] = int(n)
+    return list(out.values())
+
+
+async def label_pairs(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> dict[str, tuple[list[int], list[int]]]:
+    """Per judge: (judge labels, ground-truth labels) of items whose conversation has an
+    outcome (success -> 1) and on which the judge gave an ok verdict with a label."""
+    cond, params = _agent(segment)
+    rows = await _rows(engine, (
+        "SELECT v.judge, v.label, c.outcome_success FROM verdicts v"
+        " JOIN conversations c USING (conversation_id)"
+        " WHERE v.status = 'ok' AND v.label IS NOT NULL AND v.item_id <> ''"
+        " AND c.outcome_success IS NOT NULL AND v.created_at >= :lo AND v.created_at < :hi"
+        f" AND {cond} ORDER BY v.judge, v.id"), {"lo": start, "hi": end, **params})
+    out: dict[str, tuple[list[int], list[int]]] = {}
+    for judge, label, ok in rows:
+        js, ts = out.setdefault(str(judge), ([], []))
+        js.append(int(label))
+        ts.append(1 if ok else 0)
+    return out

@@ -1,0 +1,106 @@
+"""Judge agreement with ground truth: the pure math against a hand computation, and the
+`monitor judges --json` numbers on verdicts stored in a real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import asyncpg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from monitor.cli import app
+from monitor.judges.base import Verdict
+from monitor.metrics.agreement import agreement
+from monitor.store import judge_repo
+from monitor.store.engine import libpq_url
+from monitor.store.event_writer import EventWriter
+from monitor.store.rows import event_row
+from tests.factories import event
+
+
+def kappa_by_hand(j: list[int], t: list[int]) -> float:
+    n = len(j)
+    po = sum(a == b for a, b in zip(j, t, strict=True)) / n
+    pj, pt = sum(j) / n, sum(t) / n
+    pe = pj * pt + (1 - pj) * (1 - pt)
+    return (po - pe) / (1 - pe)
+
+
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=2, max_size=200))
+def test_kappa_matches_hand_formula(pairs):
+    j, t = [a for a, _ in pairs], [b for _, b in pairs]
+    got = agreement(j, t)
+    assert got.n == len(pairs)
+    assert got.accuracy == pytest.approx(sum(a == b for a, b in pairs) / len(pairs))
+    assert got.true_pos + got.true_neg + got.false_pos + got.false_neg == len(pairs)
+    if len(set(j) | set(t)) < 2:
+        assert got.kappa is None and not got.meaningful
+    else:
+        pj, pt = sum(j) / len(j), sum(t) / len(t)
+        pe = pj * pt + (1 - pj) * (1 - pt)
+        if pe < 1:
+            assert got.kappa == pytest.approx(kappa_by_hand(j, t), abs=1e-9)
+
+
+def test_agreement_edge_cases():
+    assert agreement([], []).reason.startswith("no item")
+    with pytest.raises(ValueError):
+        agreement([1], [1, 0])
+    with pytest.raises(ValueError):
+        agreement([2], [1])
+    perfect = agreement([0, 1] * 15, [0, 1] * 15)
+    assert (perfect.kappa, perfect.accuracy, perfect.meaningful) == (1.0, 1.0, True)
+    small = agreement([0, 1], [0, 1])
+    assert small.kappa == 1.0 and not small.meaningful and "only 2" in small.reason
+
+
+async def test_judges_cli_reports_agreement(database_url):
+    rng = random.Random(5)
+    truth = {f"c{k}": rng.random() < 0.6 for k in range(60)}
+    events = []
+    for cid, ok in truth.items():
+        events += [
+            event(f"{cid}-a", cid, at=1, confidence=0.8),
+            event(f"{cid}-o", cid, "outcome", at=2, success=ok),
+        ]
+    w = EventWriter(database_url)
+    await w.write([event_row(e) for e in events])
+    await w.close()
+    judge_labels = {cid: (int(ok) if rng.random() < 0.8 else 1 - int(ok))
+                    for cid, ok in truth.items()}  # fmt: skip
+    verdicts = [Verdict("llm", "m/rubric-v1", cid, f"{cid}-a", label=lab, score=float(lab),
+                        categories=() if lab else ("wrong_information",), latency_ms=10.0 + i)
+                for i, (cid, lab) in enumerate(judge_labels.items())]  # fmt: skip
+    verdicts.append(Verdict("llm", "m/rubric-v1", "c0", None, status="error", error="timeout"))
+    pool = await asyncpg.create_pool(libpq_url(database_url))
+    try:
+        await judge_repo.write_verdicts(pool, {cid: "agent-a" for cid in truth}, verdicts)
+    finally:
+        await pool.close()
+    result = await asyncio.to_thread(  # the CLI runs its own event loop
+        CliRunner().invoke, app, ["judges", "--json"], env={"MONITOR_DATABASE_URL": database_url}
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    j = [judge_labels[c] for c in truth]
+    t = [int(ok) for ok in truth.values()]
+    agree = out["agreement"]["llm"]
+    assert agree["n"] == 60
+    assert agree["kappa"] == pytest.approx(kappa_by_hand(j, t), abs=1e-9)
+    (vol,) = out["judges"]
+    assert (vol["verdicts"], vol["errors"], vol["failures"]) == (61, 1, j.count(0))
+    assert vol["error_reasons"] == {"timeout": 1}
+    assert vol["categories"] == {"wrong_information": j.count(0)}
+    # the judge labels became item labels only where no outcome exists: here every item has
+    # an outcome, so every item is labelled by its outcome
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        sources = {r["label_source"] for r in await conn.fetch("SELECT label_source FROM items")}
+    finally:
+        await conn.close()
+    assert sources == {"outcome:ground_truth"}
