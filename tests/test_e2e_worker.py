@@ -113,6 +113,22 @@ async def test_tau2_replay_twice_through_kafka(
         types2, convs2 = await db_snapshot(database_url)
         assert types2 == want_types
         assert convs2 == convs
+
+        # the worker's judges: every tau2 conversation (rate 1.0) is requested and judged once
+        for _ in range(300):
+            if metric(worker, "monitor_judged_conversations_total") >= len(want_convs):
+                break
+            await asyncio.sleep(0.2)
+        judged = await count(
+            database_url, "SELECT count(*) FROM judge_requests WHERE judged_at IS NOT NULL"
+        )
+        assert judged == len(want_convs)
+        assert metric(worker, "monitor_judge_requests_total") == len(want_convs)
+        verdicts = await count(database_url, "SELECT count(*) FROM verdicts")
+        repeated = await count(
+            database_url, "SELECT count(*) FROM verdicts WHERE judge = 'det.repeated_call'"
+        )
+        assert verdicts > len(want_convs) and repeated > 0
     finally:
         worker.stop()
 
