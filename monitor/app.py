@@ -10,6 +10,7 @@ Lower-volume streams (judges, alerts) are to be faust agents on the same app.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any, cast
 
 import faust
@@ -17,6 +18,7 @@ from faust.web import Request, Response, View
 from mode import Service
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor.clock import SystemClock
 from monitor.config import Settings, load_sampling_policy
 from monitor.errors import MonitorError
 from monitor.flows.http_ingest import (
@@ -29,6 +31,7 @@ from monitor.flows.http_ingest import (
 )
 from monitor.flows.ingest import IngestConfig, IngestLoop
 from monitor.flows.judging import build_loop as build_judge_loop
+from monitor.flows.periodic import Every, drift_once
 from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.sdk import EventEmitter
 from monitor.store.analytics_write import current_maps
@@ -108,6 +111,31 @@ class JudgeService(Service):
         await self.judging.close()
 
 
+class AnalyticsService(Service):
+    """Periodic analytics of the worker: drift checks every ``drift_interval_s``."""
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        assert settings.database_url
+        self.engine = make_engine(settings.database_url, pool_size=2)
+        recent = timedelta(seconds=settings.drift_recent_s)
+        self.drift = Every(
+            "drift checks",
+            settings.drift_interval_s,
+            lambda: drift_once(
+                self.engine, SystemClock(), recent, settings.drift_alpha, settings.drift_min_samples
+            ),
+        )
+
+    @Service.task
+    async def _drift(self) -> None:
+        await self.drift.run()
+
+    async def on_stop(self) -> None:
+        self.drift.stop()
+        await self.engine.dispose()
+
+
 def create_app(settings: Settings) -> faust.App:
     """The faust App for ``settings`` (broker and database must be configured)."""
     if not settings.kafka_bootstrap or not settings.database_url:
@@ -133,6 +161,7 @@ def create_app(settings: Settings) -> faust.App:
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
+    app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     if settings.judge_enabled:
         app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))
 

@@ -72,6 +72,16 @@ class Settings(BaseSettings):
         description="Bearer token for the read API (GET /v1/calibration/...). Unset: open.",
     )
 
+    drift_interval_s: float = Field(
+        default=300.0, gt=0, description="Seconds between the worker's drift checks."
+    )
+    drift_recent_s: float = Field(
+        default=3600.0, ge=60, description="Recent window of the periodic drift checks (s); "
+        "the baseline is the period just before it."
+    )
+    drift_alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    drift_min_samples: int = Field(default=100, ge=1)
+
     # --- judging --------------------------------------------------------------------------
     judge_enabled: bool = Field(default=True, description="Run the judge scheduler and workers.")
     topic_judge_requests: str = "judge-requests"
@@ -128,6 +138,19 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a claimed notification is reserved; a crashed notifier's claim "
         "is retried after it (at most one duplicate, same idempotency key).",
+    )
+
+    # --- grafana (monitor dashboards push) ---------------------------------------------------
+    grafana_url: str = Field(
+        default="http://localhost:3000",
+        description="Base URL of the Grafana that `monitor dashboards push` uploads to.",
+    )
+    grafana_token: str | None = Field(
+        default=None,
+        description="Grafana service-account token (Editor or Admin) for `monitor dashboards push`.",
+    )
+    grafana_folder: str = Field(
+        default="Agent monitor", description="Grafana folder the dashboards are pushed into."
     )
 
     @field_validator("database_url")

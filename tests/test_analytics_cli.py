@@ -230,3 +230,31 @@ def test_recalibration_fit_show_and_lower_ece(seeded):
     )
     assert again[0]["stored"] is True
     assert cli(url, "calibration", "show", "sim-retail-overconfident")["maps"][0]["version"] == 2
+
+
+def test_periodic_drift_job_stores_each_check_once(seeded):
+    from monitor.clock import FixedClock
+    from monitor.flows.periodic import drift_once
+    from monitor.store.engine import make_engine
+
+    url, _ = seeded
+    clock = FixedClock(CHANGE + timedelta(minutes=40))
+
+    async def go() -> tuple[int, int, int]:
+        engine = make_engine(url)
+        try:
+            fired = await drift_once(engine, clock, timedelta(minutes=40), 0.01, 100)
+            again = await drift_once(engine, clock, timedelta(minutes=40), 0.01, 100)
+            async with engine.connect() as conn:
+                from sqlalchemy import text
+
+                rows = (await conn.execute(text(
+                    "SELECT agent_id, fired FROM drift_checks WHERE recent_to = :t"),
+                    {"t": CHANGE + timedelta(minutes=40)})).all()  # fmt: skip
+        finally:
+            await engine.dispose()
+        sims = [r for r in rows if r[0].startswith("sim-")]
+        return fired, again, len(sims)
+
+    fired, again, stored = asyncio.run(go())
+    assert (fired, again, stored) == (1, 1, 4)
