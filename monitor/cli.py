@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from monitor.commands import alerts as alerts_cmd
 from monitor.commands import calibration as calibration_cmd
 from monitor.commands import drift as drift_cmd
 from monitor.commands import escalation as escalation_cmd
@@ -40,6 +41,7 @@ for _module in (
     escalation_cmd,
     drift_cmd,
     judges_cmd,
+    alerts_cmd,
 ):
     _module.register(app)
 
