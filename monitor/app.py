@@ -1,25 +1,25 @@
 """The worker: the only module that imports faust.
 
-``create_app(settings)`` builds (without connecting) a faust App whose worker runs
-- ``IngestService``: the batched aiokafka ingest loop (monitor.flows.ingest) as a mode service,
-  because faust's per-event agents peak far below the firehose rate (issue 2 measurements);
-- web views: ``POST /v1/events`` (HTTP ingest), ``GET /metrics`` (Prometheus), ``GET /health``.
-Lower-volume streams (judges, alerts) are to be faust agents on the same app.
+``create_app(settings)`` builds (without connecting) a faust App whose worker runs the services
+of :mod:`monitor.services` (ingest; judges unless ``judge_enabled`` is off; periodic drift
+checks; alert evaluation and delivery unless ``alerting_enabled`` is off) and serves
+``POST /v1/events`` (HTTP ingest), ``GET /v1/calibration/{agent_id}`` (recalibration maps),
+``GET /metrics`` (Prometheus) and ``GET /health``. The streams are batched aiokafka consumers
+run as mode services rather than per-event faust agents: faust's agents peak far below the
+firehose rate (issue 2 measurements), and the judge stream needs bounded concurrency with
+commit-after-write, which the same consumer pattern gives.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any, cast
 
 import faust
 from faust.web import Request, Response, View
-from mode import Service
 from sqlalchemy.exc import SQLAlchemyError
 
-from monitor.clock import SystemClock
-from monitor.config import Settings, load_sampling_policy
+from monitor.config import Settings
 from monitor.errors import MonitorError
 from monitor.flows.http_ingest import (
     BadBody,
@@ -29,111 +29,16 @@ from monitor.flows.http_ingest import (
     status_for,
     token_ok,
 )
-from monitor.flows.ingest import IngestConfig, IngestLoop
-from monitor.flows.judging import build_loop as build_judge_loop
-from monitor.flows.periodic import Every, drift_once
 from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
-from monitor.sdk import EventEmitter
+from monitor.services import (
+    AlertingService,
+    AnalyticsService,
+    IngestService,
+    JudgeService,
+)
 from monitor.store.analytics_write import current_maps
-from monitor.store.engine import make_engine
-from monitor.store.event_writer import EventWriter
 
 log = logging.getLogger("monitor.app")
-
-
-class IngestService(Service):
-    """Runs ``IngestLoop`` for the worker's lifetime and owns the HTTP ingest producer.
-
-    Stopping asks the loop to finish (a batch not yet written stays uncommitted) and flushes
-    the producer, so nothing acknowledged over HTTP is lost.
-    """
-
-    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        assert settings.kafka_bootstrap and settings.database_url
-        self.writer = EventWriter(settings.database_url, policy=load_sampling_policy(settings))
-        self.loop_ = IngestLoop(
-            IngestConfig(
-                bootstrap=settings.kafka_bootstrap,
-                topic=settings.topic_events,
-                dlq_topic=settings.topic_dlq,
-                group_id=settings.consumer_group,
-                batch_max_events=settings.batch_max_events,
-                batch_max_wait_ms=settings.batch_max_wait_ms,
-                retry_initial_s=settings.store_retry_initial_s,
-                retry_max_s=settings.store_retry_max_s,
-                idempotent_producer=settings.kafka_idempotent,
-            ),
-            self.writer,
-            metrics,
-        )
-        self.emitter = EventEmitter(
-            settings.kafka_bootstrap, settings.topic_events, idempotent=settings.kafka_idempotent
-        )
-        # read side of the HTTP API (connects on first use, not here)
-        self.reads = make_engine(settings.database_url, pool_size=2)
-
-    async def on_start(self) -> None:
-        await self.emitter.start()
-
-    @Service.task
-    async def _run_ingest(self) -> None:
-        await self.loop_.run()
-
-    async def on_stop(self) -> None:
-        await self.loop_.stop()
-        await self.emitter.close()
-        await self.writer.close()
-        await self.reads.dispose()
-
-
-class JudgeService(Service):
-    """Runs the judge scheduler and the judge consumer (monitor.flows.judging) in the worker."""
-
-    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        policy = load_sampling_policy(settings)
-        self.judging = build_judge_loop(settings, metrics, policy.always_sample)
-
-    async def on_start(self) -> None:
-        await self.judging.start()
-
-    @Service.task
-    async def _schedule(self) -> None:
-        await self.judging.schedule_forever()
-
-    @Service.task
-    async def _consume(self) -> None:
-        await self.judging.consume_forever()
-
-    async def on_stop(self) -> None:
-        await self.judging.stop()
-        await self.judging.close()
-
-
-class AnalyticsService(Service):
-    """Periodic analytics of the worker: drift checks every ``drift_interval_s``."""
-
-    def __init__(self, settings: Settings, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        assert settings.database_url
-        self.engine = make_engine(settings.database_url, pool_size=2)
-        recent = timedelta(seconds=settings.drift_recent_s)
-        self.drift = Every(
-            "drift checks",
-            settings.drift_interval_s,
-            lambda: drift_once(
-                self.engine, SystemClock(), recent, settings.drift_alpha, settings.drift_min_samples
-            ),
-        )
-
-    @Service.task
-    async def _drift(self) -> None:
-        await self.drift.run()
-
-    async def on_stop(self) -> None:
-        self.drift.stop()
-        await self.engine.dispose()
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -162,6 +67,9 @@ def create_app(settings: Settings) -> faust.App:
     emitter = ingest.emitter
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
+    if settings.alerting_enabled:
+        alerting = AlertingService(settings, metrics, loop=app.loop, beacon=app.beacon)
+        app.service(cast(Any, alerting))
     if settings.judge_enabled:
         app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))
 

@@ -6,10 +6,12 @@ import typer
 
 from monitor.commands import alerts as alerts_cmd
 from monitor.commands import calibration as calibration_cmd
+from monitor.commands import dashboards as dashboards_cmd
 from monitor.commands import drift as drift_cmd
 from monitor.commands import escalation as escalation_cmd
 from monitor.commands import judges as judges_cmd
 from monitor.commands import replay as replay_cmd
+from monitor.commands import report as report_cmd
 from monitor.commands import schema as schema_cmd
 from monitor.commands import simulate as simulate_cmd
 from monitor.commands import up as up_cmd
@@ -23,7 +25,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-
 
 
 @app.callback()
@@ -42,6 +43,8 @@ for _module in (
     drift_cmd,
     judges_cmd,
     alerts_cmd,
+    dashboards_cmd,
+    report_cmd,
 ):
     _module.register(app)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from monitor.alerts.rules import RuleSet, default_rules, load_rules
 from monitor.errors import ConfigError
 from monitor.sampling_rules import SamplingPolicy
 
@@ -103,6 +104,9 @@ class Settings(BaseSettings):
     llm_judge_json_mode: bool = True
 
     # --- alerting -------------------------------------------------------------------------
+    alerting_enabled: bool = Field(
+        default=True, description="Evaluate alert rules and deliver notifications in the worker."
+    )
     alert_rules_file: Path | None = Field(
         default=None, description="YAML alert rules. Unset: the bundled default rule set."
     )
@@ -147,7 +151,7 @@ class Settings(BaseSettings):
     )
     grafana_token: str | None = Field(
         default=None,
-        description="Grafana service-account token (Editor or Admin) for `monitor dashboards push`.",
+        description="Grafana service-account token (Editor role) for `monitor dashboards push`.",
     )
     grafana_folder: str = Field(
         default="Agent monitor", description="Grafana folder the dashboards are pushed into."
@@ -185,3 +189,16 @@ def load_sampling_policy(settings: Settings) -> SamplingPolicy:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the sampling policy: {exc.strerror}") from None
     return SamplingPolicy.from_yaml(text, str(path))
+
+
+def load_alert_rules(settings: Settings, path: Path | None = None) -> tuple[RuleSet, str]:
+    """The alert rule set and where it came from: ``path``, else ``settings.alert_rules_file``,
+    else the packaged defaults. Raises ConfigError (naming file:line:field) when invalid."""
+    path = path if path is not None else settings.alert_rules_file
+    if path is None:
+        return default_rules(), "built-in default rules"
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the rules file: {exc.strerror}") from None
+    return load_rules(text, str(path)), str(path)

@@ -19,11 +19,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.alerts.lifecycle import alert_labels
-from monitor.alerts.rules import RuleSet, default_rules, load_rules, rules_to_dict
+from monitor.alerts.rules import RuleSet, rules_to_dict
 from monitor.alerts.silences import Ack, Silence, parse_matchers, silenced_by
 from monitor.alerts.states import AlertState, Status
 from monitor.commands import analytics_common as ac
-from monitor.config import load_settings
+from monitor.config import load_alert_rules, load_settings
 from monitor.errors import ConfigError
 from monitor.store import alerts_repo as repo
 
@@ -31,18 +31,8 @@ FILE = typer.Option(None, "--file", "-f", help="Rules file (default: settings, e
 
 
 def load_rule_set(path: Path | None = None) -> tuple[RuleSet, str]:
-    """The rule set and where it came from: ``path``, ``settings.alert_rules_file``, or the
-    packaged defaults. Raises ConfigError (naming file:line:field) when invalid."""
-    if path is None:
-        configured = getattr(load_settings(), "alert_rules_file", None)
-        path = Path(configured) if configured else None
-    if path is None:
-        return default_rules(), "built-in default rules"
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the rules file: {exc.strerror}") from None
-    return load_rules(text, str(path)), str(path)
+    """The rule set and where it came from (see :func:`monitor.config.load_alert_rules`)."""
+    return load_alert_rules(load_settings(), path)
 
 
 def _rules_or_exit(path: Path | None) -> RuleSet:

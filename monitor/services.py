@@ -1,0 +1,163 @@
+"""The worker's long-running services (mode Services, started by the faust app in app.py).
+
+- :class:`IngestService`: the batched ingest loop and the HTTP-ingest producer;
+- :class:`JudgeService`: the judge scheduler and consumer;
+- :class:`AnalyticsService`: periodic drift checks;
+- :class:`AlertingService`: alert evaluation (one leader) and outbox delivery (every worker).
+
+Each stops cleanly: loops are asked to finish, connections are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+from mode import Service
+
+from monitor.alerts.sinks import configured_sinks
+from monitor.clock import SystemClock
+from monitor.config import Settings, load_alert_rules, load_sampling_policy
+from monitor.flows.evaluate import run as run_evaluation
+from monitor.flows.ingest import IngestConfig, IngestLoop
+from monitor.flows.judging import build_loop as build_judge_loop
+from monitor.flows.notify import notifier_from_settings
+from monitor.flows.periodic import Every, drift_once
+from monitor.ops_metrics import OpsMetrics
+from monitor.sdk import EventEmitter
+from monitor.store.engine import make_engine
+from monitor.store.event_writer import EventWriter
+
+log = logging.getLogger("monitor.services")
+
+
+class IngestService(Service):
+    """Runs ``IngestLoop`` for the worker's lifetime and owns the HTTP ingest producer.
+
+    Stopping asks the loop to finish (a batch not yet written stays uncommitted) and flushes
+    the producer, so nothing acknowledged over HTTP is lost.
+    """
+
+    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        assert settings.kafka_bootstrap and settings.database_url
+        self.writer = EventWriter(settings.database_url, policy=load_sampling_policy(settings))
+        self.loop_ = IngestLoop(
+            IngestConfig(
+                bootstrap=settings.kafka_bootstrap,
+                topic=settings.topic_events,
+                dlq_topic=settings.topic_dlq,
+                group_id=settings.consumer_group,
+                batch_max_events=settings.batch_max_events,
+                batch_max_wait_ms=settings.batch_max_wait_ms,
+                retry_initial_s=settings.store_retry_initial_s,
+                retry_max_s=settings.store_retry_max_s,
+                idempotent_producer=settings.kafka_idempotent,
+            ),
+            self.writer,
+            metrics,
+        )
+        self.emitter = EventEmitter(
+            settings.kafka_bootstrap, settings.topic_events, idempotent=settings.kafka_idempotent
+        )
+        # read side of the HTTP API (connects on first use, not here)
+        self.reads = make_engine(settings.database_url, pool_size=2)
+
+    async def on_start(self) -> None:
+        await self.emitter.start()
+
+    @Service.task
+    async def _run_ingest(self) -> None:
+        await self.loop_.run()
+
+    async def on_stop(self) -> None:
+        await self.loop_.stop()
+        await self.emitter.close()
+        await self.writer.close()
+        await self.reads.dispose()
+
+
+class JudgeService(Service):
+    """Runs the judge scheduler and the judge consumer (monitor.flows.judging) in the worker."""
+
+    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        policy = load_sampling_policy(settings)
+        self.judging = build_judge_loop(settings, metrics, policy.always_sample)
+
+    async def on_start(self) -> None:
+        await self.judging.start()
+
+    @Service.task
+    async def _schedule(self) -> None:
+        await self.judging.schedule_forever()
+
+    @Service.task
+    async def _consume(self) -> None:
+        await self.judging.consume_forever()
+
+    async def on_stop(self) -> None:
+        await self.judging.stop()
+        await self.judging.close()
+
+
+class AnalyticsService(Service):
+    """Periodic analytics of the worker: drift checks every ``drift_interval_s``."""
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        assert settings.database_url
+        self.engine = make_engine(settings.database_url, pool_size=2)
+        recent = timedelta(seconds=settings.drift_recent_s)
+        self.drift = Every(
+            "drift checks",
+            settings.drift_interval_s,
+            lambda: drift_once(
+                self.engine, SystemClock(), recent, settings.drift_alpha, settings.drift_min_samples
+            ),
+        )
+
+    @Service.task
+    async def _drift(self) -> None:
+        await self.drift.run()
+
+    async def on_stop(self) -> None:
+        self.drift.stop()
+        await self.engine.dispose()
+
+
+class AlertingService(Service):
+    """Alert evaluation (one leader among the workers, monitor.flows.evaluate) and delivery
+    of the notification outbox (every worker, monitor.flows.notify)."""
+
+    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        assert settings.database_url
+        self.rules, _ = load_alert_rules(settings)  # ConfigError at startup, naming the line
+        self.engine = make_engine(settings.database_url, pool_size=4)
+        self.sinks = configured_sinks(settings)
+        self.notifier = notifier_from_settings(settings, self.engine, self.sinks)
+        self.stopping = asyncio.Event()
+        self.metrics = metrics
+
+    def _lag(self) -> float | None:
+        samples = [s.value for m in self.metrics.consumer_lag.collect() for s in m.samples]
+        return max(samples) if samples else None
+
+    @Service.task
+    async def _evaluate(self) -> None:
+        await run_evaluation(
+            self.engine, self.rules, sorted(self.sinks), self.stopping,
+            self.rules.evaluation_interval.total_seconds(), SystemClock(), lag=self._lag,
+        )  # fmt: skip
+
+    @Service.task
+    async def _notify(self) -> None:
+        await self.notifier.run(self.stopping)
+
+    async def on_stop(self) -> None:
+        self.stopping.set()
+        await asyncio.gather(*(s.aclose() for s in self.sinks.values()))
+        await self.engine.dispose()
