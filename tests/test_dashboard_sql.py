@@ -38,11 +38,9 @@ import asyncpg
 import pytest
 
 from monitor.events import InvalidEvent, decode_event
-from monitor.replay.tau2 import tau2_file_events
-from monitor.simulate import Simulator
 from monitor.store.engine import libpq_url
-from monitor.store.event_writer import EventWriter
-from monitor.store.rows import DeadLetter, event_row
+from monitor.store.rows import DeadLetter
+from tests import dashboard_seed
 from tests import grafana_sql as g
 from tests.factories import event_dict
 from tests.test_deploy_files import all_panels, dashboard_files, provisioned_datasources
@@ -372,18 +370,9 @@ def dead_letters() -> list[DeadLetter]:
 
 
 async def seed(database_url: str, tau2_files: Sequence[Path]) -> None:
-    """Both tau2 runs, three hours of simulator traffic up to now, and dead letters."""
-    start = datetime.now(UTC) - timedelta(hours=3)
-    events = [e for path in tau2_files for e in tau2_file_events(path)]
-    events += Simulator(seed=7, start=start).events(2000)
-    rows = [event_row(e) for e in events]
-    writer = EventWriter(database_url)
-    try:
-        for i in range(0, len(rows), 5000):  # the ingest loop's default batch size
-            await writer.write(rows[i : i + 5000])
-        await writer.write([], dead_letters())
-    finally:
-        await writer.close()
+    """Both tau2 runs, three hours of simulator traffic up to now, dead letters, and the
+    analytics, verdicts and alerts written on top of them (tests/dashboard_seed.py)."""
+    await dashboard_seed.seed(database_url, tau2_files, dead_letters())
 
 
 def scenarios_for(dashboard: dict[str, Any], now: datetime, oldest: datetime,

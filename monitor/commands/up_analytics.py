@@ -17,8 +17,10 @@ from rich.console import Console
 from monitor.commands.calibration import calibration_table
 from monitor.commands.drift import drift_table
 from monitor.commands.escalation import escalation_table
+from monitor.config import load_settings
 from monitor.flows import analytics as fa
 from monitor.flows.demo import TrafficPlan
+from monitor.flows.report import write_demo_report
 from monitor.store.analytics_repo import Segment
 from monitor.store.engine import make_engine
 
@@ -27,8 +29,13 @@ MISSED_THRESHOLD = 0.5
 
 
 def print_analytics(console: Console, database_url: str, plan: TrafficPlan) -> None:
-    """Print the three tables (and a one-line reading of each); never raises for empty data."""
+    """Print the three tables (and a one-line reading of each), then write the HTML report
+    (``<state_dir>/report/report.html``) and print its path; never raises for empty data."""
     asyncio.run(_print(console, database_url, plan))
+    out_dir = load_settings().state_dir / "report"
+    end = datetime.now(UTC) + timedelta(minutes=1)
+    path = write_demo_report(database_url, plan.simulator.start, end, out_dir)
+    console.print(f"report written to {path}", soft_wrap=True)
 
 
 async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None:
