@@ -36,6 +36,7 @@ from monitor.store.analytics_repo import (
     Segment,
     bin_range,
     bin_sums,
+    design_effects,
     escalation_conversations,
     labelled_items,
     trials,
@@ -57,15 +58,21 @@ async def calibration(
     """Calibration report per agent plus :data:`ALL` (absent when there is no labelled item).
 
     Intervals: parametric bootstrap over the bin sums (``n_boot`` draws, seed 0), Wilson for
-    accuracies; ``meaningful`` False below ``min_samples`` effective items.
+    accuracies, both with effective sizes divided by the design effect (items per
+    conversation: the messages of a conversation share its label); ``meaningful`` False below
+    ``min_samples`` effective items after that division.
     """
-    per_agent = {k[0]: s for k, s in (await bin_sums(engine, segment, start, end)).items()}
+    sums = await bin_sums(engine, segment, start, end)
+    deffs = await design_effects(engine, segment, start, end)
+    all_deff = (await design_effects(engine, segment, start, end, group_by=())).get((), 1.0)
     out = {
-        agent: calibration_report(s, min_samples=min_samples, n_boot=n_boot)
-        for agent, s in sorted(per_agent.items())
+        str(key[0]): calibration_report(
+            s.with_design_effect(deffs.get(key, 1.0)), min_samples=min_samples, n_boot=n_boot
+        )
+        for key, s in sorted(sums.items())
     }
-    if per_agent:
-        total = sum_all(per_agent.values())
+    if sums:
+        total = sum_all(sums.values()).with_design_effect(all_deff)
         out[ALL] = calibration_report(total, min_samples=min_samples, n_boot=n_boot)
     return out
 
@@ -164,16 +171,26 @@ async def run_drift(
     min_samples: int = 100,
     store: bool = True,
 ) -> dict[SegmentKey, DriftCheck]:
-    """Drift check of every segment with items in either window; stored when ``store``."""
+    """Drift check of every segment with items in either window; stored when ``store``.
+
+    The tests use effective sizes divided by each window's design effect (labelled items per
+    conversation): items of one conversation share its outcome, so counting them as
+    independent made the tests fire several times more often than ``alpha`` on stable agents.
+    """
     keys = ("agent_id", "agent_version", "domain", "tier")
     base = await bin_sums(engine, segment, *windows.baseline, group_by=keys)
     rec = await bin_sums(engine, segment, *windows.recent, group_by=keys)
+    deff_b = await design_effects(engine, segment, *windows.baseline, group_by=keys)
+    deff_r = await design_effects(engine, segment, *windows.recent, group_by=keys)
     out: dict[SegmentKey, DriftCheck] = {}
     empty = sum_all([])
     for key in sorted(set(base) | set(rec)):
         seg: SegmentKey = (str(key[0]), str(key[1]), str(key[2]), int(key[3]))
         check = check_drift_sums(
-            base.get(key, empty), rec.get(key, empty), alpha=alpha, min_samples=min_samples
+            base.get(key, empty).with_design_effect(deff_b.get(key, 1.0)),
+            rec.get(key, empty).with_design_effect(deff_r.get(key, 1.0)),
+            alpha=alpha,
+            min_samples=min_samples,
         )
         out[seg] = check
         if store:

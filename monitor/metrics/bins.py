@@ -195,6 +195,20 @@ class BinSums:
         s2 = float(self.sum_w2.sum())
         return self.total_weight**2 / s2 if s2 > 0 else 0.0
 
+    def with_design_effect(self, deff: float) -> BinSums:
+        """The same sums with every effective sample size divided by ``deff`` (>= 1).
+
+        Items that are not independent (the messages of one conversation share its outcome
+        label) carry less information than their count: with a design effect ``deff`` (for
+        labels shared within a conversation, the mean number of items per conversation) the
+        tests and intervals must use ``n_eff / deff``. Implemented by scaling ``sum_w2``; the
+        point estimates (ECE, Brier, accuracy) do not change. Raises ValueError for deff < 1.
+        """
+        if not deff >= 1.0:
+            raise ValueError(f"design effect must be >= 1, got {deff!r}")
+        return BinSums(self.weight, self.sum_conf, self.sum_y, self.sum_sq_err,
+                       self.sum_w2 * deff, self.count)  # fmt: skip
+
     def to_rows(self, include_empty: bool = False) -> list[dict[str, float | int]]:
         """One dict per bin (keys :data:`ROW_FIELDS`); bins with ``count == 0`` are skipped
         unless ``include_empty``."""

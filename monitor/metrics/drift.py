@@ -8,7 +8,9 @@ The four tests (defined, documented and each callable alone in :mod:`monitor.met
 re-exported here):
 
 - ``psi``: population stability index of the weighted confidence distribution over the fixed
-  bins (smoothed with ε = 1e-4); fires at ``psi_threshold`` (0.25).  No p-value.
+  bins (smoothed with ε = 1e-4); fires above ``psi_threshold`` (0.25) when its chi-square
+  p-value (:func:`psi_pvalue`) is also below ``alpha`` (a small sample's PSI is large by
+  chance alone).
 - ``ks``: two-sample Kolmogorov-Smirnov: ``scipy.stats.ks_2samp`` on raw confidences, or the
   conservative binned approximation from sums.
 - ``accuracy_drop``: one-sided pooled two-proportion z-test, H1: recent accuracy < baseline.
@@ -41,6 +43,7 @@ from monitor.metrics.drift_tests import ks_binned as ks_binned
 from monitor.metrics.drift_tests import ks_raw as ks_raw
 from monitor.metrics.drift_tests import psi as psi
 from monitor.metrics.drift_tests import psi_level as psi_level
+from monitor.metrics.drift_tests import psi_pvalue as psi_pvalue
 from monitor.metrics.drift_tests import two_proportion_z as two_proportion_z
 
 TEST_NAMES = ("psi", "ks", "accuracy_drop", "ece_increase")
@@ -68,6 +71,7 @@ class DriftCheck:
     weight_recent: float
     psi: float | None
     psi_level: str | None
+    psi_pvalue: float | None
     ks_statistic: float | None
     ks_pvalue: float | None
     accuracy_baseline: float | None
@@ -103,12 +107,13 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
     w_b, w_r = float(_vec(base.weight).sum()), float(_vec(rec.weight).sum())
     empty = not (w_b > 0 and w_r > 0)
     p = None if empty else psi(base.weight, rec.weight)
+    p_psi = None if p is None else psi_pvalue(p, base.weight, rec.weight, ne_b, ne_r)
     acc_b = None if empty else min(1.0, float(_vec(base.sum_y).sum()) / w_b)  # no ulp > 1
     acc_r = None if empty else min(1.0, float(_vec(rec.sum_y).sum()) / w_r)
     acc = None if acc_b is None or acc_r is None else two_proportion_z(
         acc_b * ne_b, ne_b, acc_r * ne_r, ne_r)
     fired: list[str] = []
-    if p is not None and p > psi_threshold:
+    if p is not None and p > psi_threshold and p_psi is not None and p_psi < alpha:
         fired.append("psi")
     for name, res in (("ks", ks), ("accuracy_drop", acc), ("ece_increase", ece)):
         if res is not None and res.pvalue < alpha:
@@ -125,7 +130,7 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
         psi_threshold=psi_threshold, n_baseline=int(_vec(base.count).sum()),
         n_recent=int(_vec(rec.count).sum()),
         n_eff_baseline=ne_b, n_eff_recent=ne_r, weight_baseline=w_b, weight_recent=w_r,
-        psi=p, psi_level=None if p is None else psi_level(p),
+        psi=p, psi_level=None if p is None else psi_level(p), psi_pvalue=p_psi,
         ks_statistic=None if ks is None else ks.statistic,
         ks_pvalue=None if ks is None else ks.pvalue,
         accuracy_baseline=acc_b, accuracy_recent=acc_r,

@@ -72,6 +72,20 @@ def psi(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
     return float(np.sum((pr - pb) * np.log(pr / pb)))
 
 
+def psi_pvalue(value: float, baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
+               n_baseline: float, n_recent: float) -> float:
+    """P-value of a PSI under "same distribution": ``PSI * n_b n_r / (n_b + n_r)`` is
+    asymptotically chi-square with (bins used by either window - 1) degrees of freedom (PSI is
+    the symmetric, Jeffreys divergence). Small samples have large PSIs by chance alone (about
+    (k - 1)(1/n_b + 1/n_r) on average), so a PSI above its threshold only counts as drift when
+    this p-value is small too. 1.0 when either size is 0 or only one bin is used."""
+    used = int(np.count_nonzero((_vec(baseline_weights) > 0) | (_vec(recent_weights) > 0)))
+    if min(n_baseline, n_recent) <= 0 or used < 2:
+        return 1.0
+    scaled = value * n_baseline * n_recent / (n_baseline + n_recent)
+    return float(stats.chi2.sf(scaled, used - 1))
+
+
 def ks_raw(baseline_conf: npt.ArrayLike, recent_conf: npt.ArrayLike) -> StatResult:
     """Two-sided two-sample KS on raw confidences: exactly ``scipy.stats.ks_2samp``."""
     res = stats.ks_2samp(_vec(baseline_conf), _vec(recent_conf))

@@ -208,3 +208,30 @@ async def trials(engine: AsyncEngine, segment: Segment) -> dict[str, list[Trial]
     for agent, task, reward in rows:
         out.setdefault(agent, []).append((task, float(reward)))
     return out
+
+
+async def design_effects(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    group_by: Sequence[str] = ("agent_id",),
+) -> dict[tuple[Any, ...], float]:
+    """Per group, labelled items (weight > 0) per conversation in ``[start, end)`` (>= 1).
+
+    The design effect of items that share their conversation's label: see
+    :meth:`monitor.metrics.bins.BinSums.with_design_effect`. Groups without items are absent.
+    """
+    cond, params = segment.where()
+    keys = ", ".join(group_by)
+    sql = (
+        f"SELECT {keys + ', ' if keys else ''}count(*)::float8 / NULLIF(count(DISTINCT conversation_id), 0)"
+        " FROM items WHERE label IS NOT NULL AND weight > 0 AND ts >= :lo AND ts < :hi"
+        f" AND {cond}{' GROUP BY ' + keys if keys else ''}"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list(
+            (await conn.execute(text(sql), {"lo": start, "hi": end, **params})).all()
+        )
+    k = len(group_by)
+    return {tuple(r[:k]): max(1.0, float(r[k])) for r in rows if r[k] is not None}
