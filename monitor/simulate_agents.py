@@ -7,7 +7,8 @@ monitor recovers it. Behaviours:
 - ``calibrated``: P(success) == stated confidence.
 - ``overconfident``: P(success) == confidence - ``overconfidence`` (default 0.25), floored at 0.
 - ``drifting``: calibrated for conversations starting before ``change_point``, overconfident
-  from it on (``change_point=None``: never drifts).
+  from it on until ``recovery_point`` (if set), calibrated again after it
+  (``change_point=None``: never drifts).
 - ``inverted``: calibrated, but its escalation probability *rises* with confidence; every other
   agent escalates more at low confidence.
 
@@ -42,6 +43,7 @@ class AgentSpec:
     confidence_range: tuple[float, float] = (0.3, 0.99)
     overconfidence: float = 0.25
     change_point: datetime | None = None
+    recovery_point: datetime | None = None
     escalation_base: float = 0.05
     escalation_slope: float = 0.45
     tool_failure_rate: float = 0.1
@@ -53,16 +55,18 @@ class AgentSpec:
             raise ValueError(f"{self.agent_id}: confidence_range must satisfy 0 <= lo <= hi <= 1")
         if self.weight <= 0:
             raise ValueError(f"{self.agent_id}: weight must be > 0")
-        if self.change_point is not None and self.change_point.tzinfo is None:
-            raise ValueError(f"{self.agent_id}: change_point must be timezone-aware")
+        for name in ("change_point", "recovery_point"):
+            point = getattr(self, name)
+            if point is not None and point.tzinfo is None:
+                raise ValueError(f"{self.agent_id}: {name} must be timezone-aware")
 
     def overconfident_at(self, at: datetime) -> bool:
         """True if the agent's success falls short of its confidence for conversations at ``at``."""
         if self.behaviour == "overconfident":
             return True
-        return self.behaviour == "drifting" and self.change_point is not None and (
-            at >= self.change_point
-        )
+        if self.behaviour != "drifting" or self.change_point is None or at < self.change_point:
+            return False
+        return self.recovery_point is None or at < self.recovery_point
 
     def success_probability(self, confidence: float, at: datetime) -> float:
         """True P(success) given the conversation's minimum confidence and start time ``at``."""
@@ -75,16 +79,20 @@ class AgentSpec:
         return min(1.0, max(0.0, self.escalation_base + self.escalation_slope * x))
 
 
-def default_agents(change_point: datetime | None = None) -> tuple[AgentSpec, ...]:
+def default_agents(
+    change_point: datetime | None = None, recovery_point: datetime | None = None
+) -> tuple[AgentSpec, ...]:
     """Four agents across domains and tiers: calibrated, overconfident, drifting, inverted.
 
     ``change_point`` (aware) is when the drifting agent turns overconfident; ``None``: never.
+    ``recovery_point``: when it is calibrated again; ``None``: never.
     """
     return (
         AgentSpec("sim-airline-calibrated", "calibrated", "airline", 2),
         AgentSpec("sim-retail-overconfident", "overconfident", "retail", 1,
                   confidence_range=(0.6, 0.99)),
         AgentSpec("sim-telecom-drifting", "drifting", "telecom", 3,
-                  confidence_range=(0.5, 0.99), change_point=change_point),
+                  confidence_range=(0.5, 0.99), change_point=change_point,
+                  recovery_point=recovery_point),
         AgentSpec("sim-airline-inverted", "inverted", "airline", 1),
     )

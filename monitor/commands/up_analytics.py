@@ -47,8 +47,9 @@ async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None
     try:
         cal = await fa.calibration(engine, SIMULATED, start, end, n_boot=300)
         esc = await fa.escalation(engine, SIMULATED, start, end, threshold=MISSED_THRESHOLD)
-        recent = max(timedelta(minutes=1), end - plan.change_point)
-        windows = fa.drift_windows(end, recent)
+        # the drifting agent's overconfident stretch against the same length before it
+        recent = max(timedelta(minutes=1), plan.recovery_point - plan.change_point)
+        windows = fa.drift_windows(plan.recovery_point, recent)
         drift = await fa.run_drift(engine, SIMULATED, windows)
     finally:
         await engine.dispose()
@@ -68,8 +69,8 @@ async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None
     if drift:
         console.print(drift_table(drift, windows))
         fired = [k[0] for k, c in drift.items() if c.fired]
-        console.print(f"  [dim]->[/] drift since the change point "
-                      f"{plan.change_point:%H:%M} UTC: [bold]{', '.join(fired) or 'none'}[/]",
-                      soft_wrap=True)
+        console.print(f"  [dim]->[/] drift between the change point "
+                      f"{plan.change_point:%H:%M} and {plan.recovery_point:%H:%M} UTC: "
+                      f"[bold]{', '.join(fired) or 'none'}[/]", soft_wrap=True)
     if not (cal or esc):
         console.print("  no labelled conversations yet")

@@ -39,7 +39,10 @@ def _truth(spec: AgentSpec) -> str:
     if spec.behaviour == "overconfident":
         return f"P(success) = {gap}"
     if spec.behaviour == "drifting" and spec.change_point is not None:
-        return f"P(success) = confidence until {spec.change_point:%H:%M} UTC, then {gap}"
+        until = (f" until {spec.recovery_point:%H:%M}, then confidence again"
+                 if spec.recovery_point is not None else "")
+        return (f"P(success) = confidence until {spec.change_point:%H:%M} UTC, then {gap}"
+                f"{until}")
     if spec.behaviour == "inverted":
         return "P(success) = confidence, but it escalates more often the more confident it is"
     return "P(success) = confidence"

@@ -5,7 +5,7 @@ Contract:
 - :func:`plan_traffic` picks how many simulated conversations make about ``duration_s * rate``
   events (at least one conversation, every conversation complete with its outcome). The
   simulated span ends now (``start = now - n * interval``); the drifting agent turns
-  overconfident halfway through it.
+  overconfident a third of the way through it and recovers at two thirds.
 - :func:`send_traffic` sends ``malformed_events`` first (raw bytes, each breaking the contract
   in a different way, so the DLQ visibly fills and the worker visibly carries on), then the
   plan's events at ``rate`` events/s through the SDK emitter, and returns the replay report
@@ -36,6 +36,7 @@ class TrafficPlan:
     conversations: int
     events: int  # exact number of valid events the plan sends
     change_point: datetime
+    recovery_point: datetime
 
     @property
     def prefix(self) -> str:
@@ -61,9 +62,11 @@ def plan_traffic(seed: int, duration_s: float, rate: float, now: datetime) -> Tr
         if events >= target:
             break
     start = (now - conversations * INTERVAL).replace(microsecond=0)
-    change_point = start + conversations * INTERVAL / 2
-    sim = Simulator(seed, start, default_agents(change_point), interval=INTERVAL)
-    return TrafficPlan(sim, conversations, events, change_point)
+    span = conversations * INTERVAL
+    change_point = start + span / 3
+    recovery_point = start + 2 * span / 3
+    sim = Simulator(seed, start, default_agents(change_point, recovery_point), interval=INTERVAL)
+    return TrafficPlan(sim, conversations, events, change_point, recovery_point)
 
 
 def malformed_events(marker: bytes) -> list[tuple[str, bytes]]:

@@ -195,7 +195,10 @@ class Stack:
                "MONITOR_KAFKA_IDEMPOTENT": str(s.kafka_idempotent).lower(),
                "MONITOR_WEB_PORT": running.web_url.rpartition(":")[2],
                "MONITOR_INGEST_TOKEN": running.ingest_token,
-               "MONITOR_STATE_DIR": str(self.state_dir)}
+               "MONITOR_STATE_DIR": str(self.state_dir),
+               # `monitor up` replays alerting over the simulated timeline itself
+               # (monitor.flows.alert_timeline); a live evaluation would race with it
+               "MONITOR_ALERTING_ENABLED": "false"}
         log_path = self.state_dir / "worker.log"
         with open(log_path, "ab") as log:
             self._log_offset = log.tell()
