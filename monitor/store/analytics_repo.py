@@ -225,7 +225,8 @@ async def design_effects(
     cond, params = segment.where()
     keys = ", ".join(group_by)
     sql = (
-        f"SELECT {keys + ', ' if keys else ''}count(*)::float8 / NULLIF(count(DISTINCT conversation_id), 0)"
+        f"SELECT {keys + ', ' if keys else ''}count(*)::float8"
+        " / NULLIF(count(DISTINCT conversation_id), 0)"
         " FROM items WHERE label IS NOT NULL AND weight > 0 AND ts >= :lo AND ts < :hi"
         f" AND {cond}{' GROUP BY ' + keys if keys else ''}"
     )
