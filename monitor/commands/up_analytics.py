@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from rich.console import Console
 
@@ -28,11 +29,13 @@ SIMULATED = Segment(agent="sim-*")
 MISSED_THRESHOLD = 0.5
 
 
-def print_analytics(console: Console, database_url: str, plan: TrafficPlan) -> None:
+def print_analytics(
+    console: Console, database_url: str, plan: TrafficPlan, state_dir: Path | None = None
+) -> None:
     """Print the three tables (and a one-line reading of each), then write the HTML report
     (``<state_dir>/report/report.html``) and print its path; never raises for empty data."""
     asyncio.run(_print(console, database_url, plan))
-    out_dir = load_settings().state_dir / "report"
+    out_dir = (state_dir or load_settings().state_dir) / "report"
     end = datetime.now(UTC) + timedelta(minutes=1)
     path = write_demo_report(database_url, plan.simulator.start, end, out_dir)
     console.print(f"report written to {path}", soft_wrap=True)

@@ -9,7 +9,8 @@ now)``. Scopes are ``{"agent", "domain", "tier"}`` with "not given" (``""``/``0`
 Metric definitions (see :mod:`monitor.alerts.rule_models`):
 
 - ``ece``/``mce``/``brier``/``accuracy``/``overconfidence_gap``: from ``calibration_bins``
-  summed over the window; ``samples`` = effective sample size (W^2 / sum w^2).
+  summed over the window; ``samples`` = effective sample size (W^2 / sum w^2) divided by the
+  design effect (labelled items per conversation: items of a conversation share its label).
 - ``drift``: 1 when the latest stored drift check of the scope (``recent_to`` in
   ``(now - window, now + 1m]``, the minute rounding of drift windows) fired (and, for a rule
   with ``test``, that test fired), else 0; ``samples`` = the check's recent item count.
@@ -39,7 +40,12 @@ from monitor.metrics import calibration as cal
 from monitor.metrics.bins import BinSums
 from monitor.metrics.escalation import ConversationEscalation, inversion_test, time_to_escalation
 from monitor.store import observation_repo as repo
-from monitor.store.analytics_repo import Segment, bin_sums, escalation_conversations
+from monitor.store.analytics_repo import (
+    Segment,
+    bin_sums,
+    design_effects,
+    escalation_conversations,
+)
 from monitor.store.observation_repo import DriftRow, SegmentTuple
 
 LagSource = Callable[[], float | None]
@@ -181,9 +187,15 @@ class _Reader:
         lo = now - rule.window
         m, w = rule.metric, rule.window
         if m in CALIBRATION_METRICS:
+            keys = ("agent_id", "domain", "tier")
             by_seg = await self.get(("bins", w), lambda: bin_sums(
-                eng, Segment(), lo, now, group_by=("agent_id", "domain", "tier")))  # fmt: skip
-            sums = {(str(k[0]), str(k[1]), int(k[2])): s for k, s in by_seg.items()}
+                eng, Segment(), lo, now, group_by=keys))  # fmt: skip
+            deffs = await self.get(("deff", w), lambda: design_effects(
+                eng, Segment(), lo, now, group_by=keys))  # fmt: skip
+            sums = {
+                (str(k[0]), str(k[1]), int(k[2])): s.with_design_effect(deffs.get(k, 1.0))
+                for k, s in by_seg.items()
+            }
             return calibration_observations(rule, sums, now)
         if m is Metric.DRIFT:
             rows = await self.get(

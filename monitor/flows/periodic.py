@@ -31,7 +31,7 @@ async def drift_once(
     checks = await run_drift(engine, Segment(), windows, alpha=alpha, min_samples=min_samples)
     fired = [k for k, c in checks.items() if c.fired]
     if fired:
-        log.warning("drift fired for %s", ", ".join(f"{k[0]}/{k[2] or '-'}" for k in fired))
+        log.info("drift fired for %s", ", ".join(f"{k[0]}/{k[2] or '-'}" for k in fired))
     return len(fired)
 
 
