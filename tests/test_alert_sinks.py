@@ -326,3 +326,15 @@ async def test_alerts_test_command_reports_each_sink(slack: SlackServer) -> None
     assert code == 2 and "no alert sink configured" in out
     code, out = await asyncio.to_thread(run, cli_env(slack_bot_token="xoxb-1"))
     assert code == 2 and "slack_channel" in out
+
+
+def test_links_open_the_dashboard_of_the_metric_with_the_scope() -> None:
+    scope = {"agent": "billing", "tier": "3"}
+    assert dashboard_link("http://g/", scope, "drift") == (
+        "http://g/d/monitor-drift?var-agent=billing&var-tier=3"
+    )
+    assert dashboard_link("http://g", scope, "escalation_inversion").startswith(
+        "http://g/d/monitor-escalation?"
+    )
+    assert dashboard_link("http://g", {}, "dlq_rate") == "http://g/d/monitor-pipeline"
+    assert dashboard_link("http://g", scope, "ece").startswith("http://g/d/monitor-calibration?")

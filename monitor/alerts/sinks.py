@@ -222,7 +222,7 @@ def alertmanager_alerts(
                 "annotations": annotations,
                 "startsAt": m.fired_at.isoformat(),
                 "endsAt": ends.isoformat(),
-                "generatorURL": dashboard_link(dashboard_url, m.scope),
+                "generatorURL": dashboard_link(dashboard_url, m.scope, m.metric),
             }
         )
     return out

@@ -28,7 +28,16 @@ from monitor.alerts.redact import redact, redact_secrets
 from monitor.alerts.states import Kind, Notification
 
 DASHBOARD_PATH = "/d/monitor-calibration"
-"""Grafana dashboard the links open; the scope is preselected as ``var-<name>`` variables."""
+"""Grafana dashboard the links open by default; the scope is preselected as ``var-<name>``."""
+#: The dashboard (uid path) that shows each metric (others: :data:`DASHBOARD_PATH`).
+METRIC_DASHBOARDS = {
+    "drift": "/d/monitor-drift",
+    "escalation_inversion": "/d/monitor-escalation",
+    "time_to_escalation_p90_s": "/d/monitor-escalation",
+    "judge_failure_rate": "/d/monitor-judges",
+    "dlq_rate": "/d/monitor-pipeline",
+    "consumer_lag": "/d/monitor-pipeline",
+}
 SCOPE_KEYS = ("agent", "domain", "tier")
 MAX_GROUP_MEMBERS = 10
 _STYLE = {
@@ -79,11 +88,15 @@ def scrub_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def dashboard_link(dashboard_url: str, scope: Mapping[str, str]) -> str:
-    """``<dashboard_url>/d/monitor-calibration?var-agent=..&var-domain=..&var-tier=..``
-    (only the scope keys present; values URL-encoded)."""
+def dashboard_link(
+    dashboard_url: str, scope: Mapping[str, str], metric: str | None = None
+) -> str:
+    """``<dashboard_url>/d/<dashboard>?var-agent=..&var-domain=..&var-tier=..``: the dashboard
+    that shows ``metric`` (:data:`METRIC_DASHBOARDS`, else calibration), only the scope keys
+    present, values URL-encoded."""
     query = urlencode([(f"var-{k}", scope[k]) for k in SCOPE_KEYS if k in scope])
-    base = dashboard_url.rstrip("/") + DASHBOARD_PATH
+    path = METRIC_DASHBOARDS.get(metric or "", DASHBOARD_PATH)
+    base = dashboard_url.rstrip("/") + path
     return f"{base}?{query}" if query else base
 
 
@@ -143,7 +156,7 @@ def fallback_text(n: AnyNotification, allow_customer_content: bool = False) -> s
 
 
 def _links(n: Notification, dashboard_url: str) -> list[tuple[str, str]]:
-    links = [("Dashboard", dashboard_link(dashboard_url, n.scope))]
+    links = [("Dashboard", dashboard_link(dashboard_url, n.scope, n.metric))]
     if n.runbook_url:
         links.append(("Runbook", n.runbook_url))
     return links
