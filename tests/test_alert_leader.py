@@ -62,6 +62,10 @@ def recorder(seen: list[str], name: str) -> Callable[[ev.EvaluationReport], None
     return lambda _report: seen.append(name)
 
 
+# advisory locks are per database; other tests' workers on the same server hold their own
+THIS_DB = " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
+
 async def test_one_leader_evaluates_and_another_takes_over_when_it_dies(
     engine: AsyncEngine,
 ) -> None:
@@ -91,7 +95,7 @@ async def test_one_leader_evaluates_and_another_takes_over_when_it_dies(
     held = await q(
         engine,
         "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        " AND (classid::bigint << 32) + objid::bigint = :k",
+        " AND (classid::bigint << 32) + objid::bigint = :k" + THIS_DB,
         k=ev.LEADER_LOCK,
     )
     assert len(held) == 1
@@ -102,7 +106,9 @@ async def test_one_leader_evaluates_and_another_takes_over_when_it_dies(
     assert seen and set(seen) == {follower}
     stops[follower].set()
     await asyncio.wait_for(tasks[follower], 5)
-    assert await q(engine, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == [(0,)]
+    assert await q(
+        engine, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'" + THIS_DB
+    ) == [(0,)]
     # evaluated many times by two leaders: one page, one row per sink
     rows = await q(engine, "SELECT sink, payload FROM notification_outbox ORDER BY id")
     assert [r[0] for r in rows] == list(SINKS)
