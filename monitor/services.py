@@ -20,6 +20,7 @@ from mode import Service
 from monitor.alerts.sinks import configured_sinks
 from monitor.clock import SystemClock
 from monitor.config import Settings, load_alert_rules, load_sampling_policy
+from monitor.flows.evaluate import EvaluationReport
 from monitor.flows.evaluate import run as run_evaluation
 from monitor.flows.ingest import IngestConfig, IngestLoop
 from monitor.flows.judging import build_loop as build_judge_loop
@@ -140,6 +141,7 @@ class AlertingService(Service):
         self.sinks = configured_sinks(settings)
         self.notifier = notifier_from_settings(settings, self.engine, self.sinks)
         self.stopping = asyncio.Event()
+        self.outbox_written = asyncio.Event()  # wakes the notifier right after an evaluation
         self.metrics = metrics
 
     def _lag(self) -> float | None:
@@ -151,11 +153,16 @@ class AlertingService(Service):
         await run_evaluation(
             self.engine, self.rules, sorted(self.sinks), self.stopping,
             self.rules.evaluation_interval.total_seconds(), SystemClock(), lag=self._lag,
+            on_report=self._on_report,
         )  # fmt: skip
+
+    def _on_report(self, report: EvaluationReport) -> None:
+        if report.outbox_rows:
+            self.outbox_written.set()
 
     @Service.task
     async def _notify(self) -> None:
-        await self.notifier.run(self.stopping)
+        await self.notifier.run(self.stopping, self.outbox_written)
 
     async def on_stop(self) -> None:
         self.stopping.set()

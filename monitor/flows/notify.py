@@ -125,10 +125,14 @@ class Notifier:
             await asyncio.gather(*(self._deliver(r) for r in rows))
         return len(seen)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, wake: asyncio.Event | None = None) -> None:
         """Deliver until ``stop`` is set: a pass, then sleep until the next row is due (at most
-        ``poll_interval_s``). Database errors are logged and retried on the next pass."""
+        ``poll_interval_s``, or until ``wake`` is set: an evaluator in the same process sets it
+        after writing outbox rows, so a page does not wait for the next poll). Database errors
+        are logged and retried on the next pass."""
         while not stop.is_set():
+            if wake is not None:
+                wake.clear()
             delay = self._poll
             try:
                 await self.run_once(self._clock())
@@ -140,8 +144,11 @@ class Notifier:
                 log.warning("notifier: database unavailable (%s); retrying", type(exc).__name__)
             sleeper = asyncio.ensure_future(self._sleep(delay))
             stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (sleeper, stopper):
+            waiters = {sleeper, stopper}
+            if wake is not None:
+                waiters.add(asyncio.ensure_future(wake.wait()))
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for task in waiters:
                 task.cancel()
 
     async def _claim(self, now: datetime, seen: list[int]) -> list[Claimed]:
