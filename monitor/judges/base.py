@@ -14,6 +14,7 @@ fabrication, ``fabrication:<type>`` with a type from :data:`FABRICATION_TYPES`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -43,9 +44,19 @@ FABRICATION_TYPES = (
 ALL_CATEGORIES = FAILURE_CATEGORIES + tuple(f"fabrication:{t}" for t in FABRICATION_TYPES)
 
 
+def _natural(event_id: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders digit runs by value: ``c:9`` before ``c:10``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", event_id)
+        if part
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    """The input of every judge: one conversation's events in (ts, turn, event_id) order."""
+    """The input of every judge: one conversation's events in (ts, turn, event_id) order, the
+    event ids compared with their digit runs as numbers (``c:9`` before ``c:10``)."""
 
     conversation_id: str
     events: tuple[AgentEvent, ...]
@@ -63,7 +74,8 @@ class Conversation:
             raise ValueError(f"events of {len(cids)} conversations given, expected one")
         unique = {e.event_id: e for e in events}.values()
         ordered = sorted(
-            unique, key=lambda e: (e.ts, e.turn if e.turn is not None else -1, e.event_id)
+            unique,
+            key=lambda e: (e.ts, e.turn if e.turn is not None else -1, _natural(e.event_id)),
         )
         return cls(next(iter(cids)), tuple(ordered))
 
