@@ -23,6 +23,7 @@ from monitor.store.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING
 from monitor.store.rows import EVENT_COLUMNS, DeadLetter, EventRow
 
 _CID = EVENT_COLUMNS.index("conversation_id")
+_TYPE = EVENT_COLUMNS.index("type")
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class EventWriter:
                 cids = sorted({str(r[_CID]) for r in rows})
                 await conn.execute(LOCK_CONVERSATIONS, cids)
                 decided = await self._decide(conn, cids)
-                synced = await conn.fetchrow(SYNC_ITEMS, cids)
+                relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
+                synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)
                 assert synced is not None
                 new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
             if dead:

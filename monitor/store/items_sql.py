@@ -3,12 +3,14 @@
 Runs in the ingest transaction, after the batch's events and conversation roll-ups are written
 (:mod:`monitor.store.rollup_sql`) and the batch's new conversations have a sampling decision.
 
-:data:`SYNC_ITEMS` takes ``$1`` = the conversation ids of the batch and, in one statement:
+:data:`SYNC_ITEMS` takes ``$1`` = the conversation ids of the batch and ``$2`` = those whose
+label inputs may have changed (the ingest path: conversations with an outcome event in the
+batch; the judge path: the judged conversations), and, in one statement:
 
 1. inserts an item for every newly stored assistant message with a confidence (``ON CONFLICT
    DO NOTHING``: a replayed message changes nothing), with its conversation's sampling weight
    and current label;
-2. relabels the already stored items of those conversations whose label differs from the
+2. relabels the already stored items of the ``$2`` conversations whose label differs from the
    best label available now: the conversation's outcome, else the judges' verdicts on the item
    (a late outcome supersedes a judge label; the verdicts stay stored);
 3. adds to ``calibration_bins``, at every resolution, the *difference* each change makes:
@@ -118,6 +120,7 @@ WITH conv AS (
          coalesce(conv.y, j.y) AS y_new,
          CASE WHEN conv.y IS NOT NULL THEN conv.src ELSE j.src END AS src
   FROM items i JOIN conv USING (conversation_id) LEFT JOIN judged j ON j.item_id = i.event_id
+  WHERE i.conversation_id = ANY($2::text[])
 ), old AS (
   SELECT i.event_id, w.y_old, w.y_new, w.src
   FROM items i JOIN want w USING (event_id)
@@ -165,7 +168,7 @@ _SEG_TYPES = (("agent_id", "text"), ("agent_version", "text"), ("domain", "text"
 
 #: New items from the staged batch + relabel of the batch's conversations (ingest path).
 SYNC_ITEMS = _sync_sql(with_new_items=True)
-#: Relabel only (after new verdicts); ``$1`` = conversation ids.
+#: Relabel only (after new verdicts); ``$1`` = ``$2`` = the judged conversation ids.
 RELABEL_ITEMS = _sync_sql(with_new_items=False)
 
 UNDECIDED = """

@@ -174,6 +174,6 @@ async def write_verdicts(
             "UPDATE judge_requests SET judged_at = now() WHERE conversation_id = ANY($1::text[])",
             cids,
         )
-        row = await conn.fetchrow(RELABEL_ITEMS, cids)
+        row = await conn.fetchrow(RELABEL_ITEMS, cids, cids)
     assert row is not None
     return len(verdicts), int(row["relabelled"])
