@@ -143,8 +143,9 @@ class JudgeLoop:
     async def schedule_forever(self) -> None:
         while not self._stopping.is_set():
             try:
-                while await self.schedule_once() >= self.config.schedule_batch:
-                    pass  # a backlog: keep going until a round comes back short
+                sent = await self.schedule_once()
+                while sent >= self.config.schedule_batch:  # a backlog: until a round is short
+                    sent = await self.schedule_once()
             except Exception as exc:  # the scheduler must outlive any failure
                 log.warning("judge scheduling failed (%s); retrying", exc)
             await self._sleep(self.config.schedule_interval_s)

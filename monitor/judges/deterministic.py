@@ -18,15 +18,15 @@ Labels: each judge returns one verdict per assistant message it *checked*: ``lab
 check fails, ``label=1`` when it passes (so agreement with ground truth can be measured on both
 classes). ``label=1`` means "this check passed", not "the message is right". A message with
 nothing to check (no claim, no tool call, no preceding error, no figure) gets no verdict.
-``score`` equals the label except for figures (share of supported figures). Evidence always
-names ``message_event_id`` and the tool calls (ids and names) involved, all earlier in the
-conversation than the message except the message's own calls. A judge never raises for
-conversation content: an unexpected exception becomes one ``status="error"`` verdict.
+``score`` equals the label except for figures (share of supported figures). Evidence names
+``message_event_id`` and the (earlier, or the message's own) tool calls involved. A judge never
+raises for content: an unexpected exception becomes one ``status="error"`` verdict.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import asdict
 from typing import Any
 
@@ -74,7 +74,7 @@ def _failure(result: AgentEvent) -> dict[str, Any]:
     }
 
 
-class _DeterministicJudge:
+class _DeterministicJudge(ABC):
     """Shared plumbing: verdict construction and the never-raise wrapper."""
 
     name = "det.base"
@@ -96,8 +96,10 @@ class _DeterministicJudge:
                 )
             ]
 
+    @abstractmethod
     def _judge(self, conv: Conversation) -> list[Verdict]:
-        raise NotImplementedError
+        """The verdicts of this check on ``conv`` (may raise; ``judge`` turns that into an
+        error verdict)."""
 
     def _verdict(
         self,
