@@ -288,12 +288,8 @@ class UnsupportedFigureJudge(_DeterministicJudge):
 
 def deterministic_judges(reference: tuple[str, ...] = ()) -> list[Judge]:
     """One instance of each deterministic judge; ``reference`` goes to the figure judge."""
-    return [
-        AuthorizationFabricationJudge(),
-        RepeatedToolCallJudge(),
-        IgnoredToolErrorJudge(),
-        UnsupportedFigureJudge(reference),
-    ]
+    checks = (AuthorizationFabricationJudge(), RepeatedToolCallJudge(), IgnoredToolErrorJudge())
+    return [*checks, UnsupportedFigureJudge(reference)]
 
 
 def run_all(conversation: Conversation, reference: tuple[str, ...] = ()) -> list[Verdict]:
