@@ -141,3 +141,25 @@ async def test_dead_letter_at_a_reused_offset_is_kept(writer: EventWriter, datab
     finally:
         await conn.close()
     assert raws == [b"a", b"b"]
+
+
+async def test_outcome_ranks_ground_truth_then_outcomes_then_human_review(
+    writer: EventWriter, database_url: str
+):
+    """DESIGN section 4: outcome > human review (> judges, which label items elsewhere)."""
+    await writer.write([event_row(e) for e in conversation()])
+
+    async def outcome(eid: str, at: float, ok: bool, source: str) -> tuple:
+        await writer.write([event_row(event(eid, "c1", "outcome", at=at, success=ok,
+                                            reward=None, source=source))])  # fmt: skip
+        c = await fetch_conv(database_url, "c1")
+        return c["outcome_success"], c["outcome_source"]
+
+    assert await outcome("h1", 100, False, "human_review") == (False, "human_review")
+    assert await outcome("t1", 110, True, "ticket") == (True, "ticket")
+    # a later human review does not override an outcome
+    assert await outcome("h2", 120, False, "human_review") == (True, "ticket")
+    # a later outcome of the same rank does
+    assert await outcome("c1o", 130, False, "csat") == (False, "csat")
+    assert await outcome("g1", 140, True, "ground_truth") == (True, "ground_truth")
+    assert await outcome("t2", 150, False, "ticket") == (True, "ground_truth")

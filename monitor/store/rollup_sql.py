@@ -9,8 +9,10 @@ event changes nothing. Merge rules (order-independent across batches):
 - min_confidence: LEAST over assistant messages (NULLs ignored);
 - last_confidence: the assistant confidence with the latest ts (ties: the later batch);
 - escalation: the earliest escalation event gives escalated_at, its turn and trigger;
-- outcome: a ``ground_truth`` outcome beats any other source; within the same rank the latest
-  ts wins, so a late outcome updates the row.
+- outcome: ranked by source, ``ground_truth`` > ``ticket``/``csat``/``other`` > ``human_review``
+  (DESIGN.md section 4: outcome > human review > judge verdict; judges are not outcomes and
+  label items elsewhere); within the same rank the latest ts wins, so a late outcome updates
+  the row.
 """
 
 from __future__ import annotations
@@ -28,13 +30,20 @@ CREATE_STAGING = (
 _SEGMENT = tuple(c for c in SEGMENT_COLUMNS if c != "agent_id")
 _COLS = ", ".join(EVENT_COLUMNS)
 _ASSISTANT = "type = 'message' AND role = 'assistant'"
-_OUTCOME_ORDER = "(body->'outcome'->>'source' = 'ground_truth') DESC, ts DESC"
 _ESC = "type = 'escalation'"
 _OUT = "type = 'outcome'"
 _TRIGGER = "body->'escalation'->>'trigger'"
 _SUCCESS = "(body->'outcome'->>'success')::boolean"
 _REWARD = "(body->'outcome'->>'reward')::float8"
 _SOURCE = "body->'outcome'->>'source'"
+
+
+def _rank(source: str) -> str:
+    """SQL rank of an outcome source (higher wins): ground truth, other outcomes, human review."""
+    return f"(CASE {source} WHEN 'ground_truth' THEN 3 WHEN 'human_review' THEN 1 ELSE 2 END)"
+
+
+_OUTCOME_ORDER = _rank(_SOURCE) + " DESC, ts DESC"
 
 
 def _first(expr: str, where: str = "TRUE", order: str = "ts") -> str:
@@ -95,12 +104,12 @@ _EARLIER_ESC = (
     "EXCLUDED.escalated_at IS NOT NULL AND "
     "(c.escalated_at IS NULL OR EXCLUDED.escalated_at < c.escalated_at)"
 )
-_NEW_GT = "(EXCLUDED.outcome_source = 'ground_truth')"
-_OLD_GT = "(c.outcome_source IS NOT DISTINCT FROM 'ground_truth')"
+_NEW_RANK = _rank("EXCLUDED.outcome_source")
+_OLD_RANK = _rank("c.outcome_source")
 _BETTER_OUTCOME = (
     "EXCLUDED.outcome_at IS NOT NULL AND (c.outcome_at IS NULL"
-    f" OR {_NEW_GT} > {_OLD_GT}"
-    f" OR ({_NEW_GT} = {_OLD_GT} AND EXCLUDED.outcome_at >= c.outcome_at))"
+    f" OR {_NEW_RANK} > {_OLD_RANK}"
+    f" OR ({_NEW_RANK} = {_OLD_RANK} AND EXCLUDED.outcome_at >= c.outcome_at))"
 )
 
 
