@@ -24,10 +24,10 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal, NamedTuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from monitor.errors import ConfigError
+from monitor.yaml_config import load_yaml_model
 
 _GLOB_CHARS = frozenset("*?[")
 _MAX_SALT_BYTES = 64  # the BLAKE2b key limit
@@ -227,14 +227,13 @@ class SamplingPolicy(_Config):
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "sampling") -> SamplingPolicy:
-        """Parse YAML text (already read by the caller) and validate it like ``from_mapping``."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-        if data is not None and not isinstance(data, Mapping):
-            raise ConfigError(f"{source}: must be a mapping, got {type(data).__name__}")
-        return cls.from_mapping(data, source)
+        """Parse YAML text (already read by the caller) and validate it.
+
+        Raises ConfigError with one ``<source>:<line>: <field>: <problem>`` line per problem
+        (:func:`monitor.yaml_config.load_yaml_model`), e.g.
+        ``sampling.yaml:4: strata[1].rate: Input should be less than or equal to 1``.
+        """
+        return load_yaml_model(text, source, cls, "a mapping")
 
     def stratum_for(self, agent_id: str | None, domain: str | None, tier: int | None) -> Stratum:
         """The stratum (label, rate) of a conversation with these attributes (memoised)."""

@@ -355,8 +355,12 @@ def test_policy_from_yaml_and_digest() -> None:
     assert policy.digest() == SamplingPolicy.from_yaml(text).digest()
     assert policy.digest() != SamplingPolicy.from_yaml(text.replace("v1", "v2")).digest()
     assert SamplingPolicy.from_yaml("") == SamplingPolicy()
-    with pytest.raises(ConfigError, match=re.escape("policy.yaml: must be a mapping")):
+    with pytest.raises(ConfigError, match=re.escape("policy.yaml:1: the top level must be a map")):
         SamplingPolicy.from_yaml("- 1", source="policy.yaml")
+    bad = "default_rate: 0.5\nstrata:\n  - {tier: 3, rate: 1}\n  - {tier: 1, rate: 2}\n"
+    with pytest.raises(ConfigError) as err:
+        SamplingPolicy.from_yaml(bad, source="policy.yaml")
+    assert str(err.value).startswith("policy.yaml:4: strata[1].rate: ")
     with pytest.raises(ConfigError, match="not valid YAML"):
         SamplingPolicy.from_yaml("a: [", source="policy.yaml")
 

@@ -26,22 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from monitor.alerts.durations import Duration
-
-Path = tuple[str | int, ...]
-
-
-class FieldProblem(ValueError):
-    """A validation failure located at ``path`` below the model that raised it.
-
-    ``also`` optionally names where the same thing was first defined (duplicates); the
-    loader reports it as ``(first defined at <field>, line <n>)``.
-    """
-
-    def __init__(self, path: Path, message: str, also: Path | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.message = message
-        self.also = also
+from monitor.yaml_config import FieldProblem
 
 
 class Metric(StrEnum):

@@ -7,8 +7,10 @@ import logging
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from monitor.config import load_settings
+from monitor.errors import ConfigError
 from monitor.infra import endpoints
 
 err = Console(stderr=True)
@@ -19,10 +21,12 @@ def register(app: typer.Typer) -> None:
     def worker(
         loglevel: str = typer.Option("info", help="Log level: debug, info, warning, error."),
     ) -> None:
-        """Run the stream worker: Kafka ingest into Postgres, HTTP ingest, /metrics, /health.
+        """Run the stream worker: Kafka ingest into Postgres, judges, drift checks, alert
+        evaluation and delivery, HTTP ingest, /v1/calibration, /metrics, /health.
 
         Needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL (or a running `monitor up`). Stops
-        cleanly on Ctrl-C / SIGTERM: the batch in flight is written or left uncommitted.
+        cleanly on Ctrl-C / SIGTERM: the batch in flight is written or left uncommitted. A bad
+        sampling or rules file stops it at once with the file, line and field (exit 2).
         """
         settings = endpoints.resolve(load_settings())
         if not settings.kafka_bootstrap or not settings.database_url:
@@ -36,7 +40,11 @@ def register(app: typer.Typer) -> None:
         )
         from monitor.app import run_worker
 
-        run_worker(settings, loglevel)
+        try:
+            run_worker(settings, loglevel)
+        except ConfigError as exc:
+            err.print(f"[red]invalid configuration[/]:\n{escape(str(exc))}")
+            raise typer.Exit(2) from None
 
     @app.command("migrate")
     def migrate(
