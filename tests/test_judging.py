@@ -194,3 +194,33 @@ async def test_schedule_waits_for_idle_conversations(broker, database_url, idle_
     finally:
         await loop.close()
     _ = datetime.now(UTC)
+
+
+async def test_schedule_picks_rule_candidates_only_and_marks_them(broker, database_url):
+    """Rate 0: only conversations an always-sample rule pulls in are sent to the judges (here
+    a confidence floor of 0.75: c-fab's 0.95 is above it, c-ok 0.7 and c-mix 0.6 below), each
+    marked requested so that the next round skips it."""
+    policy = SamplingPolicy.from_mapping(
+        {"default_rate": 0.0, "always_sample": {"confidence_floor": 0.75}}
+    )
+    writer = EventWriter(database_url, policy=policy)
+    await writer.write([event_row(e) for e in conversations()])
+    await writer.close()
+    clock = FixedClock(T0 + timedelta(minutes=30))
+    config = JudgeConfig(broker.bootstrap, database_url, topic=f"j-{uuid.uuid4().hex[:8]}",
+                         idle_s=60, idempotent_producer=False)  # fmt: skip
+    loop = JudgeLoop(config, JudgeRunner(deterministic_judges()), policy.always_sample,
+                     clock=clock)  # fmt: skip
+    await loop.start()
+    try:
+        assert await loop.schedule_once() == 2
+        assert await loop.schedule_once() == 0
+    finally:
+        await loop.close()
+    rows = await fetch(database_url, "SELECT conversation_id, judge_requested_at IS NOT NULL AS m"
+                       " FROM conversations ORDER BY 1")  # fmt: skip
+    assert [(r["conversation_id"], r["m"]) for r in rows] == [
+        ("c-fab", False), ("c-mix", True), ("c-ok", True)
+    ]
+    reasons = await fetch(database_url, "SELECT reasons FROM judge_requests")
+    assert all('"low_confidence"' in r["reasons"] for r in reasons), reasons

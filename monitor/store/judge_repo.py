@@ -1,11 +1,13 @@
 """Postgres side of the judging pipeline: candidates, requests, conversations, verdicts.
 
 - :func:`claim_candidates` picks conversations that are idle, decided, not yet requested and
-  sampled (by rate, or by an always-sample rule evaluated here on the stored facts), records a
-  ``judge_requests`` row for each and hands them to a callback (the Kafka publish) INSIDE the
-  transaction: when the publish fails, nothing is recorded and they are picked again later;
-  when the commit fails after a publish, a request is sent twice and the judge worker absorbs it
-  (verdicts are unique per item and judge version).
+  sampled (by rate, or by an always-sample rule evaluated here on the stored facts; the stored
+  facts narrow the candidates through a partial index, so a round never scans conversations
+  that were never sampled), marks them requested (``conversations.judge_requested_at``),
+  records a ``judge_requests`` row for each and hands them to a callback (the Kafka publish)
+  INSIDE the transaction: when the publish fails, nothing is recorded and they are picked
+  again later; when the commit fails after a publish, a request is sent twice and the judge
+  worker absorbs it (verdicts are unique per item and judge version).
 - :func:`write_verdicts` stores verdicts (``ON CONFLICT DO NOTHING``), marks the request judged
   and relabels the conversation's items and calibration sums, in one transaction.
 """
@@ -57,19 +59,36 @@ class JudgeRequest:
         )
 
 
-_CANDIDATES = """
+_FACTS = """
 SELECT c.conversation_id, c.agent_id, c.sampled_by_rate, c.escalated, c.min_confidence,
        c.tool_errors > 0 AS failed_tool_call,
        (SELECT min((e.body->'feedback'->>'score')::float8) FROM events e
          WHERE e.conversation_id = c.conversation_id AND e.type = 'feedback') AS min_feedback
 FROM conversations c
-WHERE c.last_ts < $1 AND c.sample_rate IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM judge_requests r WHERE r.conversation_id = c.conversation_id)
-  AND (c.sampled_by_rate OR c.escalated OR c.tool_errors > 0 OR c.feedback_count > 0
-       OR c.min_confidence < $2)
+"""
+
+# the partial index ix_conversations_judge_candidates serves exactly this predicate
+_CANDIDATES = _FACTS + """
+WHERE c.judge_requested_at IS NULL AND c.last_ts < $1 AND c.sample_rate IS NOT NULL
+  AND (c.sampled_by_rate OR c.escalated OR c.tool_errors > 0 OR c.feedback_count > 0)
 ORDER BY c.last_ts
-LIMIT $3
+LIMIT $2
 FOR UPDATE OF c SKIP LOCKED
+"""
+
+# the confidence-floor rule depends on configuration, so it has no partial index: it looks at
+# conversations idle for less than FLOOR_HORIZON only (the last_ts index bounds the scan)
+_LOW_CONFIDENCE = _FACTS + """
+WHERE c.judge_requested_at IS NULL AND c.last_ts < $1 AND c.last_ts >= $2
+  AND c.sample_rate IS NOT NULL AND c.min_confidence < $3
+ORDER BY c.last_ts
+LIMIT $4
+FOR UPDATE OF c SKIP LOCKED
+"""
+FLOOR_HORIZON = timedelta(days=1)
+
+_MARK = """
+UPDATE conversations SET judge_requested_at = $2 WHERE conversation_id = ANY($1::text[])
 """
 
 _RECORD = """
@@ -92,9 +111,16 @@ async def claim_candidates(
     Returns the requests published and recorded (empty when there is nothing to judge).
     Exceptions of ``publish`` propagate, and nothing is recorded.
     """
-    floor = rules.confidence_floor if rules.confidence_floor is not None else -1.0
+    cutoff = now - idle
     async with pool.acquire() as conn, conn.transaction():
-        rows = await conn.fetch(_CANDIDATES, now - idle, floor, limit)
+        rows = list(await conn.fetch(_CANDIDATES, cutoff, limit))
+        floor = rules.confidence_floor
+        if floor is not None and len(rows) < limit:
+            seen = {r["conversation_id"] for r in rows}
+            more = await conn.fetch(
+                _LOW_CONFIDENCE, cutoff, cutoff - FLOOR_HORIZON, floor, limit - len(rows)
+            )
+            rows += [r for r in more if r["conversation_id"] not in seen]
         requests = []
         for r in rows:
             fired = rules.reasons(
@@ -109,6 +135,7 @@ async def claim_candidates(
         if not requests:
             return []
         await publish(requests)
+        await conn.execute(_MARK, [q.conversation_id for q in requests], now)
         await conn.execute(
             _RECORD,
             [q.conversation_id for q in requests],

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -35,13 +36,14 @@ metadata = MetaData(
 
 TS = DateTime(timezone=True)
 
-# conversations columns written by the sampler, not by the event roll-up
+# conversations columns written by the sampler and the judge scheduler, not by the roll-up
 SAMPLING_COLUMNS = (
     "sample_stratum",
     "sample_rate",
     "sampled_by_rate",
     "sample_weight",
     "sample_policy",
+    "judge_requested_at",
 )
 
 # Columns shared by events and conversations: who and which segment.
@@ -132,8 +134,20 @@ conversations = Table(
     Column("sampled_by_rate", Boolean),
     Column("sample_weight", Double),
     Column("sample_policy", Text),
+    # when the judge scheduler sent the conversation to the judges (NULL: not yet)
+    Column("judge_requested_at", TS),
     Index(None, "agent_id", "first_ts"),
     Index(None, "last_ts"),
+    # the judge scheduler's candidates: not yet requested, and sampled or pulled in by a rule
+    # that the stored facts decide (a confidence floor is looked up separately)
+    Index(
+        "ix_conversations_judge_candidates",
+        "last_ts",
+        postgresql_where=text(
+            "judge_requested_at IS NULL AND (sampled_by_rate OR escalated OR tool_errors > 0"
+            " OR feedback_count > 0)"
+        ),
+    ),
 )
 
 dead_letters = Table(
