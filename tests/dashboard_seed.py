@@ -60,10 +60,11 @@ async def seed(database_url: str, tau2_files: Sequence[Path],
 
 
 async def seed_analytics(database_url: str, now: datetime) -> None:
-    """Drift checks at three points of the last hour and a recalibration map per agent."""
+    """Drift checks at four points (the first right across the drifting agent's change point,
+    two hours before ``now``, so one check surely fires) and a recalibration map per agent."""
     engine = make_engine(database_url)
     try:
-        for back in (60, 30, 0):
+        for back in (75, 60, 30, 0):
             windows = fa.drift_windows(now - timedelta(minutes=back), timedelta(minutes=45))
             await fa.run_drift(engine, Segment(), windows, min_samples=50)
         await fa.fit_maps(engine, Segment(), now - timedelta(days=30), now + timedelta(minutes=1),
