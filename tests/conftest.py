@@ -17,7 +17,7 @@ import pytest
 from monitor.infra.broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parent.parent
-TAU2_DIR = REPO.parent / "shared" / "data" / "tau2"
+TAU2_DIR = REPO / "tests" / "data" / "tau2"  # committed copy (see tests/data/README.md)
 
 
 @pytest.fixture(scope="session")

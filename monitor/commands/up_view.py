@@ -110,8 +110,8 @@ def monitor_command() -> str:
 
 def _tau2_example() -> str:
     """A tau2-bench results file to replay, relative to the current directory if possible."""
-    roots = (Path.cwd().parent / "shared" / "data" / "tau2",
-             Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2")
+    roots = (Path.cwd() / "tests" / "data" / "tau2",
+             Path(__file__).resolve().parents[2] / "tests" / "data" / "tau2")
     for root in roots:
         files = sorted(root.glob("*.json"))
         if files:

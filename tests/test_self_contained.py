@@ -1,0 +1,40 @@
+"""The repository is self-contained: nothing the suite, the demo or a benchmark runs reads a
+path outside the clone (issue 12: a fresh clone with no ``../shared`` beside it failed 44 tests).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# a path that climbs out of the repository to a sibling folder: "../shared", parent / "shared"
+OUTSIDE = re.compile(r"""\.\./shared|parent\s*/\s*["']shared["']|parents\[\d\]\s*/\s*["']shared["']""")
+
+
+def test_no_code_reads_beside_the_repository() -> None:
+    offenders = []
+    for folder in ("monitor", "tests", "bench"):
+        for path in (REPO / folder).rglob("*.py"):
+            if path.name == Path(__file__).name:
+                continue
+            for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if OUTSIDE.search(line):
+                    offenders.append(f"{path.relative_to(REPO)}:{no}: {line.strip()}")
+    assert offenders == []
+
+
+def test_tau2_data_is_committed_with_its_source_and_licence() -> None:
+    folder = REPO / "tests" / "data" / "tau2"
+    files = sorted(p.name for p in folder.glob("*.json"))
+    assert files == [
+        "airline_gemini2_5_flash_10tasks_2t.json",
+        "airline_gemini2_5_flash_10tasks_2t_retry_agent.json",
+    ]
+    for name in files:
+        doc = json.loads((folder / name).read_text(encoding="utf-8"))
+        assert {"info", "tasks", "simulations"} <= doc.keys()
+        assert len(doc["simulations"]) == 20  # 10 tasks x 2 trials, as published
+    note = (REPO / "tests" / "data" / "README.md").read_text(encoding="utf-8")
+    assert "MIT" in note and "jitrc/tau2-enhanced" in note and "4b23a7edc99c" in note
