@@ -41,6 +41,23 @@ def tau2_files() -> list[Path]:
     return files
 
 
+@pytest.fixture
+def private_dir() -> Iterator[Path]:
+    """A temp dir outside pytest's basetemp, removed afterwards.
+
+    For data directories of servers started as another user (the embedded Postgres runs
+    unprivileged when the tests run as root): every pytest session that starts on the machine
+    resets /tmp/pytest-of-<user> to mode 0700, which locks that user out of a tmp_path."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="monitor-test-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # --- Postgres -----------------------------------------------------------------------------
 
 

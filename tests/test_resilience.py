@@ -99,11 +99,13 @@ async def test_sigkill_mid_run_loses_and_duplicates_nothing(
 
 
 @pytest.mark.slow
-async def test_postgres_outage_mid_run(broker, topic_name: str, tmp_path: Path):
+async def test_postgres_outage_mid_run(
+    broker, topic_name: str, tmp_path: Path, private_dir: Path
+):
     events = traffic(12)
     # fsync may be off (a process crash, not an OS crash, is simulated); synchronous_commit is
     # on, so every commit the worker saw survives the immediate shutdown below
-    pg = EmbeddedPostgres(tmp_path / "pg", fsync=False).start()
+    pg = EmbeddedPostgres(private_dir / "pg", fsync=False).start()
     url = with_database(pg.admin_url, "outage")
     worker = WorkerProcess(broker.bootstrap, url, topic_name, tmp_path)
     try:

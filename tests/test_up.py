@@ -77,9 +77,14 @@ def _wait_for(out: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: fl
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[Path]:
-    """A private state dir; whatever a failed test left running there is killed afterwards."""
-    path = tmp_path / "state"
+def state_dir(private_dir: Path) -> Iterator[Path]:
+    """A private state dir; whatever a failed test left running there is killed afterwards.
+
+    Not under pytest's tmp_path: as root, the embedded Postgres runs as an unprivileged user
+    that must traverse the path, and every pytest session that starts on the machine resets
+    /tmp/pytest-of-root to mode 0700 (seen: `pg_ctl: could not access directory ...
+    Permission denied` at stop while another suite started)."""
+    path = private_dir / "state"
     yield path
     for line in _leftovers(path):
         os.kill(int(line.split(":")[0]), signal.SIGKILL)
