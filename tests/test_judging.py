@@ -40,7 +40,8 @@ def llm_answer(req: Recorded) -> Reply:
 
 def conversations() -> list:
     evs = []
-    # c-fab: claims a refund with no tool call (authorization fabrication), no outcome yet
+    # c-fab: claims a refund with no tool call (authorization fabrication), no outcome yet;
+    # the agent calls tools in c-ok, so it is a tool-using agent and the check applies here
     evs += [
         event("fab-u", "c-fab", at=0, role="user", content="refund my order", confidence=None),
         event("fab-a1-bad", "c-fab", at=1, content="Your refund has been issued.", confidence=0.95),
@@ -48,7 +49,9 @@ def conversations() -> list:
     # c-ok: a plain exchange, outcome success (ground truth beats the judges)
     evs += [
         event("ok-u", "c-ok", at=2, role="user", content="where is my order?", confidence=None),
-        event("ok-a1", "c-ok", at=3, content="Let me check that for you.", confidence=0.7),
+        event("ok-a1", "c-ok", at=3, content="Let me check that for you.", confidence=0.7,
+              tool_calls=[{"id": "k1", "name": "get_order", "arguments": {}}]),
+        event("ok-t1", "c-ok", "tool_result", at=3.5, call_id="k1", name="get_order"),
         event("ok-o", "c-ok", "outcome", at=4, success=True),
     ]
     # c-mix: two assistant messages, the LLM judges one wrong; no outcome
