@@ -114,6 +114,9 @@ class Settings(BaseSettings):
         "at least judge_floor_min_pairs flagged conversations) stops labelling items.",
     )
     judge_floor_min_pairs: int = Field(default=30, ge=1)
+    judge_quality_interval_s: float = Field(
+        default=300.0, gt=0, description="How often the worker re-measures the judges."
+    )
 
     # --- alerting -------------------------------------------------------------------------
     alerting_enabled: bool = Field(

@@ -41,6 +41,7 @@ from monitor.ops_metrics import OpsMetrics
 from monitor.sampling_rules import AlwaysSampleRules
 from monitor.store import judge_repo
 from monitor.store.engine import libpq_url
+from monitor.store.judge_quality_repo import FloorChange, refresh_judge_quality
 
 log = logging.getLogger("monitor.judging")
 T = TypeVar("T")
@@ -60,6 +61,9 @@ class JudgeConfig:
     concurrency: int = 8
     idempotent_producer: bool = True
     retry_max_s: float = 10.0
+    precision_floor: float = 0.7
+    floor_min_pairs: int = 30
+    quality_interval_s: float = 300.0
 
 
 class JudgeLoop:
@@ -126,12 +130,30 @@ class JudgeLoop:
         self.metrics.judge_requests.inc(len(done))
         return len(done)
 
+    async def refresh_quality(self) -> list[FloorChange]:
+        """Measure the judges against outcomes and apply the precision floor
+        (:func:`monitor.store.judge_quality_repo.refresh_judge_quality`)."""
+        assert self._pool is not None
+        _, changes = await refresh_judge_quality(
+            self._pool, self.config.precision_floor, self.config.floor_min_pairs
+        )
+        for c in changes:
+            log.warning("judge %s %s %s (precision floor %.2f); %d items relabelled",
+                        c.judge, c.judge_version, "muted" if c.muted else "unmuted",
+                        self.config.precision_floor, c.relabelled)  # fmt: skip
+        return changes
+
     async def schedule_forever(self) -> None:
+        last_quality: float | None = None
         while not self._stopping.is_set():
             try:
                 sent = await self.schedule_once()
                 while sent >= self.config.schedule_batch:  # a backlog: until a round is short
                     sent = await self.schedule_once()
+                now = self.clock.monotonic()
+                if last_quality is None or now - last_quality >= self.config.quality_interval_s:
+                    last_quality = now
+                    await self.refresh_quality()
             except Exception as exc:  # the scheduler must outlive any failure
                 log.warning("judge scheduling failed (%s); retrying", exc)
             await self._sleep(self.config.schedule_interval_s)
@@ -261,6 +283,9 @@ def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules
         schedule_batch=settings.judge_batch,
         concurrency=settings.judge_concurrency,
         idempotent_producer=settings.kafka_idempotent,
+        precision_floor=settings.judge_precision_floor,
+        floor_min_pairs=settings.judge_floor_min_pairs,
+        quality_interval_s=settings.judge_quality_interval_s,
     )
     domains = load_domains(settings.domains_dir)
     log.info("judge domains: %s", ", ".join(f"{n} ({len(d.references)} references)"
