@@ -137,9 +137,10 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
     # det.good flags the 16 failures only
     verdicts = [Verdict("det.noisy", "1", f"q{i}", f"q{i}-a", label=0, score=0.0,
                         categories=("wrong_action",)) for i in [*range(14), *range(19, 50)]]
-    verdicts += [Verdict("det.good", "1", f"q{i}", f"q{i}-a", label=0 if i < 16 else 1,
-                         categories=("wrong_information",) if i < 16 else ())
-                 for i in range(40)]  # fmt: skip
+    verdicts += [Verdict("det.good", "1", f"q{i}", f"q{i}-a", label=0 if i < 16 or i in (40, 41)
+                         else 1, categories=("wrong_information",) if i < 16 or i in (40, 41)
+                         else ())
+                 for i in range(50)]  # fmt: skip (on q40-q49, without outcome: flags 2)
     pool = await asyncpg.create_pool(libpq_url(database_url))
     try:
         await judge_repo.write_verdicts(pool, {f"q{i}": "agent-a" for i in range(50)}, verdicts)
@@ -154,20 +155,40 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
             return int(row["n"]), float(row["y"])
 
         assert await judge_labelled() == 10 and await bins() == (50, 24.0)
+        env = {"MONITOR_DATABASE_URL": database_url}
+        cal = await asyncio.to_thread(CliRunner().invoke, app, ["calibration", "--since",
+                                      "3650d", "--json"], env=env)  # fmt: skip
+        assert cal.exit_code == 0, cal.output
+        jl = json.loads(cal.output)["judge_labels"]["agent-a"]
+        assert (jl["labelled_items"], jl["judge_labelled_items"]) == (50, 10)
+        assert jl["judge_share"] == pytest.approx(0.2)
+        corr = {c["judge"]: c for c in jl["judges"]}
+        # det.noisy: sensitivity 14/16, specificity 3/24: se + sp = 1, no better than chance
+        assert (corr["det.noisy"]["judged_without_outcome"],
+                corr["det.noisy"]["flagged_without_outcome"]) == (10, 10)
+        assert corr["det.noisy"]["accuracy"]["corrected"] is None
+        assert "chance" in corr["det.noisy"]["accuracy"]["note"]
+        # det.good: se = sp = 1 on the outcomes, so corrected = raw = 1 - 2/10
+        assert corr["det.good"]["accuracy"]["raw"] == pytest.approx(0.8)
+        assert corr["det.good"]["accuracy"]["corrected"] == pytest.approx(0.8)
+        cal_text = await asyncio.to_thread(CliRunner().invoke, app, ["calibration", "--since",
+                                           "3650d"], env={**env, "COLUMNS": "300"})  # fmt: skip
+        assert "are labelled by judges, not outcomes" in cal_text.output
+        assert "corrected (Rogan-Gladen)" in cal_text.output
         quality, changes = await refresh_judge_quality(pool, 0.7, 30)
         noisy = next(q for q in quality if q.judge == "det.noisy")
         assert (noisy.precision.k, noisy.precision.n, noisy.below_floor) == (14, 35, True)
+        # q40, q41 stay labelled by det.good (its label 0), the other 8 lose their label
         assert [(c.judge, c.muted, c.relabelled) for c in changes] == [("det.noisy", True, 10)]
-        assert await judge_labelled() == 0 and await bins() == (40, 24.0)
+        assert await judge_labelled() == 2 and await bins() == (42, 24.0)
         assert (await refresh_judge_quality(pool, 0.7, 30))[1] == []  # idempotent
         stored = await pool.fetch("SELECT judge, muted FROM judge_quality ORDER BY judge")
         assert [(r["judge"], r["muted"]) for r in stored] == [("det.good", False),
                                                                ("det.noisy", True)]
-        assert await pool.fetchval("SELECT count(*) FROM verdicts") == 85  # all still stored
+        assert await pool.fetchval("SELECT count(*) FROM verdicts") == 95  # all still stored
     finally:
         await pool.close()
 
-    env = {"MONITOR_DATABASE_URL": database_url}
     args = ["judges", "--since", "3650d"]
     res = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--json"], env=env)
     assert res.exit_code == 0, res.output
