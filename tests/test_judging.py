@@ -156,6 +156,11 @@ async def test_judging_end_to_end(broker, database_url):
             )
             # 4 labelled items: fab (0), ok (1), mix-a1 (1), mix-a2 (1)
             assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
+            # the worker's judge measurement: too few flagged conversations to mute anyone
+            assert await loop.refresh_quality() == []
+            measured = await fetch(database_url, "SELECT judge, pairs, muted FROM judge_quality"
+                                   " ORDER BY judge")  # fmt: skip
+            assert measured and not any(r["muted"] for r in measured)
         finally:
             await loop.stop()
             await asyncio.wait_for(consumer, 30)
