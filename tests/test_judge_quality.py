@@ -202,3 +202,36 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
     text = await asyncio.to_thread(CliRunner().invoke, app, args, env={**env, "COLUMNS": "300"})
     assert text.exit_code == 0
     assert "precision below the floor 0.7: stops labelling items" in text.output
+
+
+async def test_judges_cli_on_tau2_matches_the_pure_report(database_url: str,
+                                                           tau2_files: list[Path]) -> None:
+    events = [e for f in tau2_files for e in tau2_file_events(f)]
+    w = EventWriter(database_url)
+    await w.write([event_row(e) for e in events])
+    await w.close()
+    runner = JudgeRunner(deterministic_judges(), domains=load_domains())
+    convs: dict[str, list] = {}
+    for e in events:
+        convs.setdefault(e.conversation_id, []).append(e)
+    verdicts = [v for evs in convs.values()
+                for v in await runner.run(Conversation.of(evs), set())]  # fmt: skip
+    pool = await asyncpg.create_pool(libpq_url(database_url))
+    try:
+        await judge_repo.write_verdicts(
+            pool, {cid: evs[0].agent.id for cid, evs in convs.items()}, verdicts)
+    finally:
+        await pool.close()
+    res = await asyncio.to_thread(CliRunner().invoke, app, ["judges", "--json"],
+                                  env={"MONITOR_DATABASE_URL": database_url})
+    assert res.exit_code == 0, res.output
+    got = {(r["judge"], r["category"]): r for r in json.loads(res.output)["quality"]}
+    pure = await asyncio.to_thread(tau2_judgements, tau2_files)  # it runs its own loop
+    want = {(r.judge, r.category): r for r in judge_quality(pure)}
+    assert set(got) == set(want)
+    for key, r in want.items():
+        g = got[key]
+        assert (g["pairs"], g["true_pos"], g["false_pos"], g["false_neg"]) == (
+            r.pairs, r.true_pos, r.false_pos, r.false_neg), key
+        assert g["precision"]["low"] == pytest.approx(r.precision.low)
+        assert g["recall"]["high"] == pytest.approx(r.recall.high)
