@@ -102,6 +102,21 @@ class Settings(BaseSettings):
     llm_judge_api_key: str | None = Field(default=None, repr=False)
     llm_judge_timeout_s: float = Field(default=60.0, gt=0)
     llm_judge_json_mode: bool = True
+    domains_dir: Path | None = Field(
+        default=None,
+        description="Directory of domain references: one sub-directory per domain (the "
+        "conversation's context.domain) holding .md/.txt reference texts. Adds to the domains "
+        "registered through the monitor.domains entry points.",
+    )
+    judge_precision_floor: float = Field(
+        default=0.7, ge=0, le=1,
+        description="A judge whose precision against ground truth is below this (measured on "
+        "at least judge_floor_min_pairs flagged conversations) stops labelling items.",
+    )
+    judge_floor_min_pairs: int = Field(default=30, ge=1)
+    judge_quality_interval_s: float = Field(
+        default=300.0, gt=0, description="How often the worker re-measures the judges."
+    )
 
     # --- alerting -------------------------------------------------------------------------
     alerting_enabled: bool = Field(

@@ -89,9 +89,13 @@ async def test_judges_cli_reports_agreement(database_url):
     out = json.loads(result.output)
     j = [judge_labels[c] for c in truth]
     t = [int(ok) for ok in truth.values()]
-    agree = out["agreement"]["llm"]
-    assert agree["n"] == 60
+    # one item per conversation: "flagged" is label 0 and "failed" is truth 0; kappa is the
+    # same with both classes swapped
+    agree = next(r for r in out["quality"] if r["judge"] == "llm" and r["category"] is None)
+    assert agree["pairs"] == 60
     assert agree["kappa"] == pytest.approx(kappa_by_hand(j, t), abs=1e-9)
+    flagged_failed = sum(1 for a, b in zip(j, t, strict=True) if a == 0 and b == 0)
+    assert agree["precision"]["k"] == flagged_failed and agree["precision"]["n"] == j.count(0)
     (vol,) = out["judges"]
     assert (vol["verdicts"], vol["errors"], vol["failures"]) == (61, 1, j.count(0))
     assert vol["error_reasons"] == {"timeout": 1}

@@ -170,9 +170,9 @@ def test_thresholds_recommendation_meets_target(seeded):
         "0.3",
     )
     agent = out["agents"]["sim-airline-calibrated"]
-    rec = agent["recommendation"]
+    rec = agent["advice"]
     assert rec["threshold"] is not None
-    assert rec["row"]["residual_failure_rate"] <= 0.3
+    assert rec["residual_error"]["value"] <= 0.3
     rates = [r["escalation_rate"] for r in agent["rows"]]
     assert rates == sorted(rates) and rates[0] == 0.0
 

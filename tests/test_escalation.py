@@ -183,6 +183,8 @@ def test_recommend_hand_computed() -> None:
     none = table.recommend(target_residual_failure=0.2)
     assert none.threshold is None and none.row is None and "no candidate" in none.reason
     assert table.recommend(escalation_budget=0.1).threshold is None
+    assert "None" not in table.recommend(escalation_budget=0.1).reason  # only what was asked
+    assert "None" not in none.reason and "target residual failure 0.2" in none.reason
     with pytest.raises(ValueError):
         table.recommend()
 

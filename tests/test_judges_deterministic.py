@@ -66,6 +66,8 @@ def _one(verdicts: list[Verdict], item: str) -> Verdict:
 def test_claim_without_any_tool_call_is_fabrication() -> None:
     c = Conv()
     c.user("Please cancel reservation EHGLP3.")
+    c.say(None, ("k0", "get_reservation_details", {"reservation_id": "EHGLP3"}))
+    c.result("k0", "get_reservation_details", '{"status": "confirmed"}')
     m = c.say("Done! Your reservation EHGLP3 has been cancelled.")
     v = _one(AuthorizationFabricationJudge().judge(c.conv()), m)
     assert (v.label, v.score, v.status) == (0, 0.0, "ok")
@@ -320,6 +322,41 @@ def test_derived_totals_reference_texts_and_messages_without_figures() -> None:
     assert _one(with_ref, total).evidence["source_event_ids"]["50 dollars"] == "reference:0"
 
 
+def test_question_answer_traffic_without_tools_gets_no_verdict() -> None:
+    # the trivia answers that were flagged fabrication:account ("1950s") and :pricing ("$42")
+    c = Conv()
+    c.user("When did rock and roll start, and what did a concert ticket cost?")
+    c.say("Rock and roll took off in the 1950s; a ticket was about $42 in today's money.")
+    c.user("And the first Beatles single?")
+    c.say("Love Me Do, released on October 5, 1962. I have booked nothing, just answering.")
+    assert run_all(c.conv()) == []
+    # an agent known to call tools elsewhere is judged even where it called none
+    tool_agent = run_all(Conversation.of(c.events, agent_uses_tools=True))
+    assert {v.judge for v in tool_agent} == {"det.authorization", "det.unsupported_figure"}
+    assert [f.text for f in extract_figures("the 1950s, 100km, 1080p, 4k, HAT271")] == ["HAT271"]
+    # the same answer in a tool-using conversation is checked
+    c.say(None, ("k1", "search_web", {"q": "ticket price"}))
+    c.result("k1", "search_web", '{"price": 42}')
+    c.say("So a ticket was $42.")
+    got = run_all(c.conv())
+    assert {(v.judge, v.label) for v in got} >= {("det.unsupported_figure", 1)}
+
+
+def test_repeated_think_calls_are_not_repeats() -> None:
+    c = Conv()
+    c.say(None, ("k1", "think", {"thought": "check the booking"}))
+    c.result("k1", "think", "")
+    m = c.say(None, ("k2", "think", {"thought": "check the booking"}),
+              ("k3", "get_reservation", {"id": "EHGLP3"}))
+    c.result("k3", "get_reservation", "{}")
+    only_think = c.say(None, ("k4", "think", {"thought": "check the booking"}))
+    verdicts = RepeatedToolCallJudge().judge(c.conv())
+    assert [v.item_id for v in verdicts] == [m]  # messages with only think calls: no verdict
+    assert verdicts[0].label == 1 and verdicts[0].evidence["calls"] == [
+        {"call_id": "k3", "name": "get_reservation"}]
+    assert only_think not in {v.item_id for v in verdicts}
+
+
 # --- registry, run_all, errors ---------------------------------------------------------------
 
 
@@ -328,12 +365,15 @@ def test_registry_and_run_all() -> None:
     assert [j.name for j in judges] == [
         "det.authorization", "det.repeated_call", "det.ignored_error", "det.unsupported_figure"
     ]  # fmt: skip
-    assert all(j.version == "1" for j in judges)
+    assert all(j.version == "2" for j in judges)
+    assert all("tool-using" in j.applies_to for j in judges)
     c = Conv()
+    c.say(None, ("k0", "get_order", {"id": 1}))
+    c.result("k0", "get_order", "{}")
     c.say("Your order has been cancelled for $10.")
     got = run_all(c.conv())
     assert [(v.judge, v.label) for v in got] == [
-        ("det.authorization", 0), ("det.unsupported_figure", 0)
+        ("det.authorization", 0), ("det.repeated_call", 1), ("det.unsupported_figure", 0)
     ]  # fmt: skip
 
 
@@ -343,7 +383,7 @@ def test_a_crashing_judge_returns_an_error_verdict() -> None:
             raise RuntimeError("boom")
 
     c = Conv()
-    c.say("hi")
+    c.say("hi", ("k0", "get_order", {}))
     (v,) = Broken().judge(c.conv())
     assert (v.status, v.item_id, v.label, v.error) == ("error", None, None, "RuntimeError: boom")
 

@@ -40,7 +40,8 @@ def llm_answer(req: Recorded) -> Reply:
 
 def conversations() -> list:
     evs = []
-    # c-fab: claims a refund with no tool call (authorization fabrication), no outcome yet
+    # c-fab: claims a refund with no tool call (authorization fabrication), no outcome yet;
+    # the agent calls tools in c-ok, so it is a tool-using agent and the check applies here
     evs += [
         event("fab-u", "c-fab", at=0, role="user", content="refund my order", confidence=None),
         event("fab-a1-bad", "c-fab", at=1, content="Your refund has been issued.", confidence=0.95),
@@ -48,7 +49,9 @@ def conversations() -> list:
     # c-ok: a plain exchange, outcome success (ground truth beats the judges)
     evs += [
         event("ok-u", "c-ok", at=2, role="user", content="where is my order?", confidence=None),
-        event("ok-a1", "c-ok", at=3, content="Let me check that for you.", confidence=0.7),
+        event("ok-a1", "c-ok", at=3, content="Let me check that for you.", confidence=0.7,
+              tool_calls=[{"id": "k1", "name": "get_order", "arguments": {}}]),
+        event("ok-t1", "c-ok", "tool_result", at=3.5, call_id="k1", name="get_order"),
         event("ok-o", "c-ok", "outcome", at=4, success=True),
     ]
     # c-mix: two assistant messages, the LLM judges one wrong; no outcome
@@ -153,6 +156,11 @@ async def test_judging_end_to_end(broker, database_url):
             )
             # 4 labelled items: fab (0), ok (1), mix-a1 (1), mix-a2 (1)
             assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
+            # the worker's judge measurement: too few flagged conversations to mute anyone
+            assert await loop.refresh_quality() == []
+            measured = await fetch(database_url, "SELECT judge, pairs, muted FROM judge_quality"
+                                   " ORDER BY judge")  # fmt: skip
+            assert measured and not any(r["muted"] for r in measured)
         finally:
             await loop.stop()
             await asyncio.wait_for(consumer, 30)

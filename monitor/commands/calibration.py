@@ -3,7 +3,9 @@
 ``monitor calibration`` prints, per agent and for all agents together, ECE, MCE, Brier,
 accuracy, mean confidence and the overconfidence gap with their intervals, then the reliability
 diagram of each agent. Numbers below the minimum sample size are printed but marked as not
-meaningful.
+meaningful. When some labels come from judges rather than outcomes, it says which share, each
+judge's measured precision and recall, and the success rate corrected for the judge's error
+rates (:mod:`monitor.flows.judge_calibration`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.table import Table
 
 from monitor.commands import analytics_common as ac
 from monitor.flows import analytics as fa
+from monitor.flows.judge_calibration import JudgeLabels, judge_labels
 from monitor.metrics.calibration import DEFAULT_MIN_SAMPLES, CalibrationReport
 from monitor.metrics.recalibration import RecalibrationResult
 from monitor.store.analytics_write import current_maps
@@ -63,6 +66,28 @@ def reliability_table(agent: str, r: CalibrationReport) -> Table:
     return t
 
 
+def judge_labels_text(agent: str, jl: JudgeLabels) -> str:
+    """Says that (and how much of) an agent's report rests on judge labels, each judge's
+    measured precision/recall, and the raw vs Rogan-Gladen corrected success rate."""
+    lines = [f"[yellow]{agent}[/]: {jl.judge_labelled_items} of {jl.labelled_items} labelled "
+             f"items ({jl.judge_share:.1%}) are labelled by judges, not outcomes"]
+    for c in jl.judges:
+        q = c.quality
+        meas = ("quality not measured (no judged conversation with an outcome)" if q is None
+                else f"precision {ac.fmt(q.precision.value, 2)} [{ac.fmt(q.precision.low, 2)}, "
+                f"{ac.fmt(q.precision.high, 2)}], recall {ac.fmt(q.recall.value, 2)} "
+                f"[{ac.fmt(q.recall.low, 2)}, {ac.fmt(q.recall.high, 2)}] on {q.pairs} "
+                "conversations with an outcome")  # fmt: skip
+        acc = c.accuracy
+        corr = ("" if acc is None else f"; success rate as judged {ac.fmt(acc.raw)}, corrected "
+                f"(Rogan-Gladen) {ac.fmt(acc.corrected)}" + (f" ({acc.note})" if acc.note
+                                                               else ""))  # fmt: skip
+        lines.append(f"  {c.judge} {c.judge_version}: {meas}; judged {c.judged_without_outcome}"
+                     f" conversations without an outcome, flagged {c.flagged_without_outcome}"
+                     f"{corr}")
+    return "\n".join(lines)
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
         help="Calibration of the agents' confidence: report, recalibration maps.",
@@ -97,17 +122,23 @@ def register(app: typer.Typer) -> None:
             return
         console = ac.console()
         q = ac.query(agent, domain, tier, version, since, start, end)
-        reports = ac.run_with_engine(
-            console,
-            lambda eng: fa.calibration(eng, q.segment, q.start, q.end, min_samples=min_samples),
-        )
+
+        async def both(eng: ac.AsyncEngine) -> tuple[dict[str, CalibrationReport],
+                                                    dict[str, JudgeLabels]]:
+            reports = await fa.calibration(eng, q.segment, q.start, q.end,
+                                           min_samples=min_samples)
+            return reports, await judge_labels(eng, q.segment, q.start, q.end)
+
+        reports, judged = ac.run_with_engine(console, both)
         if as_json:
-            ac.print_json({"scope": q.describe(), "agents": reports})
+            ac.print_json({"scope": q.describe(), "agents": reports, "judge_labels": judged})
             return
         if not reports:
             console.print(f"no labelled items for {q.describe()}")
             return
         console.print(calibration_table(reports, f"calibration ({q.describe()})"))
+        for name, jl in judged.items():
+            console.print(judge_labels_text(name, jl))
         if diagram:
             for name, r in reports.items():
                 if name != fa.ALL:

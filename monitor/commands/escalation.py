@@ -11,6 +11,7 @@ from rich.table import Table
 
 from monitor.commands import analytics_common as ac
 from monitor.flows import analytics as fa
+from monitor.metrics.advisor import Advice, Rate
 
 
 def escalation_table(summaries: dict[str, fa.EscalationSummary], threshold: float) -> Table:
@@ -51,6 +52,36 @@ def rate_by_bin_table(summaries: dict[str, fa.EscalationSummary]) -> Table:
             cells.append("-" if eb.rate is None else f"{eb.rate:.2f} (n={eb.n})")
         t.add_row(f"[{first.lower:.1f}, {first.upper:.1f})", *cells)
     return t
+
+
+def _rate(r: Rate | None) -> str:
+    if r is None or r.value is None:
+        return "-"
+    return f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}]"
+
+
+def advice_text(agent: str, adv: Advice | None) -> str:
+    """The advisor's answer in a few lines (rates with their 95 % Wilson intervals)."""
+    if adv is None:
+        return (f"[bold]{agent}[/]: no question asked (give --keep, --budget and/or --target "
+                "for a recommended threshold)")
+    if adv.threshold is None:
+        return f"[bold]{agent}[/] ({adv.question}): no threshold: {adv.reason}"
+    lines = [
+        f"[bold]{agent}[/] ({adv.question}): escalate below min confidence "
+        f"[bold]{adv.threshold:.4g}[/] ({adv.reason})",
+        f"  escalated share      {_rate(adv.escalated_share)}  ({adv.n_escalated} of "
+        f"{adv.n_conversations} conversations)",
+        f"  residual error rate  {_rate(adv.residual_error)}  (kept, with an outcome: "
+        f"{adv.n_kept_with_outcome}; no escalation: {_rate(adv.base_error)})",
+        f"  failures prevented   {_rate(adv.failures_prevented)}  (share of all failures; "
+        f"error rate reduced by {ac.fmt(adv.error_rate_reduction)})",
+    ]
+    if adv.tied_at_cut:
+        lines.append(f"  ties at the cut      {adv.tied_at_cut} conversations at exactly "
+                     f"{adv.threshold:.4g} are kept; escalating them too would escalate "
+                     f"{ac.fmt(adv.escalated_share_with_ties)}")
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
@@ -95,38 +126,45 @@ def register(app: typer.Typer) -> None:
         since: str = typer.Option("7d", "--since", help="Range: the last DURATION."),
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
-        target: float | None = typer.Option(0.1, "--target", min=0.0, max=1.0,
-                                            help="Target failure rate among the conversations "
-                                            "NOT escalated."),
+        keep: float | None = typer.Option(None, "--keep", min=0.0, max=1.0,
+                                          help="Keep this share of the most confident "
+                                          "conversations, escalate the rest (0.8: escalate "
+                                          "the least confident 20 %)."),
         budget: float | None = typer.Option(None, "--budget", min=0.0, max=1.0,
                                             help="Most conversations you can escalate (share)."),
+        target: float | None = typer.Option(None, "--target", min=0.0, max=1.0,
+                                            help="Target failure rate among the conversations "
+                                            "NOT escalated."),
         step: float = typer.Option(0.1, "--step", min=0.01, max=0.5,
                                    help="Spacing of the candidate thresholds in the table."),
         as_json: bool = ac.JSON,
     ) -> None:
         """Threshold advisor: for thresholds on a conversation's minimum confidence, the
-        escalation rate, the failure rate among the rest and the failures caught; recommends
-        the threshold that meets --target (and/or --budget) with the fewest escalations."""
+        escalation rate, the failure rate among the rest and the failures caught; with --keep,
+        --budget and/or --target, the exact cut that answers the question, the share escalated,
+        the residual error among the kept and the failures prevented, with 95 % intervals."""
         console = ac.console()
+        if keep is not None and budget is not None:
+            console.print("[red]give --keep or --budget, not both (--keep 0.8 = --budget 0.2)[/]")
+            raise typer.Exit(2)
         q = ac.query(agent, domain, tier, version, since, start, end)
         n = round(1 / step)
         grid = [round(i / n, 6) for i in range(n + 1)]
-        out = ac.run_with_engine(console, lambda eng: fa.thresholds(
-            eng, q.segment, q.start, q.end, target=target, budget=budget, candidates=grid))
+        out = ac.run_with_engine(console, lambda eng: fa.threshold_advice(
+            eng, q.segment, q.start, q.end, keep=keep, budget=budget, target=target,
+            candidates=grid))  # fmt: skip
         if as_json:
             ac.print_json({"scope": q.describe(), "agents": {
-                a: {"rows": tb.rows, "recommendation": rec} for a, (tb, rec) in out.items()}})
+                a: {"rows": tb.rows, "advice": adv} for a, (tb, adv) in out.items()}})
             return
-        for a, (tb, rec) in out.items():
-            t = Table(title=f"{a}: recommended threshold "
-                      f"{'-' if rec.threshold is None else f'{rec.threshold:g}'} ({rec.reason})",
-                      title_justify="left")  # fmt: skip
+        for a, (tb, adv) in out.items():
+            console.print(advice_text(a, adv))
+            t = Table(title=f"{a}: what-if by threshold", title_justify="left")
             for col in ("threshold", "escalation rate", "residual failure rate",
                         "failures caught", "share caught"):
                 t.add_column(col, justify="right")
             for r in tb.rows:
-                mark = " <" if rec.threshold is not None and r.threshold == rec.threshold else ""
-                t.add_row(f"{r.threshold:.2f}{mark}", ac.fmt(r.escalation_rate),
+                t.add_row(f"{r.threshold:.2f}", ac.fmt(r.escalation_rate),
                           ac.fmt(r.residual_failure_rate), f"{r.failures_caught:.0f}",
                           ac.fmt(r.failures_caught_share))  # fmt: skip
             console.print(t)

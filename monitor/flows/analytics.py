@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.metrics.advisor import Advice, advise
 from monitor.metrics.bins import sum_all
 from monitor.metrics.calibration import DEFAULT_MIN_SAMPLES, CalibrationReport, calibration_report
 from monitor.metrics.drift import DriftCheck, check_drift_sums
@@ -128,6 +129,28 @@ async def thresholds(
         table = threshold_table(cs, candidates)
         out[agent] = (table, table.recommend(target, budget))
     return out
+
+
+async def threshold_advice(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    *,
+    keep: float | None,
+    budget: float | None,
+    target: float | None,
+    candidates: list[float] | None = None,
+) -> dict[str, tuple[ThresholdTable, Advice | None]]:
+    """Per agent: the what-if table on ``candidates`` and the advisor's answer to the question
+    (:func:`monitor.metrics.advisor.advise`; None when no option is given)."""
+    convs = await escalation_conversations(engine, segment, start, end)
+    asked = any(v is not None for v in (keep, budget, target))
+    return {
+        agent: (threshold_table(cs, candidates),
+                advise(cs, keep=keep, budget=budget, target=target) if asked else None)
+        for agent, cs in sorted(convs.items())
+    }  # fmt: skip
 
 
 async def passk(engine: AsyncEngine, segment: Segment, k: int) -> dict[str, PassK]:

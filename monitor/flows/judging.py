@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -32,13 +32,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from monitor.clock import Clock, SystemClock
 from monitor.config import Settings
-from monitor.judges.base import Conversation, Judge, Verdict
+from monitor.flows.judge_runner import JudgeRunner as JudgeRunner
+from monitor.judges.base import Conversation
 from monitor.judges.deterministic import deterministic_judges
+from monitor.judges.domains import load_domains
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.ops_metrics import OpsMetrics
 from monitor.sampling_rules import AlwaysSampleRules
 from monitor.store import judge_repo
 from monitor.store.engine import libpq_url
+from monitor.store.judge_quality_repo import FloorChange, refresh_judge_quality
 
 log = logging.getLogger("monitor.judging")
 T = TypeVar("T")
@@ -58,23 +61,9 @@ class JudgeConfig:
     concurrency: int = 8
     idempotent_producer: bool = True
     retry_max_s: float = 10.0
-
-
-class JudgeRunner:
-    """Runs the configured judges on one conversation, skipping those already done."""
-
-    def __init__(self, judges: Sequence[Judge], llm: LLMJudge | None = None) -> None:
-        self.judges = list(judges)
-        self.llm = llm
-
-    async def run(self, conversation: Conversation, done: set[tuple[str, str]]) -> list[Verdict]:
-        out: list[Verdict] = []
-        for judge in self.judges:
-            if (judge.name, judge.version) not in done:
-                out += judge.judge(conversation)
-        if self.llm is not None and (self.llm.name, self.llm.version) not in done:
-            out += await self.llm.judge(conversation)
-        return out
+    precision_floor: float = 0.7
+    floor_min_pairs: int = 30
+    quality_interval_s: float = 300.0
 
 
 class JudgeLoop:
@@ -97,6 +86,7 @@ class JudgeLoop:
         self._sem = asyncio.Semaphore(config.concurrency)
         self._pool: asyncpg.Pool | None = None
         self._producer: AIOKafkaProducer | None = None
+        self._tool_agents: dict[str, tuple[bool, float]] = {}  # agent -> (uses tools, when)
 
     async def start(self) -> None:
         cfg = self.config
@@ -140,12 +130,30 @@ class JudgeLoop:
         self.metrics.judge_requests.inc(len(done))
         return len(done)
 
+    async def refresh_quality(self) -> list[FloorChange]:
+        """Measure the judges against outcomes and apply the precision floor
+        (:func:`monitor.store.judge_quality_repo.refresh_judge_quality`)."""
+        assert self._pool is not None
+        _, changes = await refresh_judge_quality(
+            self._pool, self.config.precision_floor, self.config.floor_min_pairs
+        )
+        for c in changes:
+            log.warning("judge %s %s %s (precision floor %.2f); %d items relabelled",
+                        c.judge, c.judge_version, "muted" if c.muted else "unmuted",
+                        self.config.precision_floor, c.relabelled)  # fmt: skip
+        return changes
+
     async def schedule_forever(self) -> None:
+        last_quality: float | None = None
         while not self._stopping.is_set():
             try:
                 sent = await self.schedule_once()
                 while sent >= self.config.schedule_batch:  # a backlog: until a round is short
                     sent = await self.schedule_once()
+                now = self.clock.monotonic()
+                if last_quality is None or now - last_quality >= self.config.quality_interval_s:
+                    last_quality = now
+                    await self.refresh_quality()
             except Exception as exc:  # the scheduler must outlive any failure
                 log.warning("judge scheduling failed (%s); retrying", exc)
             await self._sleep(self.config.schedule_interval_s)
@@ -193,10 +201,11 @@ class JudgeLoop:
             if events is None:
                 return False
             done = await self._store(lambda: judge_repo.judged_by(pool, request.conversation_id))
-            if done is None:
+            tools = await self._uses_tools(request.agent_id)
+            if done is None or tools is None:
                 return False
             verdicts = (
-                await self.runner.run(Conversation.of(events), done) if events else []
+                await self.runner.run(Conversation.of(events, tools), done) if events else []
             )
             agents = {request.conversation_id: request.agent_id}
             written = await self._store(lambda: judge_repo.write_verdicts(pool, agents, verdicts))
@@ -207,6 +216,20 @@ class JudgeLoop:
             self.metrics.judged.inc()
             self.metrics.judge_latency.observe(self.clock.monotonic() - started)
             return True
+
+    async def _uses_tools(self, agent_id: str) -> bool | None:
+        """Whether ``agent_id`` is a tool-using agent (True is remembered for good, False for
+        a minute); None when stopping."""
+        now = self.clock.monotonic()
+        known = self._tool_agents.get(agent_id)
+        if known is not None and (known[0] or now - known[1] < 60.0):
+            return known[0]
+        pool = self._pool
+        assert pool is not None
+        found = await self._store(lambda: judge_repo.agent_uses_tools(pool, agent_id))
+        if found is not None:
+            self._tool_agents[agent_id] = (found, now)
+        return found
 
     async def _store(self, op: Callable[[], Awaitable[T]]) -> T | None:
         """Run a store operation until it succeeds (backoff); None when stopping."""
@@ -234,7 +257,8 @@ def _seconds(s: float) -> timedelta:
 
 
 def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules) -> JudgeLoop:
-    """The judge loop the worker runs: deterministic judges always, the LLM judge when
+    """The judge loop the worker runs: deterministic judges always (with the domains of the
+    ``monitor.domains`` entry points and ``domains_dir``), the LLM judge when
     ``llm_judge_base_url`` is set (model, key, timeout from the settings)."""
     llm = None
     if settings.llm_judge_base_url:
@@ -259,5 +283,12 @@ def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules
         schedule_batch=settings.judge_batch,
         concurrency=settings.judge_concurrency,
         idempotent_producer=settings.kafka_idempotent,
+        precision_floor=settings.judge_precision_floor,
+        floor_min_pairs=settings.judge_floor_min_pairs,
+        quality_interval_s=settings.judge_quality_interval_s,
     )
-    return JudgeLoop(config, JudgeRunner(deterministic_judges(), llm), rules, metrics)
+    domains = load_domains(settings.domains_dir)
+    log.info("judge domains: %s", ", ".join(f"{n} ({len(d.references)} references)"
+                                            for n, d in sorted(domains.items())) or "none")
+    runner = JudgeRunner(deterministic_judges(), llm, domains)
+    return JudgeLoop(config, runner, rules, metrics)

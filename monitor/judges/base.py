@@ -6,6 +6,10 @@ one conversation-level verdict (``item_id is None``). Judges never raise for a b
 or a failing endpoint: they return verdicts with ``status="error"`` and a ``error`` reason, so a
 judge failure never blocks anything downstream.
 
+Applicability: every judge states when it applies (``applies_to``); on a conversation outside
+that scope it returns no verdict at all, so "did not apply" is never counted as a pass or a
+fail.
+
 Labels: ``label=1`` means the message was right, ``0`` wrong, ``None`` no opinion (for example a
 check that found nothing to check). ``score`` in [0, 1] is the judge's graded view (1 = fully
 correct) when it has one. ``categories`` are values of :data:`FAILURE_CATEGORIES` (plus, for
@@ -60,10 +64,12 @@ class Conversation:
 
     conversation_id: str
     events: tuple[AgentEvent, ...]
+    agent_uses_tools: bool = False  # the agent called tools in other conversations
 
     @classmethod
-    def of(cls, events: Sequence[AgentEvent]) -> Conversation:
+    def of(cls, events: Sequence[AgentEvent], agent_uses_tools: bool = False) -> Conversation:
         """Order ``events`` (one conversation, any order, duplicates by event_id dropped).
+        ``agent_uses_tools``: the agent is known to call tools elsewhere (from the store).
 
         Raises ValueError when ``events`` is empty or spans several conversations.
         """
@@ -77,7 +83,20 @@ class Conversation:
             unique,
             key=lambda e: (e.ts, e.turn if e.turn is not None else -1, _natural(e.event_id)),
         )
-        return cls(next(iter(cids)), tuple(ordered))
+        return cls(next(iter(cids)), tuple(ordered), agent_uses_tools)
+
+    def domain(self) -> str | None:
+        """The first ``context.domain`` among the events (None when no event names one)."""
+        return next((e.context.domain for e in self.events if e.context and e.context.domain), None)
+
+    def uses_tools(self) -> bool:
+        """True for a tool-using agent: it called a tool (or a tool result is recorded) in this
+        conversation, or ``agent_uses_tools`` (it does elsewhere). The test of the judges that
+        apply to tool-using agents only: question-answer traffic without tools fails it."""
+        return self.agent_uses_tools or any(
+            e.tool_result is not None or (e.message is not None and e.message.tool_calls)
+            for e in self.events
+        )
 
     def assistant_messages(self) -> list[AgentEvent]:
         """The assistant ``message`` events, in order."""
@@ -139,7 +158,9 @@ class Judge(Protocol):
 
     name: str
     version: str
+    applies_to: str  # when the judge has an opinion, in words ("tool-using conversations")
 
     def judge(self, conversation: Conversation) -> list[Verdict]:
-        """All verdicts on ``conversation``; never raises for conversation content."""
+        """All verdicts on ``conversation``; never raises for conversation content. A judge
+        that does not apply to the conversation returns no verdict (neither pass nor fail)."""
         ...

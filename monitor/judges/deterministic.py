@@ -1,9 +1,15 @@
 """Deterministic judges: checks that need no LLM (pure: no I/O imports).
 
+Scope: every check here applies to **tool-using conversations only** (the agent called a tool or
+a tool result is recorded, :meth:`Conversation.uses_tools`) and judges assistant messages only.
+On question-answer traffic without tools they return no verdict: a figure or a "done" in a
+trivia answer is not measured against tool output that does not exist.
+
 - ``det.authorization``: an assistant message claims an action was done ("has been cancelled")
   with no successful (``ok=True``) matching tool call before it (:mod:`~.lexicon`). Categories
   ``fabrication``, ``fabrication:authorization``.
-- ``det.repeated_call``: same tool, identical arguments (canonical JSON) called again. A retry
+- ``det.repeated_call``: same tool, identical arguments (canonical JSON) called again; thinking
+  and no-op tools (:data:`NO_OP_TOOLS`, e.g. ``think``) are ignored. A retry
   after a *transient* error (timeout, 429, 5xx, "try again") passes; a repeat after a success or
   after a permanent error (not found, validation: it cannot succeed) fails. ``wrong_action``.
 - ``det.ignored_error``: the next assistant text after a failed tool result speaks of success
@@ -25,14 +31,17 @@ raises for content: an unexpected exception becomes one ``status="error"`` verdi
 
 from __future__ import annotations
 
-import json
-from abc import ABC, abstractmethod
 from dataclasses import asdict
 from typing import Any
 
 from monitor.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Judge, Verdict
-from monitor.judges.figures import check_figures, derivation
+from monitor.judges.det_base import NO_OP_TOOLS as NO_OP_TOOLS
+from monitor.judges.det_base import TOOL_USING as TOOL_USING
+from monitor.judges.det_base import VERSION as VERSION
+from monitor.judges.det_base import DeterministicJudge, call_ref
+from monitor.judges.det_base import canonical_arguments as canonical_arguments
+from monitor.judges.figure_judge import UnsupportedFigureJudge
 from monitor.judges.lexicon import (
     acknowledges_problem,
     find_claims,
@@ -41,25 +50,12 @@ from monitor.judges.lexicon import (
     tool_backs,
 )
 
-VERSION = "1"
 _IGNORED_WHY = (
     "acknowledges the failed tool call",
     "speaks of success after a failed tool call",
     "neither claims success nor acknowledges a problem: the error is not ignored",
 )
 _AUTH = ("fabrication", "fabrication:authorization")
-_FIGURE_TYPES = {"amount": "pricing", "date": "history", "identifier": "account"}
-
-
-def canonical_arguments(arguments: dict[str, Any]) -> str:
-    """Arguments as canonical JSON (sorted keys, no spaces): equal calls give equal strings."""
-    return json.dumps(
-        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    )
-
-
-def _call_ref(call: ToolCall) -> dict[str, Any]:
-    return {"call_id": call.id, "name": call.name}
 
 
 def _failure(result: AgentEvent) -> dict[str, Any]:
@@ -74,57 +70,7 @@ def _failure(result: AgentEvent) -> dict[str, Any]:
     }
 
 
-class _DeterministicJudge(ABC):
-    """Shared plumbing: verdict construction and the never-raise wrapper."""
-
-    name = "det.base"
-    version = VERSION
-
-    def judge(self, conversation: Conversation) -> list[Verdict]:
-        """All verdicts on ``conversation`` (see the module docstring); never raises."""
-        try:
-            return self._judge(conversation)
-        except Exception as exc:  # the contract: a judge never raises
-            return [
-                Verdict(
-                    judge=self.name,
-                    judge_version=self.version,
-                    conversation_id=conversation.conversation_id,
-                    item_id=None,
-                    status="error",
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            ]
-
-    @abstractmethod
-    def _judge(self, conv: Conversation) -> list[Verdict]:
-        """The verdicts of this check on ``conv`` (may raise; ``judge`` turns that into an
-        error verdict)."""
-
-    def _verdict(
-        self,
-        conv: Conversation,
-        message: AgentEvent,
-        ok: bool,
-        categories: tuple[str, ...],
-        evidence: dict[str, Any],
-        rationale: str,
-        score: float | None = None,
-    ) -> Verdict:
-        return Verdict(
-            judge=self.name,
-            judge_version=self.version,
-            conversation_id=conv.conversation_id,
-            item_id=message.event_id,
-            label=1 if ok else 0,
-            score=(1.0 if ok else 0.0) if score is None else score,
-            categories=() if ok else categories,
-            evidence={"message_event_id": message.event_id, **evidence},
-            rationale=rationale,
-        )
-
-
-class AuthorizationFabricationJudge(_DeterministicJudge):
+class AuthorizationFabricationJudge(DeterministicJudge):
     """Claims of a done action without a successful matching tool call before the message."""
 
     name = "det.authorization"
@@ -145,7 +91,7 @@ class AuthorizationFabricationJudge(_DeterministicJudge):
                 entries, missing = [], []
                 for claim in claims:
                     backing = [
-                        {**_call_ref(c), "result_event_id": r.event_id}
+                        {**call_ref(c), "result_event_id": r.event_id}
                         for r, c in succeeded
                         if tool_backs(c.name, claim.family)
                     ]
@@ -164,7 +110,7 @@ class AuthorizationFabricationJudge(_DeterministicJudge):
         return out
 
 
-class RepeatedToolCallJudge(_DeterministicJudge):
+class RepeatedToolCallJudge(DeterministicJudge):
     """The same tool with identical arguments called again (a transient-error retry is fine)."""
 
     name = "det.repeated_call"
@@ -181,14 +127,17 @@ class RepeatedToolCallJudge(_DeterministicJudge):
                 continue
             repeats: list[dict[str, Any]] = []
             retries: list[dict[str, Any]] = []
-            for call in msg.tool_calls:
+            calls = [c for c in msg.tool_calls if c.name.lower() not in NO_OP_TOOLS]
+            if not calls:
+                continue  # only thinking: nothing to repeat
+            for call in calls:
                 key = (call.name, canonical_arguments(call.arguments))
                 if key in seen:
                     prev_msg, prev = seen[key]
                     result = results.get(prev.id)
                     tr = result.tool_result if result is not None else None
                     entry = {
-                        **_call_ref(call),
+                        **call_ref(call),
                         "arguments": call.arguments,
                         "previous_call_id": prev.id,
                         "previous_message_event_id": prev_msg.event_id,
@@ -206,7 +155,7 @@ class RepeatedToolCallJudge(_DeterministicJudge):
                 else "no identical repeat (or only retries after a transient error)"
             )
             evidence = {
-                "calls": [_call_ref(c) for c in msg.tool_calls],
+                "calls": [call_ref(c) for c in calls],
                 "repeats": repeats,
                 "transient_retries": retries,
             }
@@ -216,7 +165,7 @@ class RepeatedToolCallJudge(_DeterministicJudge):
         return out
 
 
-class IgnoredToolErrorJudge(_DeterministicJudge):
+class IgnoredToolErrorJudge(DeterministicJudge):
     """The next assistant text after a failed tool result talks as if it had worked."""
 
     name = "det.ignored_error"
@@ -247,42 +196,6 @@ class IgnoredToolErrorJudge(_DeterministicJudge):
             }
             out.append(self._verdict(conv, e, ok, ("wrong_information",), evidence, rationale))
             pending = []
-        return out
-
-
-class UnsupportedFigureJudge(_DeterministicJudge):
-    """Amounts, dates and identifiers that no earlier source in the conversation contains.
-
-    ``reference`` texts (for example the agent's policy document) are sources too; they are
-    indexed once per conversation before the first event.
-    """
-
-    name = "det.unsupported_figure"
-
-    def __init__(self, reference: tuple[str, ...] = ()) -> None:
-        self.reference = reference
-
-    def _judge(self, conv: Conversation) -> list[Verdict]:
-        out: list[Verdict] = []
-        for e, figures, sources in check_figures(conv.events, self.reference):
-            supported = [f for f in figures if sources[f.text] is not None]
-            unsupported = [f for f in figures if sources[f.text] is None]
-            derived = {f.text: d for f in unsupported if (d := derivation(f, supported))}
-            missing = [f for f in unsupported if f.text not in derived]
-            types = {f"fabrication:{_FIGURE_TYPES[f.kind]}" for f in missing}
-            evidence = {
-                "unsupported": [{"kind": f.kind, "text": f.text, "key": f.key} for f in missing],
-                "source_event_ids": {t: s for t, s in sources.items() if s is not None},
-                "derived": derived,
-            }
-            rationale = (
-                f"{len(missing)} of {len(figures)} figures appear in no earlier tool result, "
-                "tool call, user message or reference: " + ", ".join(f.text for f in missing)
-                if missing
-                else f"all {len(figures)} figures appear in earlier sources"
-            )
-            score, cats = 1.0 - len(missing) / len(figures), ("fabrication", *sorted(types))
-            out.append(self._verdict(conv, e, not missing, cats, evidence, rationale, score))
         return out
 
 

@@ -8,8 +8,9 @@ Pure: ``re``, ``json`` and ``decimal`` only; :func:`check_figures` walks a conve
 - Dates: ISO ``2024-05-01``, ``May 1``/``May 1st, 2024``/``1 May 2024`` and US ``05/01/2024``;
   the key is ``(year or None, month, day)``. A date without a year matches any year.
 - Identifiers: tokens of 5+ letters/digits/underscores mixing letters and digits (``HAT271``,
-  ``EHGLP3``, ``#W1234567``, ``certificate_8045380``) or runs of 6+ digits; ordinals and
-  amounts/dates are not identifiers. Matching is case-insensitive on whole tokens (a source
+  ``EHGLP3``, ``#W1234567``, ``certificate_8045380``) or runs of 6+ digits; ordinals, decades
+  and numbers with a unit (``1950s``, ``100km``, ``1080p``) and amounts/dates are not
+  identifiers. Matching is case-insensitive on whole tokens (a source
   token ``certificate_8045380`` also supplies its parts ``certificate`` and ``8045380``).
 """
 
@@ -55,6 +56,11 @@ _ID_RE = re.compile(
     r"#?\b(?:(?=[A-Za-z0-9_]*\d)(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{5,}|\d{6,})\b"
 )
 _ORDINAL_RE = re.compile(r"^\d+(?:st|nd|rd|th)$", re.IGNORECASE)
+#: A number with a unit or a decade ("1950s", "100km", "1080p", "4k") is a quantity, not an id.
+_QUANTITY_RE = re.compile(
+    r"^\d+(?:s|km|kg|mg|ml|cm|mm|gb|mb|kb|tb|hz|khz|mhz|ghz|px|am|pm|p|k|hrs?|mph|kph|ft|lbs?)$",
+    re.IGNORECASE,
+)
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_]+")
 _NUMBER_RE = re.compile(_NUM)
 
@@ -121,7 +127,7 @@ def extract_figures(text: str | None) -> list[Figure]:
     for m in _ID_RE.finditer(text):
         raw = m.group(0)
         inside = any(s <= m.start() and m.end() <= e for s, e in taken)
-        if not inside and not _ORDINAL_RE.match(raw):
+        if not inside and not _ORDINAL_RE.match(raw) and not _QUANTITY_RE.match(raw):
             figures.append(Figure("identifier", raw, raw.lstrip("#").lower()))
     unique: dict[tuple[str, str], Figure] = {}
     for f in figures:

@@ -115,6 +115,7 @@ class LLMJudge:
         self.config = config
         self.name = config.name
         self.version = f"{config.model}/{rubric.PROMPT_VERSION}"
+        self.applies_to = "every conversation with an assistant message"
         self._owns_client = client is None
         self._clients = [client] if client is not None else _own_clients(config, transport)
         self._load = [0] * len(self._clients)  # requests in flight per client

@@ -70,9 +70,11 @@ class ThresholdTable:
                    or r.residual_failure_rate <= target_residual_failure)
               and (escalation_budget is None or r.escalation_rate <= escalation_budget)]
         if not ok:
-            return Recommendation(None, None, (
-                f"no candidate threshold meets target residual failure "
-                f"{target_residual_failure} and escalation budget {escalation_budget}"))
+            asked = [f"{name} {v:g}" for name, v in (
+                ("target residual failure", target_residual_failure),
+                ("escalation budget", escalation_budget)) if v is not None]  # fmt: skip
+            return Recommendation(None, None,
+                                  f"no candidate threshold meets {' and '.join(asked)}")
         if target_residual_failure is None:
             best = min(ok, key=lambda r: (r.residual_failure_rate, r.escalation_rate,
                                           r.threshold))

@@ -64,7 +64,8 @@ _HAS = "((y_new IS NOT NULL)::int - (y_old IS NOT NULL)::int)"
 
 #: Judge labels per item: a failure found by any judge (label 0) makes the item wrong; a
 #: judge whose name starts with ``llm`` can also say it is right (label 1). Deterministic
-#: checks that pass say nothing about correctness, so they never label an item 1.
+#: checks that pass say nothing about correctness, so they never label an item 1. A judge
+#: muted for low precision (``judge_quality.muted``) labels nothing.
 _JUDGED = """
   SELECT v.item_id,
          CASE WHEN bool_or(v.label = 0) THEN 0::smallint
@@ -74,6 +75,8 @@ _JUDGED = """
   FROM verdicts v
   WHERE v.conversation_id = ANY($1::text[]) AND v.status = 'ok' AND v.item_id <> ''
     AND v.label IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM judge_quality q WHERE q.judge = v.judge
+                    AND q.judge_version = v.judge_version AND q.muted)
   GROUP BY v.item_id
 """
 

@@ -156,6 +156,17 @@ async def load_conversation(pool: asyncpg.Pool, conversation_id: str) -> list[Ag
     return [validate_event(json.loads(r["body"])) for r in rows]
 
 
+async def agent_uses_tools(pool: asyncpg.Pool, agent_id: str) -> bool:
+    """True when any stored conversation of ``agent_id`` has a tool call or a tool result."""
+    async with pool.acquire() as conn:
+        found = await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM conversations WHERE agent_id = $1"
+            " AND (tool_calls > 0 OR tool_results > 0))",
+            agent_id,
+        )
+    return bool(found)
+
+
 async def judged_by(pool: asyncpg.Pool, conversation_id: str) -> set[tuple[str, str]]:
     """``(judge, judge_version)`` pairs that already have verdicts on the conversation."""
     async with pool.acquire() as conn:

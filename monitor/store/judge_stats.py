@@ -1,4 +1,5 @@
-"""Read-side queries about the judges: volumes, errors, latency, categories, label pairs.
+"""Read-side queries about the judges: volumes, errors, latency, categories, and the
+conversation-level judgements their quality is measured on (:mod:`monitor.metrics.judge_quality`).
 
 Time range ``[start, end)`` applies to the verdict's ``created_at``; the agent filter to the
 verdict's ``agent_id`` (``*`` and ``?`` wildcards as in :class:`Segment`).
@@ -13,6 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.metrics.judge_quality import ConversationJudgement
 from monitor.store.analytics_repo import Segment
 
 
@@ -70,21 +72,25 @@ async def judge_volumes(
     return list(out.values())
 
 
-async def label_pairs(
+async def conversation_judgements(
     engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
-) -> dict[str, tuple[list[int], list[int]]]:
-    """Per judge: (judge labels, ground-truth labels) of items whose conversation has an
-    outcome (success -> 1) and on which the judge gave an ok verdict with a label."""
+) -> list[ConversationJudgement]:
+    """Per (judge, version, conversation with an outcome) on which the judge gave an ok verdict
+    with a label (it applied): flagged (any label 0), the categories of its failures, and
+    whether the conversation failed. Message-level and conversation-level verdicts count."""
     cond, params = _agent(segment)
     rows = await _rows(engine, (
-        "SELECT v.judge, v.label, c.outcome_success FROM verdicts v"
-        " JOIN conversations c USING (conversation_id)"
-        " WHERE v.status = 'ok' AND v.label IS NOT NULL AND v.item_id <> ''"
-        " AND c.outcome_success IS NOT NULL AND v.created_at >= :lo AND v.created_at < :hi"
-        f" AND {cond} ORDER BY v.judge, v.id"), {"lo": start, "hi": end, **params})
-    out: dict[str, tuple[list[int], list[int]]] = {}
-    for judge, label, ok in rows:
-        js, ts = out.setdefault(str(judge), ([], []))
-        js.append(int(label))
-        ts.append(1 if ok else 0)
-    return out
+        "SELECT v.judge, v.judge_version, v.conversation_id, bool_or(v.label = 0),"
+        " string_agg(DISTINCT cat.c, ',') FILTER (WHERE v.label = 0),"
+        " bool_and(c.outcome_success)"
+        " FROM verdicts v JOIN conversations c USING (conversation_id)"
+        " LEFT JOIN LATERAL jsonb_array_elements_text(v.categories) AS cat(c) ON TRUE"
+        " WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL"
+        f" AND v.created_at >= :lo AND v.created_at < :hi AND {cond}"
+        " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"), {"lo": start, "hi": end, **params})
+    return [
+        ConversationJudgement(str(cid), str(j), str(ver), bool(flagged),
+                              frozenset(str(cats).split(",")) if cats else frozenset(),
+                              not ok)
+        for j, ver, cid, flagged, cats, ok in rows
+    ]  # fmt: skip

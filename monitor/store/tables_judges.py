@@ -6,6 +6,11 @@
     (``item_id = ''``). Unique on that key, so a judge re-run after a restart or a re-delivered
     judge request never stores a second verdict. Error verdicts are stored too (``status =
     'error'`` with ``error`` the reason) and count as judged.
+``judge_quality``
+    One row per (judge, judge version): its precision and recall against conversation
+    outcomes as last measured by the worker, and ``muted`` when the precision is below the
+    floor on enough flagged conversations: a muted judge's verdicts stay stored and shown but
+    no longer label items (:data:`monitor.store.items_sql.SYNC_ITEMS`).
 ``judge_requests``
     One row per conversation sent to the judges: when and why (the sampling reasons), so the
     scheduler never sends a conversation twice and the dashboards can show the judged sample.
@@ -15,9 +20,11 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Double,
     Index,
+    Integer,
     SmallInteger,
     Table,
     Text,
@@ -62,4 +69,19 @@ judge_requests = Table(
     Column("requested_at", TS, nullable=False, server_default=func.now()),
     Column("judged_at", TS),
     Index(None, "requested_at"),
+)
+
+judge_quality = Table(
+    "judge_quality",
+    metadata,
+    Column("judge", Text, primary_key=True),
+    Column("judge_version", Text, primary_key=True),
+    Column("pairs", Integer, nullable=False),
+    Column("flagged", Integer, nullable=False),
+    Column("precision", Double),
+    Column("recall", Double),
+    Column("floor", Double, nullable=False),
+    Column("min_pairs", Integer, nullable=False),
+    Column("muted", Boolean, nullable=False, server_default="false"),
+    Column("computed_at", TS, nullable=False, server_default=func.now()),
 )

@@ -1,0 +1,85 @@
+"""Plumbing shared by the deterministic judges (pure: no I/O imports): the version, the scope
+(tool-using conversations, assistant messages), the never-raise wrapper and verdict building.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any
+
+from monitor.events import AgentEvent, ToolCall
+from monitor.judges.base import Conversation, Verdict
+
+VERSION = "2"  # 2: applies to tool-using conversations only; think/no-op calls ignored
+#: Tools that only think or do nothing: calling them twice with the same text is not a repeat.
+NO_OP_TOOLS = frozenset({"think", "thinking", "reflect", "scratchpad", "noop", "no_op"})
+TOOL_USING = "tool-using conversations (a tool call or result recorded); assistant messages"
+
+def canonical_arguments(arguments: dict[str, Any]) -> str:
+    """Arguments as canonical JSON (sorted keys, no spaces): equal calls give equal strings."""
+    return json.dumps(
+        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+
+
+def call_ref(call: ToolCall) -> dict[str, Any]:
+    return {"call_id": call.id, "name": call.name}
+
+
+class DeterministicJudge(ABC):
+    """Shared plumbing: verdict construction and the never-raise wrapper."""
+
+    name = "det.base"
+    version = VERSION
+    applies_to = TOOL_USING
+
+    def applies(self, conversation: Conversation) -> bool:
+        """True when this check has an opinion on ``conversation`` (see ``applies_to``)."""
+        return conversation.uses_tools()
+
+    def judge(self, conversation: Conversation) -> list[Verdict]:
+        """All verdicts on ``conversation`` (see the module docstring); none when the check
+        does not apply; never raises."""
+        try:
+            if not self.applies(conversation):
+                return []
+            return self._judge(conversation)
+        except Exception as exc:  # the contract: a judge never raises
+            return [
+                Verdict(
+                    judge=self.name,
+                    judge_version=self.version,
+                    conversation_id=conversation.conversation_id,
+                    item_id=None,
+                    status="error",
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            ]
+
+    @abstractmethod
+    def _judge(self, conv: Conversation) -> list[Verdict]:
+        """The verdicts of this check on ``conv`` (may raise; ``judge`` turns that into an
+        error verdict)."""
+
+    def _verdict(
+        self,
+        conv: Conversation,
+        message: AgentEvent,
+        ok: bool,
+        categories: tuple[str, ...],
+        evidence: dict[str, Any],
+        rationale: str,
+        score: float | None = None,
+    ) -> Verdict:
+        return Verdict(
+            judge=self.name,
+            judge_version=self.version,
+            conversation_id=conv.conversation_id,
+            item_id=message.event_id,
+            label=1 if ok else 0,
+            score=(1.0 if ok else 0.0) if score is None else score,
+            categories=() if ok else categories,
+            evidence={"message_event_id": message.event_id, **evidence},
+            rationale=rationale,
+        )
