@@ -129,7 +129,9 @@ class AgentEvent(_Strict):
     type: EventType
     ts: Annotated[
         AwareDatetime,
-        Field(description=f"RFC 3339 with a zone; in UTC between {MIN_TS.date()} and {MAX_TS.date()}"),
+        Field(
+            description=f"RFC 3339 with a zone; in UTC between {MIN_TS.date()} and {MAX_TS.date()}"
+        ),
     ]
     conversation_id: Id
     agent: Agent
