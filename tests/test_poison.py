@@ -55,7 +55,9 @@ def poison_events() -> dict[str, list[bytes]]:
             json.dumps(event_dict(f"p-store-{i}", "pc", agent=STORE_POISON_AGENT)).encode()
             for i in range(2)
         ],
-        "conflicting_duplicate": [json.dumps(event_dict("ok-3", "c-0", content="changed")).encode()],
+        "conflicting_duplicate": [
+            json.dumps(event_dict("ok-3", "c-0", content="changed")).encode()
+        ],
     }
 
 
