@@ -32,12 +32,14 @@ MIN_TS = datetime(1, 1, 2, tzinfo=UTC)
 MAX_TS = datetime(9999, 12, 30, tzinfo=UTC)
 
 
-def parse_json(data: bytes | str, *, extra_depth: int = 0) -> Any:
+def parse_json(data: bytes | str, *, check_depth: bool = True) -> Any:
     """Parse ``data`` with the monitor's single JSON parser.
 
-    ``extra_depth`` is the nesting the caller adds around events (1 for an HTTP array body), so
-    the limit applies to each event alike. Raises ``InvalidEvent`` ``not_json`` (undecodable,
-    invalid UTF-8, lone surrogate escapes, trailing data) or ``too_deep``.
+    Raises ``InvalidEvent`` ``not_json`` (undecodable, invalid UTF-8, lone surrogate escapes,
+    trailing data) or ``too_deep`` (deeper than :data:`MAX_JSON_DEPTH`; always beyond the
+    parser's own limit of about 200 levels). ``check_depth=False`` leaves the depth check to
+    the caller: an HTTP array body checks each element with :func:`check_depth`, so each event
+    is counted from its own root, as on Kafka.
     """
     try:
         obj = from_json(data)
@@ -45,9 +47,15 @@ def parse_json(data: bytes | str, *, extra_depth: int = 0) -> Any:
         if "recursion limit" in str(exc):
             raise _too_deep() from None
         raise InvalidEvent("not_json", None, f"not valid UTF-8 JSON: {exc}") from None
-    if _depth_exceeds(obj, MAX_JSON_DEPTH + extra_depth):
-        raise _too_deep()
+    if check_depth:
+        check_json_depth(obj)
     return obj
+
+
+def check_json_depth(obj: Any) -> None:
+    """Raise ``too_deep`` when ``obj`` nests deeper than :data:`MAX_JSON_DEPTH`."""
+    if _depth_exceeds(obj, MAX_JSON_DEPTH):
+        raise _too_deep()
 
 
 def _too_deep() -> InvalidEvent:

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.errors import InvalidEvent
-from monitor.event_limits import parse_json
+from monitor.event_limits import check_json_depth, parse_json
 from monitor.events import MAX_EVENT_BYTES, AgentEvent, decode_event, validate_event
 
 
@@ -114,7 +114,7 @@ def parse_events(
             return verdicts
     if text.startswith(b"["):
         try:
-            items = parse_json(text, extra_depth=1)
+            items = parse_json(text, check_depth=False)
         except InvalidEvent as exc:
             raise BadBody(f"body starts with '[' but is not a JSON array: {exc.detail}") from None
         if not isinstance(items, list):
@@ -123,6 +123,7 @@ def parse_events(
             raise RequestTooLarge(f"{len(items)} events, limit is {max_events}")
         for i, item in enumerate(items):
             try:
+                check_json_depth(item)
                 size = len(json.dumps(item, separators=(",", ":")).encode())
                 if size > MAX_EVENT_BYTES:
                     raise InvalidEvent(
