@@ -54,9 +54,12 @@ def fuzz_corpus(seed: int = 14, n: int = 250) -> list[bytes]:
         json.dumps(event_dict("f-3", "fz"), indent=2).encode(),
         "\n".join(json.dumps(event_dict(f"f-{i}", "fz")) for i in range(4, 7)).encode(),
     ]
-    tokens = [b"\\u0000", b"\\ud800", b"NaN", b"1e400", b"-0", b"99999999999999999999", b"\x00",
-              b"\xff", b"[[[[[[[[", b"{", b"}", b'"', b"\\", b"\n", b"null", b"\xed\xa0\x80"]  # fmt: skip
-    out = [b"[" * 5000, b"{" * 5000, b'{"a":' * 3000, json.dumps(deep(300)).encode(), b"\xef\xbb\xbf{}"]
+    tokens = [
+        b"\\u0000", b"\\ud800", b"NaN", b"1e400", b"-0", b"99999999999999999999", b"\x00",
+        b"\xff", b"[[[[[[[[", b"{", b"}", b'"', b"\\", b"\n", b"null", b"\xed\xa0\x80",
+    ]  # fmt: skip
+    out = [b"[" * 5000, b"{" * 5000, b'{"a":' * 3000, json.dumps(deep(300)).encode()]
+    out.append(b"\xef\xbb\xbf{}")
     while len(out) < n:
         body = bytearray(rng.choice(base))
         for _ in range(rng.randint(1, 4)):
