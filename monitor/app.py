@@ -71,7 +71,9 @@ def create_app(settings: Settings) -> faust.App:
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     if settings.alerting_enabled:
-        alerting = AlertingService(settings, metrics, loop=app.loop, beacon=app.beacon)
+        alerting = AlertingService(
+            settings, metrics, ingest.loop_.health.stalled_seconds, loop=app.loop, beacon=app.beacon
+        )
         app.service(cast(Any, alerting))
     if settings.judge_enabled:
         app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))

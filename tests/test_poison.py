@@ -16,8 +16,11 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from monitor.alerts.rules import default_rules
 from monitor.flows.ingest import IngestConfig, IngestLoop
-from monitor.store.engine import libpq_url
+from monitor.flows.ingest_health import IngestHealth
+from monitor.flows.observations import observe
+from monitor.store.engine import libpq_url, make_engine
 from monitor.store.event_writer import EventWriter
 from monitor.store.store_errors import is_transient
 from tests.factories import event_dict
@@ -153,3 +156,37 @@ async def test_store_errors_are_classified_from_real_failures(database_url: str)
     with pytest.raises(OSError) as refused:
         await asyncpg.connect("postgresql://postgres@127.0.0.1:1/x", timeout=5)
     assert is_transient(refused.value)
+
+
+def test_health_contract_and_stall_metric() -> None:
+    now = [100.0]
+    health = IngestHealth(lambda: now[0], stall_after_s=60)
+    assert health.status() == (False, "starting", "the ingest consumer is not subscribed yet")
+    health.ready = True
+    now[0] += 600
+    health.idle()  # quiet with no lag: healthy however long
+    assert health.status() == (True, "ok", "") and health.stalled_seconds() == 0
+    health.lag = 5
+    now[0] += 61
+    ok, state, reason = health.status()
+    assert (ok, state) == (False, "stalled") and "consumer lag 5" in reason
+    assert health.stalled_seconds() == 61
+    health.wrote()
+    assert health.status()[0] and health.stalled_seconds() == 0
+    health.commit_failures, health.last_error = 3, "offset commit: KafkaTimeoutError"
+    assert health.status()[1] == "commits_failing"
+
+
+async def test_default_stall_rule_fires_from_the_stall_source(database_url: str) -> None:
+    rules = default_rules()
+    stall_only = rules.model_copy(update={"rules": (rules.rule("ingest_stalled"),)})
+    engine = make_engine(database_url)
+    try:
+        now = datetime(2026, 3, 1, tzinfo=UTC)
+        assert await observe(engine, stall_only, now) == []  # no source: no observation
+        (obs,) = await observe(engine, stall_only, now, stall=lambda: 300.0)
+        assert obs.value == 300.0 and stall_only.rules[0].breached(obs.value)
+        (quiet,) = await observe(engine, stall_only, now, stall=lambda: 0.0)
+        assert not stall_only.rules[0].breached(quiet.value)
+    finally:
+        await engine.dispose()

@@ -43,6 +43,11 @@ class IngestHealth:
     def seconds_since_write(self) -> float:
         return max(0.0, self.clock() - self.last_write)
 
+    def stalled_seconds(self) -> float:
+        """Seconds without a write while there is work (lag or paused), else 0: the value of
+        the ``ingest_stall_s`` alert metric."""
+        return self.seconds_since_write() if self.lag > 0 or self.paused else 0.0
+
     def idle(self) -> None:
         """Nothing to do (no lag, not paused): quiet is not a stall."""
         if self.lag == 0 and not self.paused:
