@@ -40,6 +40,7 @@ METRIC_DASHBOARDS = {
     "judge_failure_rate": "/d/monitor-judges",
     "dlq_rate": "/d/monitor-pipeline",
     "consumer_lag": "/d/monitor-pipeline",
+    "ingest_stall_s": "/d/monitor-pipeline",
 }
 SCOPE_KEYS = ("agent", "domain", "tier")
 MAX_GROUP_MEMBERS = 10
