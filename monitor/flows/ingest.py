@@ -208,6 +208,8 @@ class IngestLoop:
             return  # leave the batch uncommitted: it is re-delivered after a restart
         self.health.wrote()
         offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
+        for tp in offsets:
+            self._lost_data(tp)  # the batch may come from a topic the broker recreated
         await self._commit(offsets)
         self._positions.update(offsets)
         self.metrics.events_written.inc(result.inserted)
@@ -338,36 +340,42 @@ class IngestLoop:
                 self.health.paused = False
                 self.health.last_error = ""
 
+    def _lost_data(self, tp: TopicPartition) -> bool:
+        """True when ``tp``'s log end is below our position: the broker lost data. Logged and
+        counted once per partition and occurrence."""
+        assert self._consumer is not None
+        high, pos = self._consumer.highwater(tp), self._positions.get(tp)
+        if high is None or pos is None or high >= pos:
+            self._lost.discard(tp)
+            return False
+        if tp not in self._lost:
+            log.error(
+                "partition %s[%s]: the broker's log ends at %d, below our position %d: the "
+                "broker lost data (restarted without persistent storage, or the topic was "
+                "recreated). Resuming from its earliest offset; events already stored are kept, "
+                "and what the broker lost must be re-sent by producers.",
+                tp.topic, tp.partition, high, pos,
+            )  # fmt: skip
+            self._lost.add(tp)
+            self.metrics.broker_data_loss.inc()
+        return True
+
     async def _update_lag(self) -> None:
         """Consumer lag per assigned partition: high watermark minus next offset to process.
 
-        A high watermark below the position means the broker lost data: logged once per
-        partition and occurrence, and the partition resumes from its earliest offset."""
+        A partition whose log end fell below our position (:meth:`_lost_data`) resumes from
+        its earliest offset."""
         consumer = self._consumer
         if consumer is None:
             return
         total = 0
         for tp in consumer.assignment():
-            high = consumer.highwater(tp)
-            pos = self._positions.get(tp)
-            if high is None or pos is None:
-                continue
-            if high < pos:
-                if tp not in self._lost:
-                    log.error(
-                        "partition %s[%s]: the broker's log ends at %d, below our position %d: "
-                        "the broker lost data (restarted without persistent storage, or the "
-                        "topic was recreated). Resuming from its earliest offset; events already "
-                        "stored are kept, and what the broker lost must be re-sent by producers.",
-                        tp.topic, tp.partition, high, pos,
-                    )  # fmt: skip
-                    self._lost.add(tp)
-                    self.metrics.broker_data_loss.inc()
+            if self._lost_data(tp):
                 await consumer.seek_to_beginning(tp)
                 del self._positions[tp]
                 continue
-            self._lost.discard(tp)
-            total += max(0, high - pos)
-            self.metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - pos))
+            high, pos = consumer.highwater(tp), self._positions.get(tp)
+            if high is not None and pos is not None:
+                total += max(0, high - pos)
+                self.metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - pos))
         self.health.lag = total
-
