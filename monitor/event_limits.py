@@ -47,9 +47,18 @@ def parse_json(data: bytes | str, *, check_depth: bool = True) -> Any:
         if "recursion limit" in str(exc):
             raise _too_deep() from None
         raise InvalidEvent("not_json", None, f"not valid UTF-8 JSON: {exc}") from None
-    if check_depth:
+    raw = data.encode(errors="surrogatepass") if isinstance(data, str) else data
+    # fewer brackets than the limit cannot nest deeper: skip the walk
+    if check_depth and raw.count(b"{") + raw.count(b"[") > MAX_JSON_DEPTH:
         check_json_depth(obj)
     return obj
+
+
+def may_hold_nul(data: bytes) -> bool:
+    """False when the JSON text ``data`` cannot decode to a string holding U+0000: the parser
+    rejects raw control characters, so a NUL can only come from a ``\\u0000`` escape (lone
+    surrogates are rejected by the parser itself). A cheap pre-check before the full walk."""
+    return b"\\u0000" in data
 
 
 def check_json_depth(obj: Any) -> None:

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.errors import InvalidEvent
-from monitor.event_limits import check_json_depth, parse_json
+from monitor.event_limits import check_json_depth, may_hold_nul, parse_json
 from monitor.events import MAX_EVENT_BYTES, AgentEvent, decode_event, validate_event
 
 
@@ -94,6 +94,7 @@ def parse_events(
         raise BadBody("empty body: send a JSON array, an object or NDJSON, one event per line")
     verdicts = Verdicts()
     limits: dict[str, Any] = {"now": now, "max_future_skew": max_future_skew}
+    parsed = {**limits, "check_chars": may_hold_nul(text)}  # for values parsed from ``text``
     if text.startswith(b"{"):
         try:
             single = parse_json(text)
@@ -108,7 +109,7 @@ def parse_events(
                     raise InvalidEvent(
                         "oversize", None, f"event is {len(text)} bytes, limit is {MAX_EVENT_BYTES}"
                     )
-                verdicts.accept(0, validate_event(single, **limits))
+                verdicts.accept(0, validate_event(single, **parsed))
             except InvalidEvent as exc:
                 verdicts.reject(0, exc)
             return verdicts
@@ -129,7 +130,7 @@ def parse_events(
                     raise InvalidEvent(
                         "oversize", None, f"event is {size} bytes, limit is {MAX_EVENT_BYTES}"
                     )
-                verdicts.accept(i, validate_event(item, **limits))
+                verdicts.accept(i, validate_event(item, **parsed))
             except InvalidEvent as exc:
                 verdicts.reject(i, exc)
         return verdicts
