@@ -54,3 +54,27 @@ def test_oversize_value_is_truncated_with_its_digest():
         b"src", b"0", b"7"
     )
     assert dlq_record(letter(8, b"small")) == (b"small", letter(8, b"small").headers())
+
+
+def test_repeated_client_lines_are_cut_to_one_per_window(caplog):
+    import logging
+
+    from monitor.flows.log_dedupe import RepeatFilter
+
+    now = [0.0]
+    logger = logging.getLogger("test.repeat")
+    logger.addFilter(RepeatFilter(lambda: now[0], window_s=60))
+    with caplog.at_level(logging.ERROR, logger="test.repeat"):
+        for _ in range(190):  # 19 lines a second for ten seconds
+            logger.error("OffsetCommit failed for group %s: %s", "g", "UnknownTopicOrPartition")
+            now[0] += 1 / 19
+        now[0] += 60
+        logger.error("OffsetCommit failed for group %s: %s", "g", "UnknownTopicOrPartition")
+        logger.error("another message")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "OffsetCommit failed for group g: UnknownTopicOrPartition",
+        "OffsetCommit failed for group g: UnknownTopicOrPartition (189 identical lines "
+        "suppressed)",
+        "another message",
+    ]

@@ -15,11 +15,13 @@ batch is never acknowledged before it is written. A crash at any point re-delive
 uncommitted batch, which the writer absorbs idempotently. On a rebalance, revocation waits for
 the batch in flight to commit.
 
-An offset commit is bounded by ``commit_timeout_s``; a failed one is logged once per run of
-failures (the batch is stored; it is re-delivered and absorbed if the worker restarts) and
-counted for ``/health``. When a partition's log end falls below the loop's position (the broker
-lost its data: restarted without persistent storage, topic recreated), the loop logs it once
-and resumes that partition from its earliest offset (``auto_offset_reset=earliest``).
+An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
+to one per minute per template, :mod:`monitor.flows.log_dedupe`); a failed one is logged once
+per run of failures (the batch is stored; it is re-delivered and absorbed if the worker
+restarts) and counted for ``/health``. When a partition's log end falls below the loop's
+position (the broker lost its data: restarted without persistent storage, topic recreated), the
+loop logs it once and resumes that partition from its earliest offset
+(``auto_offset_reset=earliest``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from monitor.events import decode_event
 from monitor.flows.dlq_publish import DlqBatch
 from monitor.flows.dlq_publish import retriable as kafka_retriable
 from monitor.flows.ingest_health import IngestHealth
+from monitor.flows.log_dedupe import dedupe_kafka_client_logs
 from monitor.flows.poison import write_isolating
 from monitor.ops_metrics import OpsMetrics
 from monitor.store.event_writer import EventWriter, WriteResult
@@ -163,6 +166,7 @@ class IngestLoop:
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
+        dedupe_kafka_client_logs(self.clock.monotonic)
         await self._producer.start()
         try:
             await self._consumer.start()
