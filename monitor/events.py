@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from monitor.errors import InvalidEvent
+from monitor.event_errors import reason_for
 from monitor.event_limits import (
     INT32_MAX,
     INT32_MIN,
@@ -194,37 +195,6 @@ class AgentEvent(_Strict):
         return self.model_dump_json(by_alias=True, exclude_none=True).encode()
 
 
-_REASONS = {
-    "missing": "missing_field",
-    "extra_forbidden": "unknown_field",
-    "literal_error": "invalid_value",
-    "greater_than_equal": "out_of_range",
-    "less_than_equal": "out_of_range",
-    "greater_than": "out_of_range",
-    "less_than": "out_of_range",
-    "string_too_short": "invalid_value",
-    "string_too_long": "invalid_value",
-    "timezone_aware": "invalid_value",
-}
-
-
-def _reason_for(err: Any) -> tuple[str, str | None, str]:
-    loc = ".".join(str(p) for p in err["loc"]) or None
-    kind = str(err["type"])
-    msg = str(err["msg"])
-    if kind == "value_error":
-        # our own validators put the code before the first colon
-        text = msg.removeprefix("Value error, ")
-        code, _, rest = text.partition(": ")
-        return code, loc, rest or text
-    if loc == "type" and kind == "literal_error":
-        return "unknown_type", loc, f"type must be one of {', '.join(EVENT_TYPES)}"
-    if loc == "schema" and kind == "literal_error":
-        return "bad_schema", loc, f'schema must be exactly "{SCHEMA_ID}"'
-    reason = _REASONS.get(kind, "wrong_type" if kind.endswith("_type") else "invalid_value")
-    return reason, loc, f"{loc or 'event'}: {msg}"
-
-
 def decode_event(
     raw: bytes | str, *, now: datetime | None = None, max_future_skew: timedelta | None = None
 ) -> AgentEvent:
@@ -283,7 +253,7 @@ def _validate(obj: Any, check_chars: bool) -> AgentEvent:
     try:
         return AgentEvent.model_validate(_json_strict_input(obj))
     except ValidationError as exc:
-        raise InvalidEvent(*_reason_for(exc.errors()[0])) from None
+        raise InvalidEvent(*reason_for(exc.errors()[0], EVENT_TYPES, SCHEMA_ID)) from None
 
 
 def _json_strict_input(obj: dict[str, Any]) -> dict[str, Any]:
