@@ -116,7 +116,7 @@ class PipelinedIngestLoop(IngestLoop):
                     # the COPY needs this process too: let it finish at full speed, then decode
                     # the next batch while Postgres runs the insert + roll-up statement
                     await self.copied.wait()
-                self._update_lag()
+                await self._update_lag()
             if pending is not None:
                 await pending
         finally:
@@ -143,7 +143,7 @@ class PipelinedIngestLoop(IngestLoop):
         async with self._lock:
             started = self.clock.monotonic()
             if dead:
-                await self._publish_dead(dead)
+                await self._publish(dead, list(batch))
             result = await self._write_with_retry(rows, dead, list(batch))
             if result is None:
                 return

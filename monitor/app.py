@@ -13,12 +13,14 @@ commit-after-write, which the same consumer pattern gives.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any, cast
 
 import faust
 from faust.web import Request, Response, View
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor.clock import SystemClock
 from monitor.config import Settings
 from monitor.errors import MonitorError
 from monitor.flows.http_ingest import (
@@ -46,6 +48,7 @@ def create_app(settings: Settings) -> faust.App:
     if not settings.kafka_bootstrap or not settings.database_url:
         raise MonitorError("the worker needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL")
     metrics = OpsMetrics()
+    clock = SystemClock()
     datadir = settings.state_dir / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -68,7 +71,9 @@ def create_app(settings: Settings) -> faust.App:
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     if settings.alerting_enabled:
-        alerting = AlertingService(settings, metrics, loop=app.loop, beacon=app.beacon)
+        alerting = AlertingService(
+            settings, metrics, ingest.loop_.health.stalled_seconds, loop=app.loop, beacon=app.beacon
+        )
         app.service(cast(Any, alerting))
     if settings.judge_enabled:
         app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))
@@ -76,10 +81,9 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/health")
     class Health(View):
         async def get(self, request: Request) -> Response:
-            ready = ingest.loop_.ready.is_set()
-            return self.json(
-                {"status": "ok" if ready else "starting"}, status=200 if ready else 503
-            )
+            healthy, state, reason = ingest.loop_.health.status()
+            body = {"status": state, **({"reason": reason} if reason else {})}
+            return self.json(body, status=200 if healthy else 503)
 
     @app.page("/metrics")
     class Metrics(View):
@@ -91,28 +95,40 @@ def create_app(settings: Settings) -> faust.App:
         async def post(self, request: Request) -> Response:
             if not token_ok(request.headers.get("Authorization"), settings.ingest_token):
                 return self.json({"error": "missing or wrong bearer token"}, status=401)
+            limit = settings.http_max_body_bytes
             declared = request.headers.get("Content-Length") or "0"
-            if declared.isdigit() and int(declared) > settings.http_max_body_bytes:
-                return self.json({"error": "body too large"}, status=413)
-            body = await request.read()
+            if declared.isdigit() and int(declared) > limit:
+                return self.json({"error": f"body above {limit} bytes"}, status=413)
+            body = await read_limited(request, limit)
+            if body is None:
+                return self.json({"error": f"body above {limit} bytes"}, status=413)
             try:
                 verdicts = parse_events(
                     body,
-                    max_body_bytes=settings.http_max_body_bytes,
+                    max_body_bytes=limit,
                     max_events=settings.http_max_events,
+                    now=clock.now(),
+                    max_future_skew=timedelta(seconds=settings.max_future_skew_s),
                 )
             except RequestTooLarge as exc:
                 return self.json({"error": str(exc)}, status=413)
             except BadBody as exc:
                 return self.json({"error": str(exc)}, status=400)
+            except Exception as exc:  # never a 500 for a body: nothing was produced yet
+                log.exception("HTTP ingest could not parse a body")
+                return self.json({"error": f"unreadable body ({type(exc).__name__})"}, status=400)
             if verdicts.accepted:
                 try:
                     for event in verdicts.accepted:
                         await emitter.send(event)
                     await emitter.flush()
-                except MonitorError as exc:
+                except Exception as exc:
                     log.error("HTTP ingest could not publish: %s", exc)
-                    return self.json({"error": f"event bus unavailable: {exc}"}, status=503)
+                    return self.json(
+                        {"error": f"event bus unavailable ({type(exc).__name__}): re-send the "
+                         "request, stored events are deduplicated by event_id"},
+                        status=503,
+                    )  # fmt: skip
             metrics.http_events.labels("accepted").inc(len(verdicts.accepted))
             metrics.http_events.labels("rejected").inc(verdicts.rejected)
             return self.json(response_body(verdicts), status=status_for(verdicts))
@@ -137,6 +153,20 @@ def create_app(settings: Settings) -> faust.App:
             return self.json({"agent_id": agent_id, "maps": [m.to_dict() for m in maps]})
 
     return app
+
+
+async def read_limited(request: Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it exceeds ``limit`` bytes (read in chunks, so the
+    documented limit applies instead of aiohttp's 1 MiB ``client_max_size``)."""
+    stream = cast(Any, request).content
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:

@@ -51,6 +51,21 @@ class Settings(BaseSettings):
     batch_max_wait_ms: int = Field(default=200, ge=1, description="Longest wait to fill a batch.")
     store_retry_initial_s: float = Field(default=0.5, gt=0)
     store_retry_max_s: float = Field(default=10.0, gt=0)
+    max_future_skew_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Events whose ts is further than this ahead of the receiver's clock are "
+        "rejected (reason future_timestamp) over HTTP and dead-lettered by the worker.",
+    )
+    health_stall_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="/health answers 503 (stalled) when no batch was written for this long "
+        "while the consumer lag is above zero or the partitions are paused.",
+    )
+    commit_timeout_s: float = Field(
+        default=15.0, gt=0, description="Longest wait for one offset commit."
+    )
 
     # --- web ------------------------------------------------------------------------------
     web_host: str = "127.0.0.1"

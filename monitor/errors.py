@@ -29,7 +29,9 @@ class InvalidEvent(MonitorError):
         reason: machine-readable code (``not_json``, ``oversize``, ``missing_field``,
             ``wrong_type``, ``out_of_range``, ``unknown_type``, ``multiple_payloads``,
             ``missing_payload``, ``payload_mismatch``, ``unknown_field``, ``invalid_value``,
-            ``attributes_too_large``, ``bad_schema``).
+            ``attributes_too_large``, ``bad_schema``, ``invalid_character``, ``too_deep``,
+            ``future_timestamp``; in the dead-letter table also ``store_rejected`` and
+            ``conflicting_duplicate``, written by the ingest loop).
         field: dotted path of the offending field, or ``None`` for whole-event problems.
         detail: human-readable sentence naming the field and the rule broken.
     """

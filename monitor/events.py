@@ -8,12 +8,15 @@ dotted path of the offending field.
 Limits: a whole serialized event is at most ``MAX_EVENT_BYTES`` (256 KiB); ``attributes`` is at
 most ``MAX_ATTRIBUTES_BYTES`` (16 KiB) once serialized as compact JSON. Ids are 1-128 chars.
 Confidences and rewards are in [0, 1], feedback scores in [-1, 1]. Timestamps must carry a zone.
+What the store can hold is checked here too (:mod:`monitor.event_limits`): no NUL or lone
+surrogate in any string, 32-bit ``turn``/``trial``, ``ts`` within 0001-01-02..9999-12-30 UTC,
+JSON at most 64 levels deep, and optionally no ``ts`` too far in the receiver's future.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,9 +28,21 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import from_json
 
 from monitor.errors import InvalidEvent
+from monitor.event_errors import reason_for
+from monitor.event_limits import (
+    INT32_MAX,
+    INT32_MIN,
+    MAX_JSON_DEPTH,
+    MAX_TS,
+    MIN_TS,
+    check_characters,
+    check_future,
+    check_timestamp,
+    may_hold_nul,
+    parse_json,
+)
 
 SCHEMA_ID = "agent-event/v1"
 MAX_EVENT_BYTES = 256 * 1024
@@ -60,7 +75,7 @@ class Context(_Strict):
     intent: str | None = None
     segment: str | None = None
     task_id: str | None = None
-    trial: int | None = None
+    trial: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] | None = None
 
 
 class ToolCall(_Strict):
@@ -114,11 +129,16 @@ class AgentEvent(_Strict):
     schema_: Literal["agent-event/v1"] = Field(default="agent-event/v1", alias="schema")
     event_id: Id
     type: EventType
-    ts: AwareDatetime
+    ts: Annotated[
+        AwareDatetime,
+        Field(
+            description=f"RFC 3339 with a zone; in UTC between {MIN_TS.date()} and {MAX_TS.date()}"
+        ),
+    ]
     conversation_id: Id
     agent: Agent
     context: Context | None = None
-    turn: Annotated[int, Field(ge=0)] | None = None
+    turn: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     attributes: dict[str, Any] | None = None
     message: MessagePayload | None = None
     tool_result: ToolResultPayload | None = None
@@ -175,61 +195,50 @@ class AgentEvent(_Strict):
         return self.model_dump_json(by_alias=True, exclude_none=True).encode()
 
 
-_REASONS = {
-    "missing": "missing_field",
-    "extra_forbidden": "unknown_field",
-    "literal_error": "invalid_value",
-    "greater_than_equal": "out_of_range",
-    "less_than_equal": "out_of_range",
-    "greater_than": "out_of_range",
-    "less_than": "out_of_range",
-    "string_too_short": "invalid_value",
-    "string_too_long": "invalid_value",
-    "timezone_aware": "invalid_value",
-}
-
-
-def _reason_for(err: Any) -> tuple[str, str | None, str]:
-    loc = ".".join(str(p) for p in err["loc"]) or None
-    kind = str(err["type"])
-    msg = str(err["msg"])
-    if kind == "value_error":
-        # our own validators put the code before the first colon
-        text = msg.removeprefix("Value error, ")
-        code, _, rest = text.partition(": ")
-        return code, loc, rest or text
-    if loc == "type" and kind == "literal_error":
-        return "unknown_type", loc, f"type must be one of {', '.join(EVENT_TYPES)}"
-    if loc == "schema" and kind == "literal_error":
-        return "bad_schema", loc, f'schema must be exactly "{SCHEMA_ID}"'
-    reason = _REASONS.get(kind, "wrong_type" if kind.endswith("_type") else "invalid_value")
-    return reason, loc, f"{loc or 'event'}: {msg}"
-
-
-def decode_event(raw: bytes | str) -> AgentEvent:
+def decode_event(
+    raw: bytes | str, *, now: datetime | None = None, max_future_skew: timedelta | None = None
+) -> AgentEvent:
     """Validate one serialized event and return it.
 
     Args:
         raw: the UTF-8 JSON bytes of a single event (a Kafka value, an NDJSON line).
+        now, max_future_skew: when both are given, an event whose ``ts`` is more than
+            ``max_future_skew`` after ``now`` is rejected (``future_timestamp``).
 
     Raises:
         InvalidEvent: with ``reason`` ``oversize`` (> 256 KiB), ``not_json`` (undecodable or not a
-            JSON object), or the first contract rule broken, naming its field.
+            JSON object), ``too_deep``, or the first contract or storage rule broken
+            (``invalid_character``, ``out_of_range``...), naming its field.
     """
-    data = raw.encode() if isinstance(raw, str) else raw
+    data = raw.encode(errors="surrogatepass") if isinstance(raw, str) else raw
     if len(data) > MAX_EVENT_BYTES:
         raise InvalidEvent(
             "oversize", None, f"event is {len(data)} bytes, limit is {MAX_EVENT_BYTES}"
         )
-    try:
-        obj = from_json(data)  # pydantic-core parser: ~2x faster than json.loads (bench)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidEvent("not_json", None, f"not valid UTF-8 JSON: {exc}") from None
-    return validate_event(obj)
+    obj = parse_json(data)  # pydantic-core parser: ~2x faster than json.loads (bench)
+    chars = may_hold_nul(data)
+    return validate_event(obj, now=now, max_future_skew=max_future_skew, check_chars=chars)
 
 
-def validate_event(obj: Any) -> AgentEvent:
-    """Validate an already-parsed JSON value (see ``decode_event`` for the errors raised)."""
+def validate_event(
+    obj: Any,
+    *,
+    now: datetime | None = None,
+    max_future_skew: timedelta | None = None,
+    check_chars: bool = True,
+) -> AgentEvent:
+    """Validate an already-parsed JSON value (see ``decode_event`` for the errors raised).
+
+    ``check_chars=False`` skips the walk for NUL and lone surrogates: only for a value parsed
+    from JSON text that :func:`monitor.event_limits.may_hold_nul` cleared."""
+    event = _validate(obj, check_chars)
+    check_timestamp(event.ts)
+    if now is not None and max_future_skew is not None:
+        check_future(event.ts, now, max_future_skew)
+    return event
+
+
+def _validate(obj: Any, check_chars: bool) -> AgentEvent:
     if not isinstance(obj, dict):
         raise InvalidEvent(
             "not_json", None, f"event must be a JSON object, got {type(obj).__name__}"
@@ -239,10 +248,12 @@ def validate_event(obj: Any) -> AgentEvent:
     etype = obj.get("type")
     if isinstance(etype, str) and etype not in EVENT_TYPES:
         raise InvalidEvent("unknown_type", "type", f"type must be one of {', '.join(EVENT_TYPES)}")
+    if check_chars:
+        check_characters(obj)
     try:
         return AgentEvent.model_validate(_json_strict_input(obj))
     except ValidationError as exc:
-        raise InvalidEvent(*_reason_for(exc.errors()[0])) from None
+        raise InvalidEvent(*reason_for(exc.errors()[0], EVENT_TYPES, SCHEMA_ID)) from None
 
 
 def _json_strict_input(obj: dict[str, Any]) -> dict[str, Any]:
@@ -271,6 +282,12 @@ def json_schema() -> dict[str, Any]:
     schema["description"] = (
         "One agent event. Exactly one payload object is present: the one named by `type`. "
         f"A serialized event is at most {MAX_EVENT_BYTES} bytes; attributes at most "
-        f"{MAX_ATTRIBUTES_BYTES} bytes."
+        f"{MAX_ATTRIBUTES_BYTES} bytes. What the store can hold: no string or key anywhere "
+        "(attributes included) may contain U+0000 or a lone surrogate (reason "
+        "invalid_character); integers fit in 32 bits and ts lies between "
+        f"{MIN_TS.isoformat()} and {MAX_TS.isoformat()} in UTC (reason out_of_range); JSON is "
+        f"at most {MAX_JSON_DEPTH} levels deep (reason too_deep); the receiver may reject a ts "
+        "further in its future than its configured skew (reason future_timestamp)."
     )
+    schema["$comment"] = "Strings must not contain U+0000 (the store cannot hold it)."
     return schema

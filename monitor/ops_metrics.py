@@ -51,6 +51,24 @@ class OpsMetrics:
         self.paused = Gauge(
             "monitor_ingest_paused", "1 while ingest is paused waiting for the store", registry=r
         )
+        self.since_write = Gauge(
+            "monitor_seconds_since_last_write",
+            "Seconds since the ingest loop last wrote a batch (see /health)",
+            registry=r,
+        )
+        self.events_conflicting = Counter(
+            "monitor_events_conflicting",
+            "Duplicate event_ids with a different body, dead-lettered (the first one stays)",
+            registry=r,
+        )
+        self.commit_errors = Counter(
+            "monitor_offset_commit_errors", "Offset commits that failed or timed out", registry=r
+        )
+        self.broker_data_loss = Counter(
+            "monitor_broker_data_loss",
+            "Partitions found with a log end below the consumer position (broker lost data)",
+            registry=r,
+        )
         self.http_events = Counter(
             "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
         )

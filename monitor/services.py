@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -56,6 +57,9 @@ class IngestService(Service):
                 retry_initial_s=settings.store_retry_initial_s,
                 retry_max_s=settings.store_retry_max_s,
                 idempotent_producer=settings.kafka_idempotent,
+                max_future_skew_s=settings.max_future_skew_s,
+                stall_after_s=settings.health_stall_s,
+                commit_timeout_s=settings.commit_timeout_s,
             ),
             self.writer,
             metrics,
@@ -133,9 +137,16 @@ class AlertingService(Service):
     """Alert evaluation (one leader among the workers, monitor.flows.evaluate) and delivery
     of the notification outbox (every worker, monitor.flows.notify)."""
 
-    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: OpsMetrics,
+        stall: Callable[[], float | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         assert settings.database_url
+        self.stall = stall  # the local ingest loop's stall seconds (ingest_stall_s rules)
         self.rules, _ = load_alert_rules(settings)  # ConfigError at startup, naming the line
         self.engine = make_engine(settings.database_url, pool_size=4)
         self.sinks = configured_sinks(settings)
@@ -153,7 +164,7 @@ class AlertingService(Service):
         await run_evaluation(
             self.engine, self.rules, sorted(self.sinks), self.stopping,
             self.rules.evaluation_interval.total_seconds(), SystemClock(), lag=self._lag,
-            on_report=self._on_report,
+            stall=self.stall, on_report=self._on_report,
         )  # fmt: skip
 
     def _on_report(self, report: EvaluationReport) -> None:

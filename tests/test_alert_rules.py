@@ -210,6 +210,8 @@ def test_default_rules_load_and_encode_tier_thresholds() -> None:
     metrics = {r.metric for r in rs.rules}
     assert {Metric.DRIFT, Metric.ESCALATION_INVERSION, Metric.DLQ_RATE} <= metrics
     assert Metric.CONSUMER_LAG in metrics
+    assert by_name["ingest_stalled"].metric is Metric.INGEST_STALL_S
+    assert by_name["ingest_stalled"].severity is Severity.CRITICAL
     for r in rs.rules:
         assert r.annotations.runbook_url is not None
         assert r.annotations.runbook_url.startswith("docs/runbooks.md#")

@@ -177,12 +177,14 @@ async def test_ratelimited_ok_false_retries_and_invalid_auth_fails_at_once(
 ) -> None:
     slack.push(SlackError("ratelimited", status=200, retry_after="3"))
     clock = Clock()
+    other = SlackServer()  # the lanes run concurrently: the scripted answer must not race
     bad = SlackSink(
-        "xoxb-revoked-000000000", slack.channel, DASH, base_url=f"{slack.base_url}/api/"
+        "xoxb-revoked-000000000", other.channel, DASH, base_url=f"{other.base_url}/api/"
     )
     n = notifier(engine, {"slack": slack_sink(slack), "badslack": bad}, clock)
     await enqueue(engine, [notification()], ["slack", "badslack"], now=T0)
-    assert await n.run_once(T0) == 2
+    async with other:
+        assert await n.run_once(T0) == 2
     limited, refused = await rows(engine)
     assert (limited["status"], limited["next_attempt_at"]) == ("pending", T0 + timedelta(seconds=3))
     assert limited["last_error"] == "slack answered HTTP 200: ratelimited"

@@ -11,7 +11,8 @@ Metric values, as the evaluator must compute them (units in brackets):
 - ``escalation_inversion``: 1.0 when a significant inversion was detected, else 0.0.
 - ``time_to_escalation_p90_s`` [seconds]; ``judge_failure_rate`` [0, 1]: share of judged items
   with a failure of ``category``; ``dlq_rate`` [0, 1]: share of input events dead-lettered;
-  ``consumer_lag`` [records behind, max over the window].
+  ``consumer_lag`` [records behind, max over the window], ``ingest_stall_s`` [seconds the
+  evaluating worker's ingest loop has written nothing while it had work: lag or paused].
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Metric(StrEnum):
     JUDGE_FAILURE_RATE = "judge_failure_rate"
     DLQ_RATE = "dlq_rate"
     CONSUMER_LAG = "consumer_lag"
+    INGEST_STALL_S = "ingest_stall_s"
 
 
 CALIBRATION_METRICS = frozenset(
@@ -56,7 +58,9 @@ DEFAULT_MIN_SAMPLES: Mapping[str, float] = {
 }
 """``min_samples`` when a rule omits it; metrics not listed default to 0 (no minimum)."""
 
-_UNBOUNDED = frozenset({Metric.TIME_TO_ESCALATION_P90_S, Metric.CONSUMER_LAG})
+_UNBOUNDED = frozenset(
+    {Metric.TIME_TO_ESCALATION_P90_S, Metric.CONSUMER_LAG, Metric.INGEST_STALL_S}
+)
 VALUE_RANGE: Mapping[Metric, tuple[float, float]] = {
     m: (-1.0, 1.0)
     if m is Metric.OVERCONFIDENCE_GAP

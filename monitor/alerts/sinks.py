@@ -38,6 +38,7 @@ from monitor.alerts.slack_blocks import (
     parse_payload,
     scrub,
     scrub_payload,
+    scrub_scope,
     value_text,
 )
 from monitor.alerts.states import Kind
@@ -133,7 +134,7 @@ def malformed(exc: Exception) -> DeliveryResult:
 class WebhookSink:
     """POST the payload as JSON to one URL (httpx).
 
-    Body: the payload with text fields scrubbed (:func:`slack_blocks.scrub_payload`), encoded
+    Body: the payload with every text value scrubbed (:func:`slack_blocks.scrub_payload`), encoded
     by :func:`signing.encode_body`. Headers: ``Idempotency-Key`` (the outbox key: receivers
     drop repeats), ``X-Monitor-Signature`` (HMAC-SHA256 over ``<unix time>.`` + body, see
     :mod:`monitor.alerts.signing`) when a secret is configured. Any 2xx is delivered; the
@@ -203,7 +204,7 @@ def alertmanager_alerts(
     ``description``, ``runbook_url`` (when set), ``value``. ``startsAt`` = ``fired_at``;
     ``endsAt`` = ``resolved_at`` for resolved, else ``now + firing_ttl`` (Alertmanager resolves
     an alert nobody re-sends; repeats re-send it, so keep the ttl above the repeat interval).
-    ``generatorURL`` = the dashboard link with the scope preselected.
+    ``generatorURL`` = the dashboard link with the (scrubbed) scope preselected.
     """
     n = parse_payload(payload)
     allow = customer_content_allowed(payload)
@@ -216,13 +217,14 @@ def alertmanager_alerts(
         if m.runbook_url:
             annotations["runbook_url"] = m.runbook_url
         ends = (m.resolved_at or now) if m.kind is Kind.RESOLVED else now + firing_ttl
+        scope = scrub_scope(m.scope, allow)
         out.append(
             {
                 "labels": {_label_name(k): scrub(v, allow) for k, v in m.labels.items()},
                 "annotations": annotations,
                 "startsAt": m.fired_at.isoformat(),
                 "endsAt": ends.isoformat(),
-                "generatorURL": dashboard_link(dashboard_url, m.scope, m.metric),
+                "generatorURL": dashboard_link(dashboard_url, scope, m.metric),
             }
         )
     return out

@@ -5,10 +5,13 @@ An outbox payload is either ``Notification.to_dict()`` or ``GroupedNotification.
 at its top level when the rule opted in to customer content (a group carries it at the top
 level too, for all its members).
 
-Text contract: every text field taken from a payload (summary, description, detail, scope and
-label values) passes through :func:`scrub` before it reaches a message: secrets are always
-replaced (:func:`monitor.alerts.redact.redact_secrets`); emails, phone numbers and card numbers
-too (:func:`monitor.alerts.redact.redact`) unless the payload opted out.
+Text contract: every text taken from a payload (summary, description, detail, scope, label
+values, group key, the scope inside dashboard links) passes through :func:`scrub` before it
+leaves the process: secrets are always replaced (:func:`monitor.alerts.redact.redact_secrets`);
+emails, phone numbers and card numbers too (:func:`monitor.alerts.redact.redact`) unless the
+payload opted out. Every Slack mrkdwn text (blocks, ``text`` and ``attachments.fallback``) is
+also escaped (``&``, ``<``, ``>``), so ``<!channel>`` or ``<@U123>`` in a value never mentions
+anyone.
 
 :func:`render_message` returns ``{"text": fallback, "blocks": [...], "attachments": [...]}``
 ready for ``chat.postMessage`` or an incoming webhook: ``text`` is the plain-text fallback
@@ -37,6 +40,7 @@ METRIC_DASHBOARDS = {
     "judge_failure_rate": "/d/monitor-judges",
     "dlq_rate": "/d/monitor-pipeline",
     "consumer_lag": "/d/monitor-pipeline",
+    "ingest_stall_s": "/d/monitor-pipeline",
 }
 SCOPE_KEYS = ("agent", "domain", "tier")
 MAX_GROUP_MEMBERS = 10
@@ -68,24 +72,33 @@ def scrub(text: str, allow_customer_content: bool = False) -> str:
     return redact_secrets(text) if allow_customer_content else redact(text)
 
 
+KEEP_VERBATIM = frozenset({"idempotency_key", "fingerprint", "kind", "fired_at", "resolved_at",
+                           "created_at", "runbook_url", "redact_customer_content"})  # fmt: skip
+"""Payload keys whose values are machine identifiers or operator configuration, not content."""
+
+
 def scrub_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of an outbox payload whose free-text fields (``summary``, ``description``,
-    ``detail``, also in group members) are scrubbed; structure and other values unchanged."""
+    """A copy of an outbox payload in which every string value, at any depth (summary,
+    description, detail, labels, scope, group_key, members...), is scrubbed, except the
+    identifiers of :data:`KEEP_VERBATIM`; structure and non-string values unchanged."""
     allow = customer_content_allowed(payload)
 
-    def fields(d: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(d)
-        for key in ("summary", "description", "detail"):
-            if isinstance(out.get(key), str):
-                out[key] = scrub(out[key], allow)
-        return out
+    def walk(value: Any, key: str | None) -> Any:
+        if isinstance(value, str):
+            return value if key in KEEP_VERBATIM else scrub(value, allow)
+        if isinstance(value, Mapping):
+            return {k: walk(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, key) for v in value]
+        return value
 
-    out = fields(payload)
-    if isinstance(out.get("notifications"), list):
-        out["notifications"] = [
-            fields(m) if isinstance(m, Mapping) else m for m in out["notifications"]
-        ]
+    out: dict[str, Any] = walk(payload, None)
     return out
+
+
+def scrub_scope(scope: Mapping[str, str], allow_customer_content: bool = False) -> dict[str, str]:
+    """``scope`` with every value scrubbed (for links and texts built from it)."""
+    return {k: scrub(v, allow_customer_content) for k, v in scope.items()}
 
 
 def dashboard_link(
@@ -155,8 +168,8 @@ def fallback_text(n: AnyNotification, allow_customer_content: bool = False) -> s
     return scrub(line, allow_customer_content)
 
 
-def _links(n: Notification, dashboard_url: str) -> list[tuple[str, str]]:
-    links = [("Dashboard", dashboard_link(dashboard_url, n.scope, n.metric))]
+def _links(n: Notification, dashboard_url: str, allow: bool) -> list[tuple[str, str]]:
+    links = [("Dashboard", dashboard_link(dashboard_url, scrub_scope(n.scope, allow), n.metric))]
     if n.runbook_url:
         links.append(("Runbook", n.runbook_url))
     return links
@@ -193,19 +206,22 @@ def _single_blocks(n: Notification, dashboard_url: str, allow: bool) -> list[dic
             "type": "actions",
             "elements": [
                 {"type": "button", "text": {"type": "plain_text", "text": label}, "url": url}
-                for label, url in _links(n, dashboard_url)
+                for label, url in _links(n, dashboard_url, allow)
             ],
         }
     )
     blocks.append(
-        {"type": "context", "elements": [_mrkdwn(f"fingerprint `{n.fingerprint}` · {n.metric}")]}
+        {
+            "type": "context",
+            "elements": [_mrkdwn(f"fingerprint `{n.fingerprint}` · {_esc(n.metric)}")],
+        }
     )
     return blocks
 
 
 def _member_line(n: Notification, dashboard_url: str, allow: bool) -> str:
     emoji, _ = _style(n)
-    links = " · ".join(f"<{url}|{label}>" for label, url in _links(n, dashboard_url))
+    links = " · ".join(f"<{url}|{label}>" for label, url in _links(n, dashboard_url, allow))
     text = (
         f"{emoji} *{_KIND_TITLE[n.kind]}* {_esc(n.rule)} · {_esc(scope_text(n.scope))}\n"
         f"{_esc(n.summary)}\nvalue {_esc(value_text(n))} · n={n.samples:g} · window {n.window}"
@@ -245,7 +261,7 @@ def render_message(payload: Mapping[str, Any], dashboard_url: str) -> dict[str, 
         if isinstance(n, Notification)
         else _group_blocks(n, dashboard_url, allow)
     )
-    text = _cut(fallback_text(n, allow), 3000)
+    text = _cut(_esc(fallback_text(n, allow)), 3000)
     _, colour = _style(n)
     return {"text": text, "blocks": blocks, "attachments": [{"color": colour, "fallback": text}]}
 

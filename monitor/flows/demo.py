@@ -4,8 +4,9 @@ until the worker has written all of them to Postgres.
 Contract:
 - :func:`plan_traffic` picks how many simulated conversations make about ``duration_s * rate``
   events (at least one conversation, every conversation complete with its outcome). The
-  simulated span ends now (``start = now - n * interval``); the drifting agent turns
-  overconfident a third of the way through it and recovers at two thirds.
+  simulated span ends now: the last event of the last conversation is at most ``now`` (events
+  from the future would be dead-lettered as ``future_timestamp``); the drifting agent turns
+  overconfident a third of the way through the conversation starts and recovers at two thirds.
 - :func:`send_traffic` sends ``malformed_events`` first (raw bytes, each breaking the contract
   in a different way, so the DLQ visibly fills and the worker visibly carries on), then the
   plan's events at ``rate`` events/s through the SDK emitter, and returns the replay report
@@ -56,12 +57,14 @@ def plan_traffic(seed: int, duration_s: float, rate: float, now: datetime) -> Tr
     target = max(1, round(duration_s * rate))
     probe = Simulator(seed, now, default_agents(None), interval=INTERVAL)
     conversations = events = 0
-    for conv in probe.conversations():  # sizes depend on (seed, k) only, not on start
+    last = now
+    for conv in probe.conversations():  # sizes and timings depend on (seed, k), not on start
         conversations += 1
         events += len(conv)
+        last = max(last, *(e.ts for e in conv))
         if events >= target:
             break
-    start = (now - conversations * INTERVAL).replace(microsecond=0)
+    start = (now - (last - now) - timedelta(seconds=1)).replace(microsecond=0)
     span = conversations * INTERVAL
     change_point = start + span / 3
     recovery_point = start + 2 * span / 3

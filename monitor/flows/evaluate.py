@@ -91,14 +91,16 @@ async def evaluate_once(
     sinks: Sequence[str],
     *,
     lag: LagSource | None = None,
+    stall: LagSource | None = None,
 ) -> EvaluationReport:
     """Evaluate every rule at ``now`` (aware) and commit the results (module docstring).
 
     ``sinks`` names the configured sinks: each flushed batch gets one outbox row per name (no
     sinks: states and history are still kept, nothing is queued). ``lag`` feeds the
-    ``consumer_lag`` rules. Database errors propagate; nothing is committed then.
+    ``consumer_lag`` rules, ``stall`` the ``ingest_stall_s`` rules. Database errors propagate;
+    nothing is committed then.
     """
-    observations = await observe(engine, rules, now, lag=lag)
+    observations = await observe(engine, rules, now, lag=lag, stall=stall)
     by_name = {r.name: r for r in rules.rules}
     policy = grouping.GroupingPolicy.from_rules(rules)
     async with engine.begin() as conn:
@@ -207,6 +209,7 @@ async def run(
     clock: Clock,
     *,
     lag: LagSource | None = None,
+    stall: LagSource | None = None,
     on_report: Callable[[EvaluationReport], None] | None = None,
 ) -> None:
     """Evaluate on a timer while leader, until ``stop`` is set (module docstring).
@@ -232,7 +235,9 @@ async def run(
                 continue
             wait = interval_s
             try:
-                report = await evaluate_once(engine, rules, clock.now(), sinks, lag=lag)
+                report = await evaluate_once(
+                    engine, rules, clock.now(), sinks, lag=lag, stall=stall
+                )
             except Exception:  # an evaluation failure must never kill the loop
                 log.exception("alert evaluation failed")
             else:

@@ -15,8 +15,10 @@ Protocol (several notifiers may run at once against one database):
    ``now + RetryPolicy.delay`` (full jitter, or the server's ``Retry-After``, capped); or
    ``failed`` with the reason after ``max_attempts`` or a permanent error.
 
-Sinks are delivered concurrently and independently: a sink that is down only delays its own
-rows. Rows of a sink the notifier does not know stay pending.
+Sinks are delivered in independent lanes, one per sink, each with its own concurrency bound:
+a lane claims, sends and records only its sink's rows, so a sink that is down or hangs (up to
+half the lease per attempt) delays only its own rows; the other lanes keep claiming and
+delivering on time. Rows of a sink the notifier does not know stay pending.
 """
 
 from __future__ import annotations
@@ -111,50 +113,76 @@ class Notifier:
         self._clock, self._sleep, self._rand = clock, sleep, rand
         self._batch = batch_size
         self._poll = poll_interval_s
-        self._semaphore = asyncio.Semaphore(concurrency)
+        self._semaphores = {name: asyncio.Semaphore(concurrency) for name in self._sinks}
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Attempt every row due at ``now`` (default: the clock) once; returns how many.
 
-        Rows that become due during the call because an earlier row of their fingerprint was
-        recorded are attempted too; a row scheduled for retry is not attempted again."""
+        Each sink's lane runs concurrently (see the module docstring). Rows that become due
+        during the call because an earlier row of their fingerprint was recorded are attempted
+        too; a row scheduled for retry is not attempted again."""
         now = now or self._clock()
+        counts = await asyncio.gather(*(self._lane_once(name, now) for name in self._sinks))
+        return sum(counts)
+
+    async def _lane_once(self, sink: str, now: datetime) -> int:
         seen: list[int] = []
-        while rows := await self._claim(now, seen):
+        while rows := await self._claim(now, seen, sink):
             seen.extend(r.id for r in rows)
             await asyncio.gather(*(self._deliver(r) for r in rows))
         return len(seen)
 
     async def run(self, stop: asyncio.Event, wake: asyncio.Event | None = None) -> None:
-        """Deliver until ``stop`` is set: a pass, then sleep until the next row is due (at most
-        ``poll_interval_s``, or until ``wake`` is set: an evaluator in the same process sets it
-        after writing outbox rows, so a page does not wait for the next poll). Database errors
-        are logged and retried on the next pass."""
-        while not stop.is_set():
-            if wake is not None:
+        """Deliver until ``stop`` is set, one independent lane per sink: a lane makes a pass,
+        then sleeps until its next row is due (at most ``poll_interval_s``, or until ``wake`` is
+        set: an evaluator in the same process sets it after writing outbox rows, so a page does
+        not wait for the next poll). Database errors are logged and retried on the next pass."""
+        lane_wakes = {name: asyncio.Event() for name in self._sinks}
+
+        async def fan_out() -> None:
+            assert wake is not None
+            while not stop.is_set():
+                await wake.wait()
                 wake.clear()
+                for event in lane_wakes.values():
+                    event.set()
+
+        tasks = [asyncio.create_task(self._lane(n, stop, lane_wakes[n])) for n in self._sinks]
+        if wake is not None:
+            tasks.append(asyncio.create_task(fan_out()))
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _lane(self, sink: str, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        while not stop.is_set():
+            wake.clear()
             delay = self._poll
             try:
-                await self.run_once(self._clock())
+                await self._lane_once(sink, self._clock())
                 async with self._engine.connect() as conn:
-                    due = (await conn.execute(NEXT_DUE_SQL, {"sinks": list(self._sinks)})).scalar()
+                    due = (await conn.execute(NEXT_DUE_SQL, {"sinks": [sink]})).scalar()
                 if due is not None:
                     delay = min(delay, max(0.0, (due - self._clock()).total_seconds()))
             except (OSError, SQLAlchemyError) as exc:
-                log.warning("notifier: database unavailable (%s); retrying", type(exc).__name__)
-            sleeper = asyncio.ensure_future(self._sleep(delay))
-            stopper = asyncio.ensure_future(stop.wait())
-            waiters = {sleeper, stopper}
-            if wake is not None:
-                waiters.add(asyncio.ensure_future(wake.wait()))
+                log.warning("notifier (%s): database unavailable (%s); retrying",
+                            sink, type(exc).__name__)  # fmt: skip
+            waiters = {
+                asyncio.ensure_future(self._sleep(delay)),
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(wake.wait()),
+            }
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for task in waiters:
                 task.cancel()
 
-    async def _claim(self, now: datetime, seen: list[int]) -> list[Claimed]:
+    async def _claim(self, now: datetime, seen: list[int], sink: str) -> list[Claimed]:
         params = {
             "now": now,
-            "sinks": list(self._sinks),
+            "sinks": [sink],
             "seen": seen,
             "limit": self._batch,
             "lease_until": now + self._lease,
@@ -181,7 +209,7 @@ class Notifier:
         return None
 
     async def _deliver(self, row: Claimed) -> None:
-        async with self._semaphore:
+        async with self._semaphores[row.sink]:
             sink = self._sinks[row.sink]
             try:
                 thread = await self._thread(row)

@@ -22,6 +22,8 @@ Metric definitions (see :mod:`monitor.alerts.rule_models`):
 - ``dlq_rate``: dead letters / (events + dead letters) received in the window, global scope.
 - ``consumer_lag``: the injected ``lag`` callable's value, global scope; no callable (or it
   returns None): no observation.
+- ``ingest_stall_s``: the injected ``stall`` callable's value (seconds without a write while
+  the local ingest loop has work, else 0), global scope, like ``consumer_lag``.
 """
 
 from __future__ import annotations
@@ -182,7 +184,9 @@ class _Reader:
             self.cache[key] = await make()
         return self.cache[key]
 
-    async def rule(self, rule: Rule, lag: LagSource | None) -> list[Observation]:
+    async def rule(
+        self, rule: Rule, lag: LagSource | None, stall: LagSource | None = None
+    ) -> list[Observation]:
         now, eng = self.now, self.engine
         lo = now - rule.window
         m, w = rule.metric, rule.window
@@ -216,6 +220,8 @@ class _Reader:
         if m is Metric.DLQ_RATE:
             events, dead = await self.get(("dlq", w), lambda: repo.dlq_counts(eng, lo, now))
             return dlq_observation(rule, events, dead, now)
+        if m is Metric.INGEST_STALL_S:
+            return lag_observation(rule, None if stall is None else stall(), now)
         return lag_observation(rule, None if lag is None else lag(), now)
 
 
@@ -232,7 +238,12 @@ async def _convs(
 
 
 async def observe(
-    engine: AsyncEngine, rules: RuleSet, now: datetime, *, lag: LagSource | None = None
+    engine: AsyncEngine,
+    rules: RuleSet,
+    now: datetime,
+    *,
+    lag: LagSource | None = None,
+    stall: LagSource | None = None,
 ) -> list[Observation]:
     """Observations of every rule at ``now`` (aware), in rule order then scope order."""
     if now.tzinfo is None:
@@ -240,5 +251,5 @@ async def observe(
     reader = _Reader(engine, now)
     out: list[Observation] = []
     for rule in rules.rules:
-        out.extend(await reader.rule(rule, lag))
+        out.extend(await reader.rule(rule, lag, stall))
     return out

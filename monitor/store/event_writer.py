@@ -6,6 +6,13 @@ Re-writing the same batch is harmless: duplicates on ``event_id`` are skipped an
 the roll-up, dead letters are unique per (source, partition, offset). The caller commits Kafka
 offsets only after ``write`` returned.
 
+A duplicate ``event_id`` with a different body (a conflicting duplicate) is not stored: the
+first body stays, and the later one becomes a dead letter with reason
+``conflicting_duplicate`` (its canonical JSON as ``raw``), counted in ``WriteResult.conflicting``.
+Dead-letter text (source, reason, field, detail) is made storable first (NUL and lone
+surrogates escaped, detail cut to 4000 characters), so writing a dead letter cannot fail on
+its content.
+
 Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-bound.
 """
 
@@ -16,10 +23,17 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from monitor.event_limits import printable
 from monitor.sampling import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
 from monitor.store.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
-from monitor.store.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING_TABLE, WRITE_BATCH
+from monitor.store.rollup_sql import (
+    CREATE_STAGING,
+    INSERT_CONFLICTS,
+    INSERT_DEAD_LETTER,
+    STAGING_TABLE,
+    WRITE_BATCH,
+)
 from monitor.store.rows import EVENT_COLUMNS, DeadLetter, EventRow
 
 _CID = EVENT_COLUMNS.index("conversation_id")
@@ -37,6 +51,19 @@ class WriteResult:
     decided: int = 0  # conversations that got their sampling decision in this batch
     new_items: int = 0  # new rows in items
     relabelled: int = 0  # items whose label changed
+    conflicting: int = 0  # duplicates with a different body, dead-lettered (first one stays)
+
+
+MAX_DETAIL_CHARS = 4000
+
+
+def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
+    """The ``INSERT_DEAD_LETTER`` arguments of ``d``, with every text made storable."""
+    detail = printable(d.detail)
+    if len(detail) > MAX_DETAIL_CHARS:
+        detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
+    field = printable(d.field) if d.field is not None else None
+    return (printable(d.source), d.partition, d.offset, printable(d.reason), field, detail, d.raw)
 
 
 class EventWriter:
@@ -68,12 +95,15 @@ class EventWriter:
         if pool is not None:
             await pool.close()
 
-    async def write(self, rows: Sequence[EventRow], dead: Sequence[DeadLetter] = ()) -> WriteResult:
-        """Commit ``rows`` and ``dead`` atomically (see the module contract)."""
+    async def write(
+        self, rows: Sequence[EventRow], dead: Sequence[DeadLetter] = (), source: str = "kafka"
+    ) -> WriteResult:
+        """Commit ``rows`` and ``dead`` atomically (see the module contract); ``source`` names
+        where the rows came from (the topic) in conflicting-duplicate dead letters."""
         if self._pool is None:
             await self.start()
         assert self._pool is not None
-        inserted = conversations = decided = new_items = relabelled = 0
+        inserted = conversations = decided = new_items = relabelled = conflicting = 0
         async with self._pool.acquire() as conn, conn.transaction():
             if rows:
                 await conn.execute(CREATE_STAGING)
@@ -90,16 +120,19 @@ class EventWriter:
                 synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)
                 assert synced is not None
                 new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
+                if len(rows) > inserted:  # some event_ids were already there: same body?
+                    conflicting = len(await conn.fetch(INSERT_CONFLICTS, printable(source)))
             if dead:
-                await conn.executemany(
-                    INSERT_DEAD_LETTER,
-                    [
-                        (d.source, d.partition, d.offset, d.reason, d.field, d.detail, d.raw)
-                        for d in dead
-                    ],
-                )
+                await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
         return WriteResult(
-            inserted, len(rows) - inserted, conversations, len(dead), decided, new_items, relabelled
+            inserted,
+            len(rows) - inserted - conflicting,
+            conversations,
+            len(dead),
+            decided,
+            new_items,
+            relabelled,
+            conflicting,
         )
 
     async def _decide(self, conn: asyncpg.Connection, cids: list[str]) -> int:

@@ -144,7 +144,8 @@ _UPDATES = ",\n    ".join(
 WRITE_BATCH = f"""
 WITH ins AS (
   INSERT INTO events ({_COLS})
-  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE} ORDER BY event_id
+  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
+  ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
   ON CONFLICT (event_id) DO NOTHING
   RETURNING *
 ), agg AS (
@@ -166,4 +167,22 @@ INSERT INTO dead_letters
   (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
 VALUES ($1, $2, $3, $4, $5, $6, $7::bytea, md5($7::bytea))
 ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
+"""
+
+# staged events whose event_id is stored with a different body (the first stays): one dead
+# letter each, reason conflicting_duplicate; a re-delivered batch adds nothing (unique key)
+INSERT_CONFLICTS = f"""
+WITH c AS (
+  SELECT s.event_id, s.kafka_partition, s.kafka_offset, convert_to(s.body::text, 'UTF8') AS raw
+  FROM {STAGING_TABLE} s JOIN events e ON e.event_id = s.event_id
+  WHERE s.body <> e.body
+)
+INSERT INTO dead_letters
+  (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
+SELECT $1, kafka_partition, kafka_offset, 'conflicting_duplicate', 'event_id',
+  'event_id ' || event_id || ' is already stored with a different body; the first one stays',
+  raw, md5(raw)
+FROM c
+ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
+RETURNING 1
 """
