@@ -30,6 +30,7 @@ from monitor.otel.spans import Span, SpanEvent
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class UnsupportedMediaType(Exception):
@@ -55,12 +56,17 @@ def media_type(content_type: str | None) -> str:
 
 
 def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
-    """``body`` decompressed per ``Content-Encoding`` (identity or gzip), at most ``max_bytes``."""
+    """``body`` decompressed per ``Content-Encoding`` (identity or gzip), at most ``max_bytes``.
+
+    A gzip-declared body without the gzip magic bytes is returned as is: the web server may
+    have inflated it already (aiohttp does), and a body that is not gzip fails decoding."""
     encoding = (content_encoding or "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding != "gzip":
         raise UnsupportedMediaType(f"Content-Encoding {encoding!r} is not supported: use gzip")
+    if body[:2] != GZIP_MAGIC:  # aiohttp (faust's web server) already inflated it
+        return body
     inflater = zlib.decompressobj(wbits=31)
     try:
         out = inflater.decompress(body, max_bytes + 1)
