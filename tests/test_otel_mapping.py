@@ -157,3 +157,14 @@ def test_event_ids_are_deterministic_and_bounded():
     first = [e.event_id for e in map_spans([s], CONFIG).events]
     assert first == [e.event_id for e in map_spans([s], CONFIG).events]
     assert all(len(i) <= 128 for i in first)
+
+
+def test_mapping_core_imports_no_io_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, monitor.otel.mapping, monitor.otel.receiver; bad = {'sqlalchemy', "
+            "'httpx', 'faust', 'aiokafka', 'asyncpg', 'aiohttp', 'requests'} & "
+            "{m.split('.')[0] for m in sys.modules}; print(sorted(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -27,11 +27,10 @@ from typing import Any
 
 from monitor.errors import InvalidEvent
 from monitor.events import AgentEvent, validate_event
+from monitor.otel.context import SpanContext, kind_of
 from monitor.otel.messages import Message, agent_messages, input_messages, output_messages
 from monitor.otel.spans import STATUS_ERROR, Span
 
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 MAX_CONTENT_CHARS = 32 * 1024
 USAGE_ATTRIBUTES = (
     "gen_ai.usage.input_tokens",
@@ -76,19 +75,6 @@ class Mapped:
             self.errors.append(reason)
 
 
-def kind_of(span: Span) -> str:
-    """``agent``, ``llm``, ``tool`` or ``other`` from the conventions' span kind attributes."""
-    op = span.attr("gen_ai.operation.name")
-    oi = str(span.attr("openinference.span.kind", "traceloop.span.kind") or "").upper()
-    if op in AGENT_OPERATIONS or oi == "AGENT":
-        return "agent"
-    if op in LLM_OPERATIONS or oi == "LLM" or span.attr("llm.request.type") == "chat":
-        return "llm"
-    if op == "execute_tool" or oi == "TOOL":
-        return "tool"
-    return "other"
-
-
 def map_spans(spans: list[Span], config: MappingConfig) -> Mapped:
     """Map every span of one export request (see the module contract)."""
     out = Mapped(spans=len(spans))
@@ -99,7 +85,7 @@ def map_spans(spans: list[Span], config: MappingConfig) -> Mapped:
             out.reject(reason)
             continue
         try:
-            dicts = _span_events(span, _Context.of(span, by_id), config)
+            dicts = _span_events(span, SpanContext.of(span, by_id), config)
             events = [validate_event(d) for d in dicts]
         except InvalidEvent as exc:
             field_ = f" ({exc.field})" if exc.field else ""
@@ -113,48 +99,7 @@ def map_spans(spans: list[Span], config: MappingConfig) -> Mapped:
     return out
 
 
-@dataclass(frozen=True)
-class _Context:
-    agent_id: str
-    agent_name: str | None
-    agent_version: str | None
-    conversation_id: str
-    model: str | None
-    nested: bool  # an agent or LLM span is among the ancestors in this request
-
-    @staticmethod
-    def of(span: Span, by_id: dict[str, Span]) -> _Context:
-        chain = [span]
-        seen = {span.span_id}
-        while (parent := by_id.get(chain[-1].parent_span_id)) is not None:
-            if parent.span_id in seen:
-                break
-            seen.add(parent.span_id)
-            chain.append(parent)
-
-        def first(*names: str) -> Any:
-            for s in chain:
-                if (v := s.attr(*names)) is not None:
-                    return v
-            return None
-
-        res = span.resource
-        agent = first("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
-        agent = agent or res.get("gen_ai.agent.id") or res.get("gen_ai.agent.name")
-        agent = agent or res.get("service.name") or "unknown_service"
-        conversation = first("gen_ai.conversation.id", "session.id") or span.trace_id
-        model = span.attr("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
-        return _Context(
-            agent_id=str(agent),
-            agent_name=_str(first("gen_ai.agent.name", "agent.name")),
-            agent_version=_str(first("gen_ai.agent.version") or res.get("service.version")),
-            conversation_id=str(conversation),
-            model=_str(model),
-            nested=any(kind_of(s) in ("agent", "llm") for s in chain[1:]),
-        )
-
-
-def _span_events(span: Span, ctx: _Context, config: MappingConfig) -> list[dict[str, Any]]:
+def _span_events(span: Span, ctx: SpanContext, config: MappingConfig) -> list[dict[str, Any]]:
     kind = kind_of(span)
     events: list[dict[str, Any]] = []
     confidence = _confidence(span, config)
@@ -182,7 +127,7 @@ def _span_events(span: Span, ctx: _Context, config: MappingConfig) -> list[dict[
 
 
 def _llm_events(
-    span: Span, ctx: _Context, config: MappingConfig, confidence: float | None
+    span: Span, ctx: SpanContext, config: MappingConfig, confidence: float | None
 ) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     prompt = input_messages(span)
@@ -215,7 +160,7 @@ def _llm_events(
     return events
 
 
-def _agent_events(span: Span, ctx: _Context, confidence: float | None) -> list[dict[str, Any]]:
+def _agent_events(span: Span, ctx: SpanContext, confidence: float | None) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     prompt = agent_messages(span, "input")
     if prompt and prompt[-1].role == "user" and not ctx.nested:
@@ -232,7 +177,7 @@ def _agent_events(span: Span, ctx: _Context, confidence: float | None) -> list[d
     return events
 
 
-def _tool_events(span: Span, ctx: _Context, config: MappingConfig) -> list[dict[str, Any]]:
+def _tool_events(span: Span, ctx: SpanContext, config: MappingConfig) -> list[dict[str, Any]]:
     name = str(span.attr("gen_ai.tool.name", "tool.name", "traceloop.entity.name") or span.name)
     call_id = span.attr("gen_ai.tool.call.id", "tool_call.id")
     failed = span.status_code == STATUS_ERROR
@@ -261,7 +206,7 @@ def _tool_events(span: Span, ctx: _Context, config: MappingConfig) -> list[dict[
 
 
 def _event(
-    span: Span, ctx: _Context, type_: str, part: str, payload: dict[str, Any], *, end: bool
+    span: Span, ctx: SpanContext, type_: str, part: str, payload: dict[str, Any], *, end: bool
 ) -> dict[str, Any]:
     nanos = span.end_unix_nano if end and span.end_unix_nano else span.start_unix_nano
     attributes: dict[str, Any] = {
@@ -318,10 +263,6 @@ def _bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     return bool(value)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _text(value: Any) -> str | None:
