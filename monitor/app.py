@@ -32,6 +32,7 @@ from monitor.flows.http_ingest import (
 from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.otel import mapping_config, trace_limits
 from monitor.otel.receiver import receive_traces
+from monitor.otel.topic import TraceTopicService
 from monitor.services import (
     AlertingService,
     AnalyticsService,
@@ -69,6 +70,9 @@ def create_app(settings: Settings) -> faust.App:
     emitter = ingest.emitter
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
+    if settings.topic_traces:
+        traces = TraceTopicService(settings, metrics, emitter, loop=app.loop, beacon=app.beacon)
+        app.service(cast(Any, traces))
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     if settings.alerting_enabled:
         alerting = AlertingService(settings, metrics, loop=app.loop, beacon=app.beacon)

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
         default="transfer_to_human_agents,escalate*",
         description="Comma-separated tool-name patterns (fnmatch) whose call is an escalation.",
     )
+    topic_traces: str | None = Field(
+        default=None,
+        description="Kafka topic of OTLP protobuf trace requests (e.g. agent-traces, written by "
+        "the Collector's kafka exporter) the worker also consumes. Unset: off.",
+    )
     otel_escalation_attributes: str = Field(
         default="monitor.escalation",
         description="Comma-separated span attributes whose truthy value marks an escalation "

@@ -278,3 +278,54 @@ def _proto_of(body: dict) -> bytes:
     message = ExportTraceServiceRequest()
     json_format.ParseDict(data, message)
     return message.SerializeToString()
+
+
+async def test_agent_traces_topic_consumed_like_the_endpoint(
+    broker, topic_name: str, database_url: str, tmp_path: Path
+):
+    """OTLP protobuf records on the traces topic (as the Collector's kafka exporter writes
+    them) become the same events; a record that is not OTLP is skipped."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from tests.otel_agents import collecting
+
+    traces_topic = f"{topic_name}.otlp"
+    await create_topic(broker.bootstrap, topic_name)
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(traces_topic, 2, 1)])
+    finally:
+        await admin.close()
+    with collecting("kafka-agent") as (provider, memory):
+        tracer = provider.get_tracer("t")
+        for i in range(4):
+            with tracer.start_as_current_span("chat", attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.conversation.id": f"k-{i}",
+                "monitor.confidence": 0.5}):
+                pass
+        spans = list(memory.get_finished_spans())
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(traces_topic, b"not an otlp request \xff")
+        for half in (spans[:2], spans[2:]):
+            await producer.send_and_wait(traces_topic, encode_spans(half).SerializeToString())
+    finally:
+        await producer.stop()
+    w = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path,
+                      MONITOR_TOPIC_TRACES=traces_topic, MONITOR_JUDGE_ENABLED="false",
+                      MONITOR_ALERTING_ENABLED="false").start()
+    try:
+        await w.wait_ready()
+        assert await wait_for_count(database_url, 4, stable_s=1.0) == 4
+        convs = await rows(database_url, "SELECT conversation_id, agent_id, confidence "
+                           "FROM events ORDER BY conversation_id")
+        assert [(r["conversation_id"], r["agent_id"], r["confidence"]) for r in convs] == [
+            (f"k-{i}", "kafka-agent", 0.5) for i in range(4)]
+        assert labelled(w, "monitor_otlp_spans_total", "bad_record") == 1
+        assert labelled(w, "monitor_otlp_spans_total", "mapped") == 4
+    finally:
+        w.stop()
