@@ -228,7 +228,7 @@ def _event(
         "schema": "agent-event/v1",
         "event_id": _bounded(f"otel:{span.trace_id}:{span.span_id}:{part}"),
         "type": type_,
-        "ts": datetime.fromtimestamp(nanos / 1e9, tz=UTC).isoformat(),
+        "ts": datetime.fromtimestamp(nanos / 1e9, tz=UTC),
         "conversation_id": ctx.conversation_id,
         "agent": agent,
         "attributes": attributes,
