@@ -168,3 +168,16 @@ def test_mapping_core_imports_no_io_library():
             "{m.split('.')[0] for m in sys.modules}; print(sorted(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_content_capture_off_still_gives_the_model_call():
+    """openai-v2's default (no message content): one assistant message, model and usage kept."""
+    s = span("7" * 16, **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-x",
+                          "gen_ai.response.model": "gpt-x-0613", "gen_ai.usage.output_tokens": 9,
+                          "gen_ai.provider.name": "openai"})
+    events = by_id([s])
+    assert list(events) == [f"otel:{TRACE}:{'7' * 16}:assistant"]
+    msg = events[f"otel:{TRACE}:{'7' * 16}:assistant"]
+    assert msg["message"]["content"] is None and msg["message"]["tool_calls"] == []
+    assert msg["agent"]["model"] == "gpt-x-0613"
+    assert msg["attributes"]["gen_ai.usage.output_tokens"] == 9
