@@ -32,6 +32,9 @@ from monitor.flows.http_ingest import (
     token_ok,
 )
 from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
+from monitor.otel import mapping_config, trace_limits
+from monitor.otel.receiver import receive_traces
+from monitor.otel.topic import TraceTopicService
 from monitor.services import (
     AlertingService,
     AnalyticsService,
@@ -68,7 +71,11 @@ def create_app(settings: Settings) -> faust.App:
     )
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
+    otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
+    if settings.topic_traces:
+        traces = TraceTopicService(settings, metrics, emitter, loop=app.loop, beacon=app.beacon)
+        app.service(cast(Any, traces))
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     if settings.alerting_enabled:
         alerting = AlertingService(
@@ -132,6 +139,25 @@ def create_app(settings: Settings) -> faust.App:
             metrics.http_events.labels("accepted").inc(len(verdicts.accepted))
             metrics.http_events.labels("rejected").inc(verdicts.rejected)
             return self.json(response_body(verdicts), status=status_for(verdicts))
+
+    @app.page("/v1/traces")
+    class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)
+        async def post(self, request: Request) -> Response:
+            async def publish(events: list[Any]) -> None:
+                for event in events:
+                    await emitter.send(event)
+                await emitter.flush()
+
+            h = request.headers
+            answer = await receive_traces(
+                authorization=h.get("Authorization"), content_type=h.get("Content-Type"),
+                content_encoding=h.get("Content-Encoding"), content_length=h.get("Content-Length"),
+                read=request.read, publish=publish, limits=otel_limits, config=otel_config,
+            )
+            for result, n in answer.counts.items():
+                metrics.otlp_spans.labels(result).inc(n)
+            return self.bytes(answer.body, content_type=answer.content_type,
+                              status=answer.status, headers=answer.headers)
 
     @app.page("/v1/calibration/{agent_id}")
     class Calibration(View):

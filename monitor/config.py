@@ -77,6 +77,27 @@ class Settings(BaseSettings):
     http_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     http_max_events: int = Field(default=10_000, ge=1)
 
+    # --- OpenTelemetry ingest (POST /v1/traces; docs/otel.md) ------------------------------
+    otel_confidence_attributes: str = Field(
+        default="monitor.confidence,confidence",
+        description="Comma-separated span attributes holding the confidence in [0, 1] (first "
+        "present wins); no semantic convention defines one.",
+    )
+    otel_escalation_tools: str = Field(
+        default="transfer_to_human_agents,escalate*",
+        description="Comma-separated tool-name patterns (fnmatch) whose call is an escalation.",
+    )
+    topic_traces: str | None = Field(
+        default=None,
+        description="Kafka topic of OTLP protobuf trace requests (e.g. agent-traces, written by "
+        "the Collector's kafka exporter) the worker also consumes. Unset: off.",
+    )
+    otel_escalation_attributes: str = Field(
+        default="monitor.escalation",
+        description="Comma-separated span attributes whose truthy value marks an escalation "
+        "(a string value is the reason; '<first>.trigger' names the trigger).",
+    )
+
     # --- analytics ------------------------------------------------------------------------
     sampling_file: Path | None = Field(
         default=None,

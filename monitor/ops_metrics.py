@@ -72,6 +72,12 @@ class OpsMetrics:
         self.http_events = Counter(
             "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
         )
+        self.otlp_spans = Counter(
+            "monitor_otlp_spans",
+            "Spans posted to /v1/traces by fate (mapped, dropped, rejected; events: events made)",
+            ["result"],
+            registry=r,
+        )
         # judging
         self.judge_requests = Counter(
             "monitor_judge_requests", "Conversations sent to the judges", registry=r

@@ -1,0 +1,175 @@
+"""OTLP ingest throughput: ``POST /v1/traces`` -> worker -> Postgres, against ``POST /v1/events``.
+
+The workload is the examples/otel_agent.py agent (per conversation: ``invoke_agent`` > ``chat``
+> ``execute_tool`` spans, which map to 5 or 6 events), made in process by the real OTel SDK. The
+spans are cut into export batches of 512 (the ``BatchSpanProcessor`` default) and encoded
+beforehand with the official OTLP protobuf encoder (gzip, as exporters are usually set up);
+the events phase posts, per span batch, the very events the mapping makes of it, as one JSON
+array. So both phases send the same events in the same number of requests, and the per-event
+rate is comparable.
+
+Each repeat runs both phases, each on its own topic, freshly migrated database and worker
+subprocess (judges and alerting off in both). A phase is timed from its first POST until
+``SELECT count(*) FROM events`` reaches the event count (polled every 100 ms), with ``--clients``
+concurrent posters. Figures are events/s; the ratio is traces/events of the same repeat; the
+summary is the median over repeats. Run from the repository root::
+
+    .venv/bin/python bench/otlp.py                       # 3,000 conversations, 3 repeats
+    .venv/bin/python bench/otlp.py --conversations 500 --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import importlib.util
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.harness import REPO, Worker, running, scratch_database, scratch_topic
+from monitor.infra.broker import EmbeddedBroker
+from monitor.infra.postgres import EmbeddedPostgres
+from monitor.otel.decode import PROTOBUF, decode_request
+from monitor.otel.mapping import MappingConfig, map_spans
+
+TOKEN = "bench-token"
+PARTITIONS = 4
+BATCH = 512
+
+
+def make_requests(conversations: int) -> tuple[list[bytes], list[bytes], int]:
+    """(gzip protobuf trace bodies, JSON event bodies, events) for the example agent's spans."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spec = importlib.util.spec_from_file_location("otel_agent", REPO / "examples/otel_agent.py")
+    assert spec and spec.loader
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    rng = random.Random(3)
+    tracer = provider.get_tracer("bench")
+    for i in range(conversations):
+        agent.conversation(tracer, rng, "bench-agent", f"b-{i}")
+    spans = list(memory.get_finished_spans())
+    traces, events, seen = [], [], set()
+    for i in range(0, len(spans), BATCH):
+        body = bytes(encode_spans(spans[i : i + BATCH]).SerializeToString())
+        traces.append(gzip.compress(body))
+        mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+        assert mapped.rejected == 0, mapped.errors
+        # an escalation asked by a model call and run by a tool has one id, maybe in two batches
+        unique = {e.event_id: e for e in mapped.events if e.event_id not in seen}
+        seen.update(unique)
+        events.append(b"[" + b",".join(e.to_json() for e in unique.values()) + b"]")
+    return traces, events, len(seen)
+
+
+async def rows(db_url: str) -> int:
+    conn = await asyncpg.connect(db_url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM events"))
+    finally:
+        await conn.close()
+
+
+async def phase(
+    name: str, bodies: list[bytes], want: int, bootstrap: str, admin_url: str, workdir: Path,
+    clients: int,
+) -> float:
+    """Events/s of one phase (fresh topic, database and worker)."""
+    path, headers = ("/v1/traces", {"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}) \
+        if name == "traces" else ("/v1/events", {"Content-Type": "application/json"})
+    headers["Authorization"] = f"Bearer {TOKEN}"
+    async with scratch_topic(bootstrap, name, PARTITIONS) as topic, \
+            scratch_database(admin_url, name) as db_url:
+        extra = {"MONITOR_INGEST_TOKEN": TOKEN, "MONITOR_JUDGE_ENABLED": "false",
+                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": str(PARTITIONS)}
+        worker = Worker(bootstrap, db_url, topic, workdir / f"worker-{topic}.log", extra)
+        with running(worker):
+            await worker.wait_ready()
+            await worker.wait_assigned(PARTITIONS)
+            queue: list[bytes] = list(reversed(bodies))
+            url = f"http://127.0.0.1:{worker.port}{path}"
+
+            async def post(client: httpx.AsyncClient) -> None:
+                while queue:
+                    r = await client.post(url, content=queue.pop(), headers=headers)
+                    if r.status_code not in (200, 202):
+                        raise RuntimeError(f"{name}: {r.status_code} {r.text[:200]}")
+
+            started = time.perf_counter()
+            async with httpx.AsyncClient(timeout=60) as client:
+                await asyncio.gather(*(post(client) for _ in range(clients)))
+            deadline = time.monotonic() + 300
+            while (n := await rows(db_url)) < want:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name}: {n} of {want} events stored after 300 s")
+                await asyncio.sleep(0.1)
+            elapsed = time.perf_counter() - started
+            assert n == want, (name, n, want)
+    return want / elapsed
+
+
+async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdir: Path) -> list[
+    dict[str, float]
+]:
+    traces, events, n = make_requests(args.conversations)
+    print(f"{args.conversations} conversations: {n} events in {len(traces)} requests per phase")
+    runs = []
+    for i in range(args.repeat):
+        ev = await phase("events", events, n, bootstrap, admin_url, workdir, args.clients)
+        tr = await phase("traces", traces, n, bootstrap, admin_url, workdir, args.clients)
+        runs.append({"events": ev, "traces": tr, "ratio": tr / ev})
+        print(f"run {i + 1}: /v1/events {ev:,.0f} ev/s, /v1/traces {tr:,.0f} ev/s, "
+              f"ratio {tr / ev:.2f}", flush=True)
+    return runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conversations", type=int, default=3000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=4, help="Concurrent HTTP posters.")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-otlp-"))
+    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    try:
+        with contextlib.ExitStack() as stack:
+            broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
+            if server_url:
+                admin_url = server_url
+            else:
+                admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+            runs = asyncio.run(bench(args, broker.bootstrap, admin_url, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    med: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(json.dumps({"python": platform.python_version(), "cores": os.cpu_count(), **med}))
+    print(f"median /v1/traces / /v1/events = {med['ratio']:.2f} (goal >= 0.7)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

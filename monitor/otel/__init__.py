@@ -1,0 +1,36 @@
+"""OpenTelemetry in: OTLP/HTTP traces (``POST /v1/traces``) mapped to agent-event/v1.
+
+- ``spans``: the neutral span model; ``messages``: chat messages of an LLM span under the GenAI,
+  OpenInference and OpenLLMetry conventions; ``mapping``: spans -> events (pure, docs/otel.md);
+- ``decode``: OTLP protobuf/JSON/gzip decoding and OTLP answers (``opentelemetry-proto``);
+- ``receiver``: the endpoint's logic as a pure async function, wired by ``monitor.app``.
+"""
+
+from __future__ import annotations
+
+from monitor.config import Settings
+from monitor.otel.mapping import MappingConfig
+from monitor.otel.receiver import TraceLimits
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def mapping_config(settings: Settings) -> MappingConfig:
+    """The mapping configuration of ``settings`` (the ``otel_*`` settings)."""
+    return MappingConfig(
+        confidence_attributes=_names(settings.otel_confidence_attributes),
+        escalation_tools=_names(settings.otel_escalation_tools),
+        escalation_attributes=_names(settings.otel_escalation_attributes)
+        or ("monitor.escalation",),
+    )
+
+
+def trace_limits(settings: Settings) -> TraceLimits:
+    """Auth and size limits of ``/v1/traces``: those of ``/v1/events``."""
+    return TraceLimits(
+        token=settings.ingest_token,
+        max_body_bytes=settings.http_max_body_bytes,
+        max_spans=settings.http_max_events,
+    )

@@ -1,0 +1,77 @@
+"""Span kind and the agent/conversation context a span inherits (pure).
+
+``kind_of``: ``agent``, ``llm``, ``tool`` or ``other`` from ``gen_ai.operation.name``,
+``openinference.span.kind`` or ``traceloop.span.kind``. ``SpanContext.of``: agent, conversation,
+version and model from the span or its nearest ancestor in the same request that has them,
+else the resource (``gen_ai.agent.*``, ``service.name``, ``service.version``) and the trace id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.otel.spans import Span
+
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
+
+
+def kind_of(span: Span) -> str:
+    """``agent``, ``llm``, ``tool`` or ``other`` from the conventions' span kind attributes."""
+    op = span.attr("gen_ai.operation.name")
+    oi = str(span.attr("openinference.span.kind", "traceloop.span.kind") or "").upper()
+    if op in AGENT_OPERATIONS or oi == "AGENT":
+        return "agent"
+    if op in LLM_OPERATIONS or oi == "LLM" or span.attr("llm.request.type") == "chat":
+        return "llm"
+    if op == "execute_tool" or oi == "TOOL":
+        return "tool"
+    return "other"
+
+
+@dataclass(frozen=True)
+class SpanContext:
+    """Who and which conversation a span belongs to (see the module docstring)."""
+
+    agent_id: str
+    agent_name: str | None
+    agent_version: str | None
+    conversation_id: str
+    model: str | None
+    nested: bool  # an agent or LLM span is among the ancestors in this request
+
+    @staticmethod
+    def of(span: Span, by_id: dict[str, Span]) -> SpanContext:
+        chain = [span]
+        seen = {span.span_id}
+        while (parent := by_id.get(chain[-1].parent_span_id)) is not None:
+            if parent.span_id in seen:
+                break
+            seen.add(parent.span_id)
+            chain.append(parent)
+
+        def first(*names: str) -> Any:
+            for s in chain:
+                if (v := s.attr(*names)) is not None:
+                    return v
+            return None
+
+        res = span.resource
+        agent = first("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
+        agent = agent or res.get("gen_ai.agent.id") or res.get("gen_ai.agent.name")
+        agent = agent or res.get("service.name") or "unknown_service"
+        conversation = first("gen_ai.conversation.id", "session.id") or span.trace_id
+        model = span.attr("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+        return SpanContext(
+            agent_id=str(agent),
+            agent_name=_str(first("gen_ai.agent.name", "agent.name")),
+            agent_version=_str(first("gen_ai.agent.version") or res.get("service.version")),
+            conversation_id=str(conversation),
+            model=_str(model),
+            nested=any(kind_of(s) in ("agent", "llm") for s in chain[1:]),
+        )
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,180 @@
+"""OTLP/HTTP trace request bodies -> ``Span`` lists, with the official ``opentelemetry-proto``.
+
+``decode_request(body, content_type, content_encoding, max_bytes)`` accepts
+``application/x-protobuf`` and ``application/json`` (OTLP/JSON: lowerCamelCase keys, trace and
+span ids as hex strings, per the OTLP specification 1.x), optionally ``Content-Encoding: gzip``.
+``encode_response`` / ``encode_status`` write the OTLP answers in the request's encoding:
+``ExportTraceServiceResponse`` (with ``partial_success``) and ``google.rpc.Status``.
+
+Raises ``UnsupportedMediaType`` (-> 415), ``BodyTooLarge`` (-> 413, also when a gzip body
+inflates past ``max_bytes``) and ``UndecodableBody`` (-> 400).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from monitor.otel.spans import Span, SpanEvent
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class UnsupportedMediaType(Exception):
+    """Neither protobuf nor JSON (-> 415)."""
+
+
+class BodyTooLarge(Exception):
+    """Body (or its inflated form) above the limit (-> 413)."""
+
+
+class UndecodableBody(Exception):
+    """Not a valid ExportTraceServiceRequest in the declared encoding (-> 400)."""
+
+
+def media_type(content_type: str | None) -> str:
+    """``PROTOBUF`` or ``JSON`` for a Content-Type header; raises UnsupportedMediaType."""
+    base = (content_type or "").split(";")[0].strip().lower()
+    if base in (PROTOBUF, JSON):
+        return base
+    raise UnsupportedMediaType(
+        f"Content-Type {content_type!r} is not supported: send {PROTOBUF} or {JSON}"
+    )
+
+
+def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
+    """``body`` decompressed per ``Content-Encoding`` (identity or gzip), at most ``max_bytes``.
+
+    A gzip-declared body without the gzip magic bytes is returned as is: the web server may
+    have inflated it already (aiohttp does), and a body that is not gzip fails decoding."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise UnsupportedMediaType(f"Content-Encoding {encoding!r} is not supported: use gzip")
+    if body[:2] != GZIP_MAGIC:  # aiohttp (faust's web server) already inflated it
+        return body
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise UndecodableBody(f"gzip body cannot be decompressed: {exc}") from None
+    if len(out) > max_bytes or inflater.unconsumed_tail:
+        raise BodyTooLarge(f"decompressed body is over the limit of {max_bytes} bytes")
+    return out
+
+
+def decode_request(body: bytes, kind: str) -> list[Span]:
+    """Every span of an ExportTraceServiceRequest ``body`` encoded as ``kind``."""
+    request = ExportTraceServiceRequest()
+    if kind == PROTOBUF:
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise UndecodableBody(f"not an OTLP ExportTraceServiceRequest: {exc}") from None
+    else:
+        try:
+            data = json.loads(body)
+            _hex_ids_to_base64(data)
+            json_format.ParseDict(data, request, ignore_unknown_fields=True)
+        except (ValueError, TypeError, AttributeError, json_format.ParseError) as exc:
+            raise UndecodableBody(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+    spans: list[Span] = []
+    for rs in request.resource_spans:
+        resource = _attributes(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                spans.append(
+                    Span(
+                        trace_id=s.trace_id.hex(),
+                        span_id=s.span_id.hex(),
+                        parent_span_id=s.parent_span_id.hex(),
+                        name=s.name,
+                        start_unix_nano=s.start_time_unix_nano,
+                        end_unix_nano=s.end_time_unix_nano,
+                        attributes=_attributes(s.attributes),
+                        events=tuple(
+                            SpanEvent(e.name, e.time_unix_nano, _attributes(e.attributes))
+                            for e in s.events
+                        ),
+                        status_code=s.status.code,
+                        status_message=s.status.message,
+                        resource=resource,
+                    )
+                )
+    return spans
+
+
+def encode_response(kind: str, rejected: int = 0, message: str = "") -> bytes:
+    """An ExportTraceServiceResponse; ``partial_success`` set when something was rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if kind == PROTOBUF:
+        return bytes(response.SerializeToString())
+    return json.dumps(json_format.MessageToDict(response)).encode()
+
+
+def encode_status(kind: str, code: int, message: str) -> bytes:
+    """A ``google.rpc.Status`` body (``code`` is the gRPC code) for an error answer."""
+    status = status_pb2.Status(code=code, message=message)
+    if kind == PROTOBUF:
+        return bytes(status.SerializeToString())
+    return json.dumps(json_format.MessageToDict(status)).encode()
+
+
+def _attributes(pairs: Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in pairs}
+
+
+def _value(value: AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in value.kvlist_value.values}
+    if which == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, which)
+
+
+def _hex_ids_to_base64(data: Any) -> None:
+    """OTLP/JSON carries ids as hex; protobuf's JSON mapping expects bytes as base64."""
+    if not isinstance(data, dict):
+        raise TypeError("the body must be a JSON object")
+    for rs in data.get("resourceSpans") or data.get("resource_spans") or []:
+        for ss in rs.get("scopeSpans") or rs.get("scope_spans") or []:
+            for span in ss.get("spans") or []:
+                _fix(span)
+                for link in span.get("links") or []:
+                    _fix(link)
+
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+
+def _fix(obj: dict[str, Any]) -> None:
+    for key in _ID_KEYS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            try:
+                obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            except ValueError:  # left empty: the mapping rejects the span, not the request
+                obj[key] = ""
+

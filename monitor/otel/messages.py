@@ -1,0 +1,175 @@
+"""Chat messages carried by an LLM span, whichever convention wrote them (pure).
+
+Read in this order, the first that yields messages wins:
+
+1. GenAI semconv >= 1.37 attributes ``gen_ai.input.messages`` / ``gen_ai.output.messages``
+   (JSON: ``[{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", "id",
+   "name", "arguments"}]}]``), written when content capture is on;
+2. OpenInference flattened attributes ``llm.input_messages.{i}.message.role|content`` and
+   ``llm.output_messages.{i}.message.tool_calls.{j}.tool_call.id|function.name|arguments``;
+3. OpenLLMetry flattened attributes ``gen_ai.prompt.{i}.role|content`` and
+   ``gen_ai.completion.{i}.role|content|tool_calls.{j}.id|name|arguments``;
+4. GenAI semconv <= 1.26 span events ``gen_ai.content.prompt`` / ``gen_ai.content.completion``
+   whose ``gen_ai.prompt`` / ``gen_ai.completion`` attribute holds the JSON messages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.otel.spans import Span
+
+
+@dataclass(frozen=True)
+class ToolCallOut:
+    """A tool call the model asked for; ``arguments`` is a JSON object (``{}`` if not one)."""
+
+    id: str | None
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str | None
+    tool_calls: tuple[ToolCallOut, ...] = ()
+
+
+def input_messages(span: Span) -> list[Message]:
+    """The prompt messages of ``span`` (possibly empty: content capture is opt-in)."""
+    return _messages(span, "input")
+
+
+def output_messages(span: Span) -> list[Message]:
+    """The completion messages of ``span`` (possibly empty)."""
+    return _messages(span, "output")
+
+
+def agent_messages(span: Span, side: str) -> list[Message]:
+    """An agent span's input (``side="input"``) or output messages: the conventions above,
+    else OpenInference ``input.value``/``output.value`` or OpenLLMetry
+    ``traceloop.entity.input``/``output`` taken as the user's / the agent's text."""
+    found = _messages(span, side)
+    if found:
+        return found
+    value = span.attr(f"{side}.value", f"traceloop.entity.{side}")
+    if value is None:
+        return []
+    role = "user" if side == "input" else "assistant"
+    return [Message(role, value if isinstance(value, str) else json.dumps(value, default=str))]
+
+
+def _messages(span: Span, side: str) -> list[Message]:
+    semconv = span.attributes.get(f"gen_ai.{side}.messages")
+    if semconv is not None:
+        return _from_json_list(semconv)
+    oi_prefix = "llm.input_messages." if side == "input" else "llm.output_messages."
+    found = _flattened(span.attributes, oi_prefix, _oi_message)
+    if found:
+        return found
+    ll_prefix = "gen_ai.prompt." if side == "input" else "gen_ai.completion."
+    found = _flattened(span.attributes, ll_prefix, _openllmetry_message)
+    if found:
+        return found
+    event_name = "gen_ai.content.prompt" if side == "input" else "gen_ai.content.completion"
+    key = "gen_ai.prompt" if side == "input" else "gen_ai.completion"
+    for event in span.events:
+        if event.name == event_name and key in event.attributes:
+            return _from_json_list(event.attributes[key])
+    return []
+
+
+def _from_json_list(value: Any) -> list[Message]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return [Message("assistant", value)]
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    out = []
+    for item in value:
+        if isinstance(item, dict):
+            out.append(_semconv_message(item))
+    return out
+
+
+def _semconv_message(item: dict[str, Any]) -> Message:
+    role = str(item.get("role") or "assistant")
+    texts: list[str] = []
+    calls: list[ToolCallOut] = []
+    if isinstance(item.get("content"), str):  # the older {"role", "content"} shape
+        texts.append(item["content"])
+    for part in item.get("parts") or []:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text" and isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        elif part.get("type") == "tool_call" and part.get("name"):
+            calls.append(_call(part.get("id"), part["name"], part.get("arguments")))
+    for call in item.get("tool_calls") or []:
+        if isinstance(call, dict):
+            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            if fn and fn.get("name"):
+                calls.append(_call(call.get("id"), fn["name"], fn.get("arguments")))
+    return Message(role, "\n".join(texts) if texts else None, tuple(calls))
+
+
+def _flattened(attrs: dict[str, Any], prefix: str, build: Any) -> list[Message]:
+    groups: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not key.startswith(prefix):
+            continue
+        index, _, rest = key[len(prefix) :].partition(".")
+        if index.isdigit() and rest:
+            groups.setdefault(int(index), {})[rest] = value
+    return [m for _, g in sorted(groups.items()) if (m := build(g)) is not None]
+
+
+def _oi_message(group: dict[str, Any]) -> Message | None:
+    role = group.get("message.role")
+    if not role:
+        return None
+    calls = []
+    for j in range(64):
+        p = f"message.tool_calls.{j}.tool_call."
+        name = group.get(p + "function.name")
+        if name is None:
+            break
+        calls.append(_call(group.get(p + "id"), name, group.get(p + "function.arguments")))
+    content = group.get("message.content")
+    return Message(str(role), None if content is None else str(content), tuple(calls))
+
+
+def _openllmetry_message(group: dict[str, Any]) -> Message | None:
+    role = group.get("role")
+    if not role:
+        return None
+    calls = []
+    for j in range(64):
+        name = group.get(f"tool_calls.{j}.name")
+        if name is None:
+            break
+        calls.append(
+            _call(group.get(f"tool_calls.{j}.id"), name, group.get(f"tool_calls.{j}.arguments"))
+        )
+    content = group.get("content")
+    return Message(str(role), None if content is None else str(content), tuple(calls))
+
+
+def _call(call_id: Any, name: Any, arguments: Any) -> ToolCallOut:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = {"raw": arguments}
+    return ToolCallOut(
+        None if call_id in (None, "") else str(call_id),
+        str(name),
+        arguments if isinstance(arguments, dict) else {},
+    )

@@ -1,0 +1,67 @@
+"""A neutral span model the OTLP decoder fills and the mapping reads (pure, no I/O imports).
+
+``Span`` holds one OTLP span with its attribute values already converted to Python (string,
+bool, int, float, list, dict; bytes as hex), ids as lowercase hex, times in Unix nanoseconds,
+and the attributes of the resource that emitted it. A span whose ids have the wrong length
+keeps them as given; the mapping rejects it (OTLP partial success) instead of the decoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUS_UNSET = 0
+STATUS_OK = 1
+STATUS_ERROR = 2
+
+
+@dataclass(frozen=True)
+class SpanEvent:
+    """A span event (e.g. ``exception``, ``gen_ai.choice``) with its attributes."""
+
+    name: str
+    time_unix_nano: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One OTLP span; ``trace_id`` is 32 hex chars and ``span_id`` 16 when well formed."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    start_unix_nano: int
+    end_unix_nano: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: tuple[SpanEvent, ...] = ()
+    status_code: int = STATUS_UNSET
+    status_message: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)
+
+    def attr(self, *names: str) -> Any:
+        """The value of the first of ``names`` present on the span (None if none is)."""
+        for name in names:
+            value = self.attributes.get(name)
+            if value is not None and value != "":
+                return value
+        return None
+
+    @property
+    def well_formed(self) -> str | None:
+        """None when the ids are valid hex of the OTLP lengths, else the reason."""
+        if len(self.trace_id) != 32 or self.trace_id == "0" * 32 or not _is_hex(self.trace_id):
+            return f"span {self.name!r}: trace_id must be 16 non-zero bytes"
+        if len(self.span_id) != 16 or self.span_id == "0" * 16 or not _is_hex(self.span_id):
+            return f"span {self.name!r}: span_id must be 8 non-zero bytes"
+        return None
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,105 @@
+"""The optional OTLP Kafka topic (``MONITOR_TOPIC_TRACES``, e.g. ``agent-traces``).
+
+Each record's value is one OTLP ``ExportTraceServiceRequest`` in protobuf, as the OpenTelemetry
+Collector's ``kafka`` exporter writes it (``encoding: otlp_proto``). ``TraceTopicService`` reads
+the topic in its own consumer group (``<consumer_group>-traces``), maps the spans exactly as
+``POST /v1/traces`` does, publishes the events to the events topic through the worker's
+producer, and commits the offsets only after the producer acknowledged them (at-least-once; the
+deterministic event ids make a replay idempotent). A record that is not a request is counted as
+rejected (``monitor_otlp_spans_total{result="bad_record"}``) and skipped; when the producer
+fails the consumer goes back to the last committed offsets and retries after a pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from mode import Service
+
+from monitor.config import Settings
+from monitor.errors import MonitorError
+from monitor.ops_metrics import OpsMetrics
+from monitor.otel import mapping_config
+from monitor.otel.decode import PROTOBUF, UndecodableBody, decode_request
+from monitor.otel.mapping import map_spans
+from monitor.sdk import EventEmitter
+
+log = logging.getLogger("monitor.otel.topic")
+RETRY_S = 1.0
+
+
+class TraceTopicService(Service):
+    """Consumes ``settings.topic_traces`` for the worker's lifetime (see the module docstring)."""
+
+    def __init__(
+        self, settings: Settings, metrics: OpsMetrics, emitter: EventEmitter, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        assert settings.kafka_bootstrap and settings.topic_traces
+        self.settings = settings
+        self.metrics = metrics
+        self.emitter = emitter
+        self.config = mapping_config(settings)
+        self.consumer: AIOKafkaConsumer | None = None
+
+    async def on_start(self) -> None:
+        self.consumer = AIOKafkaConsumer(
+            self.settings.topic_traces,
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=f"{self.settings.consumer_group}-traces",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await self.consumer.start()
+
+    @Service.task
+    async def _consume(self) -> None:
+        assert self.consumer is not None
+        while not self.should_stop:
+            batches = await self.consumer.getmany(timeout_ms=500, max_records=200)
+            if not batches:
+                continue
+            counts = {"mapped": 0, "dropped": 0, "rejected": 0, "events": 0, "bad_record": 0}
+            try:
+                for records in batches.values():
+                    for record in records:
+                        await self._one(record.value or b"", counts)
+                await self.emitter.flush()
+            except MonitorError as exc:
+                log.error("trace topic: cannot publish events, retrying: %s", exc)
+                await asyncio.sleep(RETRY_S)
+                for tp in batches:
+                    committed = await self.consumer.committed(tp)
+                    if committed is None:
+                        await self.consumer.seek_to_beginning(tp)
+                    else:
+                        self.consumer.seek(tp, committed)
+                continue
+            await self.consumer.commit()
+            for result, n in counts.items():
+                if n:
+                    self.metrics.otlp_spans.labels(result).inc(n)
+
+    async def _one(self, value: bytes, counts: dict[str, int]) -> None:
+        try:
+            spans = decode_request(value, PROTOBUF)
+        except UndecodableBody as exc:
+            counts["bad_record"] += 1
+            log.warning("trace topic: skipped a record: %s", exc)
+            return
+        mapped = map_spans(spans, self.config)
+        for event in mapped.events:
+            await self.emitter.send(event)
+        counts["mapped"] += mapped.mapped
+        counts["dropped"] += mapped.dropped
+        counts["rejected"] += mapped.rejected
+        counts["events"] += len(mapped.events)
+        if mapped.errors:
+            log.warning("trace topic: rejected spans: %s", "; ".join(mapped.errors))
+
+    async def on_stop(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
