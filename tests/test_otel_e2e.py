@@ -263,8 +263,24 @@ async def test_http_answers_follow_otlp(worker: WorkerProcess, database_url: str
         response = ExportTraceServiceResponse()
         response.ParseFromString(r.content)
         assert response.partial_success.rejected_spans == 2
+        # above aiohttp's 1 MiB default, below the configured 8 MiB: read, not a plain-text 413
+        pad = {"key": "padding", "value": {"stringValue": "p" * 1_500_000}}
+        big = {**useless, "spanId": "eee19b7ec3c1b177", "attributes": [pad]}
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(_proto_of({"resourceSpans": [{"scopeSpans": [{"spans": [big]}]}]}))
+        r = await client.post(url, content=request.SerializeToString(), headers=auth)
+        assert r.status_code == 200, r.content[:200]
+        over = b"\x0a" + b"\x00" * (8 * 1024 * 1024)  # no Content-Length: streamed, then cut
+        async def streamed():  # chunked: the size is only known while reading
+            yield over
+
+        r = await client.post(url, content=streamed(), headers=auth)
+        assert r.status_code == 413
+        status = status_pb2.Status()
+        status.ParseFromString(r.content)
+        assert "body over" in status.message
     assert await wait_for_count(database_url, 1, stable_s=1.0) == 1
-    assert labelled(worker, "monitor_otlp_spans_total", "dropped") == 2
+    assert labelled(worker, "monitor_otlp_spans_total", "dropped") == 3
 
 
 def _proto_of(body: dict) -> bytes:

@@ -84,8 +84,8 @@ async def receive_traces(
     declared = content_length or "0"
     if declared.isdigit() and int(declared) > limits.max_body_bytes:
         return _error(kind, 413, RESOURCE_EXHAUSTED, f"body over {limits.max_body_bytes} bytes")
-    body = await read()
     try:
+        body = await read()  # may raise BodyTooLarge while streaming (the worker reads in chunks)
         if len(body) > limits.max_body_bytes:
             raise BodyTooLarge(f"body is {len(body)} bytes, limit is {limits.max_body_bytes}")
         spans = decode_request(inflate(body, content_encoding, limits.max_body_bytes), kind)
