@@ -10,7 +10,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # a path that climbs out of the repository to a sibling folder: "../shared", parent / "shared"
-OUTSIDE = re.compile(r"""\.\./shared|parent\s*/\s*["']shared["']|parents\[\d\]\s*/\s*["']shared["']""")
+OUTSIDE = re.compile(
+    r"""\.\./shared|parent\s*/\s*["']shared["']|parents\[\d\]\s*/\s*["']shared["']"""
+)
 
 
 def test_no_code_reads_beside_the_repository() -> None:
