@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,12 +79,17 @@ def _wait_for(out: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: fl
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[Path]:
-    """A private state dir; whatever a failed test left running there is killed afterwards."""
-    path = tmp_path / "state"
+def state_dir() -> Iterator[Path]:
+    """A private state dir; whatever a failed test left running there is killed afterwards.
+
+    Not under pytest's tmp_path: run as root, the embedded Postgres runs as another user that
+    must traverse the path, and every pytest session that starts (in parallel, on a shared
+    machine) resets /tmp/pytest-of-root to mode 0700, which then fails `pg_ctl stop`."""
+    path = Path(tempfile.mkdtemp(prefix="monitor-up-test-")) / "state"
     yield path
     for line in _leftovers(path):
         os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def _table(output: str) -> dict[str, list[str]]:
@@ -144,8 +151,24 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
         assert found.count(agent) >= 3, (agent, found)
     assert _wait_gone(state_dir) == []
     assert not (state_dir / "endpoints.json").exists()
-    # the data stays in the state dir for the next run
+    # the data stays in the state dir after the run, for exploring
     assert asyncio.run(_stored(state_dir / "pg")) == (n_sent, MALFORMED)
+    assert "starts clean" not in output  # nothing to clean the first time
+
+    # a second run in the same state dir starts clean and says so: nothing counted twice
+    out2 = tmp_path / "out2.txt"
+    again = _up(state_dir, out2, "--duration", "3", "--rate", "50")
+    try:
+        assert again.wait(150) == 0, out2.read_text()
+    finally:
+        again.kill()
+    second = out2.read_text()
+    assert "this run starts clean: removing the previous run's data" in " ".join(second.split())
+    sent2 = re.search(r"sent ([\d,]+) events and (\d+) malformed", second)
+    assert sent2, second
+    assert _table(second)["total"] == [sent2[1], sent2[1]]
+    assert _wait_gone(state_dir) == []
+    assert asyncio.run(_stored(state_dir / "pg")) == (int(sent2[1].replace(",", "")), MALFORMED)
 
 
 def test_ctrl_c_during_the_simulation_stops_everything_with_130(
