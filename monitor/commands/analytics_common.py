@@ -58,7 +58,8 @@ def console() -> Console:
     return c if c.is_terminal else Console(width=160)
 
 
-def _when(text: str, option: str) -> datetime:
+def when(text: str, option: str) -> datetime:
+    """Parse an ISO 8601 time option (naive means UTC); typer.BadParameter names ``option``."""
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
@@ -78,9 +79,9 @@ def query(
 ) -> Query:
     """Build the :class:`Query` from the common options (raises typer.BadParameter)."""
     now = now or datetime.now(UTC)
-    hi = _when(end, "--to") if end else now
+    hi = when(end, "--to") if end else now
     if start:
-        lo = _when(start, "--from")
+        lo = when(start, "--from")
     else:
         try:
             lo = hi - parse_duration(since)

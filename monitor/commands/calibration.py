@@ -158,6 +158,8 @@ def register(app: typer.Typer) -> None:
         maps = ac.run_with_engine(console, lambda eng: current_maps(eng, agent))
         if as_json:
             ac.print_json({"agent_id": agent, "maps": maps})
+            if not maps:  # same exit code as the table: scripts see the agent has none
+                raise typer.Exit(1)
             return
         if not maps:
             console.print(f"no recalibration map for {agent!r}: run `monitor calibration fit`")

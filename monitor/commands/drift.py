@@ -69,14 +69,14 @@ def register(app: typer.Typer) -> None:
         """Drift per segment: recent window against a baseline, every statistic and p-value,
         stored in drift_checks (the dashboards and alerts read them)."""
         console = ac.console()
-        now = ac.query(None, None, None, None, "1m", None, at).end if at else datetime.now(UTC)
+        now = ac.when(at, "--at") if at else datetime.now(UTC)
         length = ac.duration(recent, "--recent")
         pinned = None
         if baseline_from or baseline_to:
             if not (baseline_from and baseline_to):
                 raise typer.BadParameter("give both --baseline-from and --baseline-to")
-            pq = ac.query(None, None, None, None, "1m", baseline_from, baseline_to)
-            pinned = (pq.start, pq.end)
+            pinned = (ac.when(baseline_from, "--baseline-from"),
+                      ac.when(baseline_to, "--baseline-to"))
         try:
             windows = fa.drift_windows(now, length, pinned)
         except ValueError as exc:
