@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
         if not rows:
             typer.echo("no alerts" if show_all else "no firing or pending alerts")
         else:
-            ac.console().print(alerts_table(rows))
+            ac.print_table(ac.console(), alerts_table(rows))
         typer.echo(f"destinations: {', '.join(sinks)}" if sinks else NO_DESTINATION)
 
     @group.command("silence")
@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
             cond = f"{r.comparison.value} {r.threshold:g}"
             t.add_row(escape(r.name), escape(metric), escape(scope or "all"), cond,
                       d["window"], d["for"], f"{r.min_samples:g}", r.severity.value)  # fmt: skip
-        ac.console().print(t)
+        ac.print_table(ac.console(), t)
 
     try:  # the delivery side adds `alerts test` (monitor/commands/alerts_test.py)
         test_module = importlib.import_module("monitor.commands.alerts_test")

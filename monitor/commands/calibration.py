@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         if not reports:
             console.print(f"no labelled items for {q.describe()}")
             return
-        console.print(calibration_table(reports, f"calibration ({q.describe()})"))
+        ac.print_table(console, calibration_table(reports, f"calibration ({q.describe()})"))
         if diagram:
             for name, r in reports.items():
                 if name != fa.ALL:

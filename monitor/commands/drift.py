@@ -94,4 +94,4 @@ def register(app: typer.Typer) -> None:
         if not checks:
             console.print("no labelled items in either window")
             return
-        console.print(drift_table(checks, windows))
+        ac.print_table(console, drift_table(checks, windows))

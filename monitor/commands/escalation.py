@@ -83,8 +83,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"no sampled conversations for {q.describe()}")
             return
         console.print(f"[dim]{q.describe()}[/]")
-        console.print(escalation_table(out, threshold))
-        console.print(rate_by_bin_table(out))
+        ac.print_table(console, escalation_table(out, threshold))
+        ac.print_table(console, rate_by_bin_table(out))
 
     @app.command("thresholds")
     def thresholds(
@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
                 t.add_row(f"{r.threshold:.2f}{mark}", ac.fmt(r.escalation_rate),
                           ac.fmt(r.residual_failure_rate), f"{r.failures_caught:.0f}",
                           ac.fmt(r.failures_caught_share))  # fmt: skip
-            console.print(t)
+            ac.print_table(console, t)
         if not out:
             console.print(f"no sampled conversations for {q.describe()}")
 
@@ -159,4 +159,4 @@ def register(app: typer.Typer) -> None:
             for a, p in per.items():
                 t.add_row(a, str(kk), str(p.n_tasks), ac.fmt(p.pass_hat_k), ac.fmt(p.pass_at_k),
                           str(p.n_tasks_skipped))  # fmt: skip
-        console.print(t)
+        ac.print_table(console, t)

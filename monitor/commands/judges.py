@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
                       f"{v.errors}" + (f" ({errs})" if errs else ""), str(v.failures),
                       f"{ac.fmt(v.latency_p50_ms, 1)}/{ac.fmt(v.latency_p90_ms, 1)}",
                       cats or "-")  # fmt: skip
-        console.print(t)
+        ac.print_table(console, t)
         a = Table(title="agreement with ground truth (items whose conversation has an outcome)",
                   title_justify="left")  # fmt: skip
         for col in ("judge", "pairs", "accuracy", "Cohen's kappa", "judge 1/truth 0 (missed)",
