@@ -13,11 +13,11 @@ from typing import Any
 
 import typer
 import typer.main
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 # name -> (module under monitor.commands that registers it, its one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "up": ("up", "Run the whole pipeline locally and show it working: the `make demo` command."),
+    "up": ("up", "Run the whole pipeline locally and show it working: the make demo command."),
     "schema": ("schema", "Print the JSON Schema of the agent-event/v1 contract (generated from "
                "the models)."),
     "worker": ("worker", "Run the stream worker: Kafka ingest into Postgres, judges, drift "
@@ -51,6 +51,28 @@ class _Placeholder(TyperCommand):
     """Stands for a command whose module is not imported yet (name and one-line help only)."""
 
 
+def _plain_help(command: Any) -> None:
+    """Help for a terminal: no raw backticks (docstrings quote code with them) in the command's
+    help and its options', recursively through groups."""
+    for attr in ("help", "short_help"):
+        if getattr(command, attr, None):
+            setattr(command, attr, getattr(command, attr).replace("`", ""))
+    for param in getattr(command, "params", []):
+        if getattr(param, "help", None):
+            param.help = param.help.replace("`", "")
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """No ``<bool>`` placeholder after a flag in help (it takes no value)."""
+    return None if self.is_flag else _typed_option(self, ctx)
+
+
+_typed_option = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
 def load_module_commands(module: str) -> dict[str, Any]:
     """Import ``monitor.commands.<module>`` and return the click commands it registers."""
     scratch = typer.Typer(add_completion=False)
@@ -58,6 +80,7 @@ def load_module_commands(module: str) -> dict[str, Any]:
     importlib.import_module(f"monitor.commands.{module}").register(scratch)
     group = typer.main.get_command(scratch)
     assert isinstance(group, TyperGroup)
+    _plain_help(group)
     return dict(group.commands)
 
 

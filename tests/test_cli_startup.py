@@ -63,3 +63,13 @@ def test_every_command_is_listed_with_its_own_help() -> None:
     assert result.exit_code == 0
     for name in COMMANDS:
         assert f" {name} " in result.output
+
+
+def test_help_has_no_bool_placeholders_or_raw_backticks() -> None:
+    for argv in (["--help"], *([name, "--help"] for name in COMMANDS),
+                 ["alerts", "list", "--help"], ["calibration", "fit", "--help"]):  # fmt: skip
+        result = CliRunner().invoke(app, argv, env={"COLUMNS": "120"})
+        assert result.exit_code == 0, (argv, result.output)
+        assert "<bool>" not in result.output, argv
+        assert "`" not in result.output, argv
+    assert "--json" in CliRunner().invoke(app, ["drift", "--help"]).output

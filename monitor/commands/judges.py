@@ -33,7 +33,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = ac.JSON,
     ) -> None:
         """Judge volumes, errors, latency, failure categories, and agreement with ground truth
-        (accuracy and Cohen's kappa on items whose conversation has an outcome)."""
+        (accuracy and Cohen's kappa on items whose conversation has an outcome).
+
+        The range (--since, --from/--to) selects conversations by when they happened (their
+        first event), like the other analytics commands, not by when they were judged."""
         console = ac.console()
         q = ac.query(agent, None, None, None, since, start, end)
         volumes, agree = ac.run_with_engine(console, lambda eng: _collect(eng, q))

@@ -1,6 +1,8 @@
 """Read-side queries about the judges: volumes, errors, latency, categories, label pairs.
 
-Time range ``[start, end)`` applies to the verdict's ``created_at``; the agent filter to the
+Time range ``[start, end)`` applies to when the judged conversation started (its
+``first_ts``, as for the escalation analytics), not to when the verdict was written: judging a
+replayed week of traffic today reports it under that week. The agent filter applies to the
 verdict's ``agent_id`` (``*`` and ``?`` wildcards as in :class:`Segment`).
 """
 
@@ -31,6 +33,11 @@ class JudgeVolume:
     categories: dict[str, int] = field(default_factory=dict)
 
 
+# the verdict's conversation started in [lo, hi)
+IN_RANGE = ("EXISTS (SELECT 1 FROM conversations c WHERE c.conversation_id = v.conversation_id"
+            " AND c.first_ts >= :lo AND c.first_ts < :hi)")
+
+
 def _agent(segment: Segment) -> tuple[str, dict[str, Any]]:
     cond, params = Segment(segment.agent).where("v.")
     return cond, params
@@ -46,7 +53,7 @@ async def judge_volumes(
 ) -> list[JudgeVolume]:
     """Per judge and version, ordered by judge name."""
     cond, params = _agent(segment)
-    rng = f"v.created_at >= :lo AND v.created_at < :hi AND {cond}"
+    rng = f"{IN_RANGE} AND {cond}"
     p = {"lo": start, "hi": end, **params}
     rows = await _rows(engine, (
         "SELECT judge, judge_version, count(*), count(*) FILTER (WHERE status = 'error'),"
@@ -80,7 +87,7 @@ async def label_pairs(
         "SELECT v.judge, v.label, c.outcome_success FROM verdicts v"
         " JOIN conversations c USING (conversation_id)"
         " WHERE v.status = 'ok' AND v.label IS NOT NULL AND v.item_id <> ''"
-        " AND c.outcome_success IS NOT NULL AND v.created_at >= :lo AND v.created_at < :hi"
+        " AND c.outcome_success IS NOT NULL AND c.first_ts >= :lo AND c.first_ts < :hi"
         f" AND {cond} ORDER BY v.judge, v.id"), {"lo": start, "hi": end, **params})
     out: dict[str, tuple[list[int], list[int]]] = {}
     for judge, label, ok in rows:
