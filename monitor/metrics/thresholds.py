@@ -70,9 +70,12 @@ class ThresholdTable:
                    or r.residual_failure_rate <= target_residual_failure)
               and (escalation_budget is None or r.escalation_rate <= escalation_budget)]
         if not ok:
-            return Recommendation(None, None, (
-                f"no candidate threshold meets target residual failure "
-                f"{target_residual_failure} and escalation budget {escalation_budget}"))
+            wanted = [f"target residual failure {target_residual_failure:g}"
+                      if target_residual_failure is not None else "",
+                      f"escalation budget {escalation_budget:g}"
+                      if escalation_budget is not None else ""]  # fmt: skip
+            return Recommendation(None, None, "no candidate threshold meets "
+                                  + " and ".join(w for w in wanted if w))  # fmt: skip
         if target_residual_failure is None:
             best = min(ok, key=lambda r: (r.residual_failure_rate, r.escalation_rate,
                                           r.threshold))
