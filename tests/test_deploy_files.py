@@ -725,3 +725,11 @@ def test_dockerfile_copies_files_that_exist_and_are_not_ignored() -> None:
             assert not fnmatch.fnmatch(source.rstrip("/"), pattern), (
                 f"COPY {source} is excluded by .dockerignore pattern {pattern!r}"
             )
+
+
+def test_pyproject_license_is_an_spdx_string() -> None:
+    """No `project.license` TOML-table deprecation warning when the package is built."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "Apache-2.0"
+    (setuptools,) = [r for r in pyproject["build-system"]["requires"] if "setuptools" in r]
+    assert setuptools.replace(" ", "") == "setuptools>=77"
