@@ -733,3 +733,15 @@ def test_pyproject_license_is_an_spdx_string() -> None:
     assert pyproject["project"]["license"] == "Apache-2.0"
     (setuptools,) = [r for r in pyproject["build-system"]["requires"] if "setuptools" in r]
     assert setuptools.replace(" ", "") == "setuptools>=77"
+
+
+def test_env_example_lists_the_required_secrets_and_env_is_ignored() -> None:
+    example = (REPO / ".env.example").read_text()
+    for secret in REQUIRED_SECRETS:
+        assert re.search(rf"^{secret}=$", example, re.M), secret
+    named = set(re.findall(r"^#? ?(MONITOR_\w+)=", example, re.M))
+    prefix = Settings.model_config["env_prefix"]
+    for key in named - {"MONITOR_PUBLISH_HOST"}:
+        assert key[len(prefix) :].lower() in Settings.model_fields, f"unknown setting {key}"
+    assert ".env" in (REPO / ".gitignore").read_text().split()
+    assert ".env" in DOCKERIGNORE.read_text().split()
