@@ -153,7 +153,7 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
     assert not (state_dir / "endpoints.json").exists()
     # the data stays in the state dir after the run, for exploring
     assert asyncio.run(_stored(state_dir / "pg")) == (n_sent, MALFORMED)
-    assert "starts clean" not in output  # nothing to clean the first time
+    assert "this run starts clean" not in output  # nothing to clean the first time
     worker_log = (state_dir / "worker.log").read_text()
     assert "monitor up: worker starting" in worker_log and "\x1b" not in worker_log
 
