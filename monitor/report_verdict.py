@@ -8,11 +8,12 @@ act
   1. a firing alert of severity ``critical`` on the agent (its rule and summary);
   2. the escalation inversion test found escalation rising with confidence;
   3. the agent's latest drift check in the range fired;
-  4. ECE at least :data:`ACT_ECE` on enough labelled items.
+  4. ECE at least :data:`ACT_ECE` even at the low end of its 95% interval (enough labelled
+     items that it is not noise: a short run's ECE is biased upwards).
 watch
   5. any other firing alert on the agent;
   6. a drift check fired earlier in the range (not the latest one);
-  7. ECE at least :data:`WATCH_ECE` on enough labelled items;
+  7. ECE at least :data:`WATCH_ECE` (point estimate) on enough labelled items;
   8. too few labelled items to judge calibration.
 healthy
   otherwise: the ECE and item count it rests on.
@@ -73,9 +74,11 @@ def verdict_for(
         return Verdict(agent, "act", f"drift in the latest check (to {newest:%H:%M} UTC): "
                        f"{', '.join(tests) or 'fired'}")  # fmt: skip
     judged = calibration is not None and calibration.meaningful
-    if judged and calibration is not None and calibration.ece >= ACT_ECE:
-        return Verdict(agent, "act", f"ECE {_fmt(calibration.ece)} (act at {ACT_ECE:g}): "
-                       f"confidence {_fmt(calibration.mean_confidence)} vs accuracy "
+    low = calibration.ece_ci[0] if calibration is not None else float("nan")
+    if judged and calibration is not None and low >= ACT_ECE:  # sure, not just noise
+        return Verdict(agent, "act", f"ECE {_fmt(calibration.ece)}, at least {_fmt(low)} "
+                       f"(95% interval; act at {ACT_ECE:g}): confidence "
+                       f"{_fmt(calibration.mean_confidence)} vs accuracy "
                        f"{_fmt(calibration.accuracy)}")  # fmt: skip
     if alerts:
         a = alerts[0]
@@ -85,8 +88,9 @@ def verdict_for(
         return Verdict(agent, "watch", f"drift fired at {fired[-1]['recent_to']:%H:%M} UTC, "
                        "not in the latest check")  # fmt: skip
     if judged and calibration is not None and calibration.ece >= WATCH_ECE:
-        return Verdict(agent, "watch", f"ECE {_fmt(calibration.ece)} (watch at {WATCH_ECE:g},"
-                       f" act at {ACT_ECE:g})")  # fmt: skip
+        return Verdict(agent, "watch", f"ECE {_fmt(calibration.ece)} [{_fmt(low)}, "
+                       f"{_fmt(calibration.ece_ci[1])}] (watch at {WATCH_ECE:g}, act when the "
+                       f"interval is above {ACT_ECE:g})")  # fmt: skip
     if calibration is None or not calibration.meaningful:
         why = "no labelled items" if calibration is None else (calibration.reason or "too few")
         return Verdict(agent, "watch", f"calibration cannot be judged yet: {why}")

@@ -42,8 +42,13 @@ def test_each_rule_in_order() -> None:
     v = verdict_for("a", good, False, [check(False, 0), check(True, 10, tests=["ks", "psi"])], [])
     assert (v.level, v.reason) == ("act", "drift in the latest check (to 12:10 UTC): ks, psi")
     bad = report(0.2)
+    assert bad.ece_ci[0] >= 0.1
     v = verdict_for("a", bad, False, [], [])
-    assert v.level == "act" and v.reason.startswith(f"ECE {bad.ece:.3f} (act at 0.1)")
+    assert v.level == "act" and v.reason.startswith(
+        f"ECE {bad.ece:.3f}, at least {bad.ece_ci[0]:.3f} (95% interval; act at 0.1)")
+    noisy = report(0.12, n=120)  # above 0.1, but the interval reaches below it: watch
+    assert noisy.meaningful and noisy.ece >= 0.1 and noisy.ece_ci[0] < 0.1, noisy.ece_ci
+    assert verdict_for("a", noisy, False, [], []).level == "watch"
     v = verdict_for("a", good, False, [], [alert("warning", "brier_tier3")])
     assert (v.level, v.reason) == ("watch", "warning alert brier_tier3: brier_tier3 breached")
     v = verdict_for("a", good, False, [check(True, 0), check(False, 10)], [])

@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.commands.replay import fail
 from monitor.commands.up_alerts import print_alerts
-from monitor.commands.up_analytics import print_analytics
+from monitor.commands.up_analytics import print_analytics, print_report
 from monitor.commands.up_view import print_next_steps, print_summary
 from monitor.config import load_settings
 from monitor.errors import MonitorError
@@ -152,6 +152,7 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
         print_summary(console, plan, report, summary)
         print_analytics(console, running.database_url, plan, running.settings.state_dir)
         print_alerts(console, running.database_url, plan)
+        print_report(console, running.database_url, plan, running.settings.state_dir)
         if counts[0] < expected[0] or counts[1] < expected[1]:
             code = 1
             console.print(

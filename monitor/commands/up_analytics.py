@@ -33,13 +33,22 @@ MISSED_THRESHOLD = 0.5
 def print_analytics(
     console: Console, database_url: str, plan: TrafficPlan, state_dir: Path | None = None
 ) -> None:
-    """Print the three tables (and a one-line reading of each), then write the HTML report
-    (``<state_dir>/report/report.html``) and print its path; never raises for empty data."""
+    """Print the three tables (and a one-line reading of each); never raises for empty
+    data. The HTML report comes after the alerts (:func:`print_report`)."""
     asyncio.run(_print(console, database_url, plan))
+
+
+def print_report(
+    console: Console, database_url: str, plan: TrafficPlan, state_dir: Path | None = None
+) -> Path:
+    """Write the HTML report of the run (``<state_dir>/report/report.html``), after its alerts
+    were replayed (so they show as firing in it), and print its path and how to read it."""
     out_dir = (state_dir or load_settings().state_dir) / "report"
     end = datetime.now(UTC) + timedelta(minutes=1)
     path = write_demo_report(database_url, plan.simulator.start, end, out_dir)
-    console.print(f"report written to {path}", soft_wrap=True)
+    console.print(f"report written to {path} (open it in a browser: its first screen says "
+                  "which agent needs action and why)", soft_wrap=True)
+    return path
 
 
 async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None:

@@ -32,6 +32,7 @@ from monitor.store.engine import make_engine
 
 #: CLI defaults the report reproduces (``monitor escalation`` / ``monitor thresholds``).
 MISSED_THRESHOLD = 0.5
+MIN_POINT_ITEMS = 10  # fewest items behind one point of "ECE over time"
 THRESHOLD_GRID = [round(i / 10, 6) for i in range(11)]
 
 
@@ -77,8 +78,8 @@ async def ece_over_time(engine: AsyncEngine, segment: Segment, start: datetime, 
         grouped.setdefault((agent, bucket), []).append(sums)
     out: dict[str, list[tuple[datetime, float]]] = {}
     for (agent, bucket), parts in sorted(grouped.items()):
-        total = sum_all(parts)
-        if float(total.weight.sum()) > 0:
+        total = sum_all(parts)  # a bucket of a few items is noise (ECE biased high), skipped
+        if float(total.weight.sum()) > 0 and int(total.count.sum()) >= MIN_POINT_ITEMS:
             out.setdefault(agent, []).append((bucket, ece(total)))
     return out
 
