@@ -13,6 +13,7 @@ commit-after-write, which the same consumer pattern gives.
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import timedelta
 from typing import Any, cast
 
@@ -206,4 +207,6 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (blocking)."""
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    if not sys.stdout.isatty():  # a log file: faust's spinner would write cursor escape codes
+        worker.spinner = None
     worker.execute_from_commandline()

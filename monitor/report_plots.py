@@ -24,6 +24,19 @@ from monitor.metrics.calibration import CalibrationReport
 from monitor.metrics.thresholds import Recommendation, ThresholdTable
 
 DPI = 100
+COMPACT = (4.8, 4.0)  # one agent's chart, shown next to the others (report_html's grid)
+
+
+def _figure(compact: bool, wide: tuple[float, float]) -> tuple[Figure, Axes]:
+    fig, ax = plt.subplots(figsize=COMPACT if compact else wide)
+    return fig, ax
+
+
+def _legend(ax: Axes, compact: bool) -> None:
+    if compact:  # inside the axes: the figure stays narrow and its text readable on a phone
+        ax.legend(loc="best", fontsize=7)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
 
 
 def _png(fig: Figure) -> bytes:
@@ -97,12 +110,12 @@ def _time_axis(ax: Axes) -> None:
         label.set_horizontalalignment("right")
 
 
-def ece_over_time(series: dict[str, list[tuple[datetime, float]]]) -> bytes:
-    """ECE per agent per time bucket (UTC)."""
-    title = "ECE over time per agent"
+def ece_over_time(series: dict[str, list[tuple[datetime, float]]], compact: bool = False) -> bytes:
+    """ECE per agent per time bucket (UTC); ``compact``: a small figure for one agent."""
+    title = "ECE over time" if compact else "ECE over time per agent"
     if not series:
         return _empty(title)
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = _figure(compact, (10, 4.5))
     for agent, points in series.items():
         xs = mdates.date2num([t for t, _ in points])  # type: ignore[no-untyped-call]
         ax.plot(xs, [v for _, v in points], marker="o", ms=3, label=agent)
@@ -111,17 +124,19 @@ def ece_over_time(series: dict[str, list[tuple[datetime, float]]]) -> bytes:
     ax.set_ylabel("ECE (0 = calibrated)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    _legend(ax, compact)
     _time_axis(ax)
     return _png(fig)
 
 
-def escalation_by_bin(summaries: dict[str, EscalationSummary]) -> bytes:
+def escalation_by_bin(summaries: dict[str, EscalationSummary], compact: bool = False) -> bytes:
     """Weighted escalation rate per minimum-confidence bin, one line per agent."""
     title = "Escalation rate by minimum-confidence bin (should fall as confidence rises)"
+    if compact:
+        title = "Escalation rate by min confidence\n(should fall as confidence rises)"
     if not summaries:
         return _empty(title)
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = _figure(compact, (10, 4.5))
     for agent, s in summaries.items():
         pts = [((b.lower + b.upper) / 2, b.rate) for b in s.bins if b.rate is not None]
         tag = " (INVERTED)" if s.inversion.inverted else ""
@@ -132,17 +147,19 @@ def escalation_by_bin(summaries: dict[str, EscalationSummary]) -> bytes:
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    _legend(ax, compact)
     return _png(fig)
 
 
-def threshold_curve(tables: dict[str, tuple[ThresholdTable, Recommendation]]) -> bytes:
+def threshold_curve(
+    tables: dict[str, tuple[ThresholdTable, Recommendation]], compact: bool = False
+) -> bytes:
     """Escalation rate (x) against the residual failure rate (y) as the threshold on the
     minimum confidence moves; the recommended threshold of each agent is circled."""
     title = "Threshold curve: escalate when min confidence < t"
     if not tables:
         return _empty(title)
-    fig, ax = plt.subplots(figsize=(10, 5))
+    fig, ax = _figure(compact, (10, 5))
     for agent, (table, rec) in tables.items():
         rows = [r for r in table.rows if r.residual_failure_rate is not None]
         xs = [r.escalation_rate for r in rows]
@@ -164,5 +181,5 @@ def threshold_curve(tables: dict[str, tuple[ThresholdTable, Recommendation]]) ->
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    _legend(ax, compact)
     return _png(fig)

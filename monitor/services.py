@@ -18,6 +18,7 @@ from typing import Any
 
 from mode import Service
 
+from monitor.alerts.destinations import NO_DESTINATION
 from monitor.alerts.sinks import configured_sinks
 from monitor.clock import SystemClock
 from monitor.config import Settings, load_alert_rules, load_sampling_policy
@@ -150,6 +151,8 @@ class AlertingService(Service):
         self.rules, _ = load_alert_rules(settings)  # ConfigError at startup, naming the line
         self.engine = make_engine(settings.database_url, pool_size=4)
         self.sinks = configured_sinks(settings)
+        if not self.sinks:
+            log.warning("alerting: %s", NO_DESTINATION)
         self.notifier = notifier_from_settings(settings, self.engine, self.sinks)
         self.stopping = asyncio.Event()
         self.outbox_written = asyncio.Event()  # wakes the notifier right after an evaluation

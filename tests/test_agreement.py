@@ -9,7 +9,7 @@ import random
 
 import asyncpg
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -31,6 +31,7 @@ def kappa_by_hand(j: list[int], t: list[int]) -> float:
     return (po - pe) / (1 - pe)
 
 
+@settings(deadline=None)  # the first example imports scikit-learn (monitor.lazy)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=2, max_size=200))
 def test_kappa_matches_hand_formula(pairs):
     j, t = [a for a, _ in pairs], [b for _, b in pairs]
@@ -82,8 +83,17 @@ async def test_judges_cli_reports_agreement(database_url):
         await judge_repo.write_verdicts(pool, {cid: "agent-a" for cid in truth}, verdicts)
     finally:
         await pool.close()
-    result = await asyncio.to_thread(  # the CLI runs its own event loop
-        CliRunner().invoke, app, ["judges", "--json"], env={"MONITOR_DATABASE_URL": database_url}
+    env = {"MONITOR_DATABASE_URL": database_url}
+    # the range selects conversations by when they happened (2026-01-01), not by when they
+    # were judged (now): the last 24 hours hold none of them
+    recent = await asyncio.to_thread(  # the CLI runs its own event loop
+        CliRunner().invoke, app, ["judges", "--json"], env=env
+    )
+    assert recent.exit_code == 0, recent.output
+    assert json.loads(recent.output)["judges"] == []
+    day = ["--from", "2026-01-01T00:00:00+00:00", "--to", "2026-01-02T00:00:00+00:00"]
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["judges", *day, "--json"], env=env
     )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)

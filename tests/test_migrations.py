@@ -46,3 +46,45 @@ async def test_autogenerate_finds_no_difference(database_url: str):
     finally:
         await engine.dispose()
     assert diff == []
+
+
+async def readonly_can(url: str, sql: str) -> bool | None:
+    """Run ``sql`` as the role monitor_readonly: True when allowed, False when refused for lack
+    of privileges, None when the role does not exist (any other error propagates)."""
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = 'monitor_readonly'"):
+            return None
+        async with conn.transaction():
+            await conn.execute("SET LOCAL ROLE monitor_readonly")
+            try:
+                async with conn.transaction():
+                    await conn.execute(sql)
+            except asyncpg.InsufficientPrivilegeError:
+                return False
+        return True
+    finally:
+        await conn.close()
+
+
+async def test_readonly_role_reads_everything_and_writes_nothing(database_url: str) -> None:
+    """Migration 0010: Grafana's group role selects tables and views (also ones created by a
+    later migration), cannot write; its downgrade takes the privileges away; up again restores
+    them."""
+    select_view = "SELECT count(*) FROM v_calibration_bins"
+    assert await readonly_can(database_url, "SELECT count(*) FROM events") is True
+    assert await readonly_can(database_url, select_view) is True
+    assert await readonly_can(database_url, "DELETE FROM events") is False
+    assert await readonly_can(database_url, "INSERT INTO alert_silences DEFAULT VALUES") is False
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:  # a table a later migration would add (same migrating role)
+        await conn.execute("CREATE TABLE later_table (x int)")
+    finally:
+        await conn.close()
+    assert await readonly_can(database_url, "SELECT * FROM later_table") is True
+
+    await asyncio.to_thread(downgrade, database_url, "0006")
+    assert await readonly_can(database_url, "SELECT count(*) FROM events") in (False, None)
+    await asyncio.to_thread(upgrade, database_url, "head")
+    assert await readonly_can(database_url, "SELECT count(*) FROM events") is True
+    assert await readonly_can(database_url, select_view) is True

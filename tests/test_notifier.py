@@ -175,16 +175,20 @@ async def test_429_retry_after_is_honoured_by_the_run_loop(
 async def test_ratelimited_ok_false_retries_and_invalid_auth_fails_at_once(
     engine: AsyncEngine, slack: SlackServer
 ) -> None:
+    # The two sinks talk to two servers: the notifier sends to both at once, so a scripted
+    # reply on a shared server would go to whichever request arrived first.
     slack.push(SlackError("ratelimited", status=200, retry_after="3"))
     clock = Clock()
-    other = SlackServer()  # the lanes run concurrently: the scripted answer must not race
-    bad = SlackSink(
-        "xoxb-revoked-000000000", other.channel, DASH, base_url=f"{other.base_url}/api/"
-    )
-    n = notifier(engine, {"slack": slack_sink(slack), "badslack": bad}, clock)
-    await enqueue(engine, [notification()], ["slack", "badslack"], now=T0)
-    async with other:
+    revoked = SlackServer()
+    async with revoked:
+        bad = SlackSink(
+            "xoxb-revoked-000000000", revoked.channel, DASH, base_url=f"{revoked.base_url}/api/"
+        )
+        n = notifier(engine, {"slack": slack_sink(slack), "badslack": bad}, clock)
+        await enqueue(engine, [notification()], ["slack", "badslack"], now=T0)
         assert await n.run_once(T0) == 2
+    assert [p.token for p in slack.posts] == [slack.token]
+    assert [(p.token, p.answered) for p in revoked.posts] == [("xoxb-revoked-000000000", 200)]
     limited, refused = await rows(engine)
     assert (limited["status"], limited["next_attempt_at"]) == ("pending", T0 + timedelta(seconds=3))
     assert limited["last_error"] == "slack answered HTTP 200: ratelimited"

@@ -77,6 +77,21 @@ def test_unknown_file_exits_2(tmp_path: Path) -> None:
     assert "unknown format" in result.stderr
 
 
+def test_a_directory_is_named_as_one(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["replay", "--dry-run", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"{tmp_path}: is a directory" in " ".join(result.stderr.split())
+    assert "no such file" not in result.stderr
+
+
+def test_every_line_invalid_exits_1(tmp_path: Path) -> None:
+    path = tmp_path / "all-bad.jsonl"
+    path.write_text('{"schema": "agent-event/v1", "type": "message"}\n{oops\n')
+    result = CliRunner().invoke(app, ["replay", "--dry-run", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "every line (2) was invalid" in " ".join(result.stderr.split())
+
+
 async def _consume(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes]]:
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False

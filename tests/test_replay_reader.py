@@ -146,7 +146,7 @@ def test_unknown_files_raise(tmp_path: Path, content: bytes, match: str) -> None
 def test_missing_file_or_directory_raises(tmp_path: Path) -> None:
     with pytest.raises(ReplayError, match="no such file"):
         detect_format(tmp_path / "missing.jsonl")
-    with pytest.raises(ReplayError, match="no such file"):
+    with pytest.raises(ReplayError, match="is a directory"):
         open_source(tmp_path)
 
 

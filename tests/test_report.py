@@ -7,6 +7,7 @@ import base64
 import html
 import re
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,23 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     assert text.count("FIRED: ") >= 1 and "sim-telecom-drifting" in text
     assert "escalation_inverted" in text and "ece_tier1" in text
     assert "drift for sim-telecom" not in text.split("Firing alerts")[1]  # resolved: not firing
+    # for a person with two minutes: verdicts, then alerts, then charts, full tables last, folded
+    order = [page.index(h) for h in ("<h2>Verdict per agent</h2>", "<h2>Firing alerts (",
+                                     "<h2>Charts per agent</h2>", "<h2>Full tables</h2>")]
+    assert order == sorted(order)
+    first_screen = html.unescape(page[order[0] : order[1]])
+    assert re.search(r'<div class="card act"><span class="badge act">ACT</span>'
+                     r'<a class="agent" href="#agent-sim-airline-inverted">', first_screen)
+    assert "critical alert escalation_inverted" in first_screen
+    assert "<b>Act on sim-airline-inverted" in first_screen
+    tail = page[order[3] :]
+    assert tail.count("<details>") == 5 and "data-key=" not in page[: order[3]]
+    for agent in ("sim-airline-inverted", "sim-retail-overconfident", "sim-telecom-drifting",
+                  "sim-airline-calibrated"):  # fmt: skip
+        for kind in ("reliability", "ece_over_time", "escalation_by_bin", "threshold_curve"):
+            png = (out / f"agent-{agent}-{kind}.png").read_bytes()
+            assert base64.b64encode(png).decode() in page[order[2] : order[3]], (agent, kind)
+    assert "<meta name='viewport'" in page
 
 
 def test_scoped_report_and_empty_range(seeded: str, tmp_path: Path) -> None:
@@ -102,3 +120,23 @@ def test_scoped_report_and_empty_range(seeded: str, tmp_path: Path) -> None:
     assert old.exit_code == 0, old.output
     for name in PNGS:
         assert mpimg.imread(tmp_path / "b" / name).ndim == 3
+
+
+async def test_ece_over_time_divides_the_span_of_the_data(seeded: str) -> None:
+    """A day's range over a few hours of traffic: about 30 points per agent, not the 3 or 4
+    that 48-minute buckets over the whole day would give."""
+    from monitor.flows.report import ece_over_time
+    from monitor.store.analytics_repo import Segment
+    from monitor.store.engine import make_engine
+
+    end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    engine = make_engine(seeded)
+    try:
+        series = await ece_over_time(engine, Segment(), end - timedelta(days=1), end)
+    finally:
+        await engine.dispose()
+    assert series
+    for agent, points in series.items():
+        assert len(points) >= 20, (agent, len(points))
+        steps = {b - a for (a, _), (b, _) in pairwise(points)}
+        assert min(steps) < timedelta(minutes=48), agent

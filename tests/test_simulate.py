@@ -205,3 +205,20 @@ def test_cli_rejects_conflicting_options(tmp_path: Path) -> None:
                                       "-o", str(tmp_path / "x.jsonl")])
     assert result.exit_code == 2
     assert "not both" in result.stderr
+
+
+@pytest.mark.parametrize("duration,rate", [(3, 50), (8, 100), (60, 200)])
+def test_demo_traffic_never_runs_ahead_of_the_wall_clock(duration: float, rate: float) -> None:
+    """`monitor up`'s plan: the newest simulated event is at most `now` (conversations last
+    minutes past their start, so the span starts earlier than conversations x interval)."""
+    from monitor.flows.demo import INTERVAL, plan_traffic
+
+    now = datetime(2026, 11, 23, 18, 0, 0, 500_000, tzinfo=UTC)
+    plan = plan_traffic(7, duration, rate, now)
+    events = list(plan.simulator.events(plan.conversations))
+    newest = max(e.ts for e in events)
+    assert newest <= now
+    assert now - newest < timedelta(seconds=2)  # ... and the span still ends now
+    assert len(events) == plan.events >= duration * rate
+    assert plan.simulator.start < now - plan.conversations * INTERVAL
+    assert plan.simulator.start < plan.change_point < plan.recovery_point < newest

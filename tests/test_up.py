@@ -149,8 +149,26 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
         assert found.count(agent) >= 3, (agent, found)
     assert _wait_gone(state_dir) == []
     assert not (state_dir / "endpoints.json").exists()
-    # the data stays in the state dir for the next run
+    # the data stays in the state dir after the run, for exploring
     assert asyncio.run(_stored(state_dir / "pg")) == (n_sent, MALFORMED)
+    assert "this run starts clean" not in output  # nothing to clean the first time
+    worker_log = (state_dir / "worker.log").read_text()
+    assert "monitor up: worker starting" in worker_log and "\x1b" not in worker_log
+
+    # a second run in the same state dir starts clean and says so: nothing counted twice
+    out2 = tmp_path / "out2.txt"
+    again = _up(state_dir, out2, "--duration", "3", "--rate", "50")
+    try:
+        assert again.wait(150) == 0, out2.read_text()
+    finally:
+        again.kill()
+    second = out2.read_text()
+    assert "this run starts clean: removing the previous run's data" in " ".join(second.split())
+    sent2 = re.search(r"sent ([\d,]+) events and (\d+) malformed", second)
+    assert sent2, second
+    assert _table(second)["total"] == [sent2[1], sent2[1]]
+    assert _wait_gone(state_dir) == []
+    assert asyncio.run(_stored(state_dir / "pg")) == (int(sent2[1].replace(",", "")), MALFORMED)
 
 
 def test_ctrl_c_during_the_simulation_stops_everything_with_130(

@@ -43,6 +43,7 @@ from monitor.alerts.states import (
     frozen_labels,
     require_aware,
 )
+from monitor.alerts.wording import resolved_summary
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
@@ -111,6 +112,13 @@ def _notification(
         **{k: state.scope.get(k, "all") for k in ("agent", "domain", "tier")},
     }
     clean = redact if rule.redact_customer_content else redact_secrets
+    if kind is Kind.RESOLVED:  # what resolved it, not the firing template again
+        summary = resolved_summary(
+            rule.metric.value, rule.comparison.value, rule.threshold, value, state.scope,
+            now - fired_at,
+        )  # fmt: skip
+    else:
+        summary = render(rule.annotations.summary, context)
     return Notification(
         idempotency_key=f"{state.fingerprint}:{fired_at.isoformat()}:{kind.value}:{sequence}",
         kind=kind,
@@ -121,7 +129,7 @@ def _notification(
         severity=rule.severity.value,
         scope=state.scope,
         labels=alert_labels(rule, state.scope),
-        summary=clean(render(rule.annotations.summary, context)),
+        summary=clean(summary),
         description=clean(render(rule.annotations.description, context)),
         runbook_url=rule.annotations.runbook_url,
         value=value,

@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from monitor.alerts.destinations import NO_DESTINATION, destinations
 from monitor.alerts.lifecycle import alert_labels
 from monitor.alerts.rules import RuleSet, rules_to_dict
 from monitor.alerts.silences import Ack, Silence, parse_matchers, silenced_by
@@ -125,12 +126,15 @@ def register(app: typer.Typer) -> None:
             return [alert_row(s, rules, silences, now) for s in kept]
 
         rows = ac.run_with_engine(ac.console(), go)
+        sinks = destinations(load_settings())
         if as_json:
-            ac.print_json({"alerts": rows})
-        elif not rows:
+            ac.print_json({"alerts": rows, "destinations": sinks})
+            return
+        if not rows:
             typer.echo("no alerts" if show_all else "no firing or pending alerts")
         else:
-            ac.console().print(alerts_table(rows))
+            ac.print_table(ac.console(), alerts_table(rows))
+        typer.echo(f"destinations: {', '.join(sinks)}" if sinks else NO_DESTINATION)
 
     @group.command("silence")
     def silence(
@@ -201,7 +205,7 @@ def register(app: typer.Typer) -> None:
         try:
             ended = ac.run_with_engine(ac.console(), go)
         except LookupError as exc:
-            typer.echo(str(exc).strip("'\""), err=True)
+            typer.echo(exc.args[0] if exc.args else str(exc), err=True)
             raise typer.Exit(1) from None
         typer.echo(f"silence {ended.id} ended at {ended.ends_at.isoformat()}")
 
@@ -225,7 +229,7 @@ def register(app: typer.Typer) -> None:
         try:
             done = ac.run_with_engine(ac.console(), go)
         except (LookupError, ValueError) as exc:
-            typer.echo(str(exc).strip("'\""), err=True)
+            typer.echo(exc.args[0] if exc.args else str(exc), err=True)
             raise typer.Exit(1) from None
         typer.echo(f"acknowledged {done.fingerprint} ({done.rule}) by {done.acked_by}")
 
@@ -251,7 +255,7 @@ def register(app: typer.Typer) -> None:
             cond = f"{r.comparison.value} {r.threshold:g}"
             t.add_row(escape(r.name), escape(metric), escape(scope or "all"), cond,
                       d["window"], d["for"], f"{r.min_samples:g}", r.severity.value)  # fmt: skip
-        ac.console().print(t)
+        ac.print_table(ac.console(), t)
 
     try:  # the delivery side adds `alerts test` (monitor/commands/alerts_test.py)
         test_module = importlib.import_module("monitor.commands.alerts_test")

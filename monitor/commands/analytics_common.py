@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 from sqlalchemy.ext.asyncio import AsyncEngine as AsyncEngine
 
 from monitor.alerts.durations import parse_duration
@@ -52,13 +55,17 @@ class Query:
 
 
 def console() -> Console:
-    """The console of the analytics commands: wide tables when the output is not a terminal
-    (a pipe or a file gets 160 columns instead of rich's default 80)."""
+    """The console of the analytics commands. Piped output (a file, ``grep``) is not cut to a
+    terminal's width: tables are as wide as their content needs."""
     c = Console()
-    return c if c.is_terminal else Console(width=160)
+    return c if c.is_terminal else Console(width=PIPE_WIDTH)
 
 
-def _when(text: str, option: str) -> datetime:
+PIPE_WIDTH = 1000  # wider than any table: rich sizes tables to their content, not to this
+
+
+def when(text: str, option: str) -> datetime:
+    """Parse an ISO 8601 time option (naive means UTC); typer.BadParameter names ``option``."""
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
@@ -78,9 +85,9 @@ def query(
 ) -> Query:
     """Build the :class:`Query` from the common options (raises typer.BadParameter)."""
     now = now or datetime.now(UTC)
-    hi = _when(end, "--to") if end else now
+    hi = when(end, "--to") if end else now
     if start:
-        lo = _when(start, "--from")
+        lo = when(start, "--from")
     else:
         try:
             lo = hi - parse_duration(since)
@@ -153,3 +160,43 @@ def fmt(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     return f"{x:.{digits}f}"
+
+
+#: Columns whose values are never cut: the names on-call searches for.
+NAME_COLUMNS = frozenset({"agent", "rule", "name", "scope", "fingerprint"})
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` without ever truncating a name column (:data:`NAME_COLUMNS`).
+
+    Name columns get the width of their longest value and never wrap; the other columns wrap
+    to fit. When even that does not fit the console (a narrow terminal), the rows are printed
+    as blocks instead: the row's first name, then one ``header: value`` line per column.
+    """
+    widths: dict[int, int] = {}
+    for i, column in enumerate(table.columns):
+        header = str(column.header)
+        texts = [c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain
+                 for c in column.cells]  # fmt: skip
+        if header.lower() in NAME_COLUMNS:
+            column.no_wrap = True
+            widths[i] = max([len(header), *(len(t) for t in texts)])
+        else:  # wraps between words, never narrower than its longest word
+            widths[i] = max(len(w) for t in [header, *texts] for w in t.split() or [""])
+        column.min_width = widths[i]
+    needed = sum(widths.values()) + 3 * len(widths) + 1  # cell padding and borders
+    if needed <= console.width:
+        console.print(table)
+        return
+    if table.title:
+        console.print(table.title, soft_wrap=True)
+    headers = [str(c.header) for c in table.columns]
+    names = [i for i, h in enumerate(headers) if h.lower() in NAME_COLUMNS]
+    first = names[0] if names else 0  # each block starts with the row's name
+    rows = list(zip(*(list(c.cells) for c in table.columns), strict=True))
+    for row in rows:
+        console.print(row[first], soft_wrap=True, highlight=False)
+        for i, (header, value) in enumerate(zip(headers, row, strict=True)):
+            if i != first:
+                console.print(f"  [dim]{escape(header)}:[/] ", value, sep="", soft_wrap=True,
+                              highlight=False)  # fmt: skip

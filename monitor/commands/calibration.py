@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
         if not reports:
             console.print(f"no labelled items for {q.describe()}")
             return
-        console.print(calibration_table(reports, f"calibration ({q.describe()})"))
+        ac.print_table(console, calibration_table(reports, f"calibration ({q.describe()})"))
         for name, jl in judged.items():
             console.print(judge_labels_text(name, jl))
         if diagram:
@@ -189,6 +189,8 @@ def register(app: typer.Typer) -> None:
         maps = ac.run_with_engine(console, lambda eng: current_maps(eng, agent))
         if as_json:
             ac.print_json({"agent_id": agent, "maps": maps})
+            if not maps:  # same exit code as the table: scripts see the agent has none
+                raise typer.Exit(1)
             return
         if not maps:
             console.print(f"no recalibration map for {agent!r}: run `monitor calibration fit`")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from monitor.config import load_settings
 from monitor.errors import ConfigError
@@ -45,7 +46,7 @@ def register(app: typer.Typer) -> None:
         try:
             result = gp.push(gp.client(base, settings.grafana_token), dashboards, title)
         except gp.GrafanaPushError as exc:
-            console.print(f"[red]dashboards push failed[/]: {exc}")
+            console.print(f"[red]dashboards push failed[/]: {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(1) from None
         verb = "created" if result.folder_created else "found"
         console.print(f"folder {title!r} ({result.folder_uid}) {verb}")

@@ -8,14 +8,16 @@ and both windows reach ``--min-samples`` items.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import typer
 from rich.table import Table
+from sqlalchemy import text
 
 from monitor.commands import analytics_common as ac
 from monitor.flows import analytics as fa
 from monitor.metrics.drift import DriftCheck
+from monitor.store.analytics_repo import Segment
 from monitor.store.analytics_write import SegmentKey
 
 
@@ -44,6 +46,29 @@ def drift_table(checks: dict[SegmentKey, DriftCheck], windows: fa.DriftWindows) 
     return t
 
 
+async def _newest_item(engine: ac.AsyncEngine, segment: Segment) -> datetime | None:
+    cond, params = segment.where()
+    async with engine.connect() as conn:
+        sql = f"SELECT max(ts) FROM items WHERE label IS NOT NULL AND {cond}"
+        found = await conn.execute(text(sql), params)
+        newest: datetime | None = found.scalar()
+    return newest
+
+
+def empty_drift_message(windows: fa.DriftWindows, newest: datetime | None) -> str:
+    """Why ``drift`` found nothing, and how to look where the data is."""
+    rec, base = windows.recent, windows.baseline
+    text_ = (f"no labelled items in the recent window ({rec[0]:%Y-%m-%d %H:%M} to "
+             f"{rec[1]:%H:%M} UTC) or the baseline ({base[0]:%Y-%m-%d %H:%M} to "
+             f"{base[1]:%H:%M} UTC).")  # fmt: skip
+    if newest is None:
+        return text_ + " The store has no labelled items in this scope yet."
+    at = newest.astimezone(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    return (text_ + f" The newest labelled item is from {newest.astimezone(UTC):%Y-%m-%d %H:%M}"
+            f" UTC: look back with --at {at:%Y-%m-%dT%H:%M}Z (the end of the recent window), "
+            "or widen --recent.")  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
     @app.command("drift")
     def drift(
@@ -69,14 +94,14 @@ def register(app: typer.Typer) -> None:
         """Drift per segment: recent window against a baseline, every statistic and p-value,
         stored in drift_checks (the dashboards and alerts read them)."""
         console = ac.console()
-        now = ac.query(None, None, None, None, "1m", None, at).end if at else datetime.now(UTC)
+        now = ac.when(at, "--at") if at else datetime.now(UTC)
         length = ac.duration(recent, "--recent")
         pinned = None
         if baseline_from or baseline_to:
             if not (baseline_from and baseline_to):
                 raise typer.BadParameter("give both --baseline-from and --baseline-to")
-            pq = ac.query(None, None, None, None, "1m", baseline_from, baseline_to)
-            pinned = (pq.start, pq.end)
+            pinned = (ac.when(baseline_from, "--baseline-from"),
+                      ac.when(baseline_to, "--baseline-to"))
         try:
             windows = fa.drift_windows(now, length, pinned)
         except ValueError as exc:
@@ -92,6 +117,7 @@ def register(app: typer.Typer) -> None:
             })  # fmt: skip
             return
         if not checks:
-            console.print("no labelled items in either window")
+            newest = ac.run_with_engine(console, lambda eng: _newest_item(eng, segment))
+            console.print(empty_drift_message(windows, newest), soft_wrap=True)
             return
-        console.print(drift_table(checks, windows))
+        ac.print_table(console, drift_table(checks, windows))

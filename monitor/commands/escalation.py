@@ -114,8 +114,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"no sampled conversations for {q.describe()}")
             return
         console.print(f"[dim]{q.describe()}[/]")
-        console.print(escalation_table(out, threshold))
-        console.print(rate_by_bin_table(out))
+        ac.print_table(console, escalation_table(out, threshold))
+        ac.print_table(console, rate_by_bin_table(out))
 
     @app.command("thresholds")
     def thresholds(
@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
                 t.add_row(f"{r.threshold:.2f}", ac.fmt(r.escalation_rate),
                           ac.fmt(r.residual_failure_rate), f"{r.failures_caught:.0f}",
                           ac.fmt(r.failures_caught_share))  # fmt: skip
-            console.print(t)
+            ac.print_table(console, t)
         if not out:
             console.print(f"no sampled conversations for {q.describe()}")
 
@@ -176,19 +176,33 @@ def register(app: typer.Typer) -> None:
         agent: str | None = ac.AGENT,
         domain: str | None = ac.DOMAIN,
         k: list[int] = typer.Option([1, 2], "--k", help="k values (repeat the option)."),
+        since: str | None = typer.Option(
+            None, "--since", help="Range: the last DURATION (30m, 24h, 7d ...). Default: "
+            "every trial stored (trials of one task are often run days apart)."),
+        start: str | None = ac.FROM,
+        end: str | None = ac.TO,
         as_json: bool = ac.JSON,
     ) -> None:
         """pass^k per agent for tasks run in several trials (context.task_id / trial), with
-        the unbiased estimator C(c,k)/C(n,k) averaged over tasks with at least k trials."""
+        the unbiased estimator C(c,k)/C(n,k) averaged over tasks with at least k trials.
+        The range selects trials by when their conversation started."""
         console = ac.console()
-        q = ac.query(agent, domain, None, None, "1d", None, None)
+        ranged = since is not None or start is not None or end is not None
+        q = ac.query(agent, domain, None, None, since or "100000d", start, end)
+        lo, hi = (q.start, q.end) if ranged else (None, None)
 
         async def all_k(eng: ac.AsyncEngine) -> dict[int, dict[str, fa.PassK]]:
-            return {kk: await fa.passk(eng, q.segment, kk) for kk in k}
+            return {kk: await fa.passk(eng, q.segment, kk, lo, hi) for kk in k}
 
         out = ac.run_with_engine(console, all_k)
         if as_json:
             ac.print_json({str(kk): v for kk, v in out.items()})
+            return
+        if not any(out.values()):
+            where = f" in {q.describe()}" if ranged else ""
+            console.print(f"no conversations with a task id and an outcome{where}: pass^k needs "
+                          "tasks run in several trials (context.task_id, context.trial)",
+                          soft_wrap=True)  # fmt: skip
             return
         t = Table(title="pass^k (all k trials succeed) and pass@k", title_justify="left")
         for col in ("agent", "k", "tasks", "pass^k", "pass@k", "tasks with < k trials"):
@@ -197,4 +211,4 @@ def register(app: typer.Typer) -> None:
             for a, p in per.items():
                 t.add_row(a, str(kk), str(p.n_tasks), ac.fmt(p.pass_hat_k), ac.fmt(p.pass_at_k),
                           str(p.n_tasks_skipped))  # fmt: skip
-        console.print(t)
+        ac.print_table(console, t)

@@ -69,7 +69,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Judge volumes, errors, latency, failure categories, and each judge's precision and
         recall against conversation outcomes (Wilson intervals, kappa, confusion counts); a
-        judge below the precision floor stops labelling items."""
+        judge below the precision floor stops labelling items.
+
+        The range (--since, --from/--to) selects conversations by when they happened (their
+        first event), like the other analytics commands, not by when they were judged."""
         console = ac.console()
         settings = load_settings()
         fl = settings.judge_precision_floor if floor is None else floor
@@ -97,7 +100,7 @@ def register(app: typer.Typer) -> None:
                       f"{v.errors}" + (f" ({errs})" if errs else ""), str(v.failures),
                       f"{ac.fmt(v.latency_p50_ms, 1)}/{ac.fmt(v.latency_p90_ms, 1)}",
                       cats or "-")  # fmt: skip
-        console.print(t)
+        ac.print_table(console, t)
         a = Table(title="quality against ground truth, per conversation with an outcome the "
                   "judge applied to (flagged = it found a failure; positive = the conversation "
                   "failed; 95 % Wilson intervals)", title_justify="left")  # fmt: skip

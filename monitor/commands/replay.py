@@ -1,7 +1,8 @@
 """``monitor replay``: send a JSON Lines or tau2-bench results file to the events topic.
 
 Thin CLI over :func:`monitor.flows.replay.run_replay`. Exit codes: 0 done (skipped bad lines are
-listed but do not fail the run), 1 aborted (``--strict`` bad line, delivery failure), 2 nothing
+listed but do not fail the run), 1 aborted (``--strict`` bad line, delivery failure) or every
+line was invalid, 2 nothing
 could start (unreadable/unknown file, no Kafka bootstrap configured, invalid settings).
 The helpers here (bootstrap resolution, Kafka sender, progress, summary) are shared with
 ``monitor simulate``.
@@ -181,3 +182,6 @@ def register(app: typer.Typer) -> None:
         print_summary(Console(), report, f"{path.name}: {done}")
         if report.aborted is not None:
             fail(f"aborted at {report.aborted.location} (--strict)", 1)
+        if report.counts.errors and not report.counts.events:
+            fail(f"{path}: every line ({report.counts.errors}) was invalid; nothing to "
+                 f"{'send' if target is not None else 'replay'}", 1)

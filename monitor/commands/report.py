@@ -28,8 +28,10 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("report"), "--out", "-o", help="Output directory (created): "
                                  "report.html and the PNG images."),
     ) -> None:
-        """Reliability diagram, ECE over time, escalation by confidence, the threshold curve,
-        drift checks and firing alerts as one self-contained HTML file (PNGs also written)."""
+        """A self-contained HTML report (PNG charts too): a verdict per agent first (healthy,
+        watch or act, with the one reason), then the firing alerts, the charts per agent
+        (reliability diagram, ECE over time, escalation by confidence, threshold curve) and the
+        full tables last, folded."""
         console = ac.console()
         q = ac.query(agent, domain, tier, version, since, start, end)
         path = ac.run_with_engine(

@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.commands.replay import fail
 from monitor.commands.up_alerts import print_alerts
-from monitor.commands.up_analytics import print_analytics
+from monitor.commands.up_analytics import print_analytics, print_report
 from monitor.commands.up_view import print_next_steps, print_summary
 from monitor.config import load_settings
 from monitor.errors import MonitorError
@@ -46,16 +46,17 @@ HELP = """Run the whole pipeline locally and show it working: the `make demo` co
 
 With no broker or database configured (MONITOR_KAFKA_BOOTSTRAP, DATABASE_URL) it
 starts the embedded ones: the Tansu Kafka broker and a Postgres whose data stays in
-the state dir (./.monitor/pg), migrated. A configured broker or database is used
+the state dir (./.monitor/pg) until the next run, migrated. A configured broker or database is used
 instead. Then it starts the worker, sends DURATION seconds of simulated traffic from
 four agents (calibrated, overconfident, drifting, inverted) plus 5 malformed events,
 waits until everything is in Postgres and prints what landed: conversations per agent,
 events by type, dead letters by reason, and where to look next.
 
-Ctrl-C at any time stops everything it started; rerunning is safe (each run adds new
-conversations). Other commands (replay, simulate, worker) in another terminal find the
-running stack through STATE_DIR/endpoints.json. Logs: STATE_DIR/worker.log,
-STATE_DIR/tansu.log, STATE_DIR/pg/server.log.
+Ctrl-C at any time stops everything it started; rerunning is safe: each run starts
+clean (the embedded database of the previous run is dropped; a configured database is
+kept as it is, and the run says so). Other commands (replay, simulate, worker) in
+another terminal find the running stack through STATE_DIR/endpoints.json. Logs:
+STATE_DIR/worker.log, STATE_DIR/tansu.log, STATE_DIR/pg/server.log.
 """
 
 
@@ -151,6 +152,7 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
         print_summary(console, plan, report, summary)
         print_analytics(console, running.database_url, plan, running.settings.state_dir)
         print_alerts(console, running.database_url, plan)
+        print_report(console, running.database_url, plan, running.settings.state_dir)
         if counts[0] < expected[0] or counts[1] < expected[1]:
             code = 1
             console.print(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from monitor.commands.analytics_common import print_table
 from monitor.commands.calibration import calibration_table
 from monitor.commands.drift import drift_table
 from monitor.commands.escalation import escalation_table
@@ -32,13 +33,22 @@ MISSED_THRESHOLD = 0.5
 def print_analytics(
     console: Console, database_url: str, plan: TrafficPlan, state_dir: Path | None = None
 ) -> None:
-    """Print the three tables (and a one-line reading of each), then write the HTML report
-    (``<state_dir>/report/report.html``) and print its path; never raises for empty data."""
+    """Print the three tables (and a one-line reading of each); never raises for empty
+    data. The HTML report comes after the alerts (:func:`print_report`)."""
     asyncio.run(_print(console, database_url, plan))
+
+
+def print_report(
+    console: Console, database_url: str, plan: TrafficPlan, state_dir: Path | None = None
+) -> Path:
+    """Write the HTML report of the run (``<state_dir>/report/report.html``), after its alerts
+    were replayed (so they show as firing in it), and print its path and how to read it."""
     out_dir = (state_dir or load_settings().state_dir) / "report"
     end = datetime.now(UTC) + timedelta(minutes=1)
     path = write_demo_report(database_url, plan.simulator.start, end, out_dir)
-    console.print(f"report written to {path}", soft_wrap=True)
+    console.print(f"report written to {path} (open it in a browser: its first screen says "
+                  "which agent needs action and why)", soft_wrap=True)
+    return path
 
 
 async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None:
@@ -59,18 +69,18 @@ async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None
     console.print()
     console.print("[bold]What the monitor found[/] (simulated agents, this run's time span)")
     if cal:
-        console.print(calibration_table(cal, "calibration of stated confidence"))
+        print_table(console, calibration_table(cal, "calibration of stated confidence"))
         worst = max((a for a in cal if a != fa.ALL), key=lambda a: cal[a].ece)
         console.print(f"  [dim]->[/] highest ECE: [bold]{worst}[/] (gap "
                       f"{cal[worst].overconfidence_gap:+.3f}: says more confident than it is)"
                       if cal[worst].overconfidence_gap > 0 else "", soft_wrap=True)
     if esc:
-        console.print(escalation_table(esc, MISSED_THRESHOLD))
+        print_table(console, escalation_table(esc, MISSED_THRESHOLD))
         inverted = [a for a, s in esc.items() if s.inversion.inverted]
         console.print(f"  [dim]->[/] escalation inverted (rises with confidence): "
                       f"[bold]{', '.join(inverted) or 'none'}[/]", soft_wrap=True)
     if drift:
-        console.print(drift_table(drift, windows))
+        print_table(console, drift_table(drift, windows))
         fired = [k[0] for k, c in drift.items() if c.fired]
         console.print(f"  [dim]->[/] drift between the change point "
                       f"{plan.change_point:%H:%M} and {plan.recovery_point:%H:%M} UTC: "

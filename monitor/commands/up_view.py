@@ -157,6 +157,8 @@ def print_next_steps(console: Console, running: Running, keep_running: bool) -> 
                   soft_wrap=True)
     for label, text in lines:
         console.print(f"  [cyan]{label:<12}[/]{escape(text)}", soft_wrap=True, highlight=False)
-    kept = f"the data in {state_dir}/pg is kept, " if running.embedded_database else ""
-    console.print(f"  Ctrl-C stops everything; rerunning `monitor up` is safe ({kept}each run "
-                  "adds new conversations).", soft_wrap=True)
+    again = (f"the data in {state_dir}/pg stays until then, and the next run starts clean"
+             if running.embedded_database else
+             "the configured database keeps everything: each run adds its conversations")
+    console.print(f"  Ctrl-C stops everything; rerunning `monitor up` is safe ({again}).",
+                  soft_wrap=True)

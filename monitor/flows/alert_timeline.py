@@ -27,6 +27,12 @@ from monitor.flows.notify import Notifier
 from monitor.flows.periodic import drift_once
 
 
+def flush_delay(rules: RuleSet) -> timedelta:
+    """How long after the last step the final tick comes: every grouped notification held by
+    ``group_wait`` or ``group_interval`` is due by then."""
+    return max(rules.group_wait, rules.group_interval) + timedelta(seconds=1)
+
+
 @dataclass(frozen=True)
 class Tick:
     """One step of the replay: its time, drift checks that fired, the evaluation, deliveries."""
@@ -50,8 +56,14 @@ async def replay_alert_timeline(
     drift_alpha: float = 0.01,
     drift_min_samples: int = 100,
     on_tick: Callable[[Tick], None] | None = None,
+    not_after: datetime | None = None,
 ) -> list[Tick]:
     """Walk ``[start, end]`` in ``step``s (see the module docstring); returns every tick.
+
+    ``not_after`` (the wall clock, when the traffic reaches up to now): no tick is later than
+    it, so no alert state, history or outbox row is stamped in the future; steps after it are
+    dropped and the flush tick moves back to it (end the replay ``group_interval`` earlier to
+    keep the whole flush).
 
     Raises ValueError for a non-positive ``step`` or ``end < start``.
     """
@@ -60,10 +72,14 @@ async def replay_alert_timeline(
     ticks: list[Tick] = []
     times = []
     t = start
-    while t <= end:
+    while t <= end and (not_after is None or t <= not_after):
         times.append(t)
         t += step
-    times.append(end + max(rules.group_wait, rules.group_interval) + timedelta(seconds=1))
+    flush = end + flush_delay(rules)
+    if not_after is not None:
+        flush = min(flush, not_after)
+    if not times or flush > times[-1]:
+        times.append(flush)
     names = sorted(sinks)
     for at in times:
         fired = await drift_once(

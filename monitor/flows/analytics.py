@@ -153,9 +153,17 @@ async def threshold_advice(
     }  # fmt: skip
 
 
-async def passk(engine: AsyncEngine, segment: Segment, k: int) -> dict[str, PassK]:
-    """pass^k (and pass@k) per agent over conversations with a task id and an outcome."""
-    return {agent: pass_k(ts, k) for agent, ts in sorted((await trials(engine, segment)).items())}
+async def passk(
+    engine: AsyncEngine,
+    segment: Segment,
+    k: int,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> dict[str, PassK]:
+    """pass^k (and pass@k) per agent over conversations with a task id and an outcome (those
+    started in ``[start, end)`` when given)."""
+    found = await trials(engine, segment, start, end)
+    return {agent: pass_k(ts, k) for agent, ts in sorted(found.items())}
 
 
 @dataclass(frozen=True)

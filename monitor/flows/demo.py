@@ -4,9 +4,9 @@ until the worker has written all of them to Postgres.
 Contract:
 - :func:`plan_traffic` picks how many simulated conversations make about ``duration_s * rate``
   events (at least one conversation, every conversation complete with its outcome). The
-  simulated span ends now: the last event of the last conversation is at most ``now`` (events
-  from the future would be dead-lettered as ``future_timestamp``); the drifting agent turns
-  overconfident a third of the way through the conversation starts and recovers at two thirds.
+  simulated span ends at ``now`` at the latest: no event is stamped after it (simulated time
+  never runs ahead of the wall clock); the drifting agent turns
+  overconfident a third of the way through it and recovers at two thirds.
 - :func:`send_traffic` sends ``malformed_events`` first (raw bytes, each breaking the contract
   in a different way, so the DLQ visibly fills and the worker visibly carries on), then the
   plan's events at ``rate`` events/s through the SDK emitter, and returns the replay report
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -64,12 +65,19 @@ def plan_traffic(seed: int, duration_s: float, rate: float, now: datetime) -> Tr
         last = max(last, *(e.ts for e in conv))
         if events >= target:
             break
-    start = (now - (last - now) - timedelta(seconds=1)).replace(microsecond=0)
-    span = conversations * INTERVAL
-    change_point = start + span / 3
-    recovery_point = start + 2 * span / 3
-    sim = Simulator(seed, start, default_agents(change_point, recovery_point), interval=INTERVAL)
-    return TrafficPlan(sim, conversations, events, change_point, recovery_point)
+    start = (now - conversations * INTERVAL).replace(microsecond=0)
+    while True:  # conversations last minutes: move back until the last event is not after now
+        span = conversations * INTERVAL
+        change_point = start + span / 3
+        recovery_point = start + 2 * span / 3
+        agents = default_agents(change_point, recovery_point)
+        sim = Simulator(seed, start, agents, interval=INTERVAL)
+        convs = list(sim.conversations(conversations))
+        latest = max(conv[-1].ts for conv in convs)
+        if latest <= now:
+            sent = sum(len(conv) for conv in convs)
+            return TrafficPlan(sim, conversations, sent, change_point, recovery_point)
+        start -= timedelta(seconds=math.ceil((latest - now).total_seconds()))
 
 
 def malformed_events(marker: bytes) -> list[tuple[str, bytes]]:

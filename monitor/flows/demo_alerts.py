@@ -15,7 +15,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -90,11 +90,16 @@ async def run_demo_alerts(
     extra_sinks: dict[str, Sink] | None = None,
     on_message: Callable[[dict[str, Any]], None] | None = None,
     on_tick: Callable[[Tick], None] | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> tuple[list[dict[str, Any]], list[Tick]]:
     """Replay ``[start, end]`` and deliver to a local receiver (plus ``extra_sinks``).
 
-    Returns (messages the receiver accepted, ticks). The sinks are closed afterwards.
+    No tick is later than ``clock()`` (the wall clock) at the start of the replay: alert
+    history and outbox rows are never stamped in the future, and a row is never delivered
+    before it was created. Returns (messages the receiver accepted, ticks). The sinks are
+    closed afterwards.
     """
+    wall = clock()
     engine = make_engine(database_url)
     async with WebhookReceiver(on_message) as receiver:
         sinks: dict[str, Sink] = {"webhook": WebhookSink(receiver.url, receiver.secret)}
@@ -104,6 +109,7 @@ async def run_demo_alerts(
             ticks = await replay_alert_timeline(
                 engine, rules, start, end, step, sinks=sinks, notifier=notifier,
                 drift_recent=drift_recent, drift_min_samples=drift_min_samples, on_tick=on_tick,
+                not_after=wall,
             )  # fmt: skip
         finally:
             for sink in sinks.values():

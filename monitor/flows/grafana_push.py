@@ -10,6 +10,7 @@ token setting; any other failure becomes :class:`GrafanaPushError`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,8 +112,26 @@ def push(api: GrafanaApi, dashboards: Sequence[dict[str, Any]], folder: str,
     except GrafanaException as exc:
         raise GrafanaPushError(f"Grafana error ({exc.status_code}): {_detail(exc)}") from None
     except (OSError, RequestException) as exc:
-        raise GrafanaPushError(f"Grafana unreachable: {exc}") from None
+        where = str(getattr(api.client, "url", "") or "the configured URL").removesuffix("/api")
+        raise GrafanaPushError(
+            f"Grafana unreachable at {where} (MONITOR_GRAFANA_URL or --url): {_reason(exc)}"
+        ) from None
     return PushResult(folder_uid, created, tuple(done))
+
+
+def _reason(exc: BaseException) -> str:
+    """The one-line root cause of a connection error (``connection refused``, ``timed out``):
+    the innermost OS error's text, else the error's class name. Never the urllib3 repr with
+    object addresses."""
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+    if found:
+        return found.group(1).strip().rstrip(".").lower()
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror.lower()
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
 
 
 def _detail(exc: GrafanaException) -> str:

@@ -10,8 +10,6 @@ the HTML and embedded in it as base64, so the HTML opens anywhere on its own.
 from __future__ import annotations
 
 import asyncio
-import base64
-import html
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,16 +20,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor import report_plots as rp
 from monitor.flows import analytics as fa
+from monitor.flows.analytics import ALL
+from monitor.flows.report_html import TARGET_RESIDUAL_FAILURE, anchor, render_html
 from monitor.metrics.bins import BinSums, sum_all
 from monitor.metrics.calibration import CalibrationReport, ece
 from monitor.metrics.thresholds import Recommendation, ThresholdTable
+from monitor.report_verdict import Verdict, verdicts
 from monitor.store.analytics_repo import Segment, bin_series
 from monitor.store.analytics_write import drift_history
 from monitor.store.engine import make_engine
 
 #: CLI defaults the report reproduces (``monitor escalation`` / ``monitor thresholds``).
 MISSED_THRESHOLD = 0.5
-TARGET_RESIDUAL_FAILURE = 0.1
+MIN_POINT_ITEMS = 10  # fewest items behind one point of "ECE over time"
 THRESHOLD_GRID = [round(i / 10, 6) for i in range(11)]
 
 
@@ -60,17 +61,25 @@ def bucket_for(start: datetime, end: datetime) -> tuple[str, timedelta]:
 
 async def ece_over_time(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
                         ) -> dict[str, list[tuple[datetime, float]]]:
-    """Per agent, ``(bucket start, ECE)`` from the bins summed per bucket (exact roll-up)."""
+    """Per agent, ``(bucket start, ECE)`` from the bins summed per bucket (exact roll-up).
+
+    The buckets divide the span the data covers, not the whole range: 17 minutes of traffic in
+    a 24-hour range get about 30 one-minute points, not 3 of 48 minutes each."""
     res, step = bucket_for(start, end)
     series = await bin_series(engine, segment, start, end, res)
+    if series:
+        first = min(window for _, window in series)
+        last = max(window for _, window in series)
+        res_unit = timedelta(hours=1) if res == "1h" else timedelta(minutes=1)
+        start, step = first, bucket_for(first, last + res_unit)[1]
     grouped: dict[tuple[str, datetime], list[BinSums]] = {}
     for (agent, window), sums in series.items():
         bucket = start + ((window - start) // step) * step
         grouped.setdefault((agent, bucket), []).append(sums)
     out: dict[str, list[tuple[datetime, float]]] = {}
     for (agent, bucket), parts in sorted(grouped.items()):
-        total = sum_all(parts)
-        if float(total.weight.sum()) > 0:
+        total = sum_all(parts)  # a bucket of a few items is noise (ECE biased high), skipped
+        if float(total.weight.sum()) > 0 and int(total.count.sum()) >= MIN_POINT_ITEMS:
             out.setdefault(agent, []).append((bucket, ece(total)))
     return out
 
@@ -99,97 +108,49 @@ async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: da
     )  # fmt: skip
 
 
-# --- HTML --------------------------------------------------------------------------------------
+# --- files -------------------------------------------------------------------------------------
 
 
-def _cell(value: Any, key: str | None = None, digits: int = 4) -> str:
-    if isinstance(value, bool) or value is None or not isinstance(value, int | float):
-        shown = "-" if value is None else str(value)
-        return f"<td>{html.escape(shown)}</td>"
-    shown = str(value) if isinstance(value, int) else (
-        f"{value:.{digits}f}" if value == value else "-")
-    attrs = f' data-key="{html.escape(key)}" data-value="{value!r}"' if key else ""
-    return f'<td class="num"{attrs}>{shown}</td>'
+def report_verdicts(d: ReportData) -> list[Verdict]:
+    """The verdict per agent (monitor.report_verdict) from the report's data."""
+    inverted = {a: s.inversion.inverted for a, s in d.escalation.items() if a != ALL}
+    return verdicts(d.calibration, inverted, d.drift, d.alerts)
 
 
-def _table(head: list[str], rows: list[str]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join(rows) or f'<tr><td colspan="{len(head)}">none</td></tr>'
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+def _charts(d: ReportData, agents: list[str]) -> dict[str, dict[str, bytes]]:
+    def one(source: dict[str, Any], agent: str) -> dict[str, Any]:
+        return {agent: source[agent]} if agent in source else {}
 
-
-def _sections(d: ReportData) -> str:
-    cal = [f"<tr><td>{html.escape(a)}</td>" + "".join(_cell(getattr(r, f), f"calibration/{a}/{f}")
-           for f in ("count", "ece", "mce", "brier", "accuracy", "mean_confidence"))
-           + _cell("yes" if r.meaningful else f"no ({r.reason})") + "</tr>"
-           for a, r in d.calibration.items()]  # fmt: skip
-    esc = [f"<tr><td>{html.escape(a)}</td><td>{b.lower:.1f}-{b.upper:.1f}</td>"
-           + _cell(b.n, f"escalation/{a}/{b.index}/n")
-           + _cell(b.rate, f"escalation/{a}/{b.index}/rate") + "</tr>"
-           for a, s in d.escalation.items() for b in s.bins if b.n]  # fmt: skip
-    thr = [f"<tr><td>{html.escape(a)}</td>" + _cell(r.threshold, f"thresholds/{a}/{i}/threshold", 2)
-           + _cell(r.escalation_rate, f"thresholds/{a}/{i}/escalation_rate")
-           + _cell(r.residual_failure_rate, f"thresholds/{a}/{i}/residual_failure_rate")
-           + _cell("<" if rec.threshold == r.threshold else "") + "</tr>"
-           for a, (tb, rec) in d.thresholds.items() for i, r in enumerate(tb.rows)]  # fmt: skip
-    dr = [f"<tr><td>{html.escape(str(c['agent_id']))}</td><td>{html.escape(str(c['domain']))}</td>"
-          f"<td>{c['tier'] or '-'}</td><td>{c['recent_to']:%Y-%m-%d %H:%M}</td>"
-          + "".join(_cell(c[f]) for f in ("n_baseline", "n_recent", "psi", "ks_pvalue",
-                                          "accuracy_pvalue", "ece_baseline", "ece_recent",
-                                          "ece_pvalue"))
-          + f"<td>{'FIRED: ' + html.escape(str(c['fired_tests'])) if c['fired'] else 'no'}</td>"
-          "</tr>" for c in d.drift]  # fmt: skip
-    al = [f"<tr><td>{a['time']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(a['severity']))}</td>"
-          f"<td>{html.escape(str(a['rule']))}</td><td>{html.escape(str(a['agent_id']))}</td>"
-          + _cell(a["value"]) + f"<td>{html.escape(str(a['summary']))}</td></tr>"
-          for a in d.alerts]  # fmt: skip
-    return "".join([
-        "<h2>Calibration</h2>", _table(["agent", "items", "ECE", "MCE", "Brier", "accuracy",
-                                        "mean confidence", "meaningful"], cal),
-        "<h2>Escalation rate by minimum-confidence bin</h2>",
-        _table(["agent", "bin", "conversations", "escalation rate"], esc),
-        f"<h2>Threshold what-if (target residual failure {TARGET_RESIDUAL_FAILURE})</h2>",
-        _table(["agent", "threshold", "escalation rate", "residual failure rate",
-                "recommended"], thr),
-        "<h2>Drift checks</h2>",
-        _table(["agent", "domain", "tier", "recent window end", "n baseline", "n recent", "PSI",
-                "KS p", "accuracy p", "ECE baseline", "ECE recent", "ECE p", "fired"], dr),
-        "<h2>Firing alerts</h2>",
-        _table(["fired at", "severity", "rule", "agent", "value", "summary"], al),
-    ])  # fmt: skip
-
-
-_CSS = ("body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
-        "margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.2em .6em}td.num{text-align:"
-        "right;font-variant-numeric:tabular-nums}img{max-width:100%;border:1px solid #eee}")
-
-
-def render_html(d: ReportData, images: dict[str, bytes]) -> str:
-    """The report page: scope, the figures (base64 PNG) and the tables."""
-    scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
-    figs = "".join(
-        f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,'
-        f'{base64.b64encode(png).decode()}"><figcaption>{html.escape(name)}</figcaption></figure>'
-        for name, png in images.items())  # fmt: skip
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Agent reliability report"
-            f"</title><style>{_CSS}</style></head><body><h1>Agent reliability report</h1>"
-            f"<p>Scope: {html.escape(scope or 'all agents')}; range {d.start:%Y-%m-%d %H:%M} to "
-            f"{d.end:%Y-%m-%d %H:%M} UTC.</p>{figs}{_sections(d)}</body></html>")
+    return {
+        agent: {
+            "reliability": rp.reliability_diagram(one(d.calibration, agent)),
+            "ece_over_time": rp.ece_over_time(one(d.ece_series, agent), compact=True),
+            "escalation_by_bin": rp.escalation_by_bin(one(d.escalation, agent), compact=True),
+            "threshold_curve": rp.threshold_curve(one(d.thresholds, agent), compact=True),
+        }
+        for agent in agents
+    }
 
 
 def write_report(d: ReportData, out_dir: Path) -> Path:
-    """Write ``report.html`` and the PNGs into ``out_dir`` (created); returns the HTML path."""
+    """Write ``report.html`` and the PNGs (per agent ``<agent>-<chart>.png``, all agents
+    ``<chart>.png``) into ``out_dir`` (created); returns the HTML path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    images = {
-        "reliability.png": rp.reliability_diagram(d.calibration),
-        "ece_over_time.png": rp.ece_over_time(d.ece_series),
-        "escalation_by_bin.png": rp.escalation_by_bin(d.escalation),
-        "threshold_curve.png": rp.threshold_curve(d.thresholds),
+    found = report_verdicts(d)
+    combined = {
+        "reliability": rp.reliability_diagram(d.calibration),
+        "ece_over_time": rp.ece_over_time(d.ece_series),
+        "escalation_by_bin": rp.escalation_by_bin(d.escalation),
+        "threshold_curve": rp.threshold_curve(d.thresholds),
     }
-    for name, png in images.items():
-        (out_dir / name).write_bytes(png)
+    per_agent = _charts(d, [v.agent for v in found])
+    for kind, png in combined.items():
+        (out_dir / f"{kind}.png").write_bytes(png)
+    for agent, charts in per_agent.items():
+        for kind, png in charts.items():
+            (out_dir / f"{anchor(agent)}-{kind}.png").write_bytes(png)
     path = out_dir / "report.html"
-    path.write_text(render_html(d, images), encoding="utf-8")
+    path.write_text(render_html(d, found, per_agent, combined), encoding="utf-8")
     return path
 
 

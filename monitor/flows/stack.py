@@ -3,8 +3,10 @@
 Contract of :class:`Stack`:
 - Only missing pieces are embedded. ``settings.kafka_bootstrap`` unset: a Tansu broker on
   ``broker_port`` (its preferred port if free, else any free one) and idempotent producers off;
-  ``settings.database_url`` unset: an embedded Postgres with its data in ``state_dir/pg`` (kept
-  across runs), database ``monitor``. Configured pieces are used as they are.
+  ``settings.database_url`` unset: an embedded Postgres with its data in ``state_dir/pg``,
+  database ``monitor``, which each run starts clean (the previous run's database is dropped,
+  and ``say`` tells so; it stays after a run for exploring). Configured pieces are used as
+  they are (a configured database keeps its data, and ``say`` tells that too).
 - ``start()`` then migrates, creates the topics, writes ``state_dir/endpoints.json`` (so
   ``monitor replay/simulate/worker`` in another terminal find the stack) and runs
   ``monitor worker`` as a subprocess (log: ``state_dir/worker.log``) until ``GET /health``
@@ -119,9 +121,19 @@ class Stack:
             bootstrap = self.broker.bootstrap
             settings = settings.model_copy(update={"kafka_idempotent": False})
         url = engine.libpq_url(settings.database_url or self._start_postgres())
+        if self.pg is not None:
+            asyncio.run(engine.wait_for_database(self.pg.admin_url, 15))  # may still recover
+            if not asyncio.run(engine.ensure_database(url)):
+                self.say(f"this run starts clean: removing the previous run's data (database "
+                         f"{DATABASE} in {self.pg.data_dir})")
+                asyncio.run(engine.drop_database(url))
+                asyncio.run(engine.ensure_database(url))
+        else:
+            self.say("the configured database is used as it is: the analytics and alerts below "
+                     "also count what was stored there before this run")
+            with contextlib.suppress(Exception):  # no CREATE DATABASE right: it must exist
+                asyncio.run(engine.ensure_database(url))
         self.say(f"migrating {shown_url(url)}")
-        with contextlib.suppress(Exception):  # no CREATE DATABASE right: it must exist already
-            asyncio.run(engine.ensure_database(url))
         asyncio.run(engine.wait_for_database(url, 15))  # raises the error if unreachable
         engine.upgrade(url)
         settings = settings.model_copy(update={"kafka_bootstrap": bootstrap,

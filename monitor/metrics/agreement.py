@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sklearn.metrics import cohen_kappa_score  # type: ignore[import-untyped]
+from monitor.lazy import lazy_module
+
+sk_metrics = lazy_module("sklearn.metrics")  # imported at first use (slow to import)
 
 DEFAULT_MIN_PAIRS = 20
 
@@ -63,7 +65,7 @@ def agreement(
     elif len(set(judge) | set(truth)) < 2:
         reason = "every label is the same class: kappa is undefined"
     else:
-        k = float(cohen_kappa_score(list(judge), list(truth)))
+        k = float(sk_metrics.cohen_kappa_score(list(judge), list(truth)))
         kappa = k if math.isfinite(k) else None
         if kappa is None:
             reason = "kappa is undefined (chance agreement is 1)"

@@ -32,9 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 
+from monitor.lazy import lazy_module
 from monitor.metrics.bins import DEFAULT_BINS, BinSums, bin_index
+
+stats = lazy_module("scipy.stats")  # imported at first use (slow to import)
 
 FloatArray = npt.NDArray[np.float64]
 PSI_EPSILON = 1e-4

@@ -31,13 +31,15 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 
+from monitor.lazy import lazy_module
 from monitor.metrics.bins import DEFAULT_BINS, bin_index
 from monitor.metrics.thresholds import Recommendation as Recommendation
 from monitor.metrics.thresholds import ThresholdRow as ThresholdRow
 from monitor.metrics.thresholds import ThresholdTable as ThresholdTable
 from monitor.metrics.thresholds import threshold_table as threshold_table
+
+stats = lazy_module("scipy.stats")  # imported at first use (slow to import)
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sklearn.isotonic import IsotonicRegression  # type: ignore[import-untyped]
 
+from monitor.lazy import lazy_module
 from monitor.metrics.bins import DEFAULT_BINS, BinSums, FloatArray
 from monitor.metrics.calibration import brier, ece
+
+isotonic = lazy_module("sklearn.isotonic")  # imported at first use (slow to import)
 
 DEFAULT_MIN_ITEMS = 200
 DEFAULT_HOLDOUT_FRACTION = 0.3
@@ -141,7 +143,7 @@ def fit_isotonic_map(
     w = None if weight is None else np.asarray(weight, dtype=np.float64).reshape(-1)
     if w is not None and not np.any(w > 0):
         raise ValueError("cannot fit an isotonic map: every weight is 0")
-    model = IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0)
+    model = isotonic.IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0)
     model.fit(c, yy, sample_weight=w)
     return IsotonicMap.from_regression(model)
 

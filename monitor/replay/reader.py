@@ -190,6 +190,8 @@ def iter_jsonl(path: Path) -> Iterator[ReplayItem]:
 
 
 def _check_readable(path: Path) -> None:
+    if path.is_dir():
+        raise ReplayError(f"{path}: is a directory; give a JSON Lines or tau2 results file")
     if not path.is_file():
         raise ReplayError(f"{path}: no such file")
     try:

@@ -193,9 +193,21 @@ async def escalation_conversations(
     return out
 
 
-async def trials(engine: AsyncEngine, segment: Segment) -> dict[str, list[Trial]]:
-    """Per agent, ``(task_id, outcome)`` of conversations with a task id and an outcome."""
+async def trials(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> dict[str, list[Trial]]:
+    """Per agent, ``(task_id, outcome)`` of conversations with a task id and an outcome,
+    started (``first_ts``) in ``[start, end)`` when given (else every one stored)."""
     cond, params = segment.where_conversations()
+    if start is not None:
+        cond += " AND first_ts >= :lo"
+        params = {**params, "lo": start}
+    if end is not None:
+        cond += " AND first_ts < :hi"
+        params = {**params, "hi": end}
     sql = (
         "SELECT agent_id, task_id, coalesce(outcome_reward,"
         " CASE WHEN outcome_success THEN 1.0 ELSE 0.0 END) FROM conversations"

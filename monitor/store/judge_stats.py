@@ -1,7 +1,9 @@
 """Read-side queries about the judges: volumes, errors, latency, categories, and the
 conversation-level judgements their quality is measured on (:mod:`monitor.metrics.judge_quality`).
 
-Time range ``[start, end)`` applies to the verdict's ``created_at``; the agent filter to the
+Time range ``[start, end)`` applies to when the judged conversation started (its
+``first_ts``, as for the escalation analytics), not to when the verdict was written: judging a
+replayed week of traffic today reports it under that week. The agent filter applies to the
 verdict's ``agent_id`` (``*`` and ``?`` wildcards as in :class:`Segment`).
 """
 
@@ -33,6 +35,11 @@ class JudgeVolume:
     categories: dict[str, int] = field(default_factory=dict)
 
 
+# the verdict's conversation started in [lo, hi)
+IN_RANGE = ("EXISTS (SELECT 1 FROM conversations c WHERE c.conversation_id = v.conversation_id"
+            " AND c.first_ts >= :lo AND c.first_ts < :hi)")
+
+
 def _agent(segment: Segment) -> tuple[str, dict[str, Any]]:
     cond, params = Segment(segment.agent).where("v.")
     return cond, params
@@ -48,7 +55,7 @@ async def judge_volumes(
 ) -> list[JudgeVolume]:
     """Per judge and version, ordered by judge name."""
     cond, params = _agent(segment)
-    rng = f"v.created_at >= :lo AND v.created_at < :hi AND {cond}"
+    rng = f"{IN_RANGE} AND {cond}"
     p = {"lo": start, "hi": end, **params}
     rows = await _rows(engine, (
         "SELECT judge, judge_version, count(*), count(*) FILTER (WHERE status = 'error'),"
@@ -86,7 +93,7 @@ async def conversation_judgements(
         " FROM verdicts v JOIN conversations c USING (conversation_id)"
         " LEFT JOIN LATERAL jsonb_array_elements_text(v.categories) AS cat(c) ON TRUE"
         " WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL"
-        f" AND v.created_at >= :lo AND v.created_at < :hi AND {cond}"
+        f" AND c.first_ts >= :lo AND c.first_ts < :hi AND {cond}"
         " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"), {"lo": start, "hi": end, **params})
     return [
         ConversationJudgement(str(cid), str(j), str(ver), bool(flagged),
