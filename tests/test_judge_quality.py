@@ -222,7 +222,9 @@ async def test_judges_cli_on_tau2_matches_the_pure_report(database_url: str,
             pool, {cid: evs[0].agent.id for cid, evs in convs.items()}, verdicts)
     finally:
         await pool.close()
-    res = await asyncio.to_thread(CliRunner().invoke, app, ["judges", "--json"],
+    # the range selects conversations by when they happened: the tau2 runs are from 2025
+    every = ["--from", "2000-01-01T00:00:00+00:00"]
+    res = await asyncio.to_thread(CliRunner().invoke, app, ["judges", "--json", *every],
                                   env={"MONITOR_DATABASE_URL": database_url})
     assert res.exit_code == 0, res.output
     got = {(r["judge"], r["category"]): r for r in json.loads(res.output)["quality"]}
