@@ -37,7 +37,9 @@ DEFAULT_REFERENCE = timedelta(hours=24)
 _KEYS = ("agent_id", "agent_version", "domain", "tier")
 
 
-async def _window_sums(engine: AsyncEngine, lo: datetime, hi: datetime) -> dict[SegmentKey, BinSums]:
+async def _window_sums(
+    engine: AsyncEngine, lo: datetime, hi: datetime
+) -> dict[SegmentKey, BinSums]:
     sums = await bin_sums(engine, Segment(), lo, hi, group_by=_KEYS)
     deffs = await design_effects(engine, Segment(), lo, hi, group_by=_KEYS)
     return {
