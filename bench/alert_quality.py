@@ -79,6 +79,7 @@ def report_month(seeds: list[int], days: float) -> None:
     delays: dict[str, list[float]] = defaultdict(list)
     resolve: dict[str, list[float]] = defaultdict(list)
     missed: dict[str, int] = defaultdict(int)
+    standing: dict[str, int] = defaultdict(int)  # stable but unhealthy agents' true alerts
     elapsed = 0.0
     stable_days = 0.0
     for seed in seeds:
@@ -90,6 +91,9 @@ def report_month(seeds: list[int], days: float) -> None:
         for p in tl.pages:
             if p.kind is Kind.FIRING and not expected(p.rule, p.agent, p.at, change, recovery):
                 false[p.rule] += 1
+        for rule, agent in (("ece_tier1", OVERCONFIDENT), ("escalation_inversion", INVERTED)):
+            standing[rule] += any(p.rule == rule and p.agent == agent and p.kind is Kind.FIRING
+                                  for p in tl.pages)
         for rule in (*DRIFT_RULES, "ece_tier3", "overconfidence_tier3"):
             fired = [p.at for p in tl.pages if p.rule == rule and p.agent == DRIFTING
                      and p.kind is Kind.FIRING and change <= p.at < recovery]
@@ -106,15 +110,19 @@ def report_month(seeds: list[int], days: float) -> None:
           f"({stable_days:.1f} stable agent-days; {elapsed:.0f} s)")
     print(f"false pages: {sum(false.values())} in total = "
           f"{sum(false.values()) / stable_days * 30:.2f} per stable agent per 30 days")
-    print("| rule | false pages / stable agent / week | detected | median delay (min) "
-          "| median time to resolve (min) |")
+    print(f"standing conditions raised: ece_tier1 on the overconfident agent in "
+          f"{standing['ece_tier1']}/{len(seeds)} runs, escalation_inversion on the inverted "
+          f"agent in {standing['escalation_inversion']}/{len(seeds)}")
+    print("| rule | false pages / stable agent / week | drift detected (<= 2 windows) "
+          "| median / max delay (min) | median time to resolve after recovery (min) |")
     print("|---|---|---|---|---|")
     for rule in [r.name for r in default_rules().rules]:
         det = delays.get(rule)
         n_seen = len(det or []) + missed.get(rule, 0)
+        within = sum(1 for d in det or [] if d <= 120)
         print(f"| {rule} | {false[rule] / weeks:.3f} ({false[rule]}) | "
-              + (f"{len(det or [])}/{n_seen}" if n_seen else "-") + " | "
-              + (f"{statistics.median(det):.0f}" if det else "-") + " | "
+              + (f"{len(det or [])}/{n_seen} ({within})" if n_seen else "-") + " | "
+              + (f"{statistics.median(det):.0f} / {max(det):.0f}" if det else "-") + " | "
               + (f"{statistics.median(resolve[rule]):.0f}" if resolve.get(rule) else "-")
               + " |")
 
