@@ -1,6 +1,6 @@
 """Alert precision of the default rules, measured on simulated agents whose truth is known.
 
-    .venv/bin/python bench/alert_quality.py [--seeds 1-6] [--days 7] [--quick]
+    .venv/bin/python bench/alert_quality.py [--seeds 1-6] [--days 7] [--jobs 2] [--quick]
 
 Two parts, each in one run with the shipped code (monitor.flows.alert_timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
@@ -8,7 +8,8 @@ per-minute sums of the simulator's traffic, one conversation every 5 s over four
 
 1. **Default rules over many simulated days** (worker settings: drift checks every 5 min on
    1 h windows against a 24 h pinned reference, family-wise alpha 0.001, rules evaluated every
-   5 min). Agents: calibrated (tier 2), overconfident (tier 1), inverted (tier 1) and one that
+   5 min; the escalation inversion, a test over a day of conversations, every 30 min).
+   Agents: calibrated (tier 2), overconfident (tier 1), inverted (tier 1) and one that
    drifts (tier 3; overconfident by 0.25, the simulator's default size) at a random minute of
    day 2 and recovers 12 h later. Per rule: false pages per stable agent per week (a firing
    whose condition is false for that agent at that time), detection rate and median delay of
@@ -26,6 +27,7 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from monitor.alerts.rules import default_rules
@@ -70,11 +72,11 @@ def run_month(seed: int, days: float) -> tuple[Timeline, datetime, datetime, flo
     t = time.perf_counter()
     stream = SimStream(Simulator(seed, T0, _agents(change, recovery), interval=INTERVAL), n)
     tl = alert_timeline(stream, default_rules(), T0 + timedelta(hours=1),
-                        T0 + timedelta(days=days))
+                        T0 + timedelta(days=days), escalation_step=timedelta(minutes=30))
     return tl, change, recovery, time.perf_counter() - t
 
 
-def report_month(seeds: list[int], days: float) -> None:
+def report_month(seeds: list[int], days: float, jobs: int = 1) -> None:
     false: dict[str, int] = defaultdict(int)
     delays: dict[str, list[float]] = defaultdict(list)
     resolve: dict[str, list[float]] = defaultdict(list)
@@ -82,8 +84,9 @@ def report_month(seeds: list[int], days: float) -> None:
     standing: dict[str, int] = defaultdict(int)  # stable but unhealthy agents' true alerts
     elapsed = 0.0
     stable_days = 0.0
-    for seed in seeds:
-        tl, change, recovery, took = run_month(seed, days)
+    with ProcessPoolExecutor(jobs) as pool:
+        runs = list(pool.map(run_month, seeds, [days] * len(seeds)))
+    for tl, change, recovery, took in runs:
         elapsed += took
         # stable agent-days: three stable agents all along, the drifting one before its change
         stable_days += 3 * (days - 1 / 24) + (change - T0 - timedelta(hours=1)) / timedelta(days=1)
@@ -107,7 +110,7 @@ def report_month(seeds: list[int], days: float) -> None:
                 resolve[rule].append((resolved[0] - recovery) / timedelta(minutes=1))
     weeks = stable_days / 7
     print(f"\n## Default rules, {len(seeds)} seeds x {days:g} simulated days "
-          f"({stable_days:.1f} stable agent-days; {elapsed:.0f} s)")
+          f"({stable_days:.1f} stable agent-days; {elapsed:.0f} s of compute)")
     print(f"false pages: {sum(false.values())} in total = "
           f"{sum(false.values()) / stable_days * 30:.2f} per stable agent per 30 days")
     print(f"standing conditions raised: ece_tier1 on the overconfident agent in "
@@ -163,13 +166,14 @@ def main() -> None:
     ap.add_argument("--seeds", default="1-6", help="seed range a-b (inclusive)")
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--quick", action="store_true", help="2 seeds x 3 days")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for the seeds")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     if args.quick:
         seeds, args.days = seeds[:2], 3.0
     report_48h(seeds)
-    report_month(seeds, args.days)
+    report_month(seeds, args.days, args.jobs)
 
 
 if __name__ == "__main__":

@@ -84,8 +84,8 @@ def test_lower_bounds_separate_noise_from_miscalibration():
     over = BinSums.from_items(*_items(rng, 200, 0.25))
     lo = lower_bound("ece", over)
     assert lo is not None and 0.12 < lo < cal.ece(over)
-    # overconfidence: mean confidence minus the upper one-sided 95 % Wilson bound of accuracy
-    _, hi = cal.wilson_interval(cal.accuracy(over), over.total_n_eff(), 0.90)
+    # overconfidence: mean confidence minus the upper one-sided 99 % Wilson bound of accuracy
+    _, hi = cal.wilson_interval(cal.accuracy(over), over.total_n_eff(), 0.98)
     assert lower_bound("overconfidence_gap", over) == pytest.approx(
         cal.mean_confidence(over) - hi)
     b = lower_bound("brier", over)

@@ -158,7 +158,7 @@ class Rule(_Model):
     - ``redact_customer_content``: redact emails, phones and card numbers in notification text.
     - ``estimate``: ``point`` (default) compares the metric's estimate; ``lower_bound``
       (``ece``, ``brier``, ``overconfidence_gap`` with ``>``/``>=`` only) compares its one-sided
-      95 % lower bound (:mod:`monitor.metrics.alert_bounds`), so noise of a small sample
+      99 % lower bound (:mod:`monitor.metrics.alert_bounds`), so noise of a small sample
       cannot breach the rule.
     """
 

@@ -17,6 +17,7 @@ truthfulness test over seeds.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -108,8 +109,10 @@ class SimStream:
     def conversations(self, seg: SegmentTuple, lo: datetime,
                       hi: datetime) -> list[ConversationEscalation]:
         """Conversations of ``seg`` whose first item is in ``[lo, hi)``."""
-        a, b = self.minute(lo), self.minute(hi)
-        return [c for m, c in self.segs[seg].esc if a <= m < b]
+        esc = self.segs[seg].esc  # in conversation order, so by first minute
+        lo_i = bisect_left(esc, self.minute(lo), key=lambda e: e[0])
+        hi_i = bisect_left(esc, self.minute(hi), key=lambda e: e[0])
+        return [c for _, c in esc[lo_i:hi_i]]
 
 
 @dataclass(frozen=True)
@@ -182,10 +185,12 @@ def _observations(rule: Rule, stream: SimStream, now: datetime,
 
 def alert_timeline(stream: SimStream, rules: RuleSet, start: datetime, end: datetime, *,
                    drift: DriftSettings = DriftSettings(), drift_step: timedelta = 5 * MINUTE,
-                   eval_step: timedelta = 5 * MINUTE,
+                   eval_step: timedelta = 5 * MINUTE, escalation_step: timedelta | None = None,
                    only: Iterable[str] | None = None) -> Timeline:
     """Replay ``[start, end]``: drift rounds every ``drift_step``, rule evaluations every
-    ``eval_step`` (both from ``start``); ``only`` limits the rules evaluated by name."""
+    ``eval_step`` (both from ``start``); escalation rules (a day of conversations each) every
+    ``escalation_step`` if given (a multiple of ``eval_step``; long replays), else with the
+    others; ``only`` limits the rules evaluated by name."""
     names = set(only) if only is not None else None
     chosen = [r for r in rules.rules if names is None or r.name in names]
     out = Timeline()
@@ -200,6 +205,9 @@ def alert_timeline(stream: SimStream, rules: RuleSet, start: datetime, end: date
                 out.checks.setdefault(row.segment, []).append((next_drift, row.fired))
             next_drift += drift_step
         for rule in chosen:
+            if (escalation_step is not None and rule.metric is Metric.ESCALATION_INVERSION
+                    and (at - start) % escalation_step):
+                continue
             for obs in _observations(rule, stream, at, latest):
                 new, notes = evaluate(rule, alerts.get(obs.fingerprint), obs, at)
                 alerts[obs.fingerprint] = new

@@ -4,8 +4,9 @@
 A rule that compares a point estimate with a threshold pages on noise: the ECE of a small
 sample is biased upward (a perfectly calibrated agent with 200 items in 10 bins shows an ECE
 near 0.08), so ``ece > 0.08`` fires on a calibrated agent about half the time. With
-``estimate: lower_bound`` the rule compares the bound below, which a metric exceeds with
-probability about ``level`` (0.95), instead:
+``estimate: lower_bound`` the rule compares the bound below, which the true metric exceeds
+with probability about ``level`` (default 0.99: an alert is evaluated hundreds of times a day,
+so a 5 % miss rate per evaluation would still page on noise), instead:
 
 - ``ece``: ECE minus the ``level`` quantile of the ECE a perfectly calibrated agent would show
   with the same bins, bin weights, mean confidences and effective sizes (parametric bootstrap:
@@ -32,9 +33,11 @@ from monitor.metrics.bins import BinSums
 from monitor.metrics.bootstrap import parametric_bootstrap
 
 BOUND_METRICS = ("ece", "brier", "overconfidence_gap")
+LEVEL = 0.99
+"""Default one-sided level of the bounds."""
 
 
-def ece_null_quantile(sums: BinSums, level: float = 0.95, n_boot: int = 400,
+def ece_null_quantile(sums: BinSums, level: float = LEVEL, n_boot: int = 400,
                       seed: int = 0) -> float:
     """The ``level`` quantile of the ECE of a perfectly calibrated agent with these bins."""
     nz = sums.weight > 0
@@ -47,7 +50,7 @@ def ece_null_quantile(sums: BinSums, level: float = 0.95, n_boot: int = 400,
     return float(np.quantile(draws, level))
 
 
-def lower_bound(metric: str, sums: BinSums, level: float = 0.95, n_boot: int = 400,
+def lower_bound(metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400,
                 seed: int = 0) -> float | None:
     """The one-sided lower bound of ``metric`` (one of :data:`BOUND_METRICS`) at ``level``.
 
