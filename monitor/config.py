@@ -114,9 +114,16 @@ class Settings(BaseSettings):
     )
     drift_recent_s: float = Field(
         default=3600.0, ge=60, description="Recent window of the periodic drift checks (s); "
-        "the baseline is the period just before it."
+        "compared with the segment's pinned reference (drift_reference_s)."
     )
-    drift_alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    drift_reference_s: float = Field(
+        default=86400.0, ge=60, description="Length of each segment's drift reference (s): "
+        "earlier unflagged traffic, frozen while a change is flagged."
+    )
+    drift_alpha: float = Field(
+        default=0.001, gt=0, lt=0.5,
+        description="Family-wise level of each drift check (Holm across its tests).",
+    )
     drift_min_samples: int = Field(default=100, ge=1)
 
     # --- judging --------------------------------------------------------------------------

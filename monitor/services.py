@@ -117,11 +117,13 @@ class AnalyticsService(Service):
         assert settings.database_url
         self.engine = make_engine(settings.database_url, pool_size=2)
         recent = timedelta(seconds=settings.drift_recent_s)
+        reference = timedelta(seconds=settings.drift_reference_s)
         self.drift = Every(
             "drift checks",
             settings.drift_interval_s,
             lambda: drift_once(
-                self.engine, SystemClock(), recent, settings.drift_alpha, settings.drift_min_samples
+                self.engine, SystemClock(), recent, settings.drift_alpha,
+                settings.drift_min_samples, reference,
             ),
         )
 

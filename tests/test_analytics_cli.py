@@ -268,8 +268,11 @@ def test_periodic_drift_job_stores_each_check_once(seeded):
             async with engine.connect() as conn:
                 from sqlalchemy import text
 
+                # the periodic job's checks: against the 24 h pinned reference (the CLI tests
+                # above stored checks of the same recent window against the previous period)
                 rows = (await conn.execute(text(
-                    "SELECT agent_id, fired FROM drift_checks WHERE recent_to = :t"),
+                    "SELECT agent_id, fired FROM drift_checks WHERE recent_to = :t"
+                    " AND baseline_to - baseline_from = interval '24 hours'"),
                     {"t": CHANGE + timedelta(minutes=40)})).all()  # fmt: skip
         finally:
             await engine.dispose()

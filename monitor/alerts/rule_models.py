@@ -71,6 +71,8 @@ VALUE_RANGE: Mapping[Metric, tuple[float, float]] = {
 }
 """The range a metric's value can take; a threshold outside it could never (or always) fire."""
 
+_BOUNDED = frozenset({Metric.ECE, Metric.BRIER, Metric.OVERCONFIDENCE_GAP})
+
 DriftTest = Literal["psi", "ks", "accuracy_drop", "ece_increase"]
 
 
@@ -158,6 +160,10 @@ class Rule(_Model):
     - ``test``: drift only, restrict to one drift test. ``category``: required for and only
       for ``judge_failure_rate`` (``kind:subkind``, e.g. ``fabrication:authorization``).
     - ``redact_customer_content``: redact emails, phones and card numbers in notification text.
+    - ``estimate``: ``point`` (default) compares the metric's estimate; ``lower_bound``
+      (``ece``, ``brier``, ``overconfidence_gap`` with ``>``/``>=`` only) compares its one-sided
+      99 % lower bound (:mod:`monitor.metrics.alert_bounds`), so noise of a small sample
+      cannot breach the rule.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -177,6 +183,7 @@ class Rule(_Model):
     annotations: Annotations
     redact_customer_content: Annotated[bool, Field(strict=True)] = True
     repeat_interval: Duration = timedelta(hours=4)
+    estimate: Literal["point", "lower_bound"] = "point"
 
     @model_validator(mode="before")
     @classmethod
@@ -202,6 +209,13 @@ class Rule(_Model):
             )
         if self.window <= timedelta(0):
             raise FieldProblem(("window",), "must be longer than 0s")
+        if self.estimate == "lower_bound" and not (
+            self.metric in _BOUNDED and self.comparison in (Comparison.GT, Comparison.GE)
+        ):
+            raise FieldProblem(
+                ("estimate",), "lower_bound needs metric ece, brier or overconfidence_gap "
+                "and comparison > or >="
+            )
         if self.repeat_interval < timedelta(minutes=1):
             raise FieldProblem(("repeat_interval",), "must be at least 1m")
         return self

@@ -2,7 +2,8 @@
 
 The worker evaluates at the wall clock. Stored traffic whose timestamps span an hour (the
 simulator's, a replayed file) can instead be walked through at its own times: at every ``step``
-from ``start`` to ``end`` this runs the periodic drift checks as of that time, evaluates the
+from ``start`` to ``end`` this runs the periodic drift checks as of that time (tracked: each
+segment's pinned reference in ``drift_references`` evolves as it would in the worker), evaluates the
 rules with ``now`` = that time (monitor.flows.evaluate.evaluate_once: the real lifecycle, state
 store and outbox), and lets the notifier deliver what became due. A final tick after ``end``
 flushes notifications held by ``group_wait``. Used by ``monitor up`` (to show an alert firing and
@@ -24,7 +25,7 @@ from monitor.alerts.rules import RuleSet
 from monitor.clock import FixedClock
 from monitor.flows.evaluate import EvaluationReport, evaluate_once
 from monitor.flows.notify import Notifier
-from monitor.flows.periodic import drift_once
+from monitor.flows.periodic import DEFAULT_REFERENCE, drift_once
 
 
 def flush_delay(rules: RuleSet) -> timedelta:
@@ -53,8 +54,9 @@ async def replay_alert_timeline(
     sinks: Mapping[str, object],
     notifier: Notifier | None,
     drift_recent: timedelta = timedelta(minutes=20),
-    drift_alpha: float = 0.01,
+    drift_alpha: float = 0.001,
     drift_min_samples: int = 100,
+    drift_reference: timedelta = DEFAULT_REFERENCE,
     on_tick: Callable[[Tick], None] | None = None,
     not_after: datetime | None = None,
 ) -> list[Tick]:
@@ -83,7 +85,7 @@ async def replay_alert_timeline(
     names = sorted(sinks)
     for at in times:
         fired = await drift_once(
-            engine, FixedClock(at), drift_recent, drift_alpha, drift_min_samples
+            engine, FixedClock(at), drift_recent, drift_alpha, drift_min_samples, drift_reference
         )
         report = await evaluate_once(engine, rules, at, names)
         attempted = await notifier.run_once(at) if notifier is not None else 0

@@ -11,6 +11,8 @@ Metric definitions (see :mod:`monitor.alerts.rule_models`):
 - ``ece``/``mce``/``brier``/``accuracy``/``overconfidence_gap``: from ``calibration_bins``
   summed over the window; ``samples`` = effective sample size (W^2 / sum w^2) divided by the
   design effect (labelled items per conversation: items of a conversation share its label).
+  A rule with ``estimate: lower_bound`` gets the metric's one-sided 99 % lower bound
+  (:mod:`monitor.metrics.alert_bounds`) as its value.
 - ``drift``: 1 when the latest stored drift check of the scope (``recent_to`` in
   ``(now - window, now + 1m]``, the minute rounding of drift windows) fired (and, for a rule
   with ``test``, that test fired), else 0; ``samples`` = the check's recent item count.
@@ -39,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from monitor.alerts.lifecycle import Observation
 from monitor.alerts.rule_models import CALIBRATION_METRICS, Metric, Rule, RuleSet
 from monitor.metrics import calibration as cal
+from monitor.metrics.alert_bounds import lower_bound
 from monitor.metrics.bins import BinSums
 from monitor.metrics.escalation import ConversationEscalation, inversion_test, time_to_escalation
 from monitor.store import observation_repo as repo
@@ -89,13 +92,21 @@ def calibration_value(metric: Metric, sums: BinSums) -> float | None:
 def calibration_observations(
     rule: Rule, sums: Mapping[SegmentTuple, BinSums], now: datetime
 ) -> list[Observation]:
-    """One observation per segment in ``sums`` matched by the rule's scope."""
+    """One observation per segment in ``sums`` matched by the rule's scope; with
+    ``estimate: lower_bound`` the value is the metric's one-sided 99 % lower bound and the
+    detail gives the point estimate beside it."""
     out = []
     for seg, s in sorted(sums.items()):
         scope = segment_scope(seg)
         if rule.scope.matches(scope):
             value = calibration_value(rule.metric, s)
-            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now))
+            detail = None
+            if rule.estimate == "lower_bound" and value is not None:
+                point, value = value, _finite(lower_bound(rule.metric.value, s))
+                detail = (f"{rule.metric.value} {point:.4g}; 99% lower bound "
+                          f"{'n/a' if value is None else f'{value:.4g}'} "
+                          f"on {s.total_n_eff():.0f} effective items")
+            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail))
     return out
 
 

@@ -19,12 +19,18 @@ re-exported here):
 
 Sample sizes: proportions and distributions use the weights (inverse inclusion probabilities);
 tests use Kish's effective size n_eff = (Σw)² / Σw² (the raw count for unit weights).  A check
-whose smaller window has n_eff < ``min_samples`` still reports its statistics but never fires.
+whose smaller window has n_eff < ``min_samples`` still reports its statistics but never fires;
+each test also needs ``max(min_samples, TEST_MIN_SAMPLES[test])`` (PSI and ECE: 200).
+
+Decision: the tests that ran form one family; the check fires when Holm's step-down procedure
+rejects at least one of them at family-wise level ``alpha`` (a PSI at or below
+``psi_threshold`` counts as p = 1). See :mod:`monitor.metrics.drift_policy` for why Holm.
 Malformed input raises ValueError; small or empty windows are not errors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -32,6 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.metrics.bins import DEFAULT_BINS, BinSums
+from monitor.metrics.drift_policy import TEST_MIN_SAMPLES
+from monitor.metrics.drift_policy import holm as holm_reject
 from monitor.metrics.drift_tests import PSI_EPSILON as PSI_EPSILON
 from monitor.metrics.drift_tests import FloatArray as FloatArray
 from monitor.metrics.drift_tests import StatResult as StatResult
@@ -102,7 +110,9 @@ def _n_eff_total(s: BinSums) -> float:
 
 def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
            ks: StatResult | None, ece: StatResult | None, n_bins: int, alpha: float,
-           min_samples: int, psi_threshold: float, n_resamples: int, seed: int) -> DriftCheck:
+           min_samples: int, psi_threshold: float, n_resamples: int, seed: int,
+           use_holm: bool = True,
+           test_min: Mapping[str, float] | None = TEST_MIN_SAMPLES) -> DriftCheck:
     ne_b, ne_r = _n_eff_total(base), _n_eff_total(rec)
     w_b, w_r = float(_vec(base.weight).sum()), float(_vec(rec.weight).sum())
     empty = not (w_b > 0 and w_r > 0)
@@ -112,19 +122,32 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
     acc_r = None if empty else min(1.0, float(_vec(rec.sum_y).sum()) / w_r)
     acc = None if acc_b is None or acc_r is None else two_proportion_z(
         acc_b * ne_b, ne_b, acc_r * ne_r, ne_r)
-    fired: list[str] = []
-    if p is not None and p > psi_threshold and p_psi is not None and p_psi < alpha:
-        fired.append("psi")
-    for name, res in (("ks", ks), ("accuracy_drop", acc), ("ece_increase", ece)):
-        if res is not None and res.pvalue < alpha:
-            fired.append(name)
-    if min(ne_b, ne_r) < min_samples:
-        reason, fired = (f"too few samples: n_eff baseline {ne_b:.1f}, recent {ne_r:.1f} "
-                         f"< min_samples {min_samples}"), []
+    pvalues: dict[str, float | None] = {
+        "psi": p_psi if p is not None and p > psi_threshold else (None if p is None else 1.0),
+        "ks": None if ks is None else ks.pvalue,
+        "accuracy_drop": None if acc is None else acc.pvalue,
+        "ece_increase": None if ece is None else ece.pvalue,
+    }
+    smaller = min(ne_b, ne_r)
+    skipped = [t for t, v in pvalues.items() if v is not None and test_min is not None
+               and smaller < max(min_samples, test_min.get(t, 0.0))]
+    for t in skipped:
+        pvalues[t] = None
+    if use_holm:
+        fired = list(holm_reject(pvalues, alpha))
+    else:  # the uncorrected decision (kept to measure it against): any test below alpha
+        fired = [t for t, v in pvalues.items() if v is not None and v < alpha]
+    note = f" (too few samples for {', '.join(skipped)})" if skipped else ""
+    if smaller < min_samples:
+        fired = []
+        reason = (f"too few samples: n_eff baseline {ne_b:.1f}, recent {ne_r:.1f} "
+                  f"< min_samples {min_samples}")
     elif fired:
-        reason = f"fired at alpha {alpha}: {', '.join(fired)}"
+        how = "family-wise alpha {} (Holm)" if use_holm else "alpha {} (uncorrected)"
+        reason = f"fired at {how.format(alpha)}: {', '.join(fired)}{note}"
     else:
-        reason = f"no test fired at alpha {alpha} (psi threshold {psi_threshold})"
+        how = "family-wise alpha {} (Holm" if use_holm else "alpha {} (uncorrected"
+        reason = f"no test fired at {how.format(alpha)}; psi threshold {psi_threshold}){note}"
     return DriftCheck(
         method=method, n_bins=n_bins, alpha=alpha, min_samples=min_samples,
         psi_threshold=psi_threshold, n_baseline=int(_vec(base.count).sum()),
@@ -167,9 +190,14 @@ def check_drift_raw(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLike,
 
 def check_drift_sums(baseline: BinSums, recent: BinSums, *, alpha: float = 0.01,
                      min_samples: int = 100, psi_threshold: float = 0.25,
-                     n_resamples: int = 2000, seed: int = 0) -> DriftCheck:
+                     n_resamples: int = 2000, seed: int = 0, holm: bool = True,
+                     test_min_samples: Mapping[str, float] | None = TEST_MIN_SAMPLES,
+                     ) -> DriftCheck:
     """Drift check from per-bin sums of the two windows (same number of bins, else
-    ValueError): binned KS and the parametric-bootstrap ECE test."""
+    ValueError): binned KS and the parametric-bootstrap ECE test.
+
+    ``holm=False`` and ``test_min_samples=None`` give the uncorrected, unguarded decision of
+    earlier versions (any test below ``alpha``), kept so benchmarks can measure the change."""
     n_bins = len(_vec(baseline.weight))
     if len(_vec(recent.weight)) != n_bins:
         raise ValueError("baseline and recent have different numbers of bins")
@@ -177,6 +205,8 @@ def check_drift_sums(baseline: BinSums, recent: BinSums, *, alpha: float = 0.01,
     ne_b, ne_r = _n_eff_total(baseline), _n_eff_total(recent)
     if ne_b > 0 and ne_r > 0:
         ks = ks_binned(baseline.weight, recent.weight, ne_b, ne_r)
-        ece = ece_change_bootstrap(baseline, recent, n_resamples=n_resamples, seed=seed)
+        ece_min = 0.0 if test_min_samples is None else test_min_samples.get("ece_increase", 0.0)
+        if min(ne_b, ne_r) >= max(min_samples, ece_min):  # else the test is not used
+            ece = ece_change_bootstrap(baseline, recent, n_resamples=n_resamples, seed=seed)
     return _check("sums", baseline, recent, ks, ece, n_bins, alpha, min_samples,
-                  psi_threshold, n_resamples, seed)
+                  psi_threshold, n_resamples, seed, holm, test_min_samples)

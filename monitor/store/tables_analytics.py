@@ -16,6 +16,11 @@
     One row per drift check of a segment (recent window against a baseline window): every
     statistic and p-value, the sample sizes, which tests fired and why. Re-running a check for
     the same windows replaces its row.
+``drift_references``
+    The drift state of each segment (:class:`monitor.metrics.drift_policy.Reference`): the
+    pinned reference window the periodic checks compare with, the start of the current clean
+    stretch (NULL while a change is flagged), when the flagged episode started, and the last
+    check's recent window end. One row per segment, replaced after every periodic check.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from sqlalchemy import (
     Double,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     SmallInteger,
     Table,
     Text,
@@ -144,4 +150,17 @@ drift_checks = Table(
         name="uq_drift_checks_segment_windows",
     ),
     Index(None, "recent_to"),
+)
+
+drift_references = Table(
+    "drift_references",
+    metadata,
+    *_segment(),
+    Column("ref_from", TS, nullable=False),
+    Column("ref_to", TS, nullable=False),
+    Column("clean_since", TS),
+    Column("flagged_since", TS),
+    Column("last_recent_to", TS, nullable=False),
+    Column("updated_at", TS, nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint(*SEGMENT_KEY, name="pk_drift_references"),
 )
