@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/alert_quality.py [--seeds 1-6] [--days 7] [--jobs 2] [--quick]
 
-Two parts, each in one run with the shipped code (monitor.flows.alert_timeline_sim: the real
+Two parts, each in one run with the shipped code (monitor.alerts.timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
 per-minute sums of the simulator's traffic, one conversation every 5 s over four agents):
 
@@ -32,8 +32,8 @@ from datetime import UTC, datetime, timedelta
 
 from monitor.alerts.rules import default_rules
 from monitor.alerts.states import Kind
-from monitor.flows.alert_timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
-from monitor.simulate import AgentSpec, Simulator, default_agents
+from monitor.alerts.timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
+from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 INTERVAL = timedelta(seconds=5)

@@ -56,11 +56,11 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
 from bench.harness import Worker, running, scratch_database, scratch_topic
-from monitor.events import Agent
-from monitor.infra.broker import EmbeddedBroker
-from monitor.infra.ports import free_port
-from monitor.infra.postgres import EmbeddedPostgres
+from monitor.contract.events import Agent
 from monitor.sdk import EventEmitter
+from monitor.stack.broker import EmbeddedBroker
+from monitor.stack.ports import free_port
+from monitor.stack.postgres import EmbeddedPostgres
 
 PARTITIONS = 4
 CONVERSATIONS = 30

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic_core import from_json
 
-from monitor.events import AgentEvent, _json_strict_input, decode_event
-from monitor.simulate import Simulator
+from monitor.contract.events import AgentEvent, _json_strict_input, decode_event
+from monitor.sim.traffic import Simulator
 
 
 def best_rate(fn: Callable[[bytes], object], raws: list[bytes], repeat: int) -> float:

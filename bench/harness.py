@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from monitor.infra.ports import free_port  # noqa: E402
+from monitor.stack.ports import free_port  # noqa: E402
 from monitor.store import engine  # noqa: E402
 
 

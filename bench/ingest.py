@@ -61,12 +61,12 @@ from bench.harness import (
     scratch_database,
     scratch_topic,
 )
-from monitor.events import AgentEvent, decode_event
-from monitor.infra.broker import EmbeddedBroker
-from monitor.infra.postgres import EmbeddedPostgres
+from monitor.contract.events import AgentEvent, decode_event
+from monitor.ingest.rows import EVENT_COLUMNS, event_row
 from monitor.sdk import EventEmitter
-from monitor.simulate import Simulator
-from monitor.store.rows import EVENT_COLUMNS, event_row
+from monitor.sim.traffic import Simulator
+from monitor.stack.broker import EmbeddedBroker
+from monitor.stack.postgres import EmbeddedPostgres
 
 PARTITIONS = 4
 POLL_S = 0.1
@@ -132,7 +132,7 @@ async def baseline(
         bootstrap_servers=bootstrap, group_id=f"g-{topic}", enable_auto_commit=False,
         auto_offset_reset="earliest", max_poll_records=batch,
         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024,
-    )  # the same consumer settings as monitor.flows.ingest.IngestLoop
+    )  # the same consumer settings as monitor.ingest.loop.IngestLoop
     await consumer.start()
     try:
         assigned = _Assigned(meter)

@@ -55,7 +55,7 @@ from monitor.judges import llm as llm_module
 from monitor.judges import rubric
 from monitor.judges.base import Conversation
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
-from monitor.simulate import Simulator
+from monitor.sim.traffic import Simulator
 
 MODEL = "bench-judge"
 PHASES = ("raw", "raw-1", "judge")

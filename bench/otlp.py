@@ -43,10 +43,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
 from bench.harness import REPO, Worker, running, scratch_database, scratch_topic
-from monitor.infra.broker import EmbeddedBroker
-from monitor.infra.postgres import EmbeddedPostgres
 from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.stack.broker import EmbeddedBroker
+from monitor.stack.postgres import EmbeddedPostgres
 
 TOKEN = "bench-token"
 PARTITIONS = 4

@@ -1,6 +1,6 @@
 """PROTOTYPE, not the product: the ingest worker with decode overlapped with the write.
 
-``monitor.flows.IngestLoop`` handles one batch at a time: fetch, decode (CPU in the worker),
+``monitor.ingest.loop.IngestLoop`` handles one batch at a time: fetch, decode (CPU in the worker),
 write (CPU in Postgres), commit; so the worker and Postgres take turns and one of them is
 always idle. This loop decodes batch k+1 while batch k is being written: it keeps at most one
 write in flight, starts the next write only after the previous one committed its offsets
@@ -31,11 +31,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
 from monitor.config import Settings, load_settings
-from monitor.flows.ingest import IngestConfig, IngestLoop, _WaitForBatch, decode_records
-from monitor.ops_metrics import CONTENT_TYPE, OpsMetrics
-from monitor.store.event_writer import EventWriter, WriteResult
-from monitor.store.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING_TABLE, WRITE_BATCH
-from monitor.store.rows import EVENT_COLUMNS, DeadLetter, EventRow
+from monitor.ingest.loop import IngestConfig, IngestLoop, _WaitForBatch, decode_records
+from monitor.ingest.rollup_sql import CREATE_STAGING, INSERT_DEAD_LETTER, STAGING_TABLE, WRITE_BATCH
+from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
+from monitor.ingest.writer import EventWriter, WriteResult
+from monitor.worker.ops_metrics import CONTENT_TYPE, OpsMetrics
 
 CHUNK = 100  # records decoded between two yields to the event loop
 

@@ -14,8 +14,8 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.alerts.rules import RuleSet, default_rules, load_rules
-from monitor.errors import ConfigError
-from monitor.sampling_rules import SamplingPolicy
+from monitor.core.errors import ConfigError
+from monitor.sampling.rules import SamplingPolicy
 
 
 class Settings(BaseSettings):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.infra.broker import EmbeddedBroker
+from monitor.stack.broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parent.parent
 TAU2_DIR = REPO / "tests" / "data" / "tau2"  # committed copy (see tests/data/README.md)
@@ -71,7 +71,7 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import shutil
     import tempfile
 
-    from monitor.infra.postgres import EmbeddedPostgres
+    from monitor.stack.postgres import EmbeddedPostgres
 
     # not under pytest's tmp_path: pytest prunes old basetemp dirs, and a concurrent pytest
     # run on the same machine would delete the data directory of a server still in use

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from monitor.events import AgentEvent, validate_event
+from monitor.contract.events import AgentEvent, validate_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

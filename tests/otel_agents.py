@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
-from tests.llm_server import ChatServer, Reply
+from tests.servers.llm_server import ChatServer, Reply
 
 
 @dataclass(frozen=True)

@@ -653,7 +653,7 @@ def test_image_commands_exist(services: dict[str, Any]) -> None:
     """`monitor` is the packaged console script and every command the image runs is real."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["monitor"] == "monitor.cli:app"
-    from monitor.cli import app
+    from monitor.cli.main import app
 
     commands = getattr(typer.main.get_command(app), "commands", {})
     assert commands, "the monitor CLI has no sub-commands"

@@ -37,11 +37,11 @@ down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-N_BINS = 10  # monitor.metrics.bins.DEFAULT_BINS when this revision was written
+N_BINS = 10  # monitor.analytics.bins.DEFAULT_BINS when this revision was written
 
 
 def _bin(conf: str) -> str:
-    """Bin index of ``conf`` exactly as monitor.metrics.bins.bin_index (frozen copy)."""
+    """Bin index of ``conf`` exactly as monitor.analytics.bins.bin_index (frozen copy)."""
     terms = " + ".join(f"({conf} >= {k}::float8 / {N_BINS})::int" for k in range(1, N_BINS))
     return f"({terms})"
 

@@ -2,7 +2,7 @@
 
 The periodic drift checks used to compare the last hour with the hour before it, so a change
 became the new normal one window later and its alert "resolved" while the agent was still
-changed. Each segment now keeps a reference (monitor.metrics.drift_policy) that rolls forward
+changed. Each segment now keeps a reference (monitor.analytics.drift_policy) that rolls forward
 only over unflagged traffic. Existing segments start without a row: their first check after
 the upgrade pins a reference from the traffic before it.
 

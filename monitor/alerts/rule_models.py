@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from monitor.alerts.durations import Duration
-from monitor.yaml_config import FieldProblem
+from monitor.core.yaml_config import FieldProblem
 
 
 class Metric(StrEnum):
@@ -162,7 +162,7 @@ class Rule(_Model):
     - ``redact_customer_content``: redact emails, phones and card numbers in notification text.
     - ``estimate``: ``point`` (default) compares the metric's estimate; ``lower_bound``
       (``ece``, ``brier``, ``overconfidence_gap`` with ``>``/``>=`` only) compares its one-sided
-      99 % lower bound (:mod:`monitor.metrics.alert_bounds`), so noise of a small sample
+      99 % lower bound (:mod:`monitor.analytics.alert_bounds`), so noise of a small sample
       cannot breach the rule.
     """
 

@@ -28,7 +28,7 @@ from monitor.alerts.rule_models import (
     Scope,
     Severity,
 )
-from monitor.yaml_config import load_yaml_model
+from monitor.core.yaml_config import load_yaml_model
 
 __all__ = [
     "CALIBRATION_METRICS",
@@ -62,7 +62,7 @@ def load_rules(text: str, source: str) -> RuleSet:
         ConfigError: the YAML is malformed, a mapping repeats a key, the top level is not a
             mapping, or validation fails. The message has one line per problem (at most 10),
             each ``<source>:<line>: <dotted.field>: <what is wrong>``; duplicate rule names
-            name both lines (:mod:`monitor.yaml_config`).
+            name both lines (:mod:`monitor.core.yaml_config`).
     """
     return load_yaml_model(text, source, RuleSet, "a mapping with a 'rules' list")
 

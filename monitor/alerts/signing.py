@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from monitor.errors import MonitorError
+from monitor.core.errors import MonitorError
 
 SIGNATURE_HEADER = "X-Monitor-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from monitor.events import AgentEvent
+from monitor.contract.events import AgentEvent
 
 VerdictStatus = Literal["ok", "error"]
 

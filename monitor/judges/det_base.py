@@ -8,7 +8,7 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any
 
-from monitor.events import AgentEvent, ToolCall
+from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Verdict
 
 VERSION = "2"  # 2: applies to tool-using conversations only; think/no-op calls ignored

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from monitor.events import AgentEvent, ToolCall
+from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Judge, Verdict
 from monitor.judges.det_base import NO_OP_TOOLS as NO_OP_TOOLS
 from monitor.judges.det_base import TOOL_USING as TOOL_USING

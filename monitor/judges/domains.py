@@ -17,7 +17,7 @@ Domains come from two places, merged by name (references concatenated, judges ap
    whose ``*.md`` and ``*.txt`` files (sorted by name, UTF-8) are its references.
 
 An entry point that fails to load is skipped with a warning (a broken plugin never stops the
-judges); a missing directory raises :class:`~monitor.errors.ConfigError`. Nothing is read at
+judges); a missing directory raises :class:`~monitor.core.errors.ConfigError`. Nothing is read at
 import time.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from monitor.errors import ConfigError
+from monitor.core.errors import ConfigError
 from monitor.judges.base import Judge
 
 log = logging.getLogger("monitor.judges.domains")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 
-from monitor.events import AgentEvent
+from monitor.contract.events import AgentEvent
 
 FigureKind = Literal["amount", "date", "identifier"]
 

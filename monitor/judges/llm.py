@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from monitor.clock import Clock, SystemClock
+from monitor.core.clock import Clock, SystemClock
 from monitor.judges import rubric
 from monitor.judges.base import Conversation, Verdict
 from monitor.judges.resilience import CircuitBreaker, CircuitBreakers, RetryPolicy

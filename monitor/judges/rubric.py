@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from monitor.events import AgentEvent
+from monitor.contract.events import AgentEvent
 from monitor.judges.base import FABRICATION_TYPES, FAILURE_CATEGORIES, Conversation, Verdict
 
 PROMPT_VERSION = "rubric-v1"

@@ -3,7 +3,7 @@
 - ``spans``: the neutral span model; ``messages``: chat messages of an LLM span under the GenAI,
   OpenInference and OpenLLMetry conventions; ``mapping``: spans -> events (pure, docs/otel.md);
 - ``decode``: OTLP protobuf/JSON/gzip decoding and OTLP answers (``opentelemetry-proto``);
-- ``receiver``: the endpoint's logic as a pure async function, wired by ``monitor.app``.
+- ``receiver``: the endpoint's logic as a pure async function, wired by ``monitor.worker.app``.
 """
 
 from __future__ import annotations

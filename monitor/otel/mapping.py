@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from monitor.errors import InvalidEvent
-from monitor.events import AgentEvent, validate_event
+from monitor.contract.events import AgentEvent, validate_event
+from monitor.core.errors import InvalidEvent
 from monitor.otel.context import SpanContext, kind_of
 from monitor.otel.messages import Message, agent_messages, input_messages, output_messages
 from monitor.otel.spans import STATUS_ERROR, Span

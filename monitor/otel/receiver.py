@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from monitor.errors import MonitorError
-from monitor.events import AgentEvent
-from monitor.flows.http_ingest import token_ok
+from monitor.contract.events import AgentEvent
+from monitor.core.errors import MonitorError
+from monitor.ingest.http import token_ok
 from monitor.otel.decode import (
     JSON,
     PROTOBUF,

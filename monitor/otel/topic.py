@@ -20,12 +20,12 @@ from aiokafka import AIOKafkaConsumer
 from mode import Service
 
 from monitor.config import Settings
-from monitor.errors import MonitorError
-from monitor.ops_metrics import OpsMetrics
+from monitor.core.errors import MonitorError
 from monitor.otel import mapping_config
 from monitor.otel.decode import PROTOBUF, UndecodableBody, decode_request
 from monitor.otel.mapping import map_spans
 from monitor.sdk import EventEmitter
+from monitor.worker.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.otel.topic")
 RETRY_S = 1.0

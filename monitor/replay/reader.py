@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from monitor.errors import InvalidEvent, ReplayError
-from monitor.events import EVENT_TYPES, AgentEvent, decode_event
+from monitor.contract.events import EVENT_TYPES, AgentEvent, decode_event
+from monitor.core.errors import InvalidEvent, ReplayError
 from monitor.replay.tau2 import is_tau2_results, tau2_events
 
 Format = Literal["tau2", "jsonl"]

@@ -35,8 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from monitor.errors import ReplayError
-from monitor.events import (
+from monitor.contract.events import (
     Agent,
     AgentEvent,
     Context,
@@ -46,6 +45,7 @@ from monitor.events import (
     ToolCall,
     ToolResultPayload,
 )
+from monitor.core.errors import ReplayError
 
 TRANSFER_TOOL = "transfer_to_human_agents"
 _MESSAGE_ROLES = ("assistant", "user", "system")

@@ -1,5 +1,5 @@
 """Reads and writes of ``drift_references``: each segment's drift state
-(:class:`monitor.metrics.drift_policy.Reference`).
+(:class:`monitor.analytics.drift_policy.Reference`).
 
 ``load_references`` returns every stored state keyed by segment; ``save_reference`` upserts
 one (several workers running the same round write the same values, so the last write wins
@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from monitor.metrics.drift_policy import Reference
-from monitor.store.analytics_write import SegmentKey
+from monitor.analytics.drift_policy import Reference
+from monitor.analytics.write import SegmentKey
 
 
 async def load_references(engine: AsyncEngine) -> dict[SegmentKey, Reference]:

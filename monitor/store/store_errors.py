@@ -30,7 +30,7 @@ other exceptions
 
 "Rejected" errors make the ingest loop bisect the batch: the events that the store takes are
 written, each event it refuses on its own is dead-lettered with reason ``store_rejected`` and
-the database's message (monitor.flows.ingest).
+the database's message (monitor.ingest.loop).
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ conversations = Table(
     Column("outcome_source", Text),
     Column("outcome_at", TS),
     Column("updated_at", TS, nullable=False, server_default=func.now()),
-    # the sampling decision (monitor.sampling), made once when the conversation is first written
+    # the sampling decision (monitor.sampling.policy), made once when the conversation is
+    # first written
     # and never changed: NULL = not decided yet. sample_weight = 1 / rate when sampled by rate,
     # else 0 (a conversation pulled in only by an always-sample rule does not weigh in metrics)
     Column("sample_stratum", Text),

@@ -7,7 +7,7 @@
     can be part of keys: ``''`` for a missing agent version or domain, ``0`` for a missing tier.
 ``calibration_bins``
     Additive sums per (resolution, window start, segment, confidence bin): exactly the fields of
-    :class:`monitor.metrics.bins.BinSums` (``count, weight, sum_conf, sum_y, sum_sq_err,
+    :class:`monitor.analytics.bins.BinSums` (``count, weight, sum_conf, sum_y, sum_sq_err,
     sum_w2``). Resolutions ``1m``, ``1h``, ``1d``; windows start on UTC boundaries. Any time range
     aligned to a resolution, and any roll-up of segments, is the sum of its rows.
 ``calibration_maps``
@@ -17,7 +17,7 @@
     statistic and p-value, the sample sizes, which tests fired and why. Re-running a check for
     the same windows replaces its row.
 ``drift_references``
-    The drift state of each segment (:class:`monitor.metrics.drift_policy.Reference`): the
+    The drift state of each segment (:class:`monitor.analytics.drift_policy.Reference`): the
     pinned reference window the periodic checks compare with, the start of the current clean
     stretch (NULL while a change is flagged), when the flagged episode started, and the last
     check's recent window end. One row per segment, replaced after every periodic check.

@@ -10,7 +10,7 @@
     One row per (judge, judge version): its precision and recall against conversation
     outcomes as last measured by the worker, and ``muted`` when the precision is below the
     floor on enough flagged conversations: a muted judge's verdicts stay stored and shown but
-    no longer label items (:data:`monitor.store.items_sql.SYNC_ITEMS`).
+    no longer label items (:data:`monitor.ingest.items_sql.SYNC_ITEMS`).
 ``judge_requests``
     One row per conversation sent to the judges: when and why (the sampling reasons), so the
     scheduler never sends a conversation twice and the dashboards can show the judged sample.

@@ -1,0 +1,105 @@
+"""Read-side queries behind alert observations (:mod:`monitor.alerts.observations`).
+
+Each function takes an ``AsyncEngine`` and a half-open range ``[start, end)`` of aware
+datetimes, opens one short connection, and returns plain values keyed by the segment
+``(agent_id, domain, tier)`` with the analytics sentinels (``""`` = no domain, ``0`` = no tier).
+Calibration sums and escalation inputs come from :mod:`monitor.analytics.repo`.
+
+Time bases: drift checks by ``recent_to``; conversations by ``first_ts`` (agent time);
+verdicts by ``created_at``; events by ``ingested_at`` and dead letters by ``received_at``
+(the monitor's own time: a dead letter has no trustworthy agent timestamp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+SegmentTuple = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    """The latest stored drift check of one segment (summed over agent versions by the
+    caller): whether it fired, which tests fired, and the recent window's item count."""
+
+    segment: SegmentTuple
+    fired: bool
+    fired_tests: tuple[str, ...]
+    n_recent: int
+    recent_to: datetime
+    reason: str
+
+
+async def latest_drift_checks(
+    engine: AsyncEngine, start: datetime, end: datetime
+) -> list[DriftRow]:
+    """Per (agent, version, domain, tier), the check with the latest ``recent_to`` in
+    ``(start, end]`` (ties: the latest ``checked_at``); ordered by segment."""
+    sql = text(
+        "SELECT DISTINCT ON (agent_id, agent_version, domain, tier) agent_id, domain, tier,"
+        " fired, fired_tests, n_recent, recent_to, reason FROM drift_checks"
+        " WHERE recent_to > :lo AND recent_to <= :hi"
+        " ORDER BY agent_id, agent_version, domain, tier, recent_to DESC, checked_at DESC"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list((await conn.execute(sql, {"lo": start, "hi": end})).all())
+    return [
+        DriftRow(
+            (str(a), str(d), int(t)),
+            bool(fired),
+            tuple(x for x in str(tests).split(",") if x),
+            int(n),
+            rto,
+            str(reason),
+        )
+        for a, d, t, fired, tests, n, rto, reason in rows
+    ]
+
+
+async def conversation_segments(
+    engine: AsyncEngine, start: datetime, end: datetime
+) -> list[SegmentTuple]:
+    """Segments with at least one weighted conversation starting in ``[start, end)``."""
+    sql = text(
+        "SELECT DISTINCT agent_id, coalesce(domain, ''), coalesce(tier, 0) FROM conversations"
+        " WHERE sample_weight > 0 AND first_ts >= :lo AND first_ts < :hi ORDER BY 1, 2, 3"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list((await conn.execute(sql, {"lo": start, "hi": end})).all())
+    return [(str(a), str(d), int(t)) for a, d, t in rows]
+
+
+async def verdict_categories(
+    engine: AsyncEngine, start: datetime, end: datetime
+) -> list[tuple[SegmentTuple, tuple[str, ...], int]]:
+    """``(segment, categories, n)``: how many ``ok`` verdicts created in ``[start, end)`` had
+    exactly that category list, per segment (domain and tier from the conversation)."""
+    sql = text(
+        "SELECT v.agent_id, coalesce(c.domain, ''), coalesce(c.tier, 0), v.categories,"
+        " count(*) FROM verdicts v LEFT JOIN conversations c"
+        " ON c.conversation_id = v.conversation_id"
+        " WHERE v.status = 'ok' AND v.created_at >= :lo AND v.created_at < :hi"
+        " GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list((await conn.execute(sql, {"lo": start, "hi": end})).all())
+    return [
+        ((str(a), str(d), int(t)), tuple(str(c) for c in (cats or [])), int(n))
+        for a, d, t, cats, n in rows
+    ]
+
+
+async def dlq_counts(engine: AsyncEngine, start: datetime, end: datetime) -> tuple[int, int]:
+    """``(events ingested, dead letters received)`` in ``[start, end)``."""
+    sql = text(
+        "SELECT (SELECT count(*) FROM events WHERE ingested_at >= :lo AND ingested_at < :hi),"
+        " (SELECT count(*) FROM dead_letters WHERE received_at >= :lo AND received_at < :hi)"
+    )
+    async with engine.connect() as conn:
+        row = (await conn.execute(sql, {"lo": start, "hi": end})).one()
+    return int(row[0]), int(row[1])

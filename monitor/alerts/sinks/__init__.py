@@ -1,0 +1,1 @@
+"""Where notifications go: webhook, Alertmanager, Slack."""

@@ -1,0 +1,212 @@
+"""Drift of one segment: a recent window against a baseline window (pure math, no I/O).
+
+Two entry points return the same :class:`DriftCheck`: :func:`check_drift_raw` from labelled
+items (confidence, 0/1 label, sampling weight) and :func:`check_drift_sums` from the per-bin
+additive sums the store keeps (:class:`monitor.analytics.bins.BinSums`).
+
+The four tests (defined, documented and each callable alone in :mod:`monitor.analytics.drift_tests`,
+re-exported here):
+
+- ``psi``: population stability index of the weighted confidence distribution over the fixed
+  bins (smoothed with ε = 1e-4); fires above ``psi_threshold`` (0.25) when its chi-square
+  p-value (:func:`psi_pvalue`) is also below ``alpha`` (a small sample's PSI is large by
+  chance alone).
+- ``ks``: two-sample Kolmogorov-Smirnov: ``scipy.stats.ks_2samp`` on raw confidences, or the
+  conservative binned approximation from sums.
+- ``accuracy_drop``: one-sided pooled two-proportion z-test, H1: recent accuracy < baseline.
+- ``ece_increase``: one-sided test of ΔECE = ECE_recent - ECE_baseline > 0 (ECE as DESIGN §4):
+  a seeded permutation test from raw items, a parametric bootstrap from sums.
+
+Sample sizes: proportions and distributions use the weights (inverse inclusion probabilities);
+tests use Kish's effective size n_eff = (Σw)² / Σw² (the raw count for unit weights).  A check
+whose smaller window has n_eff < ``min_samples`` still reports its statistics but never fires;
+each test also needs ``max(min_samples, TEST_MIN_SAMPLES[test])`` (PSI and ECE: 200).
+
+Decision: the tests that ran form one family; the check fires when Holm's step-down procedure
+rejects at least one of them at family-wise level ``alpha`` (a PSI at or below
+``psi_threshold`` counts as p = 1). See :mod:`monitor.analytics.drift_policy` for why Holm.
+Malformed input raises ValueError; small or empty windows are not errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.analytics.bins import DEFAULT_BINS, BinSums
+from monitor.analytics.drift_policy import TEST_MIN_SAMPLES
+from monitor.analytics.drift_policy import holm as holm_reject
+from monitor.analytics.drift_tests import PSI_EPSILON as PSI_EPSILON
+from monitor.analytics.drift_tests import FloatArray as FloatArray
+from monitor.analytics.drift_tests import StatResult as StatResult
+from monitor.analytics.drift_tests import _vec
+from monitor.analytics.drift_tests import ece_change_bootstrap as ece_change_bootstrap
+from monitor.analytics.drift_tests import ece_change_permutation as ece_change_permutation
+from monitor.analytics.drift_tests import ece_of as ece_of
+from monitor.analytics.drift_tests import ks_binned as ks_binned
+from monitor.analytics.drift_tests import ks_raw as ks_raw
+from monitor.analytics.drift_tests import psi as psi
+from monitor.analytics.drift_tests import psi_level as psi_level
+from monitor.analytics.drift_tests import psi_pvalue as psi_pvalue
+from monitor.analytics.drift_tests import two_proportion_z as two_proportion_z
+
+TEST_NAMES = ("psi", "ks", "accuracy_drop", "ece_increase")
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """One drift check of a segment: every statistic, p-value and sample size behind them.
+
+    ``n_*`` are raw item counts, ``n_eff_*`` the effective sizes the tests used, ``weight_*``
+    the weighted counts.  Statistics are None when a window is empty.  ``fired`` is True when
+    at least one test in ``fired_tests`` (a subset of :data:`TEST_NAMES`) fired and both windows
+    reach ``min_samples``; ``reason`` always says why it did or did not fire."""
+
+    method: Literal["raw", "sums"]
+    n_bins: int
+    alpha: float
+    min_samples: int
+    psi_threshold: float
+    n_baseline: int
+    n_recent: int
+    n_eff_baseline: float
+    n_eff_recent: float
+    weight_baseline: float
+    weight_recent: float
+    psi: float | None
+    psi_level: str | None
+    psi_pvalue: float | None
+    ks_statistic: float | None
+    ks_pvalue: float | None
+    accuracy_baseline: float | None
+    accuracy_recent: float | None
+    accuracy_z: float | None
+    accuracy_pvalue: float | None
+    ece_baseline: float | None
+    ece_recent: float | None
+    ece_delta: float | None
+    ece_pvalue: float | None
+    n_resamples: int
+    seed: int
+    fired: bool
+    fired_tests: tuple[str, ...]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (``fired_tests`` as a list; no NaN anywhere)."""
+        out = asdict(self)
+        out["fired_tests"] = list(self.fired_tests)
+        return out
+
+
+def _n_eff_total(s: BinSums) -> float:
+    s2 = float(_vec(s.sum_w2).sum())
+    return float(_vec(s.weight).sum()) ** 2 / s2 if s2 > 0 else 0.0
+
+
+def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
+           ks: StatResult | None, ece: StatResult | None, n_bins: int, alpha: float,
+           min_samples: int, psi_threshold: float, n_resamples: int, seed: int,
+           use_holm: bool = True,
+           test_min: Mapping[str, float] | None = TEST_MIN_SAMPLES) -> DriftCheck:
+    ne_b, ne_r = _n_eff_total(base), _n_eff_total(rec)
+    w_b, w_r = float(_vec(base.weight).sum()), float(_vec(rec.weight).sum())
+    empty = not (w_b > 0 and w_r > 0)
+    p = None if empty else psi(base.weight, rec.weight)
+    p_psi = None if p is None else psi_pvalue(p, base.weight, rec.weight, ne_b, ne_r)
+    acc_b = None if empty else min(1.0, float(_vec(base.sum_y).sum()) / w_b)  # no ulp > 1
+    acc_r = None if empty else min(1.0, float(_vec(rec.sum_y).sum()) / w_r)
+    acc = None if acc_b is None or acc_r is None else two_proportion_z(
+        acc_b * ne_b, ne_b, acc_r * ne_r, ne_r)
+    pvalues: dict[str, float | None] = {
+        "psi": p_psi if p is not None and p > psi_threshold else (None if p is None else 1.0),
+        "ks": None if ks is None else ks.pvalue,
+        "accuracy_drop": None if acc is None else acc.pvalue,
+        "ece_increase": None if ece is None else ece.pvalue,
+    }
+    smaller = min(ne_b, ne_r)
+    skipped = [t for t, v in pvalues.items() if v is not None and test_min is not None
+               and smaller < max(min_samples, test_min.get(t, 0.0))]
+    for t in skipped:
+        pvalues[t] = None
+    if use_holm:
+        fired = list(holm_reject(pvalues, alpha))
+    else:  # the uncorrected decision (kept to measure it against): any test below alpha
+        fired = [t for t, v in pvalues.items() if v is not None and v < alpha]
+    note = f" (too few samples for {', '.join(skipped)})" if skipped else ""
+    if smaller < min_samples:
+        fired = []
+        reason = (f"too few samples: n_eff baseline {ne_b:.1f}, recent {ne_r:.1f} "
+                  f"< min_samples {min_samples}")
+    elif fired:
+        how = "family-wise alpha {} (Holm)" if use_holm else "alpha {} (uncorrected)"
+        reason = f"fired at {how.format(alpha)}: {', '.join(fired)}{note}"
+    else:
+        how = "family-wise alpha {} (Holm" if use_holm else "alpha {} (uncorrected"
+        reason = f"no test fired at {how.format(alpha)}; psi threshold {psi_threshold}){note}"
+    return DriftCheck(
+        method=method, n_bins=n_bins, alpha=alpha, min_samples=min_samples,
+        psi_threshold=psi_threshold, n_baseline=int(_vec(base.count).sum()),
+        n_recent=int(_vec(rec.count).sum()),
+        n_eff_baseline=ne_b, n_eff_recent=ne_r, weight_baseline=w_b, weight_recent=w_r,
+        psi=p, psi_level=None if p is None else psi_level(p), psi_pvalue=p_psi,
+        ks_statistic=None if ks is None else ks.statistic,
+        ks_pvalue=None if ks is None else ks.pvalue,
+        accuracy_baseline=acc_b, accuracy_recent=acc_r,
+        accuracy_z=None if acc is None else acc.statistic,
+        accuracy_pvalue=None if acc is None else acc.pvalue,
+        ece_baseline=None if empty else ece_of(base), ece_recent=None if empty else ece_of(rec),
+        ece_delta=None if ece is None else ece.statistic,
+        ece_pvalue=None if ece is None else ece.pvalue,
+        n_resamples=n_resamples, seed=seed, fired=bool(fired), fired_tests=tuple(fired),
+        reason=reason)
+
+
+def check_drift_raw(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLike,
+                    recent_conf: npt.ArrayLike, recent_y: npt.ArrayLike, *,
+                    baseline_weight: npt.ArrayLike | None = None,
+                    recent_weight: npt.ArrayLike | None = None, n_bins: int = DEFAULT_BINS,
+                    alpha: float = 0.01, min_samples: int = 100, psi_threshold: float = 0.25,
+                    n_resamples: int = 2000, seed: int = 0) -> DriftCheck:
+    """Drift check from raw items: confidences in [0, 1], labels y in [0, 1] (normally 0/1),
+    optional weights >= 0 (default 1).  Raises ValueError on malformed items."""
+    wb = np.ones(len(_vec(baseline_conf))) if baseline_weight is None else _vec(baseline_weight)
+    wr = np.ones(len(_vec(recent_conf))) if recent_weight is None else _vec(recent_weight)
+    base = BinSums.from_items(baseline_conf, baseline_y, wb, n_bins)
+    rec = BinSums.from_items(recent_conf, recent_y, wr, n_bins)
+    ks = ece = None
+    if base.total_weight > 0 and rec.total_weight > 0:
+        ks = ks_raw(baseline_conf, recent_conf)
+        ece = ece_change_permutation(baseline_conf, baseline_y, recent_conf, recent_y,
+                                     baseline_weight=wb, recent_weight=wr, n_bins=n_bins,
+                                     n_resamples=n_resamples, seed=seed)
+    return _check("raw", base, rec, ks, ece, n_bins, alpha, min_samples, psi_threshold,
+                  n_resamples, seed)
+
+
+def check_drift_sums(baseline: BinSums, recent: BinSums, *, alpha: float = 0.01,
+                     min_samples: int = 100, psi_threshold: float = 0.25,
+                     n_resamples: int = 2000, seed: int = 0, holm: bool = True,
+                     test_min_samples: Mapping[str, float] | None = TEST_MIN_SAMPLES,
+                     ) -> DriftCheck:
+    """Drift check from per-bin sums of the two windows (same number of bins, else
+    ValueError): binned KS and the parametric-bootstrap ECE test.
+
+    ``holm=False`` and ``test_min_samples=None`` give the uncorrected, unguarded decision of
+    earlier versions (any test below ``alpha``), kept so benchmarks can measure the change."""
+    n_bins = len(_vec(baseline.weight))
+    if len(_vec(recent.weight)) != n_bins:
+        raise ValueError("baseline and recent have different numbers of bins")
+    ks = ece = None
+    ne_b, ne_r = _n_eff_total(baseline), _n_eff_total(recent)
+    if ne_b > 0 and ne_r > 0:
+        ks = ks_binned(baseline.weight, recent.weight, ne_b, ne_r)
+        ece_min = 0.0 if test_min_samples is None else test_min_samples.get("ece_increase", 0.0)
+        if min(ne_b, ne_r) >= max(min_samples, ece_min):  # else the test is not used
+            ece = ece_change_bootstrap(baseline, recent, n_resamples=n_resamples, seed=seed)
+    return _check("sums", baseline, recent, ks, ece, n_bins, alpha, min_samples,
+                  psi_threshold, n_resamples, seed, holm, test_min_samples)

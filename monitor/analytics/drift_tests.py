@@ -1,0 +1,190 @@
+"""The single drift tests behind :class:`monitor.analytics.drift.DriftCheck` (pure math, no I/O).
+
+Each compares a baseline window with a recent window and is callable alone; all are also
+re-exported from :mod:`monitor.analytics.drift`.
+
+- :func:`psi`: population stability index of the weighted confidence distribution over the fixed
+  bins, Σ (r_b - b_b)·ln(r_b / b_b) on bin shares.  Empty bins would make it infinite, so both
+  share vectors are smoothed as p' = (p + ε) / (1 + B·ε) with ε = 1e-4 (still sums to 1).  Read
+  as < 0.1 stable, 0.1-0.25 moderate, > 0.25 major (:func:`psi_level`).  No p-value.
+- :func:`ks_raw` / :func:`ks_binned`: two-sample Kolmogorov-Smirnov.  From raw items it is
+  ``scipy.stats.ks_2samp`` on the raw confidences (unweighted: scipy's test has no weights).
+  From sums it is the binned approximation: D = max |F_recent - F_baseline| of the weighted CDFs
+  evaluated at the bin edges only, with the asymptotic p-value ``kstwo.sf(D, round(n1·n2/(n1+n2)))``
+  (scipy's ``asymp`` method) on effective sizes.  Binned D <= raw D (the CDFs are not seen inside
+  a bin), so the binned test is conservative and converges to the raw one as bins get finer.
+- :func:`two_proportion_z`: one-sided pooled two-proportion z-test, H1: recent accuracy <
+  baseline; z = (p_recent - p_base) / sqrt(p(1-p)(1/n1 + 1/n2)), p-value = Φ(z).
+- :func:`ece_change_permutation` / :func:`ece_change_bootstrap`: one-sided test of ΔECE =
+  ECE_recent - ECE_baseline > 0 (ECE as DESIGN §4, :func:`ece_of`).  Raw items: permutation test
+  (items, with their weights, reshuffled between the windows; p = (1 + #{Δ* >= Δ}) / (1 + R),
+  seeded).  Sums: parametric bootstrap under H0 "both windows have the bin's pooled accuracy":
+  per window and bin, acc* = Binomial(n_b, p_pooled_b) / n_b with n_b the bin's effective size
+  (rounded, >= 1), bin weights and mean confidences held fixed.
+
+Malformed input raises ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.analytics.bins import DEFAULT_BINS, BinSums, bin_index
+from monitor.core.lazy import lazy_module
+
+stats = lazy_module("scipy.stats")  # imported at first use (slow to import)
+
+FloatArray = npt.NDArray[np.float64]
+PSI_EPSILON = 1e-4
+
+
+@dataclass(frozen=True)
+class StatResult:
+    """A test statistic and its p-value."""
+
+    statistic: float
+    pvalue: float
+
+
+def _vec(x: npt.ArrayLike) -> FloatArray:
+    return np.asarray(x, dtype=np.float64).reshape(-1)
+
+
+def psi_level(value: float) -> str:
+    """Conventional reading of a PSI: ``stable`` (< 0.1), ``moderate`` (<= 0.25), ``major``."""
+    return "stable" if value < 0.1 else "moderate" if value <= 0.25 else "major"
+
+
+def psi(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
+        epsilon: float = PSI_EPSILON) -> float:
+    """PSI between two per-bin weight vectors (same length, >= 0, each with a positive sum).
+
+    Shares are smoothed with ``epsilon`` as in the module docstring.  Raises ValueError."""
+    b, r = _vec(baseline_weights), _vec(recent_weights)
+    if b.shape != r.shape or b.size == 0 or min(b.min(), r.min()) < 0 or not (
+            b.sum() > 0 and r.sum() > 0):
+        raise ValueError("psi needs two non-negative weight vectors of equal length, sums > 0")
+    k = b.size
+    pb = (b / b.sum() + epsilon) / (1 + k * epsilon)
+    pr = (r / r.sum() + epsilon) / (1 + k * epsilon)
+    return float(np.sum((pr - pb) * np.log(pr / pb)))
+
+
+def psi_pvalue(value: float, baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
+               n_baseline: float, n_recent: float) -> float:
+    """P-value of a PSI under "same distribution": ``PSI * n_b n_r / (n_b + n_r)`` is
+    asymptotically chi-square with (bins used by either window - 1) degrees of freedom (PSI is
+    the symmetric, Jeffreys divergence). Small samples have large PSIs by chance alone (about
+    (k - 1)(1/n_b + 1/n_r) on average), so a PSI above its threshold only counts as drift when
+    this p-value is small too. 1.0 when either size is 0 or only one bin is used."""
+    used = int(np.count_nonzero((_vec(baseline_weights) > 0) | (_vec(recent_weights) > 0)))
+    if min(n_baseline, n_recent) <= 0 or used < 2:
+        return 1.0
+    scaled = value * n_baseline * n_recent / (n_baseline + n_recent)
+    return float(stats.chi2.sf(scaled, used - 1))
+
+
+def ks_raw(baseline_conf: npt.ArrayLike, recent_conf: npt.ArrayLike) -> StatResult:
+    """Two-sided two-sample KS on raw confidences: exactly ``scipy.stats.ks_2samp``."""
+    res = stats.ks_2samp(_vec(baseline_conf), _vec(recent_conf))
+    return StatResult(float(res.statistic), float(res.pvalue))
+
+
+def ks_binned(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
+              n_baseline: float, n_recent: float) -> StatResult:
+    """Binned KS approximation from per-bin weights and (effective) sample sizes > 0."""
+    b, r = _vec(baseline_weights), _vec(recent_weights)
+    if b.shape != r.shape or not (b.sum() > 0 and r.sum() > 0) or min(n_baseline, n_recent) <= 0:
+        raise ValueError("ks_binned needs equal-length weights with positive sums and n > 0")
+    d = float(np.max(np.abs(np.cumsum(r) / r.sum() - np.cumsum(b) / b.sum())))
+    en = max(1.0, round(n_baseline * n_recent / (n_baseline + n_recent)))
+    p = float(stats.kstwo.sf(d, en))
+    return StatResult(d, min(max(p, 0.0), 1.0))
+
+
+def two_proportion_z(successes_baseline: float, n_baseline: float,
+                     successes_recent: float, n_recent: float) -> StatResult:
+    """Pooled two-proportion z-test, one-sided H1: recent proportion < baseline.
+
+    Counts may be fractional (weighted share * effective size); need n > 0 and
+    0 <= successes <= n, else ValueError.  With a pooled proportion of 0 or 1 there is no
+    variance and no evidence of a drop: z = 0, p = 1."""
+    if min(n_baseline, n_recent) <= 0 or not (0 <= successes_baseline <= n_baseline and
+                                              0 <= successes_recent <= n_recent):
+        raise ValueError("two_proportion_z needs n > 0 and 0 <= successes <= n")
+    p1, p2 = successes_baseline / n_baseline, successes_recent / n_recent
+    pool = (successes_baseline + successes_recent) / (n_baseline + n_recent)
+    se = math.sqrt(pool * (1 - pool) * (1 / n_baseline + 1 / n_recent))
+    if se == 0:
+        return StatResult(0.0, 1.0)
+    z = (p2 - p1) / se
+    return StatResult(z, float(stats.norm.cdf(z)))
+
+
+def ece_of(sums: BinSums) -> float:
+    """ECE = Σ_b (W_b/W)|acc_b - conf_b| = Σ_b |Σw·y - Σw·conf|_b / W.  ValueError if W = 0."""
+    w = _vec(sums.weight)
+    if not w.sum() > 0:
+        raise ValueError("ECE of an empty window")
+    return float(np.abs(_vec(sums.sum_y) - _vec(sums.sum_conf)).sum() / w.sum())
+
+
+def _n_eff(weight: npt.ArrayLike, sum_w2: npt.ArrayLike) -> FloatArray:
+    w, s2 = _vec(weight), _vec(sum_w2)
+    return np.divide(w * w, s2, out=np.zeros_like(w), where=s2 > 0)
+
+
+def ece_change_permutation(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLike,
+                           recent_conf: npt.ArrayLike, recent_y: npt.ArrayLike, *,
+                           baseline_weight: npt.ArrayLike | None = None,
+                           recent_weight: npt.ArrayLike | None = None,
+                           n_bins: int = DEFAULT_BINS, n_resamples: int = 2000,
+                           seed: int = 0) -> StatResult:
+    """Permutation test of ΔECE > 0 from raw items (module docstring); statistic = ΔECE.
+
+    Items as in :func:`check_drift_raw`; both windows need a positive total weight."""
+    cb, cr = _vec(baseline_conf), _vec(recent_conf)
+    wb = np.ones_like(cb) if baseline_weight is None else _vec(baseline_weight)
+    wr = np.ones_like(cr) if recent_weight is None else _vec(recent_weight)
+    c, w = np.concatenate([cb, cr]), np.concatenate([wb, wr])
+    d = w * (np.concatenate([_vec(baseline_y), _vec(recent_y)]) - c)
+    if not (len(c) == len(d) and wb.sum() > 0 and wr.sum() > 0):
+        raise ValueError("ece_change_permutation needs aligned items and positive weights")
+    idx, n1 = bin_index(c, n_bins), len(cb)
+
+    def ece(sel: npt.NDArray[np.intp]) -> float:
+        total = float(w[sel].sum())
+        return float(np.abs(np.bincount(idx[sel], d[sel], n_bins)).sum()) / total if total else 0.0
+
+    observed = ece(np.arange(n1, len(c))) - ece(np.arange(n1))
+    rng, hits = np.random.default_rng(seed), 0
+    for _ in range(n_resamples):
+        perm = rng.permutation(len(c))
+        hits += ece(perm[n1:]) - ece(perm[:n1]) >= observed - 1e-12
+    return StatResult(observed, (1 + hits) / (1 + n_resamples))
+
+
+def ece_change_bootstrap(baseline: BinSums, recent: BinSums, *, n_resamples: int,
+                         seed: int) -> StatResult:
+    """Parametric bootstrap test of ΔECE > 0 from per-bin sums (see module docstring)."""
+    wb, wr = _vec(baseline.weight), _vec(recent.weight)
+    pooled_w = wb + wr
+    pooled = np.divide(_vec(baseline.sum_y) + _vec(recent.sum_y), pooled_w,
+                       out=np.zeros_like(pooled_w), where=pooled_w > 0).clip(0.0, 1.0)
+    rng = np.random.default_rng(seed)
+
+    def simulate(s: BinSums) -> FloatArray:
+        w = _vec(s.weight)
+        conf = np.divide(_vec(s.sum_conf), w, out=np.zeros_like(w), where=w > 0)
+        n = np.where(w > 0, np.maximum(1, np.rint(_n_eff(s.weight, s.sum_w2))), 1).astype(int)
+        acc = rng.binomial(n, pooled, size=(n_resamples, len(w))) / n
+        return np.asarray((w * np.abs(acc - conf)).sum(axis=1) / w.sum(), dtype=np.float64)
+
+    observed = ece_of(recent) - ece_of(baseline)
+    deltas = simulate(recent) - simulate(baseline)
+    hits = int(np.sum(deltas >= observed - 1e-12))
+    return StatResult(observed, (1 + hits) / (1 + n_resamples))

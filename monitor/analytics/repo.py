@@ -1,0 +1,250 @@
+"""Read-side queries of the analytics: stored rows -> the values the pure analytics modules take.
+
+Every function takes an ``AsyncEngine``, a :class:`Segment` filter and a half-open time range
+``[start, end)`` (aware datetimes), opens one short connection, and returns plain values.
+
+Time ranges over ``calibration_bins`` are exact sums of rows: the coarsest resolution whose
+grid both bounds sit on is used (``1d``, ``1h``), otherwise ``1m`` with the range widened to
+whole minutes (:func:`bin_range`). Item and conversation queries filter on the item's ``ts``
+and the conversation's ``first_ts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from monitor.analytics.bins import BinSums, FloatArray
+from monitor.analytics.escalation import ConversationEscalation
+from monitor.analytics.passk import Trial
+
+_MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A filter on the segment columns. ``None`` = any; ``agent`` accepts ``*`` and ``?``
+    wildcards. ``tier`` 0 and ``domain``/``agent_version`` ``""`` mean "not given by the agent"
+    (the sentinels the analytics tables store)."""
+
+    agent: str | None = None
+    agent_version: str | None = None
+    domain: str | None = None
+    tier: int | None = None
+
+    def where(self, prefix: str = "") -> tuple[str, dict[str, Any]]:
+        """``(sql condition, bind params)`` for tables with the analytics segment columns."""
+        conds, params = ["TRUE"], {}
+        if self.agent is not None:
+            pattern = self.agent.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            conds.append(f"{prefix}agent_id LIKE :agent")
+            params["agent"] = pattern.replace("*", "%").replace("?", "_")
+        for col in ("agent_version", "domain", "tier"):
+            value = getattr(self, col)
+            if value is not None:
+                conds.append(f"{prefix}{col} = :{col}")
+                params[col] = value
+        return " AND ".join(conds), params
+
+    def where_conversations(self) -> tuple[str, dict[str, Any]]:
+        """The same filter on ``conversations`` (NULL segment columns there, not sentinels)."""
+        cond, params = Segment(self.agent).where()
+        if self.agent_version is not None:
+            cond += " AND coalesce(agent_version, '') = :agent_version"
+            params["agent_version"] = self.agent_version
+        if self.domain is not None:
+            cond += " AND coalesce(domain, '') = :domain"
+            params["domain"] = self.domain
+        if self.tier is not None:
+            cond += " AND coalesce(tier, 0) = :tier"
+            params["tier"] = self.tier
+        return cond, params
+
+
+def bin_range(start: datetime, end: datetime) -> tuple[str, datetime, datetime]:
+    """``(resolution, start, end)`` covering ``[start, end)`` exactly with stored windows."""
+    if end <= start:
+        raise ValueError("end must be after start")
+    for res, step in (("1d", timedelta(days=1)), ("1h", timedelta(hours=1))):
+        if _aligned(start, step) and _aligned(end, step):
+            return res, start, end
+    lo = _floor(start, _MINUTE)
+    hi = end if _aligned(end, _MINUTE) else _floor(end, _MINUTE) + _MINUTE
+    return "1m", lo, hi
+
+
+def _floor(t: datetime, step: timedelta) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=t.tzinfo)
+    return epoch + ((t - epoch) // step) * step
+
+
+def _aligned(t: datetime, step: timedelta) -> bool:
+    return _floor(t, step) == t
+
+
+_SUM_COLS = "bin, sum(weight), sum(sum_conf), sum(sum_y), sum(sum_sq_err), sum(sum_w2), sum(count)"
+
+
+async def bin_sums(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    group_by: Sequence[str] = ("agent_id",),
+) -> dict[tuple[Any, ...], BinSums]:
+    """Summed bins per group (segment columns of ``group_by``); groups without rows absent."""
+    bad = set(group_by) - {"agent_id", "agent_version", "domain", "tier"}
+    if bad:
+        raise ValueError(f"cannot group by {sorted(bad)}")
+    res, lo, hi = bin_range(start, end)
+    cond, params = segment.where()
+    keys = ", ".join(group_by)
+    sql = (
+        f"SELECT {keys + ', ' if keys else ''}{_SUM_COLS} FROM calibration_bins "
+        f"WHERE resolution = :res AND window_start >= :lo AND window_start < :hi AND {cond} "
+        f"GROUP BY {keys + ', ' if keys else ''}bin ORDER BY {keys + ', ' if keys else ''}bin"
+    )
+    out: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text(sql), {"res": res, "lo": lo, "hi": hi, **params})).all()
+    k = len(group_by)
+    for row in rows:
+        out.setdefault(tuple(row[:k]), []).append(tuple(row[k:]))
+    return {key: BinSums.from_rows(r) for key, r in out.items()}
+
+
+async def bin_series(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime, resolution: str
+) -> dict[tuple[str, datetime], BinSums]:
+    """Per (agent, window start) sums at ``resolution`` (``1m``/``1h``/``1d``): a time series."""
+    cond, params = segment.where()
+    sql = (
+        f"SELECT agent_id, window_start, {_SUM_COLS} FROM calibration_bins "
+        f"WHERE resolution = :res AND window_start >= :lo AND window_start < :hi AND {cond} "
+        "GROUP BY agent_id, window_start, bin ORDER BY agent_id, window_start, bin"
+    )
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(text(sql), {"res": resolution, "lo": start, "hi": end, **params})
+        ).all()
+    out: dict[tuple[str, datetime], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        out.setdefault((row[0], row[1]), []).append(tuple(row[2:]))
+    return {key: BinSums.from_rows(r) for key, r in out.items()}
+
+
+async def labelled_items(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(confidence, label, weight)`` of the labelled items with weight > 0, by ts then id."""
+    cond, params = segment.where()
+    sql = (
+        "SELECT confidence, label, weight FROM items WHERE label IS NOT NULL AND weight > 0 "
+        f"AND ts >= :lo AND ts < :hi AND {cond} ORDER BY ts, event_id"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list(
+            (await conn.execute(text(sql), {"lo": start, "hi": end, **params})).all()
+        )
+    arr = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+    return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+
+
+async def escalation_conversations(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> dict[str, list[ConversationEscalation]]:
+    """Per agent, the conversations (first event in range, weight > 0) as escalation inputs.
+
+    ``escalation_turn`` counts turns from the conversation's first turn; seconds are from its
+    first event.
+    """
+    cond, params = segment.where_conversations()
+    sql = (
+        "SELECT c.agent_id, c.min_confidence, c.escalated, c.outcome_success, c.sample_weight,"
+        " c.escalation_turn - coalesce(t.first_turn, 0) AS turns,"
+        " extract(epoch FROM c.escalated_at - c.first_ts) AS seconds"
+        " FROM conversations c LEFT JOIN LATERAL (SELECT min(turn) AS first_turn FROM events e"
+        "   WHERE e.conversation_id = c.conversation_id) t ON c.escalated"
+        f" WHERE c.sample_weight > 0 AND c.first_ts >= :lo AND c.first_ts < :hi AND {cond}"
+        " ORDER BY c.agent_id, c.first_ts, c.conversation_id"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list(
+            (await conn.execute(text(sql), {"lo": start, "hi": end, **params})).all()
+        )
+    out: dict[str, list[ConversationEscalation]] = {}
+    for agent, conf, esc, ok, w, turns, secs in rows:
+        out.setdefault(agent, []).append(
+            ConversationEscalation(
+                min_confidence=conf,
+                escalated=bool(esc),
+                success=ok,
+                weight=float(w),
+                escalation_turn=int(turns) if esc and turns is not None else None,
+                escalation_seconds=max(0.0, float(secs)) if esc and secs is not None else None,
+            )
+        )
+    return out
+
+
+async def trials(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> dict[str, list[Trial]]:
+    """Per agent, ``(task_id, outcome)`` of conversations with a task id and an outcome,
+    started (``first_ts``) in ``[start, end)`` when given (else every one stored)."""
+    cond, params = segment.where_conversations()
+    if start is not None:
+        cond += " AND first_ts >= :lo"
+        params = {**params, "lo": start}
+    if end is not None:
+        cond += " AND first_ts < :hi"
+        params = {**params, "hi": end}
+    sql = (
+        "SELECT agent_id, task_id, coalesce(outcome_reward,"
+        " CASE WHEN outcome_success THEN 1.0 ELSE 0.0 END) FROM conversations"
+        f" WHERE task_id IS NOT NULL AND outcome_success IS NOT NULL AND {cond}"
+        " ORDER BY agent_id, task_id, trial, conversation_id"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list((await conn.execute(text(sql), params)).all())
+    out: dict[str, list[Trial]] = {}
+    for agent, task, reward in rows:
+        out.setdefault(agent, []).append((task, float(reward)))
+    return out
+
+
+async def design_effects(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    group_by: Sequence[str] = ("agent_id",),
+) -> dict[tuple[Any, ...], float]:
+    """Per group, labelled items (weight > 0) per conversation in ``[start, end)`` (>= 1).
+
+    The design effect of items that share their conversation's label: see
+    :meth:`monitor.analytics.bins.BinSums.with_design_effect`. Groups without items are absent.
+    """
+    cond, params = segment.where()
+    keys = ", ".join(group_by)
+    sql = (
+        f"SELECT {keys + ', ' if keys else ''}count(*)::float8"
+        " / NULLIF(count(DISTINCT conversation_id), 0)"
+        " FROM items WHERE label IS NOT NULL AND weight > 0 AND ts >= :lo AND ts < :hi"
+        f" AND {cond}{' GROUP BY ' + keys if keys else ''}"
+    )
+    async with engine.connect() as conn:
+        rows: list[Any] = list(
+            (await conn.execute(text(sql), {"lo": start, "hi": end, **params})).all()
+        )
+    k = len(group_by)
+    return {tuple(r[:k]): max(1.0, float(r[k])) for r in rows if r[k] is not None}

@@ -1,0 +1,5 @@
+"""`python -m monitor.cli`."""
+
+from monitor.cli.main import app
+
+app()

@@ -1,0 +1,117 @@
+"""``monitor judges``: what the judges produced and how precise they are against ground truth.
+
+Per judge (name and version): verdicts, errors with their reasons, failures found (label 0),
+latency p50/p90, failure categories; then the **quality report** at the conversation level
+(:mod:`monitor.judges.quality`): per judge and per category, precision and recall of
+"the judge flagged the conversation" against "the conversation failed" with Wilson intervals and
+the number of pairs, the confusion counts and Cohen's kappa, and whether the judge labels items
+or is below the precision floor (then it stops labelling items; its verdicts stay shown).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.table import Table
+from sqlalchemy import text
+
+from monitor.cli import analytics_common as ac
+from monitor.config import load_settings
+from monitor.judges.quality import ANY_DETERMINISTIC, JudgeQuality, Proportion
+from monitor.judges.quality import judge_quality as measure
+from monitor.judges.stats import JudgeVolume, conversation_judgements, judge_volumes
+
+
+async def _collect(
+    engine: ac.AsyncEngine, q: ac.Query, floor: float, min_pairs: int
+) -> tuple[list[JudgeVolume], list[JudgeQuality], list[dict[str, Any]]]:
+    volumes = await judge_volumes(engine, q.segment, q.start, q.end)
+    judgements = await conversation_judgements(engine, q.segment, q.start, q.end)
+    async with engine.connect() as conn:
+        stored = (await conn.execute(text(
+            "SELECT judge, judge_version, muted, precision, flagged, computed_at"
+            " FROM judge_quality ORDER BY 1, 2"))).mappings().all()  # fmt: skip
+    return volumes, measure(judgements, floor, min_pairs), [dict(r) for r in stored]
+
+
+def _p(p: Proportion) -> str:
+    if p.value is None:
+        return f"- (0/{p.n})"
+    return f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}] ({p.k}/{p.n})"
+
+
+def _status(row: JudgeQuality, muted: set[tuple[str, str]], floor: float, min_pairs: int) -> str:
+    if row.category is not None or row.judge == ANY_DETERMINISTIC:
+        return ""
+    if row.below_floor or row.key in muted:
+        return (f"[red]precision below the floor {floor:g}: stops labelling items[/]"
+                + (" (applied by the worker)" if row.key in muted else ""))  # fmt: skip
+    if row.precision.n < min_pairs:
+        return f"labels items (floor not tested: {row.precision.n} < {min_pairs} flagged)"
+    return "labels items"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("judges")
+    def judges(
+        agent: str | None = ac.AGENT,
+        since: str = ac.SINCE,
+        start: str | None = ac.FROM,
+        end: str | None = ac.TO,
+        floor: float | None = typer.Option(
+            None, "--floor", min=0.0, max=1.0,
+            help="Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7)."),
+        min_pairs: int | None = typer.Option(
+            None, "--min-pairs", min=1,
+            help="Flagged conversations needed to test the floor (default 30)."),
+        as_json: bool = ac.JSON,
+    ) -> None:
+        """Judge volumes, errors, latency, failure categories, and each judge's precision and
+        recall against conversation outcomes (Wilson intervals, kappa, confusion counts); a
+        judge below the precision floor stops labelling items.
+
+        The range (--since, --from/--to) selects conversations by when they happened (their
+        first event), like the other analytics commands, not by when they were judged."""
+        console = ac.console()
+        settings = load_settings()
+        fl = settings.judge_precision_floor if floor is None else floor
+        mp = settings.judge_floor_min_pairs if min_pairs is None else min_pairs
+        q = ac.query(agent, None, None, None, since, start, end)
+        volumes, quality, stored = ac.run_with_engine(
+            console, lambda eng: _collect(eng, q, fl, mp))
+        muted = {(r["judge"], r["judge_version"]) for r in stored if r["muted"]}
+        if as_json:
+            ac.print_json({"scope": q.describe(), "judges": volumes, "quality": quality,
+                           "floor": {"precision": fl, "min_pairs": mp}, "stored": stored})
+            return
+        if not volumes:
+            console.print(f"no verdicts for {q.describe()}")
+            return
+        t = Table(title=f"judges ({q.describe()})", title_justify="left")
+        for col in ("judge", "version", "verdicts", "errors", "failures found",
+                    "latency p50/p90 ms", "top categories"):  # fmt: skip
+            t.add_column(col, justify="left" if col in ("judge", "top categories") else "right")
+        for v in volumes:
+            cats = ", ".join(f"{c} {n}" for c, n in sorted(v.categories.items(),
+                             key=lambda kv: -kv[1])[:3])  # fmt: skip
+            errs = ", ".join(f"{r} {n}" for r, n in v.error_reasons.items())
+            t.add_row(v.judge, v.judge_version, str(v.verdicts),
+                      f"{v.errors}" + (f" ({errs})" if errs else ""), str(v.failures),
+                      f"{ac.fmt(v.latency_p50_ms, 1)}/{ac.fmt(v.latency_p90_ms, 1)}",
+                      cats or "-")  # fmt: skip
+        ac.print_table(console, t)
+        a = Table(title="quality against ground truth, per conversation with an outcome the "
+                  "judge applied to (flagged = it found a failure; positive = the conversation "
+                  "failed; 95 % Wilson intervals)", title_justify="left")  # fmt: skip
+        for col in ("judge", "category", "pairs", "precision", "recall", "kappa",
+                    "tp/fp/fn/tn", "status"):  # fmt: skip
+            left = col in ("judge", "category", "status")
+            a.add_column(col, justify="left" if left else "right",
+                         no_wrap=col in ("status", "precision", "recall"))
+        for r in quality:
+            a.add_row(f"{r.judge} {r.judge_version}".strip(), r.category or "(all)",
+                      str(r.pairs), _p(r.precision), _p(r.recall), ac.fmt(r.kappa, 2),
+                      f"{r.true_pos}/{r.false_pos}/{r.false_neg}/{r.true_neg}",
+                      _status(r, muted, fl, mp))  # fmt: skip
+        console.print(a)

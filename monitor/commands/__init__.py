@@ -1,1 +1,0 @@
-"""CLI command modules. Each module defines ``register(app: typer.Typer) -> None``."""

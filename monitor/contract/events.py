@@ -1,0 +1,293 @@
+"""The ``agent-event/v1`` contract (DESIGN.md section 2): models, decoding, encoding, JSON Schema.
+
+Pure: imports no I/O library. ``decode_event`` is the single gate every input passes through
+(Kafka, HTTP ingest, replay); it either returns a validated ``AgentEvent`` or raises
+``InvalidEvent`` whose ``reason`` is a machine-readable code and whose ``field`` names the
+dotted path of the offending field.
+
+Limits: a whole serialized event is at most ``MAX_EVENT_BYTES`` (256 KiB); ``attributes`` is at
+most ``MAX_ATTRIBUTES_BYTES`` (16 KiB) once serialized as compact JSON. Ids are 1-128 chars.
+Confidences and rewards are in [0, 1], feedback scores in [-1, 1]. Timestamps must carry a zone.
+What the store can hold is checked here too (:mod:`monitor.contract.limits`): no NUL or lone
+surrogate in any string, 32-bit ``turn``/``trial``, ``ts`` within 0001-01-02..9999-12-30 UTC,
+JSON at most 64 levels deep, and optionally no ``ts`` too far in the receiver's future.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from monitor.contract.limits import (
+    INT32_MAX,
+    INT32_MIN,
+    MAX_JSON_DEPTH,
+    MAX_TS,
+    MIN_TS,
+    check_characters,
+    check_future,
+    check_timestamp,
+    may_hold_nul,
+    parse_json,
+)
+from monitor.contract.validation_errors import reason_for
+from monitor.core.errors import InvalidEvent
+
+SCHEMA_ID = "agent-event/v1"
+MAX_EVENT_BYTES = 256 * 1024
+MAX_ATTRIBUTES_BYTES = 16 * 1024
+EVENT_TYPES: tuple[str, ...] = ("message", "tool_result", "escalation", "outcome", "feedback")
+
+EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback"]
+Id = Annotated[str, Field(min_length=1, max_length=128)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Agent(_Strict):
+    """Who emitted the event. ``id`` is required; version and model are free-form."""
+
+    id: Id
+    version: str | None = None
+    model: str | None = None
+
+
+class Context(_Strict):
+    """Segmentation context. ``tier`` is 1, 2 or 3 (3 = most critical)."""
+
+    domain: str | None = None
+    tier: Literal[1, 2, 3] | None = None
+    channel: str | None = None
+    intent: str | None = None
+    segment: str | None = None
+    task_id: str | None = None
+    trial: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] | None = None
+
+
+class ToolCall(_Strict):
+    """A tool call requested by an assistant message; ``arguments`` is a JSON object."""
+
+    id: Id
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class MessagePayload(_Strict):
+    role: Literal["assistant", "user", "system"]
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    confidence: Probability | None = None
+    confidence_source: Literal["verbalized", "logprob", "trust_score", "other"] | None = None
+
+
+class ToolResultPayload(_Strict):
+    call_id: Id
+    name: str = Field(min_length=1)
+    ok: bool
+    content: str | None = None
+    error: str | None = None
+
+
+class EscalationPayload(_Strict):
+    trigger: Literal["threshold", "agent", "user", "policy"]
+    reason: str | None = None
+    confidence: Probability | None = None
+
+
+class OutcomePayload(_Strict):
+    success: bool
+    reward: Probability | None = None
+    source: Literal["ground_truth", "human_review", "csat", "ticket", "other"]
+
+
+class FeedbackPayload(_Strict):
+    score: Annotated[float, Field(ge=-1.0, le=1.0)]
+    source: str = Field(min_length=1)
+    comment: str | None = None
+
+
+Payload = MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayload | FeedbackPayload
+
+
+class AgentEvent(_Strict):
+    """One agent event. Exactly one payload is set: the one named by ``type``."""
+
+    schema_: Literal["agent-event/v1"] = Field(default="agent-event/v1", alias="schema")
+    event_id: Id
+    type: EventType
+    ts: Annotated[
+        AwareDatetime,
+        Field(
+            description=f"RFC 3339 with a zone; in UTC between {MIN_TS.date()} and {MAX_TS.date()}"
+        ),
+    ]
+    conversation_id: Id
+    agent: Agent
+    context: Context | None = None
+    turn: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
+    attributes: dict[str, Any] | None = None
+    message: MessagePayload | None = None
+    tool_result: ToolResultPayload | None = None
+    escalation: EscalationPayload | None = None
+    outcome: OutcomePayload | None = None
+    feedback: FeedbackPayload | None = None
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("attributes")
+    @classmethod
+    def _attributes_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":"), default=str).encode())
+            if size > MAX_ATTRIBUTES_BYTES:
+                raise ValueError(
+                    f"attributes_too_large: {size} bytes serialized, limit {MAX_ATTRIBUTES_BYTES}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> AgentEvent:
+        present = [name for name in EVENT_TYPES if getattr(self, name) is not None]
+        if len(present) > 1:
+            raise ValueError(f"multiple_payloads: {', '.join(present)} set; exactly one allowed")
+        if not present:
+            raise ValueError(f"missing_payload: type is {self.type!r} but no {self.type} payload")
+        if present[0] != self.type:
+            raise ValueError(f"payload_mismatch: type is {self.type!r} but payload is {present[0]}")
+        return self
+
+    @property
+    def payload(self) -> Payload:
+        """The payload object named by ``type`` (always present on a validated event)."""
+        value = getattr(self, self.type)
+        assert value is not None
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def confidence(self) -> float | None:
+        """The confidence carried by a message or escalation payload, else ``None``."""
+        if self.message is not None:
+            return self.message.confidence
+        if self.escalation is not None:
+            return self.escalation.confidence
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict in contract field names, without unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_json(self) -> bytes:
+        """Compact UTF-8 JSON in contract field names; what goes on the wire."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+def decode_event(
+    raw: bytes | str, *, now: datetime | None = None, max_future_skew: timedelta | None = None
+) -> AgentEvent:
+    """Validate one serialized event and return it.
+
+    Args:
+        raw: the UTF-8 JSON bytes of a single event (a Kafka value, an NDJSON line).
+        now, max_future_skew: when both are given, an event whose ``ts`` is more than
+            ``max_future_skew`` after ``now`` is rejected (``future_timestamp``).
+
+    Raises:
+        InvalidEvent: with ``reason`` ``oversize`` (> 256 KiB), ``not_json`` (undecodable or not a
+            JSON object), ``too_deep``, or the first contract or storage rule broken
+            (``invalid_character``, ``out_of_range``...), naming its field.
+    """
+    data = raw.encode(errors="surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > MAX_EVENT_BYTES:
+        raise InvalidEvent(
+            "oversize", None, f"event is {len(data)} bytes, limit is {MAX_EVENT_BYTES}"
+        )
+    obj = parse_json(data)  # pydantic-core parser: ~2x faster than json.loads (bench)
+    chars = may_hold_nul(data)
+    return validate_event(obj, now=now, max_future_skew=max_future_skew, check_chars=chars)
+
+
+def validate_event(
+    obj: Any,
+    *,
+    now: datetime | None = None,
+    max_future_skew: timedelta | None = None,
+    check_chars: bool = True,
+) -> AgentEvent:
+    """Validate an already-parsed JSON value (see ``decode_event`` for the errors raised).
+
+    ``check_chars=False`` skips the walk for NUL and lone surrogates: only for a value parsed
+    from JSON text that :func:`monitor.contract.limits.may_hold_nul` cleared."""
+    event = _validate(obj, check_chars)
+    check_timestamp(event.ts)
+    if now is not None and max_future_skew is not None:
+        check_future(event.ts, now, max_future_skew)
+    return event
+
+
+def _validate(obj: Any, check_chars: bool) -> AgentEvent:
+    if not isinstance(obj, dict):
+        raise InvalidEvent(
+            "not_json", None, f"event must be a JSON object, got {type(obj).__name__}"
+        )
+    if "schema" not in obj:
+        raise InvalidEvent("missing_field", "schema", f'schema: required, exactly "{SCHEMA_ID}"')
+    etype = obj.get("type")
+    if isinstance(etype, str) and etype not in EVENT_TYPES:
+        raise InvalidEvent("unknown_type", "type", f"type must be one of {', '.join(EVENT_TYPES)}")
+    if check_chars:
+        check_characters(obj)
+    try:
+        return AgentEvent.model_validate(_json_strict_input(obj))
+    except ValidationError as exc:
+        raise InvalidEvent(*reason_for(exc.errors()[0], EVENT_TYPES, SCHEMA_ID)) from None
+
+
+def _json_strict_input(obj: dict[str, Any]) -> dict[str, Any]:
+    """Parse ``ts`` ourselves so strict mode still accepts RFC 3339 strings from JSON."""
+    ts = obj.get("ts")
+    if isinstance(ts, str):
+        try:
+            parsed = datetime.fromisoformat(ts.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidEvent(
+                "invalid_value", "ts", f"ts: {ts!r} is not an RFC 3339 timestamp"
+            ) from None
+        if parsed.tzinfo is None:
+            raise InvalidEvent("invalid_value", "ts", "ts: timestamp must carry a time zone")
+        obj = {**obj, "ts": parsed}
+    return obj
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of agent-event/v1, generated from the models."""
+    schema = AgentEvent.model_json_schema(by_alias=True, mode="validation")
+    schema["required"] = ["schema", *schema.get("required", [])]  # decode_event requires it
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://agent-reliability-monitor.dev/schemas/agent-event-v1.json"
+    schema["title"] = "agent-event/v1"
+    schema["description"] = (
+        "One agent event. Exactly one payload object is present: the one named by `type`. "
+        f"A serialized event is at most {MAX_EVENT_BYTES} bytes; attributes at most "
+        f"{MAX_ATTRIBUTES_BYTES} bytes. What the store can hold: no string or key anywhere "
+        "(attributes included) may contain U+0000 or a lone surrogate (reason "
+        "invalid_character); integers fit in 32 bits and ts lies between "
+        f"{MIN_TS.isoformat()} and {MAX_TS.isoformat()} in UTC (reason out_of_range); JSON is "
+        f"at most {MAX_JSON_DEPTH} levels deep (reason too_deep); the receiver may reject a ts "
+        "further in its future than its configured skew (reason future_timestamp)."
+    )
+    schema["$comment"] = "Strings must not contain U+0000 (the store cannot hold it)."
+    return schema

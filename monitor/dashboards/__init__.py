@@ -1,0 +1,1 @@
+"""Grafana: the dashboards' push to a running Grafana."""

@@ -1,1 +1,0 @@
-"""flows package."""

@@ -1,0 +1,188 @@
+"""The SQL of the idempotent batch write: staged events -> ``events`` + ``conversations``.
+
+One statement inserts the staged rows into ``events`` with ``ON CONFLICT DO NOTHING`` and folds
+ONLY the rows actually inserted into the ``conversations`` roll-up, so a replayed or re-delivered
+event changes nothing. Merge rules (order-independent across batches):
+
+- segment columns: first non-null value wins;
+- first_ts / last_ts: LEAST / GREATEST; counts: added;
+- min_confidence: LEAST over assistant messages (NULLs ignored);
+- last_confidence: the assistant confidence with the latest ts (ties: the later batch);
+- escalation: the earliest escalation event gives escalated_at, its turn and trigger;
+- outcome: ranked by source, ``ground_truth`` > ``ticket``/``csat``/``other`` > ``human_review``
+  (DESIGN.md section 4: outcome > human review > judge verdict; judges are not outcomes and
+  label items elsewhere); within the same rank the latest ts wins, so a late outcome updates
+  the row.
+"""
+
+from __future__ import annotations
+
+from monitor.ingest.rows import EVENT_COLUMNS
+from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
+
+STAGING_TABLE = "staging_events"
+
+CREATE_STAGING = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} "
+    "(LIKE events INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+)
+
+_SEGMENT = tuple(c for c in SEGMENT_COLUMNS if c != "agent_id")
+_COLS = ", ".join(EVENT_COLUMNS)
+_ASSISTANT = "type = 'message' AND role = 'assistant'"
+_ESC = "type = 'escalation'"
+_OUT = "type = 'outcome'"
+_TRIGGER = "body->'escalation'->>'trigger'"
+_SUCCESS = "(body->'outcome'->>'success')::boolean"
+_REWARD = "(body->'outcome'->>'reward')::float8"
+_SOURCE = "body->'outcome'->>'source'"
+
+
+def _rank(source: str) -> str:
+    """SQL rank of an outcome source (higher wins): ground truth, other outcomes, human review."""
+    return f"(CASE {source} WHEN 'ground_truth' THEN 3 WHEN 'human_review' THEN 1 ELSE 2 END)"
+
+
+_OUTCOME_ORDER = _rank(_SOURCE) + " DESC, ts DESC"
+
+
+def _first(expr: str, where: str = "TRUE", order: str = "ts") -> str:
+    return f"(array_agg({expr} ORDER BY {order}) FILTER (WHERE {where}))[1]"
+
+
+_AGG = ",\n    ".join(
+    [
+        "conversation_id",
+        f"{_first('agent_id')} AS agent_id",
+        *[f"{_first(c, f'{c} IS NOT NULL')} AS {c}" for c in _SEGMENT],
+        "min(ts) AS first_ts",
+        "max(ts) AS last_ts",
+        "count(*) AS event_count",
+        "count(*) FILTER (WHERE type = 'message') AS message_count",
+        f"count(*) FILTER (WHERE {_ASSISTANT}) AS assistant_messages",
+        "count(*) FILTER (WHERE type = 'message' AND role = 'user') AS user_messages",
+        "coalesce(sum(jsonb_array_length(coalesce(body->'message'->'tool_calls', '[]'::jsonb)))"
+        " FILTER (WHERE type = 'message'), 0) AS tool_calls",
+        "count(*) FILTER (WHERE type = 'tool_result') AS tool_results",
+        "count(*) FILTER (WHERE type = 'tool_result' AND NOT tool_ok) AS tool_errors",
+        "count(*) FILTER (WHERE type = 'feedback') AS feedback_count",
+        f"min(confidence) FILTER (WHERE {_ASSISTANT}) AS min_confidence",
+        f"{_first('confidence', f'{_ASSISTANT} AND confidence IS NOT NULL', 'ts DESC')}"
+        " AS last_confidence",
+        f"max(ts) FILTER (WHERE {_ASSISTANT} AND confidence IS NOT NULL) AS last_confidence_ts",
+        "bool_or(type = 'escalation') AS escalated",
+        "min(ts) FILTER (WHERE type = 'escalation') AS escalated_at",
+        f"{_first('turn', _ESC)} AS escalation_turn",
+        f"{_first(_TRIGGER, _ESC)} AS escalation_trigger",
+        f"{_first(_SUCCESS, _OUT, _OUTCOME_ORDER)} AS outcome_success",
+        f"{_first(_REWARD, _OUT, _OUTCOME_ORDER)} AS outcome_reward",
+        f"{_first(_SOURCE, _OUT, _OUTCOME_ORDER)} AS outcome_source",
+        f"{_first('ts', _OUT, _OUTCOME_ORDER)} AS outcome_at",
+    ]
+)
+
+# every conversations column but the server-filled updated_at and the sampler's, in table order
+_ROLLUP_COLS = tuple(
+    c.name for c in conversations.c if c.name != "updated_at" and c.name not in SAMPLING_COLUMNS
+)
+_ADDITIVE = (
+    "event_count",
+    "message_count",
+    "assistant_messages",
+    "user_messages",
+    "tool_calls",
+    "tool_results",
+    "tool_errors",
+    "feedback_count",
+)
+
+_NEWER_CONF = (
+    "EXCLUDED.last_confidence_ts IS NOT NULL AND "
+    "(c.last_confidence_ts IS NULL OR EXCLUDED.last_confidence_ts >= c.last_confidence_ts)"
+)
+_EARLIER_ESC = (
+    "EXCLUDED.escalated_at IS NOT NULL AND "
+    "(c.escalated_at IS NULL OR EXCLUDED.escalated_at < c.escalated_at)"
+)
+_NEW_RANK = _rank("EXCLUDED.outcome_source")
+_OLD_RANK = _rank("c.outcome_source")
+_BETTER_OUTCOME = (
+    "EXCLUDED.outcome_at IS NOT NULL AND (c.outcome_at IS NULL"
+    f" OR {_NEW_RANK} > {_OLD_RANK}"
+    f" OR ({_NEW_RANK} = {_OLD_RANK} AND EXCLUDED.outcome_at >= c.outcome_at))"
+)
+
+
+def _pick(cond: str, col: str) -> str:
+    return f"{col} = CASE WHEN {cond} THEN EXCLUDED.{col} ELSE c.{col} END"
+
+
+_UPDATES = ",\n    ".join(
+    [
+        *[f"{c} = coalesce(c.{c}, EXCLUDED.{c})" for c in _SEGMENT],
+        "first_ts = LEAST(c.first_ts, EXCLUDED.first_ts)",
+        "last_ts = GREATEST(c.last_ts, EXCLUDED.last_ts)",
+        *[f"{c} = c.{c} + EXCLUDED.{c}" for c in _ADDITIVE],
+        "min_confidence = LEAST(c.min_confidence, EXCLUDED.min_confidence)",
+        _pick(_NEWER_CONF, "last_confidence"),
+        "last_confidence_ts = GREATEST(c.last_confidence_ts, EXCLUDED.last_confidence_ts)",
+        "escalated = c.escalated OR EXCLUDED.escalated",
+        *[_pick(_EARLIER_ESC, c) for c in ("escalation_turn", "escalation_trigger")],
+        "escalated_at = LEAST(c.escalated_at, EXCLUDED.escalated_at)",
+        *[
+            _pick(_BETTER_OUTCOME, c)
+            for c in ("outcome_success", "outcome_reward", "outcome_source")
+        ],
+        _pick(_BETTER_OUTCOME, "outcome_at"),
+        "updated_at = now()",
+    ]
+)
+
+# Every SET expression reads the pre-update row (c.*), so the CASE conditions above all compare
+# against the old values and the order of assignments does not matter.
+
+WRITE_BATCH = f"""
+WITH ins AS (
+  INSERT INTO events ({_COLS})
+  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
+  ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
+  ON CONFLICT (event_id) DO NOTHING
+  RETURNING *
+), agg AS (
+  SELECT
+    {_AGG}
+  FROM ins GROUP BY conversation_id
+), up AS (
+  INSERT INTO conversations AS c ({", ".join(_ROLLUP_COLS)})
+  SELECT {", ".join(_ROLLUP_COLS)} FROM agg ORDER BY conversation_id
+  ON CONFLICT (conversation_id) DO UPDATE SET
+    {_UPDATES}
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations
+"""
+
+INSERT_DEAD_LETTER = """
+INSERT INTO dead_letters
+  (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
+VALUES ($1, $2, $3, $4, $5, $6, $7::bytea, md5($7::bytea))
+ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
+"""
+
+# staged events whose event_id is stored with a different body (the first stays): one dead
+# letter each, reason conflicting_duplicate; a re-delivered batch adds nothing (unique key)
+INSERT_CONFLICTS = f"""
+WITH c AS (
+  SELECT s.event_id, s.kafka_partition, s.kafka_offset, convert_to(s.body::text, 'UTF8') AS raw
+  FROM {STAGING_TABLE} s JOIN events e ON e.event_id = s.event_id
+  WHERE s.body <> e.body
+)
+INSERT INTO dead_letters
+  (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
+SELECT $1, kafka_partition, kafka_offset, 'conflicting_duplicate', 'event_id',
+  'event_id ' || event_id || ' is already stored with a different body; the first one stays',
+  raw, md5(raw)
+FROM c
+ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
+RETURNING 1
+"""

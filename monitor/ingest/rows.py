@@ -1,0 +1,85 @@
+"""Pure event-to-row conversion for the write path (no I/O; snuba-style processing).
+
+``event_row`` flattens a validated ``AgentEvent`` into the tuple that is COPYed into the
+``events`` staging table, in ``EVENT_COLUMNS`` order. ``DeadLetter`` is one invalid input with
+its reason, as written to ``dead_letters`` and to the DLQ topic's headers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.contract.events import AgentEvent
+from monitor.store.tables import events
+
+# the COPY column order: every ``events`` column but the server-filled ``ingested_at``
+EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in events.c if c.name != "ingested_at")
+
+EventRow = tuple[Any, ...]
+
+
+def event_row(
+    event: AgentEvent, partition: int | None = None, offset: int | None = None
+) -> EventRow:
+    """The ``events`` row for ``event``; ``body`` is the event's canonical JSON (str)."""
+    ctx = event.context
+    role = event.message.role if event.message is not None else None
+    tool_name: str | None = None
+    tool_ok: bool | None = None
+    if event.tool_result is not None:
+        tool_name, tool_ok = event.tool_result.name, event.tool_result.ok
+    return (
+        event.event_id,
+        event.conversation_id,
+        event.type,
+        event.ts,
+        event.agent.id,
+        event.agent.version,
+        event.agent.model,
+        ctx.domain if ctx else None,
+        ctx.tier if ctx else None,
+        ctx.channel if ctx else None,
+        ctx.intent if ctx else None,
+        ctx.segment if ctx else None,
+        ctx.task_id if ctx else None,
+        ctx.trial if ctx else None,
+        event.turn,
+        role,
+        event.confidence,
+        tool_name,
+        tool_ok,
+        event.to_json().decode(),
+        partition,
+        offset,
+    )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An input that failed validation, with where it came from and why."""
+
+    source: str  # topic name, or "http"
+    partition: int | None
+    offset: int | None
+    reason: str
+    field: str | None
+    detail: str
+    raw: bytes
+    key: bytes | None = None
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """Kafka headers for the DLQ record (the value stays the original bytes)."""
+        meta = {
+            "reason": self.reason,
+            "field": self.field or "",
+            "detail": self.detail,
+            "source": self.source,
+            "source_partition": "" if self.partition is None else str(self.partition),
+            "source_offset": "" if self.offset is None else str(self.offset),
+        }
+        return [(k, v.encode()) for k, v in meta.items()]
+
+    def as_json(self) -> str:
+        return json.dumps({"reason": self.reason, "field": self.field, "detail": self.detail})

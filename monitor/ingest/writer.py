@@ -1,0 +1,159 @@
+"""The batch writer of the ingest path: COPY into a staging table, then one idempotent statement.
+
+Contract: ``write(rows, dead)`` either commits every row of the batch (events, roll-ups and
+dead letters in ONE transaction) and returns what it inserted, or raises and commits nothing.
+Re-writing the same batch is harmless: duplicates on ``event_id`` are skipped and do not touch
+the roll-up, dead letters are unique per (source, partition, offset). The caller commits Kafka
+offsets only after ``write`` returned.
+
+A duplicate ``event_id`` with a different body (a conflicting duplicate) is not stored: the
+first body stays, and the later one becomes a dead letter with reason
+``conflicting_duplicate`` (its canonical JSON as ``raw``), counted in ``WriteResult.conflicting``.
+Dead-letter text (source, reason, field, detail) is made storable first (NUL and lone
+surrogates escaped, detail cut to 4000 characters), so writing a dead letter cannot fail on
+its content.
+
+Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from monitor.contract.limits import printable
+from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
+from monitor.ingest.rollup_sql import (
+    CREATE_STAGING,
+    INSERT_CONFLICTS,
+    INSERT_DEAD_LETTER,
+    STAGING_TABLE,
+    WRITE_BATCH,
+)
+from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
+from monitor.sampling.policy import SamplingPolicy, hash_unit
+from monitor.store.engine import libpq_url
+
+_CID = EVENT_COLUMNS.index("conversation_id")
+_TYPE = EVENT_COLUMNS.index("type")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one committed batch changed."""
+
+    inserted: int  # new rows in events
+    duplicates: int  # rows skipped because their event_id was already stored
+    conversations: int  # conversation rows inserted or updated
+    dead_letters: int  # dead letters offered (already-stored ones are skipped silently)
+    decided: int = 0  # conversations that got their sampling decision in this batch
+    new_items: int = 0  # new rows in items
+    relabelled: int = 0  # items whose label changed
+    conflicting: int = 0  # duplicates with a different body, dead-lettered (first one stays)
+
+
+MAX_DETAIL_CHARS = 4000
+
+
+def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
+    """The ``INSERT_DEAD_LETTER`` arguments of ``d``, with every text made storable."""
+    detail = printable(d.detail)
+    if len(detail) > MAX_DETAIL_CHARS:
+        detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
+    field = printable(d.field) if d.field is not None else None
+    return (printable(d.source), d.partition, d.offset, printable(d.reason), field, detail, d.raw)
+
+
+class EventWriter:
+    """Writes batches into Postgres through a small asyncpg pool (created by ``start``).
+
+    ``policy`` decides which conversations are sampled and their weight in the metrics; each
+    conversation is decided once, in the batch that first writes it, and the decision is stored
+    with the policy's digest (a later policy change applies to new conversations only).
+    """
+
+    def __init__(
+        self, database_url: str, pool_size: int = 2, policy: SamplingPolicy | None = None
+    ) -> None:
+        self._dsn = libpq_url(database_url)
+        self._pool_size = pool_size
+        self._policy = policy if policy is not None else SamplingPolicy()
+        self._digest = self._policy.digest()
+        self._pool: asyncpg.Pool | None = None
+
+    async def start(self) -> None:
+        """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=0, max_size=self._pool_size, command_timeout=120
+            )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def write(
+        self, rows: Sequence[EventRow], dead: Sequence[DeadLetter] = (), source: str = "kafka"
+    ) -> WriteResult:
+        """Commit ``rows`` and ``dead`` atomically (see the module contract); ``source`` names
+        where the rows came from (the topic) in conflicting-duplicate dead letters."""
+        if self._pool is None:
+            await self.start()
+        assert self._pool is not None
+        inserted = conversations = decided = new_items = relabelled = conflicting = 0
+        async with self._pool.acquire() as conn, conn.transaction():
+            if rows:
+                await conn.execute(CREATE_STAGING)
+                await conn.copy_records_to_table(
+                    STAGING_TABLE, records=rows, columns=list(EVENT_COLUMNS)
+                )
+                record = await conn.fetchrow(WRITE_BATCH)
+                assert record is not None
+                inserted, conversations = int(record["inserted"]), int(record["conversations"])
+                cids = sorted({str(r[_CID]) for r in rows})
+                await conn.execute(LOCK_CONVERSATIONS, cids)
+                decided = await self._decide(conn, cids)
+                relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
+                synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)
+                assert synced is not None
+                new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
+                if len(rows) > inserted:  # some event_ids were already there: same body?
+                    conflicting = len(await conn.fetch(INSERT_CONFLICTS, printable(source)))
+            if dead:
+                await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
+        return WriteResult(
+            inserted,
+            len(rows) - inserted - conflicting,
+            conversations,
+            len(dead),
+            decided,
+            new_items,
+            relabelled,
+            conflicting,
+        )
+
+    async def _decide(self, conn: asyncpg.Connection, cids: list[str]) -> int:
+        """Store the sampling decision of every conversation of ``cids`` not decided yet.
+
+        Only the probability-sample part of the decision is stored (stratum, rate, by_rate,
+        weight): it depends on the conversation id and its segment alone, so it is final when
+        the conversation is first written. The always-sample rules are evaluated where the
+        conversation is judged (they depend on events that may come later).
+        """
+        undecided = await conn.fetch(UNDECIDED, cids)
+        if not undecided:
+            return 0
+        ids, strata, rates, by_rate, weights = [], [], [], [], []
+        for r in undecided:
+            stratum = self._policy.stratum_for(r["agent_id"], r["domain"], r["tier"])
+            hit = hash_unit(r["conversation_id"], self._policy.salt) < stratum.rate
+            ids.append(r["conversation_id"])
+            strata.append(stratum.name)
+            rates.append(stratum.rate)
+            by_rate.append(hit)
+            weights.append(1.0 / stratum.rate if hit else 0.0)
+        await conn.execute(SET_DECISIONS, ids, strata, rates, by_rate, weights, self._digest)
+        return len(ids)

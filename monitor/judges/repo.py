@@ -1,0 +1,217 @@
+"""Postgres side of the judging pipeline: candidates, requests, conversations, verdicts.
+
+- :func:`claim_candidates` picks conversations that are idle, decided, not yet requested and
+  sampled (by rate, or by an always-sample rule evaluated here on the stored facts; the stored
+  facts narrow the candidates through a partial index, so a round never scans conversations
+  that were never sampled), marks them requested (``conversations.judge_requested_at``),
+  records a ``judge_requests`` row for each and hands them to a callback (the Kafka publish)
+  INSIDE the transaction: when the publish fails, nothing is recorded and they are picked
+  again later; when the commit fails after a publish, a request is sent twice and the judge
+  worker absorbs it (verdicts are unique per item and judge version).
+- :func:`write_verdicts` stores verdicts (``ON CONFLICT DO NOTHING``), marks the request judged
+  and relabels the conversation's items and calibration sums, in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from monitor.contract.events import AgentEvent, validate_event
+from monitor.ingest.items_sql import LOCK_CONVERSATIONS, RELABEL_ITEMS
+from monitor.judges.base import Verdict
+from monitor.sampling.rules import AlwaysSampleRules
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """What goes on the ``judge-requests`` topic (JSON; key = conversation id)."""
+
+    conversation_id: str
+    agent_id: str
+    reasons: tuple[str, ...]
+    requested_at: datetime
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "conversation_id": self.conversation_id,
+                "agent_id": self.agent_id,
+                "reasons": list(self.reasons),
+                "requested_at": self.requested_at.isoformat(),
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> JudgeRequest:
+        """Raises ValueError/KeyError on a malformed request."""
+        d = json.loads(raw)
+        return cls(
+            str(d["conversation_id"]),
+            str(d["agent_id"]),
+            tuple(str(r) for r in d["reasons"]),
+            datetime.fromisoformat(d["requested_at"]),
+        )
+
+
+_FACTS = """
+SELECT c.conversation_id, c.agent_id, c.sampled_by_rate, c.escalated, c.min_confidence,
+       c.tool_errors > 0 AS failed_tool_call,
+       (SELECT min((e.body->'feedback'->>'score')::float8) FROM events e
+         WHERE e.conversation_id = c.conversation_id AND e.type = 'feedback') AS min_feedback
+FROM conversations c
+"""
+
+# the partial index ix_conversations_judge_candidates serves exactly this predicate
+_CANDIDATES = _FACTS + """
+WHERE c.judge_requested_at IS NULL AND c.last_ts < $1 AND c.sample_rate IS NOT NULL
+  AND (c.sampled_by_rate OR c.escalated OR c.tool_errors > 0 OR c.feedback_count > 0)
+ORDER BY c.last_ts
+LIMIT $2
+FOR UPDATE OF c SKIP LOCKED
+"""
+
+# the confidence-floor rule depends on configuration, so it has no partial index: it looks at
+# conversations idle for less than FLOOR_HORIZON only (the last_ts index bounds the scan)
+_LOW_CONFIDENCE = _FACTS + """
+WHERE c.judge_requested_at IS NULL AND c.last_ts < $1 AND c.last_ts >= $2
+  AND c.sample_rate IS NOT NULL AND c.min_confidence < $3
+ORDER BY c.last_ts
+LIMIT $4
+FOR UPDATE OF c SKIP LOCKED
+"""
+FLOOR_HORIZON = timedelta(days=1)
+
+_MARK = """
+UPDATE conversations SET judge_requested_at = $2 WHERE conversation_id = ANY($1::text[])
+"""
+
+_RECORD = """
+INSERT INTO judge_requests (conversation_id, agent_id, reasons, requested_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::timestamptz[])
+ON CONFLICT (conversation_id) DO NOTHING
+"""
+
+
+async def claim_candidates(
+    pool: asyncpg.Pool,
+    rules: AlwaysSampleRules,
+    now: datetime,
+    idle: timedelta,
+    limit: int,
+    publish: Callable[[list[JudgeRequest]], Awaitable[None]],
+) -> list[JudgeRequest]:
+    """Request judging of up to ``limit`` conversations idle since ``now - idle``.
+
+    Returns the requests published and recorded (empty when there is nothing to judge).
+    Exceptions of ``publish`` propagate, and nothing is recorded.
+    """
+    cutoff = now - idle
+    async with pool.acquire() as conn, conn.transaction():
+        rows = list(await conn.fetch(_CANDIDATES, cutoff, limit))
+        floor = rules.confidence_floor
+        if floor is not None and len(rows) < limit:
+            seen = {r["conversation_id"] for r in rows}
+            more = await conn.fetch(
+                _LOW_CONFIDENCE, cutoff, cutoff - FLOOR_HORIZON, floor, limit - len(rows)
+            )
+            rows += [r for r in more if r["conversation_id"] not in seen]
+        requests = []
+        for r in rows:
+            fired = rules.reasons(
+                escalated=r["escalated"],
+                min_confidence=r["min_confidence"],
+                failed_tool_call=r["failed_tool_call"],
+                min_feedback=r["min_feedback"],
+            )
+            reasons = (("rate",) if r["sampled_by_rate"] else ()) + tuple(f.value for f in fired)
+            if reasons:
+                requests.append(JudgeRequest(r["conversation_id"], r["agent_id"], reasons, now))
+        if not requests:
+            return []
+        await publish(requests)
+        await conn.execute(_MARK, [q.conversation_id for q in requests], now)
+        await conn.execute(
+            _RECORD,
+            [q.conversation_id for q in requests],
+            [q.agent_id for q in requests],
+            [json.dumps(list(q.reasons)) for q in requests],
+            [q.requested_at for q in requests],
+        )
+    return requests
+
+
+async def load_conversation(pool: asyncpg.Pool, conversation_id: str) -> list[AgentEvent]:
+    """The stored events of one conversation (empty when none is stored)."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT body FROM events WHERE conversation_id = $1 ORDER BY ts, event_id",
+            conversation_id,
+        )
+    return [validate_event(json.loads(r["body"])) for r in rows]
+
+
+async def agent_uses_tools(pool: asyncpg.Pool, agent_id: str) -> bool:
+    """True when any stored conversation of ``agent_id`` has a tool call or a tool result."""
+    async with pool.acquire() as conn:
+        found = await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM conversations WHERE agent_id = $1"
+            " AND (tool_calls > 0 OR tool_results > 0))",
+            agent_id,
+        )
+    return bool(found)
+
+
+async def judged_by(pool: asyncpg.Pool, conversation_id: str) -> set[tuple[str, str]]:
+    """``(judge, judge_version)`` pairs that already have verdicts on the conversation."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT DISTINCT judge, judge_version FROM verdicts WHERE conversation_id = $1",
+            conversation_id,
+        )
+    return {(r["judge"], r["judge_version"]) for r in rows}
+
+
+_INSERT_VERDICTS = """
+INSERT INTO verdicts (conversation_id, item_id, agent_id, judge, judge_version, status, label,
+                      score, categories, evidence, rationale, error, latency_ms)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::smallint[], $8::float8[], $9::jsonb[], $10::jsonb[], $11::text[],
+                     $12::text[], $13::float8[])
+ON CONFLICT ON CONSTRAINT uq_verdicts_item_judge DO NOTHING
+"""
+
+
+async def write_verdicts(
+    pool: asyncpg.Pool, agent_by_conversation: dict[str, str], verdicts: Sequence[Verdict]
+) -> tuple[int, int]:
+    """Store ``verdicts``, mark their conversations judged, relabel their items.
+
+    Returns ``(verdicts offered, items relabelled)``. One transaction: all or nothing.
+    """
+    cids = sorted(agent_by_conversation)
+    cols: list[list[Any]] = [[] for _ in range(13)]
+    for v in verdicts:
+        values = (
+            v.conversation_id, v.item_id or "", agent_by_conversation[v.conversation_id],
+            v.judge, v.judge_version, v.status, v.label, v.score, json.dumps(list(v.categories)),
+            json.dumps(v.evidence, default=str), v.rationale, v.error, float(v.latency_ms),
+        )  # fmt: skip
+        for col, value in zip(cols, values, strict=True):
+            col.append(value)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(LOCK_CONVERSATIONS, cids)
+        if verdicts:
+            await conn.execute(_INSERT_VERDICTS, *cols)
+        await conn.execute(
+            "UPDATE judge_requests SET judged_at = now() WHERE conversation_id = ANY($1::text[])",
+            cids,
+        )
+        row = await conn.fetchrow(RELABEL_ITEMS, cids, cids)
+    assert row is not None
+    return len(verdicts), int(row["relabelled"])

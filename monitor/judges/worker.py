@@ -1,0 +1,294 @@
+"""Judge workers: schedule sampled conversations for judging, judge them, store the verdicts.
+
+Two tasks, both framework-free (``app.py`` runs them inside the worker):
+
+- the **scheduler** (:meth:`JudgeLoop.schedule_forever`) every ``schedule_interval_s`` claims
+  conversations idle for ``idle_s`` that are in the sample (rate or always-sample rule) and not
+  yet requested, and publishes one request per conversation to the ``judge-requests`` topic
+  (key = conversation id), recording it in ``judge_requests`` in the same transaction;
+- the **consumer** (:meth:`JudgeLoop.consume_forever`, its own consumer group) reads requests in
+  batches, judges up to ``concurrency`` conversations at once, writes each conversation's
+  verdicts (and the relabelled items) in one transaction, and commits the batch's offsets only
+  after every verdict of the batch is stored.
+
+Guarantees: ingestion never waits for a judge (separate topic and consumer group); a judge
+that fails yields ``status='error'`` verdicts (the judges never raise); a request delivered
+twice, or re-delivered after a crash, runs only the judges that have no verdict on the
+conversation yet, and verdicts are unique per (item, judge, version): nothing is judged twice.
+A store outage is retried with backoff; the batch stays uncommitted meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from monitor.config import Settings
+from monitor.core.clock import Clock, SystemClock
+from monitor.judges import repo as judge_repo
+from monitor.judges.base import Conversation
+from monitor.judges.deterministic import deterministic_judges
+from monitor.judges.domains import load_domains
+from monitor.judges.llm import LLMJudge, LLMJudgeConfig
+from monitor.judges.quality_repo import FloorChange, refresh_judge_quality
+from monitor.judges.runner import JudgeRunner as JudgeRunner
+from monitor.sampling.rules import AlwaysSampleRules
+from monitor.store.engine import libpq_url
+from monitor.worker.ops_metrics import OpsMetrics
+
+log = logging.getLogger("monitor.judging")
+T = TypeVar("T")
+
+STORE_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    bootstrap: str
+    database_url: str
+    topic: str = "judge-requests"
+    group_id: str = "monitor-judges"
+    idle_s: float = 30.0
+    schedule_interval_s: float = 5.0
+    schedule_batch: int = 200
+    concurrency: int = 8
+    idempotent_producer: bool = True
+    retry_max_s: float = 10.0
+    precision_floor: float = 0.7
+    floor_min_pairs: int = 30
+    quality_interval_s: float = 300.0
+
+
+class JudgeLoop:
+    """The scheduler and the consumer of the judging pipeline (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        runner: JudgeRunner,
+        rules: AlwaysSampleRules,
+        metrics: OpsMetrics | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.rules = rules
+        self.metrics = metrics or OpsMetrics()
+        self.clock = clock or SystemClock()
+        self._stopping = asyncio.Event()
+        self._sem = asyncio.Semaphore(config.concurrency)
+        self._pool: asyncpg.Pool | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._tool_agents: dict[str, tuple[bool, float]] = {}  # agent -> (uses tools, when)
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._pool = await asyncpg.create_pool(
+            libpq_url(cfg.database_url), min_size=0, max_size=cfg.concurrency + 1
+        )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap, acks="all", enable_idempotence=cfg.idempotent_producer
+        )
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        """Ask both tasks to finish (a batch being judged stays uncommitted)."""
+        self._stopping.set()
+
+    async def close(self) -> None:
+        if self.runner.llm is not None:
+            await self.runner.llm.aclose()
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # -- scheduler ------------------------------------------------------------------------
+    async def schedule_once(self) -> int:
+        """Claim and publish one round of judge requests; returns how many were sent."""
+        assert self._pool is not None and self._producer is not None
+        producer, topic = self._producer, self.config.topic
+
+        async def publish(requests: list[judge_repo.JudgeRequest]) -> None:
+            sent = [
+                await producer.send(topic, r.to_json(), key=r.conversation_id.encode())
+                for r in requests
+            ]
+            await asyncio.gather(*sent)
+
+        done = await judge_repo.claim_candidates(
+            self._pool, self.rules, self.clock.now(),
+            _seconds(self.config.idle_s), self.config.schedule_batch, publish,
+        )  # fmt: skip
+        self.metrics.judge_requests.inc(len(done))
+        return len(done)
+
+    async def refresh_quality(self) -> list[FloorChange]:
+        """Measure the judges against outcomes and apply the precision floor
+        (:func:`monitor.judges.quality_repo.refresh_judge_quality`)."""
+        assert self._pool is not None
+        _, changes = await refresh_judge_quality(
+            self._pool, self.config.precision_floor, self.config.floor_min_pairs
+        )
+        for c in changes:
+            log.warning("judge %s %s %s (precision floor %.2f); %d items relabelled",
+                        c.judge, c.judge_version, "muted" if c.muted else "unmuted",
+                        self.config.precision_floor, c.relabelled)  # fmt: skip
+        return changes
+
+    async def schedule_forever(self) -> None:
+        last_quality: float | None = None
+        while not self._stopping.is_set():
+            try:
+                sent = await self.schedule_once()
+                while sent >= self.config.schedule_batch:  # a backlog: until a round is short
+                    sent = await self.schedule_once()
+                now = self.clock.monotonic()
+                if last_quality is None or now - last_quality >= self.config.quality_interval_s:
+                    last_quality = now
+                    await self.refresh_quality()
+            except Exception as exc:  # the scheduler must outlive any failure
+                log.warning("judge scheduling failed (%s); retrying", exc)
+            await self._sleep(self.config.schedule_interval_s)
+
+    # -- consumer -------------------------------------------------------------------------
+    async def consume_forever(self, ready: asyncio.Event | None = None) -> None:
+        cfg = self.config
+        consumer = AIOKafkaConsumer(
+            cfg.topic, bootstrap_servers=cfg.bootstrap, group_id=cfg.group_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            max_poll_records=cfg.concurrency * 4,
+        )  # fmt: skip
+        await consumer.start()
+        try:
+            if ready is not None:
+                ready.set()
+            while not self._stopping.is_set():
+                batch = await consumer.getmany(timeout_ms=500, max_records=cfg.concurrency * 4)
+                if not batch:
+                    continue
+                requests = []
+                for records in batch.values():
+                    for rec in records:
+                        try:
+                            requests.append(judge_repo.JudgeRequest.from_json(rec.value or b""))
+                        except (ValueError, KeyError, TypeError) as exc:
+                            log.error("skipping a malformed judge request at %s: %s",
+                                      rec.offset, exc)  # fmt: skip
+                unique = {r.conversation_id: r for r in requests}
+                results = await asyncio.gather(*(self._judge(r) for r in unique.values()))
+                if not all(results):
+                    return  # stopping: leave the batch uncommitted
+                await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batch.items()})
+        finally:
+            await consumer.stop()
+
+    async def _judge(self, request: judge_repo.JudgeRequest) -> bool:
+        """Judge one conversation and store the verdicts; False only when stopping."""
+        assert self._pool is not None
+        pool = self._pool
+        async with self._sem:
+            started = self.clock.monotonic()
+            events = await self._store(lambda: judge_repo.load_conversation(
+                pool, request.conversation_id))  # fmt: skip
+            if events is None:
+                return False
+            done = await self._store(lambda: judge_repo.judged_by(pool, request.conversation_id))
+            tools = await self._uses_tools(request.agent_id)
+            if done is None or tools is None:
+                return False
+            verdicts = (
+                await self.runner.run(Conversation.of(events, tools), done) if events else []
+            )
+            agents = {request.conversation_id: request.agent_id}
+            written = await self._store(lambda: judge_repo.write_verdicts(pool, agents, verdicts))
+            if written is None:
+                return False
+            for v in verdicts:
+                self.metrics.verdicts.labels(v.judge, v.status).inc()
+            self.metrics.judged.inc()
+            self.metrics.judge_latency.observe(self.clock.monotonic() - started)
+            return True
+
+    async def _uses_tools(self, agent_id: str) -> bool | None:
+        """Whether ``agent_id`` is a tool-using agent (True is remembered for good, False for
+        a minute); None when stopping."""
+        now = self.clock.monotonic()
+        known = self._tool_agents.get(agent_id)
+        if known is not None and (known[0] or now - known[1] < 60.0):
+            return known[0]
+        pool = self._pool
+        assert pool is not None
+        found = await self._store(lambda: judge_repo.agent_uses_tools(pool, agent_id))
+        if found is not None:
+            self._tool_agents[agent_id] = (found, now)
+        return found
+
+    async def _store(self, op: Callable[[], Awaitable[T]]) -> T | None:
+        """Run a store operation until it succeeds (backoff); None when stopping."""
+        delay = 0.5
+        while True:
+            try:
+                return await op()
+            except STORE_ERRORS as exc:
+                log.warning("judge store operation failed (%s); retrying in %.1fs", exc, delay)
+                if await self._sleep(delay):
+                    return None
+                delay = min(delay * 2, self.config.retry_max_s)
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stopping; True when stopping was requested."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+            return True
+        except TimeoutError:
+            return False
+
+
+def _seconds(s: float) -> timedelta:
+    return timedelta(seconds=s)
+
+
+def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules) -> JudgeLoop:
+    """The judge loop the worker runs: deterministic judges always (with the domains of the
+    ``monitor.domains`` entry points and ``domains_dir``), the LLM judge when
+    ``llm_judge_base_url`` is set (model, key, timeout from the settings)."""
+    llm = None
+    if settings.llm_judge_base_url:
+        llm = LLMJudge(
+            LLMJudgeConfig(
+                base_url=settings.llm_judge_base_url,
+                model=settings.llm_judge_model,
+                api_key=settings.llm_judge_api_key,
+                timeout=settings.llm_judge_timeout_s,
+                max_concurrency=settings.judge_concurrency,
+                json_mode=settings.llm_judge_json_mode,
+            )
+        )
+    assert settings.kafka_bootstrap and settings.database_url
+    config = JudgeConfig(
+        bootstrap=settings.kafka_bootstrap,
+        database_url=settings.database_url,
+        topic=settings.topic_judge_requests,
+        group_id=settings.judge_consumer_group,
+        idle_s=settings.judge_idle_s,
+        schedule_interval_s=settings.judge_schedule_interval_s,
+        schedule_batch=settings.judge_batch,
+        concurrency=settings.judge_concurrency,
+        idempotent_producer=settings.kafka_idempotent,
+        precision_floor=settings.judge_precision_floor,
+        floor_min_pairs=settings.judge_floor_min_pairs,
+        quality_interval_s=settings.judge_quality_interval_s,
+    )
+    domains = load_domains(settings.domains_dir)
+    log.info("judge domains: %s", ", ".join(f"{n} ({len(d.references)} references)"
+                                            for n, d in sorted(domains.items())) or "none")
+    runner = JudgeRunner(deterministic_judges(), llm, domains)
+    return JudgeLoop(config, runner, rules, metrics)

@@ -1,0 +1,190 @@
+"""The report page, ordered for a person with two minutes (see :func:`render_html`).
+
+Every numeric table cell carries its exact value in ``data-key`` / ``data-value`` (the text shows
+it rounded); images are embedded as base64 PNG so the file opens anywhere on its own. The page
+reads on a phone too: cards and charts reflow, wide tables scroll inside their own box.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from monitor.report.verdict import Verdict
+
+if TYPE_CHECKING:
+    from monitor.report.write import ReportData
+
+TARGET_RESIDUAL_FAILURE = 0.1
+CHART_TITLES = {
+    "reliability": "Reliability diagram",
+    "ece_over_time": "ECE over time",
+    "escalation_by_bin": "Escalation by confidence",
+    "threshold_curve": "Threshold curve",
+}
+
+_CSS = """
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1400px;
+ padding:1.2em;color:#1f2328;line-height:1.4}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;margin:1.6em 0 .5em}
+h3{font-size:1.05em;margin:1.2em 0 .4em}.meta{color:#57606a;margin:0 0 1em}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:.7em}
+.card{border:1px solid #d0d7de;border-left:6px solid #999;border-radius:6px;padding:.6em .8em}
+.card.act{border-left-color:#cf222e;background:#fff5f5}
+.card.watch{border-left-color:#bf8700;background:#fffbea}
+.card.healthy{border-left-color:#1a7f37;background:#f3fbf5}
+.card .agent{font-weight:600;word-break:break-all}.card p{margin:.3em 0 0}
+.badge{display:inline-block;font-size:.75em;font-weight:700;letter-spacing:.05em;
+ padding:.1em .5em;border-radius:4px;color:#fff;margin-right:.4em;vertical-align:middle}
+.badge.act{background:#cf222e}.badge.watch{background:#9a6700}.badge.healthy{background:#1a7f37}
+.summary{font-size:1.05em;margin:.2em 0 .8em}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;margin:.4em 0 1em;font-size:.92em}
+td,th{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,300px),1fr));gap:.8em}
+figure{margin:0}img{width:100%;height:auto;border:1px solid #eaeef2}
+figcaption{font-size:.85em;color:#57606a}
+details{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.5em 0}
+summary{cursor:pointer;font-weight:600}
+"""
+
+
+def cell(value: Any, key: str | None = None, digits: int = 4) -> str:
+    """A table cell: numbers right-aligned and rounded, with the exact value under ``key``."""
+    if isinstance(value, bool) or value is None or not isinstance(value, int | float):
+        shown = "-" if value is None else str(value)
+        return f"<td>{html.escape(shown)}</td>"
+    shown = str(value) if isinstance(value, int) else (
+        f"{value:.{digits}f}" if value == value else "-")
+    attrs = f' data-key="{html.escape(key)}" data-value="{value!r}"' if key else ""
+    return f'<td class="num"{attrs}>{shown}</td>'
+
+
+def table(head: list[str], rows: list[str], empty: str = "none") -> str:
+    """A table in a horizontally scrolling box (narrow screens)."""
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(rows) or f'<tr><td colspan="{len(head)}">{html.escape(empty)}</td></tr>'
+    return f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody>' \
+           "</table></div>"
+
+
+def anchor(agent: str) -> str:
+    return "agent-" + "".join(ch if ch.isalnum() else "-" for ch in agent)
+
+
+def _badge(level: str) -> str:
+    return f'<span class="badge {level}">{level.upper()}</span>'
+
+
+def verdict_cards(found: Sequence[Verdict]) -> str:
+    """The first screen: how many agents need action, then one card per agent."""
+    if not found:
+        return '<p class="summary">No agent has data in this range and scope.</p>'
+    counts = {lvl: sum(v.level == lvl for v in found) for lvl in ("act", "watch", "healthy")}
+    line = ", ".join(f"{n} {lvl}" for lvl, n in counts.items() if n)
+    needs = [v.agent for v in found if v.level == "act"]
+    head = (f"<b>Act on {html.escape(', '.join(needs))}</b>" if needs
+            else "<b>No agent needs action now</b>")  # fmt: skip
+    cards = "".join(
+        f'<div class="card {v.level}">{_badge(v.level)}<a class="agent" href="#{anchor(v.agent)}">'
+        f"{html.escape(v.agent)}</a><p>{html.escape(v.reason)}</p></div>"
+        for v in found
+    )
+    return f'<p class="summary">{head} ({line}).</p><div class="cards">{cards}</div>'
+
+
+def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
+    rows = [f"<tr><td>{a['time']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(a['severity']))}</td>"
+            f"<td>{html.escape(str(a['rule']))}</td><td>{html.escape(str(a['agent_id']))}</td>"
+            + cell(a["value"]) + f"<td>{html.escape(str(a['summary']))}</td></tr>"
+            for a in alerts]  # fmt: skip
+    return table(["fired at", "severity", "rule", "agent", "value", "summary"], rows,
+                 empty="no alert is firing")  # fmt: skip
+
+
+def _figure(name: str, png: bytes, caption: str) -> str:
+    data = base64.b64encode(png).decode()
+    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>")
+
+
+def agent_charts(found: Sequence[Verdict], images: Mapping[str, Mapping[str, bytes]]) -> str:
+    """One block per agent (verdict order): its badge and its charts."""
+    out = []
+    for v in found:
+        charts = images.get(v.agent, {})
+        figs = "".join(_figure(f"{v.agent}-{kind}.png", png, CHART_TITLES.get(kind, kind))
+                       for kind, png in charts.items())  # fmt: skip
+        out.append(f'<h3 id="{anchor(v.agent)}">{_badge(v.level)}{html.escape(v.agent)}</h3>'
+                   f'<div class="charts">{figs}</div>')  # fmt: skip
+    return "".join(out)
+
+
+def full_tables(d: ReportData, combined: Mapping[str, bytes]) -> str:
+    """Every number, folded: calibration, escalation, thresholds, drift, all-agent charts."""
+    cal = [f"<tr><td>{html.escape(a)}</td>" + "".join(cell(getattr(r, f), f"calibration/{a}/{f}")
+           for f in ("count", "ece", "mce", "brier", "accuracy", "mean_confidence"))
+           + cell("yes" if r.meaningful else f"no ({r.reason})") + "</tr>"
+           for a, r in d.calibration.items()]  # fmt: skip
+    esc = [f"<tr><td>{html.escape(a)}</td><td>{b.lower:.1f}-{b.upper:.1f}</td>"
+           + cell(b.n, f"escalation/{a}/{b.index}/n")
+           + cell(b.rate, f"escalation/{a}/{b.index}/rate") + "</tr>"
+           for a, s in d.escalation.items() for b in s.bins if b.n]  # fmt: skip
+    thr = [f"<tr><td>{html.escape(a)}</td>" + cell(r.threshold, f"thresholds/{a}/{i}/threshold", 2)
+           + cell(r.escalation_rate, f"thresholds/{a}/{i}/escalation_rate")
+           + cell(r.residual_failure_rate, f"thresholds/{a}/{i}/residual_failure_rate")
+           + cell("<" if rec.threshold == r.threshold else "") + "</tr>"
+           for a, (tb, rec) in d.thresholds.items() for i, r in enumerate(tb.rows)]  # fmt: skip
+    dr = [f"<tr><td>{html.escape(str(c['agent_id']))}</td><td>{html.escape(str(c['domain']))}</td>"
+          f"<td>{c['tier'] or '-'}</td><td>{c['recent_to']:%Y-%m-%d %H:%M}</td>"
+          + "".join(cell(c[f]) for f in ("n_baseline", "n_recent", "psi", "ks_pvalue",
+                                         "accuracy_pvalue", "ece_baseline", "ece_recent",
+                                         "ece_pvalue"))
+          + f"<td>{'FIRED: ' + html.escape(str(c['fired_tests'])) if c['fired'] else 'no'}</td>"
+          "</tr>" for c in d.drift]  # fmt: skip
+    fired = sum(1 for c in d.drift if c["fired"])
+    figs = "".join(_figure(f"{k}.png", png, CHART_TITLES.get(k, k) + ", all agents")
+                   for k, png in combined.items())  # fmt: skip
+
+    def fold(title: str, body: str) -> str:
+        return f"<details><summary>{html.escape(title)}</summary>{body}</details>"
+
+    return "".join([
+        fold(f"Calibration ({len(cal)} rows)", table(
+            ["agent", "items", "ECE", "MCE", "Brier", "accuracy", "mean confidence",
+             "meaningful"], cal)),
+        fold(f"Escalation rate by minimum-confidence bin ({len(esc)} rows)",
+             table(["agent", "bin", "conversations", "escalation rate"], esc)),
+        fold(f"Threshold what-if, target residual failure {TARGET_RESIDUAL_FAILURE} "
+             f"({len(thr)} rows)", table(["agent", "threshold", "escalation rate",
+                                          "residual failure rate", "recommended"], thr)),
+        fold(f"Drift checks ({len(dr)} rows, {fired} fired)", table(
+            ["agent", "domain", "tier", "recent window end", "n baseline", "n recent", "PSI",
+             "KS p", "accuracy p", "ECE baseline", "ECE recent", "ECE p", "fired"], dr)),
+        fold("All agents on one chart", f'<div class="charts">{figs}</div>'),
+    ])  # fmt: skip
+
+
+def render_html(d: ReportData, found: Sequence[Verdict], images: Mapping[str, Mapping[str, bytes]],
+                combined: Mapping[str, bytes]) -> str:
+    """The page: the verdict per agent, the firing alerts, the charts per agent, then the full
+    tables folded. ``images`` are the per-agent charts (agent -> kind -> PNG), ``combined`` the
+    all-agent ones (kind -> PNG)."""
+    scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
+    return "".join([
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>Agent reliability report</title><style>{_CSS}</style></head><body>",
+        "<h1>Agent reliability report</h1>",
+        f"<p class='meta'>Scope: {html.escape(scope or 'all agents')}; "
+        f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC.</p>",
+        "<h2>Verdict per agent</h2>", verdict_cards(found),
+        f"<h2>Firing alerts ({len(d.alerts)})</h2>", alerts_table(d.alerts),
+        "<h2>Charts per agent</h2>", agent_charts(found, images),
+        "<h2>Full tables</h2>", full_tables(d, combined),
+        "</body></html>",
+    ])  # fmt: skip

@@ -1,0 +1,174 @@
+"""``monitor report``: a self-contained HTML report (and PNGs) for a time range and scope.
+
+Every number comes from the functions the CLI uses (:mod:`monitor.analytics.reports` with the
+CLI's defaults), so the report's tables equal ``monitor calibration|escalation|thresholds
+--json`` for the same scope and range. Each numeric cell carries its exact value in
+``data-key`` / ``data-value`` attributes (the text shows it rounded); the PNGs are written next to
+the HTML and embedded in it as base64, so the HTML opens anywhere on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from monitor.analytics import reports as fa
+from monitor.analytics.bins import BinSums, sum_all
+from monitor.analytics.calibration import CalibrationReport, ece
+from monitor.analytics.repo import Segment, bin_series
+from monitor.analytics.reports import ALL
+from monitor.analytics.thresholds import Recommendation, ThresholdTable
+from monitor.analytics.write import drift_history
+from monitor.report import plots as rp
+from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
+from monitor.report.verdict import Verdict, verdicts
+from monitor.store.engine import make_engine
+
+#: CLI defaults the report reproduces (``monitor escalation`` / ``monitor thresholds``).
+MISSED_THRESHOLD = 0.5
+MIN_POINT_ITEMS = 10  # fewest items behind one point of "ECE over time"
+THRESHOLD_GRID = [round(i / 10, 6) for i in range(11)]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the report shows, computed once."""
+
+    segment: Segment
+    start: datetime
+    end: datetime
+    calibration: dict[str, CalibrationReport]
+    ece_series: dict[str, list[tuple[datetime, float]]]
+    escalation: dict[str, fa.EscalationSummary]
+    thresholds: dict[str, tuple[ThresholdTable, Recommendation]]
+    drift: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+
+
+def bucket_for(start: datetime, end: datetime) -> tuple[str, timedelta]:
+    """``(stored resolution, bucket length)`` for about 30 points over ``[start, end)``."""
+    span = end - start
+    res, unit = ("1h", timedelta(hours=1)) if span > timedelta(days=2) else ("1m", timedelta(
+        minutes=1))
+    return res, max(unit, (span / 30 // unit) * unit)
+
+
+async def ece_over_time(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+                        ) -> dict[str, list[tuple[datetime, float]]]:
+    """Per agent, ``(bucket start, ECE)`` from the bins summed per bucket (exact roll-up).
+
+    The buckets divide the span the data covers, not the whole range: 17 minutes of traffic in
+    a 24-hour range get about 30 one-minute points, not 3 of 48 minutes each."""
+    res, step = bucket_for(start, end)
+    series = await bin_series(engine, segment, start, end, res)
+    if series:
+        first = min(window for _, window in series)
+        last = max(window for _, window in series)
+        res_unit = timedelta(hours=1) if res == "1h" else timedelta(minutes=1)
+        start, step = first, bucket_for(first, last + res_unit)[1]
+    grouped: dict[tuple[str, datetime], list[BinSums]] = {}
+    for (agent, window), sums in series.items():
+        bucket = start + ((window - start) // step) * step
+        grouped.setdefault((agent, bucket), []).append(sums)
+    out: dict[str, list[tuple[datetime, float]]] = {}
+    for (agent, bucket), parts in sorted(grouped.items()):
+        total = sum_all(parts)  # a bucket of a few items is noise (ECE biased high), skipped
+        if float(total.weight.sum()) > 0 and int(total.count.sum()) >= MIN_POINT_ITEMS:
+            out.setdefault(agent, []).append((bucket, ece(total)))
+    return out
+
+
+async def firing_alerts(engine: AsyncEngine, segment: Segment) -> list[dict[str, Any]]:
+    """Firing alerts (view ``v_alerts``) of the agents matched by ``segment``."""
+    cond, params = Segment(segment.agent).where()
+    sql = text(f"SELECT time, severity, rule, agent_id, domain, tier, value, threshold, summary"
+               f" FROM v_alerts WHERE agent_id IS NULL OR ({cond}) ORDER BY time DESC")
+    async with engine.connect() as conn:
+        return [dict(r) for r in (await conn.execute(sql, params)).mappings().all()]
+
+
+async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+                 ) -> ReportData:
+    """Compute every section of the report (the CLI's functions and defaults)."""
+    return ReportData(
+        segment, start, end,
+        await fa.calibration(engine, segment, start, end),
+        await ece_over_time(engine, segment, start, end),
+        await fa.escalation(engine, segment, start, end, threshold=MISSED_THRESHOLD),
+        await fa.thresholds(engine, segment, start, end, target=TARGET_RESIDUAL_FAILURE,
+                            budget=None, candidates=THRESHOLD_GRID),
+        await drift_history(engine, segment, start, end),
+        await firing_alerts(engine, segment),
+    )  # fmt: skip
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def report_verdicts(d: ReportData) -> list[Verdict]:
+    """The verdict per agent (monitor.report.verdict) from the report's data."""
+    inverted = {a: s.inversion.inverted for a, s in d.escalation.items() if a != ALL}
+    return verdicts(d.calibration, inverted, d.drift, d.alerts)
+
+
+def _charts(d: ReportData, agents: list[str]) -> dict[str, dict[str, bytes]]:
+    def one(source: dict[str, Any], agent: str) -> dict[str, Any]:
+        return {agent: source[agent]} if agent in source else {}
+
+    return {
+        agent: {
+            "reliability": rp.reliability_diagram(one(d.calibration, agent)),
+            "ece_over_time": rp.ece_over_time(one(d.ece_series, agent), compact=True),
+            "escalation_by_bin": rp.escalation_by_bin(one(d.escalation, agent), compact=True),
+            "threshold_curve": rp.threshold_curve(one(d.thresholds, agent), compact=True),
+        }
+        for agent in agents
+    }
+
+
+def write_report(d: ReportData, out_dir: Path) -> Path:
+    """Write ``report.html`` and the PNGs (per agent ``<agent>-<chart>.png``, all agents
+    ``<chart>.png``) into ``out_dir`` (created); returns the HTML path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = report_verdicts(d)
+    combined = {
+        "reliability": rp.reliability_diagram(d.calibration),
+        "ece_over_time": rp.ece_over_time(d.ece_series),
+        "escalation_by_bin": rp.escalation_by_bin(d.escalation),
+        "threshold_curve": rp.threshold_curve(d.thresholds),
+    }
+    per_agent = _charts(d, [v.agent for v in found])
+    for kind, png in combined.items():
+        (out_dir / f"{kind}.png").write_bytes(png)
+    for agent, charts in per_agent.items():
+        for kind, png in charts.items():
+            (out_dir / f"{anchor(agent)}-{kind}.png").write_bytes(png)
+    path = out_dir / "report.html"
+    path.write_text(render_html(d, found, per_agent, combined), encoding="utf-8")
+    return path
+
+
+async def build_report(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime,
+                       out_dir: Path) -> Path:
+    """Gather and write the report; returns the path of the HTML file."""
+    return write_report(await gather(engine, segment, start, end), out_dir)
+
+
+def write_demo_report(database_url: str, start: datetime, end: datetime, out_dir: Path) -> Path:
+    """The report of every agent over ``[start, end)`` (what ``monitor up`` writes at the end
+    of its run); returns the HTML path. Synchronous: runs its own event loop."""
+
+    async def go() -> Path:
+        engine = make_engine(database_url)
+        try:
+            return await build_report(engine, Segment(), start, end, out_dir)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())

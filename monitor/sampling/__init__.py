@@ -1,0 +1,1 @@
+"""Deterministic stratified sampling: policy, rules, estimators. Pure."""

@@ -1,0 +1,49 @@
+"""What agents import to emit agent-event/v1 events to Kafka (see docs/sdk.md).
+
+Async agents::
+
+    from monitor.sdk import Agent, EventEmitter
+
+    async with EventEmitter("kafka:9092", agent=Agent(id="support-bot", version="1.4")) as em:
+        await em.message("conv-1", "assistant", "Your refund is on its way.", confidence=0.82)
+        await em.escalation("conv-1", "threshold", confidence=0.31)
+        await em.flush()        # returns once the broker acknowledged both events
+
+Blocking agents (any number of threads)::
+
+    with SyncEventEmitter("kafka:9092", agent=Agent(id="support-bot")) as em:
+        em.outcome("conv-1", success=True, source="ticket")
+
+Delivery contract (both emitters): ``send``/helpers return once the event is valid and queued;
+``flush`` returns once every event sent before it is acknowledged (``acks="all"``) or raises
+``DeliveryError`` naming how many failed; ``close`` rejects new sends, flushes and stops, and is
+idempotent. ``idempotent=True`` (the default) needs broker support for InitProducerId, which the
+embedded Tansu broker (memory storage) lacks: use ``idempotent=False`` against it.
+"""
+
+from __future__ import annotations
+
+from monitor.contract.events import Agent, AgentEvent, Context, ToolCall
+from monitor.sdk.base import (
+    DeliveryError,
+    EmitterError,
+    EmitterNotRunning,
+    EventHelpers,
+    new_event_id,
+)
+from monitor.sdk.emitter_async import EventEmitter
+from monitor.sdk.emitter_sync import SyncEventEmitter
+
+__all__ = [
+    "Agent",
+    "AgentEvent",
+    "Context",
+    "DeliveryError",
+    "EmitterError",
+    "EmitterNotRunning",
+    "EventEmitter",
+    "EventHelpers",
+    "SyncEventEmitter",
+    "ToolCall",
+    "new_event_id",
+]

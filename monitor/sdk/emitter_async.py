@@ -1,0 +1,247 @@
+"""The asyncio emitter over aiokafka (import it from ``monitor.sdk``)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaProducer
+
+from monitor.contract.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context
+from monitor.core.errors import InvalidEvent
+from monitor.sdk.base import (
+    DeliveryError,
+    EmitterError,
+    EmitterNotRunning,
+    EventHelpers,
+    describe,
+)
+
+_IDEMPOTENCE_HINT = (
+    " (idempotent=True needs a broker that answers InitProducerId; the embedded Tansu broker"
+    " with memory storage does not, so pass idempotent=False against it)"
+)
+
+
+class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
+    """Sends agent-event/v1 events to Kafka: key = ``conversation_id`` (UTF-8), value =
+    ``event.to_json()``, ``acks="all"``, batched by ``linger_ms``/``max_batch_size``.
+
+    Lifecycle: ``await start()`` (or ``async with``), then ``send``/helpers, then ``close()``.
+    Use it from one event loop (the one that called ``start``); for threads use
+    ``SyncEventEmitter``. Events of one conversation sent through one emitter keep their order.
+
+    Delivery contract:
+      * ``send()`` returning means the event is valid and queued in this process, nothing more.
+      * ``flush()`` returning means every event whose ``send()`` returned before ``flush()`` was
+        called is acknowledged by the broker (all in-sync replicas). If any event sent so far
+        failed, ``flush()`` waits for the rest and raises ``DeliveryError`` naming how many
+        failed (each failure is reported by exactly one ``flush``/``close``).
+      * ``close()`` rejects new sends at once, waits for sends in progress, flushes (same
+        guarantee and error as ``flush``) and stops the producer, even if the flush raised.
+        Events not yet flushed when the process dies are lost; call ``close()`` on shutdown.
+      * With ``idempotent=False`` a retried batch can be written twice; consumers deduplicate on
+        ``event_id``. ``idempotent=True`` prevents that but needs broker support (see below).
+    Failed deliveries surface after ``request_timeout_ms`` (aiokafka retries until then).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str = "agent-events",
+        *,
+        idempotent: bool = True,
+        linger_ms: int = 20,
+        max_batch_size: int = 256 * 1024,
+        agent: Agent | None = None,
+        context: Context | None = None,
+        clock: Callable[[], datetime] | None = None,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        """Configure the emitter; nothing connects until ``start()``.
+
+        Args:
+            bootstrap_servers: "host:port[,host:port...]" of the Kafka cluster.
+            topic: the events topic.
+            idempotent: enable the idempotent producer (no duplicates on retry). The embedded
+                Tansu broker (memory storage) rejects InitProducerId, so against it this must be
+                ``False``; ``start()`` otherwise fails with ``EmitterError``.
+            linger_ms, max_batch_size: batching; a batch leaves when full or ``linger_ms`` old.
+            agent, context: defaults for the helpers (each call can override them).
+            clock: returns the aware "now" for ``ts`` (default: system clock, UTC).
+            request_timeout_ms: how long a send may wait for buffer space and a batch may wait
+                for its acknowledgement before it counts as failed.
+        """
+        super().__init__(agent, context, clock)
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.idempotent = idempotent
+        self._producer_config: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers,
+            "acks": "all",
+            "enable_idempotence": idempotent,
+            "linger_ms": linger_ms,
+            "max_batch_size": max_batch_size,
+            "request_timeout_ms": request_timeout_ms,
+            "client_id": "agent-monitor-sdk",
+        }
+        self._producer: Any = None  # AIOKafkaProducer once started
+        self._state: Literal["new", "running", "closing", "closed"] = "new"
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._failed: list[tuple[AgentEvent, BaseException]] = []
+        self._enqueuing = 0
+        self._idle: asyncio.Event | None = None
+        self._closed: asyncio.Event | None = None
+
+    @property
+    def pending(self) -> int:
+        """Events queued or in flight, not yet acknowledged nor failed."""
+        return len(self._pending)
+
+    async def start(self) -> None:
+        """Connect the producer. A no-op when already running.
+
+        Raises:
+            EmitterNotRunning: the emitter was closed (a closed emitter cannot restart).
+            EmitterError: the producer could not start (broker unreachable, idempotence refused);
+                the emitter stays unstarted and ``start()`` may be retried.
+        """
+        if self._state == "running":
+            return
+        if self._state != "new":
+            raise EmitterNotRunning("emitter is closed; create a new one")
+        producer = AIOKafkaProducer(**self._producer_config)
+        try:
+            await producer.start()
+        except Exception as exc:
+            await producer.stop()
+            hint = _IDEMPOTENCE_HINT if self.idempotent else ""
+            raise EmitterError(
+                f"could not start the Kafka producer for {self.bootstrap_servers}: "
+                f"{describe(exc)}{hint}"
+            ) from exc
+        self._producer = producer
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = asyncio.Event()
+        self._state = "running"
+
+    async def send(self, event: AgentEvent) -> None:
+        """Queue one event for delivery (see the class docstring for what is guaranteed when).
+
+        Waits only while the producer's buffer is full (up to ``request_timeout_ms``).
+
+        Raises:
+            TypeError: ``event`` is not an ``AgentEvent``.
+            EmitterNotRunning: called before ``start()`` or after ``close()``.
+            InvalidEvent: the serialized event exceeds 256 KiB (reason ``oversize``).
+        """
+        if not isinstance(event, AgentEvent):
+            raise TypeError(f"send() takes an AgentEvent, got {type(event).__name__}")
+        if self._state != "running":
+            raise EmitterNotRunning(
+                "emitter is closed" if self._state != "new"
+                else "emitter is not started; await start() or use 'async with'"
+            )
+        value = event.to_json()
+        if len(value) > MAX_EVENT_BYTES:
+            raise InvalidEvent(
+                "oversize", None, f"event is {len(value)} bytes, limit is {MAX_EVENT_BYTES}"
+            )
+        assert self._idle is not None
+        self._enqueuing += 1
+        self._idle.clear()
+        try:
+            future = await self._producer.send(
+                self.topic, value=value, key=event.conversation_id.encode("utf-8")
+            )
+        finally:
+            self._enqueuing -= 1
+            if self._enqueuing == 0:
+                self._idle.set()
+        self._pending.add(future)
+        future.add_done_callback(functools.partial(self._delivered, event))
+
+    def _delivered(self, event: AgentEvent, future: asyncio.Future[Any]) -> None:
+        self._pending.discard(future)
+        if future.cancelled():
+            self._failed.append((event, asyncio.CancelledError("delivery cancelled")))
+        elif (exc := future.exception()) is not None:
+            self._failed.append((event, exc))
+
+    async def _emit_and_return(self, event: AgentEvent) -> AgentEvent:
+        await self.send(event)
+        return event
+
+    def _emit(self, event: AgentEvent) -> Coroutine[Any, Any, AgentEvent]:
+        return self._emit_and_return(event)
+
+    async def flush(self) -> None:
+        """Wait until every event sent before this call is acknowledged or has failed.
+
+        Batches still lingering are sent at once (flush does not wait out ``linger_ms``).
+        A no-op before ``start()`` and after ``close()``. Cancelling it (e.g. a timeout with
+        ``asyncio.wait_for``) does not cancel the deliveries themselves.
+
+        Raises:
+            DeliveryError: some events failed since the last report; ``failed`` counts them.
+        """
+        waiting = set(self._pending)
+        if waiting:
+            await self._expedite()
+            await asyncio.wait(waiting)
+        self._raise_failures()
+
+    async def _expedite(self) -> None:
+        # Like Java's flush(): make lingering batches ready to send now instead of waiting out
+        # linger_ms. aiokafka only offers this as flush_for_commit (closes the open batches and
+        # wakes the sender); when it is missing we simply wait for the linger to expire.
+        accumulator = getattr(self._producer, "_message_accumulator", None)
+        expedite = getattr(accumulator, "flush_for_commit", None)
+        if callable(expedite):
+            await expedite()
+
+    def _raise_failures(self) -> None:
+        failed, self._failed = self._failed, []
+        if failed:
+            raise DeliveryError([e for e, _ in failed], [x for _, x in failed])
+
+    async def close(self) -> None:
+        """Flush and stop. Idempotent: later (or concurrent) calls wait for the first to finish
+        and return without raising. Sending after ``close()`` raises ``EmitterNotRunning``.
+
+        Raises:
+            DeliveryError: as ``flush()``; the producer is stopped all the same.
+        """
+        if self._state == "new":
+            self._state = "closed"
+        if self._state == "closed":
+            return
+        assert self._idle is not None and self._closed is not None
+        if self._state == "closing":
+            await self._closed.wait()
+            return
+        self._state = "closing"
+        try:
+            await self._idle.wait()
+            await self.flush()
+        finally:
+            try:
+                await self._producer.stop()
+            finally:
+                self._state = "closed"
+                self._closed.set()
+        self._raise_failures()  # deliveries that failed while the producer stopped
+
+    async def __aenter__(self) -> EventEmitter:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

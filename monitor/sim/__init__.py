@@ -1,0 +1,1 @@
+"""Deterministic simulated agents whose reliability is known by construction. Pure."""

@@ -1,0 +1,1 @@
+"""The stream worker: app.py (the only faust import), its services and /metrics."""

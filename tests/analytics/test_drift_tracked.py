@@ -1,0 +1,90 @@
+"""Tracked drift checks through Postgres (monitor.analytics.periodic): a change stays
+flagged, against
+a reference that stays pinned in ``drift_references``, for as long as it lasts; the previous
+period baseline forgets it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from monitor.analytics import reports as fa
+from monitor.analytics.periodic import drift_once
+from monitor.analytics.repo import Segment
+from monitor.core.clock import FixedClock
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
+from monitor.sim.traffic import Simulator, default_agents
+from monitor.store.drift_state import load_references
+from monitor.store.engine import drop_database, ensure_database, make_engine, upgrade, with_database
+
+N_CONV = 2400
+END = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+START = END - timedelta(seconds=5 * N_CONV)  # 3 h 20 min
+CHANGE = START + timedelta(minutes=80)  # no recovery
+RECENT = timedelta(minutes=40)
+DRIFTING = "sim-telecom-drifting"
+
+
+async def _seed(url: str) -> None:
+    await ensure_database(url)
+    await asyncio.to_thread(upgrade, url)
+    events = list(Simulator(11, START, default_agents(CHANGE, None)).events(N_CONV))
+    w = EventWriter(url)
+    try:
+        for i in range(0, len(events), 3000):
+            await w.write([event_row(e) for e in events[i : i + 3000]])
+    finally:
+        await w.close()
+
+
+@pytest.fixture
+def seeded(pg_admin_url: str) -> Iterator[str]:
+    url = with_database(pg_admin_url, f"mon_dt_{uuid.uuid4().hex[:10]}")
+    asyncio.run(_seed(url))
+    yield url
+    asyncio.run(drop_database(url))
+
+
+def test_a_change_stays_flagged_against_its_pinned_reference(seeded):
+    async def go() -> tuple[list[tuple[datetime, int]], dict, list, bool]:
+        engine = make_engine(seeded)
+        try:
+            fired_rounds, refs = [], []
+            t = START + timedelta(minutes=60)
+            while t <= END:
+                n = await drift_once(engine, FixedClock(t), RECENT, 0.001, 100)
+                fired_rounds.append((t, n))
+                refs.append((t, (await load_references(engine)).get(
+                    (DRIFTING, "1.0", "telecom", 3))))
+                t += timedelta(minutes=10)
+            states = await load_references(engine)
+            # the old baseline, the period just before the recent window, at the end
+            old = await fa.run_drift(engine, Segment(agent=DRIFTING),
+                                     fa.drift_windows(END, RECENT), alpha=0.01, store=False)
+            return fired_rounds, states, refs, any(c.fired for c in old.values())
+        finally:
+            await engine.dispose()
+
+    rounds, states, refs, old_fired = asyncio.run(go())
+    assert sum(n for _, n in rounds) >= len([r for _, r in refs if r is not None and r.flagged])
+    flagged = [(t, r) for t, r in refs if r is not None and r.flagged]
+    assert flagged, refs
+    first = flagged[0][0]
+    assert CHANGE < first <= CHANGE + 2 * RECENT
+    # from the first firing check on, every check flags the change, against the same reference
+    after = [(t, r) for t, r in refs if t >= first]
+    assert all(r is not None and r.flagged for _, r in after), after
+    pinned = {(r.ref_from, r.ref_to) for _, r in after if r is not None}
+    assert len(pinned) == 1 and next(iter(pinned))[1] <= CHANGE
+    assert states[(DRIFTING, "1.0", "telecom", 3)].flagged_since == flagged[0][1].flagged_since
+    # the stable agents never fired
+    for key, st in states.items():
+        if key[0] != DRIFTING:
+            assert st.flagged_since is None and st.clean_since is not None, (key, st)
+    # the previous-period baseline had made the change the new normal by then
+    assert not old_fired

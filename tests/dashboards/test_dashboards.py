@@ -1,0 +1,257 @@
+"""The dashboards' contract (issue 6): the views, the dashboards' shape, their annotations on a
+seeded database, and `monitor dashboards push` against a real HTTP server speaking Grafana's API.
+
+Every panel query is run on a seeded Postgres by tests/dashboards/test_dashboard_sql.py;
+here: what that
+generic checker does not cover (annotation queries, the views' numbers against the CLI's,
+migrations of the views, links and variables the alert messages rely on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from monitor.analytics import reports as fa
+from monitor.analytics.repo import Segment
+from monitor.cli import dashboards as dashboards_cmd
+from monitor.dashboards import push as gp
+from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
+from tests.dashboards import grafana_sql as g
+from tests.dashboards import seed as dashboard_seed
+from tests.dashboards.test_dashboard_sql import (
+    NOTHING,
+    Scenario,
+    dead_letters,
+    resolve_variables,
+    run_sql,
+)
+from tests.servers.grafana_server import FakeGrafana
+from tests.test_deploy_files import DASHBOARDS, all_panels, dashboard_files
+
+UIDS = {"monitor-calibration", "monitor-drift", "monitor-escalation", "monitor-judges",
+        "monitor-pipeline"}
+VIEWS = {"v_calibration_bins", "v_calibration_windows", "v_calibration_maps",
+         "v_escalation_conversations", "v_drift_checks", "v_verdicts", "v_alerts",
+         "v_alert_annotations", "v_pipeline"}
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {d["uid"]: d for d in (json.loads(p.read_text()) for p in dashboard_files())}
+
+
+# --- static shape -----------------------------------------------------------------------------
+
+
+def test_every_dashboard_is_there_with_scope_variables_and_alerts() -> None:
+    found = dashboards()
+    assert set(found) == UIDS
+    for uid, d in found.items():
+        assert d["schemaVersion"] == 39, uid
+        ids = [p["id"] for p in all_panels(d)]
+        assert len(ids) == len(set(ids)), uid
+        names = [v["name"] for v in d["templating"]["list"]]
+        assert names == ["agent", "domain", "tier"], uid  # /d/<uid>?var-agent=..&var-domain=..
+        for v in d["templating"]["list"]:
+            assert v["type"] == "query" and v["multi"] and v["includeAll"], (uid, v["name"])
+            assert not v.get("skipUrlSync"), (uid, v["name"])  # the URL must set them
+        annotations = [a for a in d["annotations"]["list"] if a.get("target")]
+        assert any("v_alert_annotations" in a["target"]["rawSql"] for a in annotations), uid
+        assert any(p["type"] == "table" and "FROM v_alerts" in p["targets"][0]["rawSql"]
+                   for p in all_panels(d)) or uid == "monitor-judges", uid
+        assert any(link.get("includeVars") and link.get("keepTime") for link in d["links"]), uid
+
+
+def test_issue_panels_exist() -> None:
+    titles = {uid: {p["title"] for p in all_panels(d)} for uid, d in dashboards().items()}
+    assert {"ECE over time per agent", "ECE over time per tier", "Brier score over time per agent",
+            "Reliability diagram (selected range)", "Confidence histogram (selected range)",
+            "Raw vs recalibrated ECE", "Firing alerts"} <= titles["monitor-calibration"]
+    assert {"ECE: recent vs baseline", "p-values of the drift tests", "Drift checks"} <= titles[
+        "monitor-drift"]
+    assert {"Escalation rate by confidence bin", "Threshold curve", "Time to escalation per agent",
+            "Missed escalations"} <= titles["monitor-escalation"]
+    assert {"Verdicts by failure category", "Fabrications by type", "Judge latency",
+            "Judge errors", "Judges against ground truth"} <= titles["monitor-judges"]
+    reliability = next(p for p in all_panels(dashboards()["monitor-calibration"])
+                       if p["title"].startswith("Reliability"))
+    assert "diagonal (perfect calibration)" in reliability["targets"][0]["rawSql"]
+
+
+def test_panels_read_views_not_tables() -> None:
+    """New dashboards query only the views (the pipeline keeps its raw-table panels)."""
+    for uid, d in dashboards().items():
+        if uid == "monitor-pipeline":
+            continue
+        for p in all_panels(d):
+            sql = p["targets"][0]["rawSql"]
+            assert any(f"FROM {v}" in sql or f"JOIN {v}" in sql for v in VIEWS), (uid, p["title"])
+
+
+# --- views, migrations ------------------------------------------------------------------------
+
+
+async def views(url: str) -> set[str]:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        rows = await conn.fetch("SELECT viewname FROM pg_views WHERE schemaname = 'public'")
+    finally:
+        await conn.close()
+    return {r["viewname"] for r in rows}
+
+
+async def test_views_migrate_down_and_up(database_url: str) -> None:
+    assert await views(database_url) == VIEWS
+    await asyncio.to_thread(downgrade, database_url, "0004")
+    assert await views(database_url) == set()
+    await asyncio.to_thread(upgrade, database_url, "head")
+    assert await views(database_url) == VIEWS
+
+
+@pytest.fixture
+async def seeded(database_url: str, tau2_files: list[Path]) -> str:
+    await dashboard_seed.seed(database_url, tau2_files, dead_letters())
+    return database_url
+
+
+ECE_SQL = """
+SELECT agent_id, ({}) / sum(weight) AS ece, sum(sum_sq_err) / sum(weight) AS brier
+FROM v_calibration_windows WHERE resolution = '1m' AND window_start >= $1 AND window_start < $2
+GROUP BY agent_id ORDER BY agent_id"""
+
+
+async def test_window_view_rolls_up_to_the_cli_numbers(seeded: str) -> None:
+    """Σ-then-ECE over v_calibration_windows rows equals flows.analytics.calibration (the CLI)."""
+    end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    start = end - timedelta(hours=2)
+    engine = make_engine(seeded)
+    try:
+        reports = await fa.calibration(engine, Segment(), start, end, n_boot=10)
+    finally:
+        await engine.dispose()
+    terms = " + ".join(f"abs(coalesce(sum(d{b}), 0))" for b in range(10))
+    conn = await asyncpg.connect(libpq_url(seeded))
+    try:
+        rows = await conn.fetch(ECE_SQL.format(terms), start, end)
+    finally:
+        await conn.close()
+    assert {r["agent_id"] for r in rows} == set(reports) - {fa.ALL}
+    for r in rows:
+        assert r["ece"] == pytest.approx(reports[r["agent_id"]].ece, abs=1e-9)
+        assert r["brier"] == pytest.approx(reports[r["agent_id"]].brier, abs=1e-9)
+    assert reports["sim-retail-overconfident"].ece > 0.2  # the seeded data mean something
+
+
+async def run_annotations(url: str, dashboard: dict[str, Any], selection: dict[str, tuple[str, ...]]
+                          ) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    scenario = Scenario("annotations", g.TimeRange(now - timedelta(hours=6), now), selection)
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        problems: list[str] = []
+        variables = await resolve_variables(conn, dashboard, scenario, problems)
+        assert not problems, problems
+        out = {}
+        for a in dashboard["annotations"]["list"]:
+            if a.get("target"):
+                sql = g.interpolate(a["target"]["rawSql"], time_range=scenario.time_range,
+                                    interval_ms=60000, variables=variables)
+                out[a["name"]] = await run_sql(conn, sql)
+        return out
+    finally:
+        await conn.close()
+
+
+async def test_annotations_mark_alerts_and_fired_drift_checks(seeded: str) -> None:
+    for uid, d in dashboards().items():
+        results = await run_annotations(seeded, d, {})
+        for name, result in results.items():
+            assert {"time", "text", "tags"} <= set(result.columns), (uid, name)
+            assert result.rows, (uid, name, "no annotation with the seeded alerts and checks")
+        alerts = results["Alerts"]
+        texts = [r[alerts.columns.index("text")] for r in alerts.rows]
+        assert sum(t.startswith("FIRING:") for t in texts) == 3 and any(
+            t.startswith("RESOLVED:") for t in texts), texts
+        nothing = await run_annotations(seeded, d, {"agent": (NOTHING,)})
+        assert all(not r.rows for r in nothing.values()), uid
+    drift = await run_annotations(seeded, dashboards()["monitor-drift"], {})
+    assert any("sim-telecom-drifting" in r[1] for r in drift["Drift checks fired"].rows)
+
+
+async def test_annotation_on_a_missing_view_fails(seeded: str) -> None:
+    broken = copy.deepcopy(dashboards()["monitor-calibration"])
+    target = next(a for a in broken["annotations"]["list"] if a.get("target"))["target"]
+    target["rawSql"] = target["rawSql"].replace("v_alert_annotations", "v_alert_annotation")
+    with pytest.raises(asyncpg.UndefinedTableError):
+        await run_annotations(seeded, broken, {})
+
+
+# --- monitor dashboards push ------------------------------------------------------------------
+
+
+def push_cli(grafana_url: str, token: str | None, *args: str) -> Any:
+    app = typer.Typer()
+    dashboards_cmd.register(app)
+    env = {"MONITOR_GRAFANA_URL": grafana_url, "MONITOR_GRAFANA_FOLDER": "Agent monitor"}
+    if token is not None:
+        env["MONITOR_GRAFANA_TOKEN"] = token
+    return CliRunner().invoke(app, ["dashboards", "push", *args], env=env)
+
+
+def test_push_creates_then_updates_without_duplicates() -> None:
+    with FakeGrafana("s3cret") as grafana:
+        first = push_cli(grafana.url, "s3cret")
+        assert first.exit_code == 0, first.output
+        assert "created" in first.output
+        assert len(grafana.folders) == 1
+        (folder,) = grafana.folders.values()
+        assert folder["title"] == "Agent monitor"
+        assert set(grafana.dashboards) == UIDS
+        assert all(d["folderUid"] == folder["uid"] and d["version"] == 1
+                   for d in grafana.dashboards.values())
+        ids = {uid: d["id"] for uid, d in grafana.dashboards.items()}
+        pushed = grafana.dashboards["monitor-calibration"]["dashboard"]
+        assert pushed["panels"] == dashboards()["monitor-calibration"]["panels"]
+
+        second = push_cli(grafana.url, "s3cret")
+        assert second.exit_code == 0, second.output
+        assert "found" in second.output and f"{grafana.url}/d/monitor-drift/" in second.output
+        assert len(grafana.folders) == 1 and set(grafana.dashboards) == UIDS
+        assert {uid: d["id"] for uid, d in grafana.dashboards.items()} == ids
+        assert all(d["version"] == 2 for d in grafana.dashboards.values())
+        assert grafana.requests.count(("POST", "/api/folders")) == 1
+
+
+def test_push_401_is_a_clear_error() -> None:
+    with FakeGrafana("s3cret") as grafana:
+        result = push_cli(grafana.url, "wrong")
+        assert result.exit_code == 1
+        assert "401" in result.output and "MONITOR_GRAFANA_TOKEN" in result.output
+        assert "Traceback" not in result.output
+        assert grafana.dashboards == {} and grafana.folders == {}
+        missing = push_cli(grafana.url, None)
+        assert missing.exit_code == 1 and "MONITOR_GRAFANA_TOKEN" in missing.output
+        assert grafana.requests == [("GET", "/api/search")]  # only the 401 attempt went out
+
+
+def test_push_unreachable_and_bad_directory(tmp_path: Path) -> None:
+    with FakeGrafana("t") as grafana:
+        dead = grafana.url
+    result = push_cli(dead, "t")
+    assert result.exit_code == 1, result.output
+    # one line naming the URL and the cause, no urllib3 repr with object addresses
+    assert result.output.strip() == (
+        f"dashboards push failed: Grafana unreachable at {dead} (MONITOR_GRAFANA_URL or "
+        "--url): connection refused"
+    )
+    assert push_cli(dead, "t", "--dir", str(tmp_path)).exit_code == 2
+    assert len(gp.load_dashboards(DASHBOARDS)) == len(UIDS)

@@ -1,0 +1,56 @@
+"""The broker loses its data (an in-memory broker restarted on the same port): the ingest loop
+detects it, says so once, and resumes from the recreated topic's earliest offset."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from monitor.ingest.loop import IngestConfig, IngestLoop
+from monitor.ingest.writer import EventWriter
+from monitor.stack.broker import EmbeddedBroker
+from tests.factories import event_dict
+from tests.ingest.test_ingest_loop import produce, wait_count
+from tests.servers.worker import create_topic
+
+
+async def test_broker_data_loss_is_detected_and_ingest_resumes(
+    tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="monitor.ingest")
+    topic = "lossy"
+    first = EmbeddedBroker(log_path=tmp_path / "tansu-1.log").start()
+    second: EmbeddedBroker | None = None
+    writer = EventWriter(database_url)
+    config = IngestConfig(first.bootstrap, topic, f"{topic}.dlq", "g-lossy",
+                          idempotent_producer=False, commit_timeout_s=3.0)  # fmt: skip
+    loop = IngestLoop(config, writer)
+    task: asyncio.Task[None] | None = None
+    try:
+        await create_topic(first.bootstrap, topic, partitions=1)
+        before = [(b"k", json.dumps(event_dict(f"a-{i}", "c-a", at=i)).encode()) for i in range(20)]
+        await produce(first.bootstrap, topic, before)
+        task = asyncio.create_task(loop.run())
+        assert await wait_count(database_url, "SELECT count(*) FROM events", 20) == 20
+        await asyncio.sleep(1.0)  # the batch's offsets are committed
+        first.stop()
+        second = EmbeddedBroker(port=first.port, log_path=tmp_path / "tansu-2.log").start()
+        await create_topic(second.bootstrap, topic, partitions=1)
+        after = [(b"k", json.dumps(event_dict(f"b-{i}", "c-b", at=i)).encode()) for i in range(5)]
+        await produce(second.bootstrap, topic, after)
+        assert await wait_count(database_url, "SELECT count(*) FROM events", 25, timeout=90) == 25
+        await asyncio.sleep(2.0)
+        assert loop.health.status()[0], loop.health.status()
+    finally:
+        await loop.stop()
+        if task is not None:
+            await asyncio.wait_for(task, 30)
+        await writer.close()
+        (second or first).stop()
+    lost = [r for r in caplog.records if "lost data" in r.getMessage()]
+    assert len(lost) == 1, [r.getMessage() for r in caplog.records][-20:]
+    assert "earliest offset" in lost[0].getMessage()

@@ -1,0 +1,234 @@
+"""The judging pipeline on the real broker and Postgres, with the LLM judge on a loopback
+chat-completions server: schedule -> judge-requests topic -> judges -> verdicts -> item labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from monitor.core.clock import FixedClock
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
+from monitor.judges.deterministic import deterministic_judges
+from monitor.judges.llm import LLMJudge, LLMJudgeConfig
+from monitor.judges.worker import JudgeConfig, JudgeLoop, JudgeRunner
+from monitor.sampling.policy import SamplingPolicy
+from monitor.store.engine import libpq_url
+from tests.factories import T0, event
+from tests.servers.llm_server import ChatServer, Recorded, Reply, verdicts_json
+from tests.servers.worker import create_topic
+
+
+def llm_answer(req: Recorded) -> Reply:
+    """Label 0 every item whose id contains 'bad', 1 the others (what a real judge would say)."""
+    text = req.body["messages"][-1]["content"]  # the conversation (not the rubric's example)
+    ids = sorted(set(re.findall(r"\[item ([^\]]+)\]", text)))
+    items = [
+        {"item_id": i, "label": 0, "correctness": 0.1, "categories": ["wrong_information"]}
+        if "bad" in i
+        else {"item_id": i}
+        for i in ids
+    ]
+    return Reply(verdicts_json(*items))
+
+
+def conversations() -> list:
+    evs = []
+    # c-fab: claims a refund with no tool call (authorization fabrication), no outcome yet;
+    # the agent calls tools in c-ok, so it is a tool-using agent and the check applies here
+    evs += [
+        event("fab-u", "c-fab", at=0, role="user", content="refund my order", confidence=None),
+        event("fab-a1-bad", "c-fab", at=1, content="Your refund has been issued.", confidence=0.95),
+    ]
+    # c-ok: a plain exchange, outcome success (ground truth beats the judges)
+    evs += [
+        event("ok-u", "c-ok", at=2, role="user", content="where is my order?", confidence=None),
+        event("ok-a1", "c-ok", at=3, content="Let me check that for you.", confidence=0.7,
+              tool_calls=[{"id": "k1", "name": "get_order", "arguments": {}}]),
+        event("ok-t1", "c-ok", "tool_result", at=3.5, call_id="k1", name="get_order"),
+        event("ok-o", "c-ok", "outcome", at=4, success=True),
+    ]
+    # c-mix: two assistant messages, the LLM judges one wrong; no outcome
+    evs += [
+        event("mix-u", "c-mix", at=5, role="user", content="hello", confidence=None),
+        event("mix-a1", "c-mix", at=6, content="Hello, how can I help?", confidence=0.8),
+        event("mix-a2-bad", "c-mix", at=7, content="Our store closes at 9.", confidence=0.6),
+    ]
+    return evs
+
+
+async def items(url: str) -> dict[str, tuple]:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        rows = await conn.fetch("SELECT event_id, label, label_source FROM items")
+        return {r["event_id"]: (r["label"], r["label_source"]) for r in rows}
+    finally:
+        await conn.close()
+
+
+async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        return await conn.fetch(sql)
+    finally:
+        await conn.close()
+
+
+async def test_judging_end_to_end(broker, database_url):
+    topic = f"judge-{uuid.uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in conversations()])
+    clock = FixedClock(T0 + timedelta(minutes=10))
+    async with ChatServer(default=llm_answer) as server:
+        llm = LLMJudge(
+            LLMJudgeConfig(base_url=server.base_url, model="judge-m", api_key="sk-test-0123456789")
+        )
+        config = JudgeConfig(
+            broker.bootstrap,
+            database_url,
+            topic=topic,
+            group_id=f"g-{topic}",
+            idle_s=60,
+            idempotent_producer=False,
+        )
+        loop = JudgeLoop(
+            config,
+            JudgeRunner(deterministic_judges(), llm),
+            SamplingPolicy().always_sample,
+            clock=clock,
+        )
+        await loop.start()
+        ready = asyncio.Event()
+        consumer = asyncio.create_task(loop.consume_forever(ready))
+        try:
+            await asyncio.wait_for(ready.wait(), 30)
+            assert await loop.schedule_once() == 3
+            assert await loop.schedule_once() == 0  # requested once only
+            await wait_for(lambda: judged(database_url), 3)
+            n_llm = len(server.requests)
+            assert n_llm == 3
+            labels = await items(database_url)
+            assert labels["fab-a1-bad"][0] == 0
+            assert "det.authorization" in labels["fab-a1-bad"][1]
+            assert labels["ok-a1"] == (1, "outcome:ground_truth")  # outcome beats the judges
+            assert labels["mix-a1"] == (1, "judge:llm")
+            assert labels["mix-a2-bad"][0] == 0
+            verdicts = await fetch(
+                database_url,
+                "SELECT judge, item_id, status, label FROM "
+                "verdicts WHERE judge = 'det.authorization'",
+            )
+            assert [(v["item_id"], v["label"]) for v in verdicts] == [("fab-a1-bad", 0)]
+
+            # a re-delivered request judges nothing again
+            before = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
+            await loop._producer.send_and_wait(  # type: ignore[union-attr]
+                topic,
+                b'{"conversation_id": "c-mix", "agent_id": "agent-a", "reasons": '
+                b'["rate"], "requested_at": "2026-01-01T00:00:00+00:00"}',
+                key=b"c-mix",
+            )
+            await asyncio.sleep(2)
+            after = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
+            assert after[0]["n"] == before[0]["n"]
+            assert len(server.requests) == n_llm
+
+            # late ground truth supersedes the judge labels; verdicts stay
+            await writer.write(
+                [event_row(event("mix-o", "c-mix", "outcome", at=500, success=True))]
+            )
+            labels = await items(database_url)
+            assert labels["mix-a2-bad"] == (1, "outcome:ground_truth")
+            assert labels["mix-a1"] == (1, "outcome:ground_truth")
+            kept = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
+            assert kept[0]["n"] == before[0]["n"]
+            bins = await fetch(
+                database_url,
+                "SELECT sum(count) AS n, sum(sum_y) AS y FROM "
+                "calibration_bins WHERE resolution = '1d'",
+            )
+            # 4 labelled items: fab (0), ok (1), mix-a1 (1), mix-a2 (1)
+            assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
+            # the worker's judge measurement: too few flagged conversations to mute anyone
+            assert await loop.refresh_quality() == []
+            measured = await fetch(database_url, "SELECT judge, pairs, muted FROM judge_quality"
+                                   " ORDER BY judge")  # fmt: skip
+            assert measured and not any(r["muted"] for r in measured)
+        finally:
+            await loop.stop()
+            await asyncio.wait_for(consumer, 30)
+            await loop.close()
+            await writer.close()
+
+
+async def judged(url: str) -> int:
+    rows = await fetch(url, "SELECT count(*) AS n FROM judge_requests WHERE judged_at IS NOT NULL")
+    return int(rows[0]["n"])
+
+
+async def wait_for(probe, want: int, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (got := await probe()) < want:
+        assert asyncio.get_running_loop().time() < deadline, f"{got} < {want}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("idle_minutes,expected", [(0, 3), (60, 0)])
+async def test_schedule_waits_for_idle_conversations(broker, database_url, idle_minutes, expected):
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in conversations()])
+    await writer.close()
+    clock = FixedClock(T0 + timedelta(minutes=30))
+    config = JudgeConfig(
+        broker.bootstrap,
+        database_url,
+        topic=f"j-{uuid.uuid4().hex[:8]}",
+        idle_s=idle_minutes * 60,
+        idempotent_producer=False,
+    )
+    loop = JudgeLoop(
+        config, JudgeRunner(deterministic_judges()), SamplingPolicy().always_sample, clock=clock
+    )
+    await loop.start()
+    try:
+        assert await loop.schedule_once() == expected
+    finally:
+        await loop.close()
+    _ = datetime.now(UTC)
+
+
+async def test_schedule_picks_rule_candidates_only_and_marks_them(broker, database_url):
+    """Rate 0: only conversations an always-sample rule pulls in are sent to the judges (here
+    a confidence floor of 0.75: c-fab's 0.95 is above it, c-ok 0.7 and c-mix 0.6 below), each
+    marked requested so that the next round skips it."""
+    policy = SamplingPolicy.from_mapping(
+        {"default_rate": 0.0, "always_sample": {"confidence_floor": 0.75}}
+    )
+    writer = EventWriter(database_url, policy=policy)
+    await writer.write([event_row(e) for e in conversations()])
+    await writer.close()
+    clock = FixedClock(T0 + timedelta(minutes=30))
+    config = JudgeConfig(broker.bootstrap, database_url, topic=f"j-{uuid.uuid4().hex[:8]}",
+                         idle_s=60, idempotent_producer=False)  # fmt: skip
+    loop = JudgeLoop(config, JudgeRunner(deterministic_judges()), policy.always_sample,
+                     clock=clock)  # fmt: skip
+    await loop.start()
+    try:
+        assert await loop.schedule_once() == 2
+        assert await loop.schedule_once() == 0
+    finally:
+        await loop.close()
+    rows = await fetch(database_url, "SELECT conversation_id, judge_requested_at IS NOT NULL AS m"
+                       " FROM conversations ORDER BY 1")  # fmt: skip
+    assert [(r["conversation_id"], r["m"]) for r in rows] == [
+        ("c-fab", False), ("c-mix", True), ("c-ok", True)
+    ]
+    reasons = await fetch(database_url, "SELECT reasons FROM judge_requests")
+    assert all('"low_confidence"' in r["reasons"] for r in reasons), reasons

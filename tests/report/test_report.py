@@ -1,0 +1,142 @@
+"""`monitor report` on a seeded database: the files, the images, and the same numbers as the
+CLI's ``--json`` for the same scope and range."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image as mpimg
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from monitor.cli import calibration, escalation, report
+from tests.dashboards import seed as dashboard_seed
+from tests.dashboards.test_dashboard_sql import dead_letters
+
+PNGS = ("reliability.png", "ece_over_time.png", "escalation_by_bin.png", "threshold_curve.png")
+
+
+def cli(url: str, *args: str) -> Any:
+    app = typer.Typer()
+    for module in (calibration, escalation, report):
+        module.register(app)
+    return CliRunner().invoke(app, list(args), env={"MONITOR_DATABASE_URL": url})
+
+
+def cells(page: str) -> dict[str, float]:
+    return {k: float(v) for k, v in re.findall(r'data-key="([^"]+)" data-value="([^"]+)"', page)}
+
+
+@pytest.fixture
+async def seeded(database_url: str, tau2_files: list[Path]) -> str:
+    await dashboard_seed.seed(database_url, tau2_files, dead_letters())
+    return database_url
+
+
+def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
+    import json
+
+    end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    rng = ["--from", (end - timedelta(hours=4)).isoformat(), "--to", end.isoformat()]
+    out = tmp_path / "rep"
+    result = cli(seeded, "report", *rng, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    page_path = out / "report.html"
+    assert f"report written to {page_path}" in result.output.replace("\n", "")
+    page = page_path.read_text()
+    for name in PNGS:
+        png = (out / name).read_bytes()
+        image = mpimg.imread(out / name)
+        assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 400, name
+        assert base64.b64encode(png).decode() in page, f"{name} is not embedded"
+    assert "src=\"http" not in page and "<link" not in page  # self-contained
+
+    got = cells(page)
+    cal = json.loads(cli(seeded, "calibration", *rng, "--json").output)["agents"]
+    assert len(cal) == 5
+    for agent, r in cal.items():
+        for field in ("count", "ece", "mce", "brier", "accuracy", "mean_confidence"):
+            assert got[f"calibration/{agent}/{field}"] == r[field], (agent, field)
+    esc = json.loads(cli(seeded, "escalation", *rng, "--json").output)["agents"]
+    assert esc
+    for agent, s in esc.items():
+        for b in s["bins"]:
+            if b["n"]:
+                assert got[f"escalation/{agent}/{b['index']}/n"] == b["n"]
+                assert got[f"escalation/{agent}/{b['index']}/rate"] == b["rate"]
+    thr = json.loads(cli(seeded, "thresholds", *rng, "--json").output)["agents"]
+    assert thr
+    for agent, t in thr.items():
+        for i, row in enumerate(t["rows"]):
+            assert got[f"thresholds/{agent}/{i}/threshold"] == row["threshold"]
+            assert got[f"thresholds/{agent}/{i}/escalation_rate"] == row["escalation_rate"]
+            key = f"thresholds/{agent}/{i}/residual_failure_rate"
+            assert got.get(key) == row["residual_failure_rate"], key
+    # the text a person reads shows the same numbers, rounded
+    ece = cal["sim-retail-overconfident"]["ece"]
+    assert f">{ece:.4f}</td>" in page
+    # drift checks and firing alerts are listed
+    text = html.unescape(page)
+    assert text.count("FIRED: ") >= 1 and "sim-telecom-drifting" in text
+    assert "escalation_inverted" in text and "ece_tier1" in text
+    assert "drift for sim-telecom" not in text.split("Firing alerts")[1]  # resolved: not firing
+    # for a person with two minutes: verdicts, then alerts, then charts, full tables last, folded
+    order = [page.index(h) for h in ("<h2>Verdict per agent</h2>", "<h2>Firing alerts (",
+                                     "<h2>Charts per agent</h2>", "<h2>Full tables</h2>")]
+    assert order == sorted(order)
+    first_screen = html.unescape(page[order[0] : order[1]])
+    assert re.search(r'<div class="card act"><span class="badge act">ACT</span>'
+                     r'<a class="agent" href="#agent-sim-airline-inverted">', first_screen)
+    assert "critical alert escalation_inverted" in first_screen
+    assert "<b>Act on sim-airline-inverted" in first_screen
+    tail = page[order[3] :]
+    assert tail.count("<details>") == 5 and "data-key=" not in page[: order[3]]
+    for agent in ("sim-airline-inverted", "sim-retail-overconfident", "sim-telecom-drifting",
+                  "sim-airline-calibrated"):  # fmt: skip
+        for kind in ("reliability", "ece_over_time", "escalation_by_bin", "threshold_curve"):
+            png = (out / f"agent-{agent}-{kind}.png").read_bytes()
+            assert base64.b64encode(png).decode() in page[order[2] : order[3]], (agent, kind)
+    assert "<meta name='viewport'" in page
+
+
+def test_scoped_report_and_empty_range(seeded: str, tmp_path: Path) -> None:
+    end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    scoped = cli(seeded, "report", "--agent", "sim-airline-*", "--from",
+                 (end - timedelta(hours=4)).isoformat(), "--to", end.isoformat(),
+                 "--out", str(tmp_path / "a"))
+    assert scoped.exit_code == 0, scoped.output
+    keys = cells((tmp_path / "a" / "report.html").read_text())
+    agents = {k.split("/")[1] for k in keys if k.startswith("calibration/")}
+    assert agents == {"sim-airline-calibrated", "sim-airline-inverted", "*"}
+    old = cli(seeded, "report", "--from", "2001-01-01T00:00:00+00:00", "--to",
+              "2001-01-02T00:00:00+00:00", "--out", str(tmp_path / "b"))
+    assert old.exit_code == 0, old.output
+    for name in PNGS:
+        assert mpimg.imread(tmp_path / "b" / name).ndim == 3
+
+
+async def test_ece_over_time_divides_the_span_of_the_data(seeded: str) -> None:
+    """A day's range over a few hours of traffic: about 30 points per agent, not the 3 or 4
+    that 48-minute buckets over the whole day would give."""
+    from monitor.analytics.repo import Segment
+    from monitor.report.write import ece_over_time
+    from monitor.store.engine import make_engine
+
+    end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    engine = make_engine(seeded)
+    try:
+        series = await ece_over_time(engine, Segment(), end - timedelta(days=1), end)
+    finally:
+        await engine.dispose()
+    assert series
+    for agent, points in series.items():
+        assert len(points) >= 20, (agent, len(points))
+        steps = {b - a for (a, _), (b, _) in pairwise(points)}
+        assert min(steps) < timedelta(minutes=48), agent

@@ -1,0 +1,168 @@
+"""Test harness: the real worker as a subprocess, producing events, polling Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import asyncpg
+import httpx
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from monitor.contract.events import AgentEvent
+from monitor.sdk import EventEmitter
+from monitor.stack.ports import free_port
+from monitor.store.engine import libpq_url
+
+
+class WorkerProcess:
+    """``python -m monitor.cli worker`` with its own env, web port and log file."""
+
+    def __init__(
+        self, bootstrap: str, database_url: str, topic: str, state_dir: Path,
+        group: str | None = None, **extra_env: str,
+    ) -> None:
+        self.port = free_port()
+        self.log_path = state_dir / f"worker-{self.port}.log"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")},
+            "MONITOR_KAFKA_BOOTSTRAP": bootstrap,
+            "DATABASE_URL": database_url,
+            "MONITOR_KAFKA_IDEMPOTENT": "false",
+            "MONITOR_WEB_PORT": str(self.port),
+            "MONITOR_STATE_DIR": str(state_dir),
+            "MONITOR_TOPIC_EVENTS": topic,
+            "MONITOR_TOPIC_DLQ": f"{topic}.dlq",
+            "MONITOR_CONSUMER_GROUP": group or f"g-{topic}",
+            "MONITOR_APP_ID": f"app-{topic}",
+            "MONITOR_TOPIC_JUDGE_REQUESTS": f"{topic}.judge",
+            "MONITOR_JUDGE_CONSUMER_GROUP": f"gj-{topic}",
+            "MONITOR_JUDGE_IDLE_S": "1",
+            "MONITOR_JUDGE_SCHEDULE_INTERVAL_S": "1",
+            "MONITOR_STORE_RETRY_MAX_S": "2",
+            **extra_env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.loglevel = os.environ.get("TEST_WORKER_LOGLEVEL", "warning")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> WorkerProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor.cli", "worker", "--loglevel", self.loglevel],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        return self
+
+    async def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient() as client:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"worker died:\n{self.log_tail()}")
+                try:
+                    if (await client.get(f"{self.url}/health")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"worker not ready in {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def metric(worker: WorkerProcess, name: str) -> float:
+    """The value of an unlabelled metric from the worker's /metrics."""
+    for line in httpx.get(f"{worker.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1), NewTopic(f"{topic}.dlq", 1, 1)])
+    finally:
+        await admin.close()
+
+
+async def send_events(
+    bootstrap: str, topic: str, events: Iterable[AgentEvent], rate: float | None = None
+) -> int:
+    """Send ``events`` with the SDK (optionally at ``rate`` events/s); returns how many."""
+    n = 0
+    started = time.monotonic()
+    async with EventEmitter(bootstrap, topic, idempotent=False) as em:
+        for event in events:
+            await em.send(event)
+            n += 1
+            if rate and n % 100 == 0:
+                ahead = n / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        await em.flush()
+    return n
+
+
+async def count(url: str, sql: str = "SELECT count(*) FROM events") -> int:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
+
+
+async def wait_for_count(
+    url: str, want: int, sql: str = "SELECT count(*) FROM events", timeout: float = 90,
+    stable_s: float = 0.0,
+) -> int:
+    """Poll until ``sql`` returns ``want`` (then wait ``stable_s`` more and re-read)."""
+    deadline = time.monotonic() + timeout
+    n = -1
+    while time.monotonic() < deadline:
+        try:
+            n = await count(url, sql)
+        except (OSError, asyncpg.PostgresError):
+            n = -1
+        if n >= want:
+            if stable_s:
+                await asyncio.sleep(stable_s)
+                n = await count(url, sql)
+            return n
+        await asyncio.sleep(0.2)
+    return n
