@@ -13,9 +13,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from monitor.alerts.states import AlertState, Status
-from monitor.cli.main import app
 from monitor.cli.alerts import alerts_table
 from monitor.cli.analytics_common import print_table
+from monitor.cli.main import app
 from tests.alerts.test_alert_store import seed_states
 
 AGENT = "sim-airline-calibrated-with-a-very-long-agent-name"
