@@ -8,6 +8,8 @@ mean "embedded": ``monitor up`` then starts the Tansu broker and an embedded Pos
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
@@ -227,6 +229,15 @@ def normalize_db_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+asyncpg://" + url[len(prefix) :]
     raise ValueError(f"database_url must be a postgresql:// URL, got {url.split('://')[0]}://")
+
+
+def child_environment(
+    overrides: Mapping[str, str] | None = None, defaults: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment for a child process this one starts (worker, broker): this process's
+    environment with ``defaults`` under it and ``overrides`` over it. The only place besides
+    :class:`Settings` that reads the environment (passing it on, not interpreting it)."""
+    return {**(defaults or {}), **os.environ, **(overrides or {})}
 
 
 def load_settings(**overrides: object) -> Settings:

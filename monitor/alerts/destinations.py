@@ -1,7 +1,7 @@
 """Where alert notifications go, read from the settings without building a sink.
 
 :func:`destinations` names the sinks
-:func:`monitor.alerts.sinks.webhook.configured_sinks` would build
+:func:`monitor.alerts.sinks.registry.configured_sinks` would build
 (same names, same order of precedence); :data:`NO_DESTINATION` is what the worker logs at start
 and ``monitor alerts list`` prints when the list is empty: alerts are then evaluated and
 recorded, but nobody is notified.

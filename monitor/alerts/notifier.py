@@ -38,14 +38,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.alerts.outbox import CLAIM_SQL, NEXT_DUE_SQL, THREAD_SQL, enqueue
 from monitor.alerts.sink_check import SinkTestResult, sample_notification, test_sinks
+from monitor.alerts.sinks.base import DeliveryContext, DeliveryResult, Sink, classify_exception
+from monitor.alerts.sinks.registry import configured_sinks
 from monitor.alerts.sinks.slack_blocks import episodes
-from monitor.alerts.sinks.webhook import (
-    DeliveryContext,
-    DeliveryResult,
-    Sink,
-    classify_exception,
-    configured_sinks,
-)
 from monitor.alerts.states import Kind
 from monitor.config import Settings, load_settings
 from monitor.core.errors import ConfigError

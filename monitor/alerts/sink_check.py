@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from monitor.alerts.sinks.webhook import DeliveryContext, Sink, classify_exception, configured_sinks
+from monitor.alerts.sinks.base import DeliveryContext, Sink, classify_exception
+from monitor.alerts.sinks.registry import configured_sinks
 from monitor.alerts.states import Kind, Notification
 from monitor.config import Settings
 

@@ -16,8 +16,8 @@ Conversations without a confidence are left out of everything that bins or thres
   m = number of tests that could be computed (Bonferroni, family-wise false alarm <= alpha).
 - :func:`time_to_escalation`: median and p90 of turns and seconds (:func:`weighted_quantile`).
 - :func:`missed_escalations`: min confidence < threshold, not escalated, failed.
-- :func:`threshold_table` / :meth:`ThresholdTable.recommend`: the threshold what-if and advisor,
-  defined in :mod:`monitor.analytics.thresholds` and re-exported here.
+- the threshold what-if and advisor live in :mod:`monitor.analytics.thresholds` and
+  :mod:`monitor.analytics.advisor` (they take this module's :class:`ConversationEscalation`).
 
 Malformed input raises ValueError.
 """
@@ -33,10 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.analytics.bins import DEFAULT_BINS, bin_index
-from monitor.analytics.thresholds import Recommendation as Recommendation
-from monitor.analytics.thresholds import ThresholdRow as ThresholdRow
-from monitor.analytics.thresholds import ThresholdTable as ThresholdTable
-from monitor.analytics.thresholds import threshold_table as threshold_table
 from monitor.core.lazy import lazy_module
 
 stats = lazy_module("scipy.stats")  # imported at first use (slow to import)

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from monitor.alerts.sinks.webhook import configured_sinks
+from monitor.alerts.sinks.registry import configured_sinks
 from monitor.alerts.timeline import flush_delay
 from monitor.config import load_alert_rules, load_settings
 from monitor.stack.demo import TrafficPlan

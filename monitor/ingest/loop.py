@@ -30,7 +30,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeAlias, TypeVar
 
@@ -42,6 +41,7 @@ from prometheus_client import Counter
 from monitor.contract.events import decode_event
 from monitor.core.clock import Clock, SystemClock
 from monitor.core.errors import InvalidEvent
+from monitor.ingest.config import IngestConfig as IngestConfig
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
 from monitor.ingest.health import IngestHealth
@@ -96,22 +96,6 @@ def decode_records(
             continue
         rows.append(event_row(event, rec.partition, rec.offset))
     return rows, dead
-
-
-@dataclass
-class IngestConfig:
-    bootstrap: str
-    topic: str = "agent-events"
-    dlq_topic: str = "agent-events.dlq"
-    group_id: str = "monitor-ingest"
-    batch_max_events: int = 5000
-    batch_max_wait_ms: int = 200
-    retry_initial_s: float = 0.5
-    retry_max_s: float = 10.0
-    idempotent_producer: bool = True
-    max_future_skew_s: float | None = 300.0
-    stall_after_s: float = 120.0
-    commit_timeout_s: float = 15.0
 
 
 class _WaitForBatch(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -19,7 +19,7 @@ from monitor.ingest.health import IngestHealth
 from monitor.worker.ops_metrics import OpsMetrics
 
 if TYPE_CHECKING:
-    from monitor.ingest.loop import IngestConfig
+    from monitor.ingest.config import IngestConfig
 
 log = logging.getLogger("monitor.ingest")
 

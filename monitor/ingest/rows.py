@@ -12,10 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor.contract.events import AgentEvent
-from monitor.store.tables import events
 
 # the COPY column order: every ``events`` column but the server-filled ``ingested_at``
-EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in events.c if c.name != "ingested_at")
+# (spelled out so this module stays pure; tests/ingest/test_store_writer.py checks it against
+# the table definition)
+EVENT_COLUMNS: tuple[str, ...] = (
+    "event_id", "conversation_id", "type", "ts", "agent_id", "agent_version", "agent_model",
+    "domain", "tier", "channel", "intent", "segment", "task_id", "trial", "turn", "role",
+    "confidence", "tool_name", "tool_ok", "body", "kafka_partition", "kafka_offset",
+)
 
 EventRow = tuple[Any, ...]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from monitor.report.verdict import Verdict
 
 if TYPE_CHECKING:
-    from monitor.report.write import ReportData
+    from monitor.report.data import ReportData
 
 TARGET_RESIDUAL_FAILURE = 0.1
 CHART_TITLES = {

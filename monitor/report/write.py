@@ -10,7 +10,6 @@ the HTML and embedded in it as base64, so the HTML opens anywhere on its own.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.analytics import reports as fa
 from monitor.analytics.bins import BinSums, sum_all
-from monitor.analytics.calibration import CalibrationReport, ece
+from monitor.analytics.calibration import ece
 from monitor.analytics.repo import Segment, bin_series
 from monitor.analytics.reports import ALL
-from monitor.analytics.thresholds import Recommendation, ThresholdTable
 from monitor.analytics.write import drift_history
 from monitor.report import plots as rp
+from monitor.report.data import ReportData
 from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
 from monitor.report.verdict import Verdict, verdicts
 from monitor.store.engine import make_engine
@@ -34,21 +33,6 @@ from monitor.store.engine import make_engine
 MISSED_THRESHOLD = 0.5
 MIN_POINT_ITEMS = 10  # fewest items behind one point of "ECE over time"
 THRESHOLD_GRID = [round(i / 10, 6) for i in range(11)]
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """Everything the report shows, computed once."""
-
-    segment: Segment
-    start: datetime
-    end: datetime
-    calibration: dict[str, CalibrationReport]
-    ece_series: dict[str, list[tuple[datetime, float]]]
-    escalation: dict[str, fa.EscalationSummary]
-    thresholds: dict[str, tuple[ThresholdTable, Recommendation]]
-    drift: list[dict[str, Any]]
-    alerts: list[dict[str, Any]]
 
 
 def bucket_for(start: datetime, end: datetime) -> tuple[str, timedelta]:

@@ -7,12 +7,12 @@ does not answer InitProducerId, so producers against it must run with idempotenc
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from pathlib import Path
 from types import TracebackType
 
+from monitor.config import child_environment
 from monitor.core.errors import InfraError
 from monitor.stack.ports import free_port, wait_for_port
 
@@ -56,7 +56,7 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+            env=child_environment(defaults={"RUST_LOG": "warn"}),
             start_new_session=True,
         )
         if not wait_for_port(self.host, self.port, timeout_s):

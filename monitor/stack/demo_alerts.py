@@ -23,7 +23,8 @@ from aiohttp import web
 from monitor.alerts.notifier import Notifier, default_retry
 from monitor.alerts.rules import RuleSet
 from monitor.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, is_valid
-from monitor.alerts.sinks.webhook import Sink, WebhookSink
+from monitor.alerts.sinks.base import Sink
+from monitor.alerts.sinks.webhook import WebhookSink
 from monitor.alerts.timeline import Tick, replay_alert_timeline
 from monitor.store.engine import make_engine
 

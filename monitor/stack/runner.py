@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import fcntl
 import json
-import os
 import secrets
 import signal
 import subprocess
@@ -39,7 +38,7 @@ from typing import IO
 
 import httpx
 
-from monitor.config import Settings, normalize_db_url
+from monitor.config import Settings, child_environment, normalize_db_url
 from monitor.core.errors import InfraError, MonitorError
 from monitor.stack import endpoints
 from monitor.stack.broker import EmbeddedBroker
@@ -202,7 +201,7 @@ class Stack:
 
     def _start_worker(self, running: Running) -> None:
         s = running.settings
-        env = {**os.environ, "MONITOR_KAFKA_BOOTSTRAP": running.kafka_bootstrap,
+        env = {**child_environment(), "MONITOR_KAFKA_BOOTSTRAP": running.kafka_bootstrap,
                "DATABASE_URL": running.database_url, "MONITOR_DATABASE_URL": running.database_url,
                "MONITOR_KAFKA_IDEMPOTENT": str(s.kafka_idempotent).lower(),
                "MONITOR_WEB_PORT": running.web_url.rpartition(":")[2],

@@ -22,7 +22,7 @@ from monitor.alerts.destinations import NO_DESTINATION
 from monitor.alerts.evaluate import EvaluationReport
 from monitor.alerts.evaluate import run as run_evaluation
 from monitor.alerts.notifier import notifier_from_settings
-from monitor.alerts.sinks.webhook import configured_sinks
+from monitor.alerts.sinks.registry import configured_sinks
 from monitor.analytics.periodic import Every, drift_once
 from monitor.config import Settings, load_alert_rules, load_sampling_policy
 from monitor.core.clock import SystemClock

@@ -16,9 +16,11 @@ import typer
 from typer.testing import CliRunner
 
 from monitor.alerts.grouping import GroupedNotification
+from monitor.alerts.sinks.alertmanager import AlertmanagerSink
+from monitor.alerts.sinks.base import DeliveryContext
 from monitor.alerts.sinks.slack import SlackSink, SlackWebhookSink
 from monitor.alerts.sinks.slack_blocks import dashboard_link, render_message, scrub_payload
-from monitor.alerts.sinks.webhook import AlertmanagerSink, DeliveryContext, WebhookSink
+from monitor.alerts.sinks.webhook import WebhookSink
 from monitor.cli.alerts_send import add_test_command
 from tests.servers.alert_servers import (
     Hold,

@@ -249,7 +249,7 @@ def test_cli_list_names_the_destinations_or_says_there_is_none(database_url: str
 )  # fmt: skip
 async def test_destinations_name_exactly_the_sinks_the_worker_builds(env: dict[str, str]) -> None:
     from monitor.alerts.destinations import destinations
-    from monitor.alerts.sinks.webhook import configured_sinks
+    from monitor.alerts.sinks.registry import configured_sinks
     from monitor.config import Settings
 
     settings = Settings(**env)  # type: ignore[arg-type]

@@ -18,8 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.alerts.notifier import Notifier, enqueue
+from monitor.alerts.sinks.base import Sink
 from monitor.alerts.sinks.slack import SlackSink
-from monitor.alerts.sinks.webhook import Sink, WebhookSink
+from monitor.alerts.sinks.webhook import WebhookSink
 from monitor.judges.resilience import RetryPolicy
 from monitor.store.engine import make_engine
 from monitor.store.tables_alerts import notification_outbox as outbox

@@ -20,8 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.alerts.grouping import GroupedNotification
 from monitor.alerts.notifier import Notifier, default_retry, enqueue
+from monitor.alerts.sinks.alertmanager import AlertmanagerSink
+from monitor.alerts.sinks.base import Sink
 from monitor.alerts.sinks.slack import SlackSink, SlackWebhookSink
-from monitor.alerts.sinks.webhook import AlertmanagerSink, Sink, WebhookSink
+from monitor.alerts.sinks.webhook import WebhookSink
 from monitor.alerts.states import Notification
 from monitor.store.engine import make_engine
 from tests.servers.alert_servers import (

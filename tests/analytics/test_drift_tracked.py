@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from monitor.analytics import reports as fa
+from monitor.analytics.drift_state import load_references
 from monitor.analytics.periodic import drift_once
 from monitor.analytics.repo import Segment
 from monitor.core.clock import FixedClock
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator, default_agents
-from monitor.store.drift_state import load_references
 from monitor.store.engine import drop_database, ensure_database, make_engine, upgrade, with_database
 
 N_CONV = 2400

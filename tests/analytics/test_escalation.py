@@ -16,11 +16,11 @@ from monitor.analytics.escalation import (
     escalation_by_bin,
     inversion_test,
     missed_escalations,
-    threshold_table,
     time_to_escalation,
     weighted_quantile,
     wilson_interval,
 )
+from monitor.analytics.thresholds import threshold_table
 
 # --- weighted quantiles and Wilson ---------------------------------------------------------
 

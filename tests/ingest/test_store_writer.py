@@ -163,3 +163,12 @@ async def test_outcome_ranks_ground_truth_then_outcomes_then_human_review(
     assert await outcome("c1o", 130, False, "csat") == (False, "csat")
     assert await outcome("g1", 140, True, "ground_truth") == (True, "ground_truth")
     assert await outcome("t2", 150, False, "ticket") == (True, "ground_truth")
+
+
+def test_copy_columns_are_the_events_table_in_order() -> None:
+    """``rows.EVENT_COLUMNS`` is spelled out (the row module stays pure): it must stay every
+    ``events`` column but the server-filled ``ingested_at``, in the table's order."""
+    from monitor.ingest.rows import EVENT_COLUMNS
+    from monitor.store.tables import events
+
+    assert tuple(c.name for c in events.c if c.name != "ingested_at") == EVENT_COLUMNS

@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.otel_agents import Plan, run_genai, run_openinference
+from tests.otel.agents import Plan, run_genai, run_openinference
 from tests.servers.llm_server import ChatServer
 from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
 
@@ -305,7 +305,7 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from tests.otel_agents import collecting
+    from tests.otel.agents import collecting
 
     traces_topic = f"{topic_name}.otlp"
     await create_topic(broker.bootstrap, topic_name)

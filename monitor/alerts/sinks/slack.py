@@ -15,8 +15,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from monitor.alerts.sinks.slack_blocks import render_message
-from monitor.alerts.sinks.webhook import (
+from monitor.alerts.sinks.base import (
     DeliveryContext,
     DeliveryResult,
     classify_exception,
@@ -24,6 +23,7 @@ from monitor.alerts.sinks.webhook import (
     excerpt,
     malformed,
 )
+from monitor.alerts.sinks.slack_blocks import render_message
 from monitor.judges.resilience import parse_retry_after
 
 RETRYABLE_ERRORS = frozenset(

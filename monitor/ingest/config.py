@@ -1,0 +1,22 @@
+"""What the ingest loop is configured with (a plain value built from :class:`Settings` by the
+worker; its own module so that the loop's helpers can take it without importing the loop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class IngestConfig:
+    bootstrap: str
+    topic: str = "agent-events"
+    dlq_topic: str = "agent-events.dlq"
+    group_id: str = "monitor-ingest"
+    batch_max_events: int = 5000
+    batch_max_wait_ms: int = 200
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 10.0
+    idempotent_producer: bool = True
+    max_future_skew_s: float | None = 300.0
+    stall_after_s: float = 120.0
+    commit_timeout_s: float = 15.0
