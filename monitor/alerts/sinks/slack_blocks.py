@@ -120,8 +120,11 @@ def scope_text(scope: Mapping[str, str]) -> str:
 
 
 def value_text(n: Notification) -> str:
-    """``0.0734 (> 0.05)``: the value against the comparison and threshold."""
+    """``0.0734 (> 0.05)``: the value against the comparison and threshold; for a resolution
+    ``0.079 (fires when > 0.08)``, so the last value is not read as still breaching."""
     value = "n/a" if n.value is None else f"{n.value:.4g}"
+    if n.kind is Kind.RESOLVED:
+        return f"{value} (fires when {n.comparison} {n.threshold:g})"
     return f"{value} ({n.comparison} {n.threshold:g})"
 
 
