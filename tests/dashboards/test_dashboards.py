@@ -151,6 +151,61 @@ async def test_window_view_rolls_up_to_the_cli_numbers(seeded: str) -> None:
     assert reports["sim-retail-overconfident"].ece > 0.2  # the seeded data mean something
 
 
+async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None:
+    """The judges dashboard's precision and recall are the conversation-level ones of
+    `monitor judges` (issue 10: a passing check is not "judge says correct"; verdicts on a
+    message are not paired one by one with the conversation's outcome)."""
+    from monitor.judges.quality import ANY_DETERMINISTIC, judge_quality
+    from monitor.judges.stats import conversation_judgements
+
+    lo, hi = datetime(2000, 1, 1, tzinfo=UTC), datetime.now(UTC) + timedelta(days=1)
+    engine = make_engine(seeded)
+    try:
+        judged = await conversation_judgements(engine, Segment(), lo, hi)
+    finally:
+        await engine.dispose()
+    want = {(q.judge, q.judge_version): q for q in judge_quality(judged)
+            if q.category is None and q.judge != ANY_DETERMINISTIC}
+    board = dashboards()["monitor-judges"]
+    panels = {p["title"]: p for p in all_panels(board)}
+    scenario = Scenario("everything", g.TimeRange(lo, hi))
+    conn = await asyncpg.connect(libpq_url(seeded))
+    try:
+        problems: list[str] = []
+        variables = await resolve_variables(conn, board, scenario, problems)
+        assert not problems, problems
+
+        async def panel(title: str) -> Any:
+            sql = g.interpolate(panels[title]["targets"][0]["rawSql"],
+                                time_range=scenario.time_range, interval_ms=60000,
+                                variables=variables)
+            return await run_sql(conn, sql)
+
+        table = await panel("Judges against ground truth")
+        stat = await panel("Precision of judge flags")
+    finally:
+        await conn.close()
+    rows = [dict(zip(table.columns, r, strict=True)) for r in table.rows]
+    flagged_any = False
+    for r in rows:
+        q = want.get((r["judge"], r["version"]))
+        if q is None:  # no verdict of this judge has an outcome to compare with
+            assert r["with outcome"] == 0
+            continue
+        assert r["with outcome"] == q.pairs
+        assert r["flagged"] == q.true_pos + q.false_pos
+        flagged_any = flagged_any or r["flagged"] > 0
+        for col, prop in (("precision", q.precision), ("recall", q.recall)):
+            if prop.value is None:
+                assert r[col] is None
+            else:
+                assert r[col] == pytest.approx(prop.value, abs=1e-12)
+    assert flagged_any  # the seeded judges flag something: the comparison is not vacuous
+    tp = sum(q.true_pos for q in want.values())
+    flagged = sum(q.true_pos + q.false_pos for q in want.values())
+    assert stat.rows[0][0] == pytest.approx(tp / flagged, abs=1e-12)
+
+
 async def run_annotations(url: str, dashboard: dict[str, Any], selection: dict[str, tuple[str, ...]]
                           ) -> dict[str, Any]:
     now = datetime.now(UTC)
