@@ -72,6 +72,13 @@ class OpsMetrics:
         self.http_events = Counter(
             "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
         )
+        self.gate_answers = Counter(
+            "monitor_gate_answers",
+            "POST /v1/gate answers: the decision, the error reason, or 'unrecorded' (a decision "
+            "event the producer did not take)",
+            ["result"],
+            registry=r,
+        )
         self.otlp_spans = Counter(
             "monitor_otlp_spans",
             "Spans posted to /v1/traces by fate (mapped, dropped, rejected; events: events made)",
