@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from monitor.contract.events import Agent, AgentEvent, Id, Probability, ToolCall, validate_event
-from monitor.contract.limits import parse_json
+from monitor.contract.limits import check_characters, may_hold_nul, parse_json
 from monitor.core.errors import InvalidEvent
 
 MAX_HISTORY_EVENTS = 500
@@ -64,7 +64,8 @@ def parse_gate_request(body: bytes, *, max_body_bytes: int, max_content_chars: i
     Raises:
         GateRequestError: 413 ``too_large`` (body above ``max_body_bytes``, content above
             ``max_content_chars``, history above :data:`MAX_HISTORY_EVENTS`); 400 ``not_json``,
-            ``invalid_field`` (naming the field) or ``invalid_history`` (naming the event).
+            ``invalid_field`` (naming the field), ``invalid_history`` (naming the event) or
+            ``invalid_character`` (a NUL the store could not hold).
     """
     if len(body) > max_body_bytes:
         raise GateRequestError(413, "too_large", f"body above {max_body_bytes} bytes")
@@ -74,6 +75,11 @@ def parse_gate_request(body: bytes, *, max_body_bytes: int, max_content_chars: i
         raise GateRequestError(400, "not_json", f"body is not JSON: {exc.detail}") from None
     if not isinstance(data, dict):
         raise GateRequestError(400, "not_json", "body must be a JSON object")
+    if may_hold_nul(body):  # else the parser guarantees storable strings: skip the walk
+        try:
+            check_characters(data)
+        except InvalidEvent as exc:
+            raise GateRequestError(400, "invalid_character", exc.detail) from None
     content = data.get("content")
     if isinstance(content, str) and len(content) > max_content_chars:
         raise GateRequestError(
@@ -89,7 +95,7 @@ def parse_gate_request(body: bytes, *, max_body_bytes: int, max_content_chars: i
     history = []
     for i, item in enumerate(raw_history):
         try:
-            history.append(validate_event(item))
+            history.append(validate_event(item, check_chars=False))
         except InvalidEvent as exc:
             where = f"history[{i}]" + (f".{exc.field}" if exc.field else "")
             raise GateRequestError(400, "invalid_history", f"{where}: {exc.detail}") from None

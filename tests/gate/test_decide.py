@@ -280,3 +280,12 @@ def test_bad_requests_get_a_status_and_a_reason(
         parse_gate_request(body, max_body_bytes=1 << 20, max_content_chars=100)
     assert (info.value.status, info.value.reason) == (status, reason)
     assert needle in info.value.detail
+
+
+def test_a_nul_anywhere_is_refused_before_it_reaches_the_store() -> None:
+    body = json.dumps({"conversation_id": "c1", "agent": {"id": "a"}, "confidence": 0.5,
+                       "content": "ok", "history": [event_dict("h1", content="a\u0000b")]})
+    with pytest.raises(GateRequestError) as info:
+        parse_gate_request(body.encode(), max_body_bytes=1 << 20, max_content_chars=100)
+    assert (info.value.status, info.value.reason) == (400, "invalid_character")
+    assert info.value.detail.startswith("history.0.message.content: contains U+0000")
