@@ -31,6 +31,7 @@ from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
 from monitor.gate.endpoint import GateLimits, handle_gate
+from monitor.gate.outbox import DecisionOutbox
 from monitor.gate.state import GateState
 from monitor.ingest.http import (
     BadBody,
@@ -155,18 +156,25 @@ def create_app(settings: Settings) -> faust.App:
     )
     pending: set[asyncio.Task[None]] = set()  # decision events being handed to the producer
 
+    outbox = DecisionOutbox(emitter.send)  # decision events whose send failed are kept
+
     async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
         await gate.refresh(ingest.reads, clock.now())
+        await outbox.retry()
 
     cast(Any, app).task(refresh_gate_maps)
     cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
 
     async def publish_decision(event: Any) -> None:
-        try:
-            await emitter.send(event)
-        except Exception as exc:
-            metrics.gate_answers.labels("unrecorded").inc()
-            log.error("gate decision %s not published: %s", event.event_id, exc)
+        if not await outbox.publish(event):
+            metrics.gate_answers.labels("kept").inc()
+
+    def gate_status() -> dict[str, Any]:  # the maps' freshness; decision events held back
+        status = gate.status()
+        if outbox.kept or outbox.dropped:
+            status["decision_events_kept"] = len(outbox.kept)
+            status["decision_events_dropped"] = outbox.dropped
+        return status
 
     @app.page("/v1/gate")
     class Gate(View):
@@ -181,7 +189,7 @@ def create_app(settings: Settings) -> faust.App:
                 authorization=request.headers.get("Authorization"),
                 peer=getattr(request, "remote", None), limits=gate_limits, policy=gate.policy,
                 maps=gate.maps, checks=gate.checks, now=clock.now(), timer=time.perf_counter,
-                started=started, new_id=lambda: uuid.uuid4().hex, status=gate.status(),
+                started=started, new_id=lambda: uuid.uuid4().hex, status=gate_status(),
             )  # fmt: skip
             metrics.gate_answers.labels(str(reply.body.get("decision") or reply.body.get(
                 "reason"))).inc()  # fmt: skip

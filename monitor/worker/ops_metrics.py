@@ -74,8 +74,8 @@ class OpsMetrics:
         )
         self.gate_answers = Counter(
             "monitor_gate_answers",
-            "POST /v1/gate answers: the decision, the error reason, or 'unrecorded' (a decision "
-            "event the producer did not take)",
+            "POST /v1/gate answers: the decision, the error reason, or 'kept' (a decision event "
+            "the producer did not take now, kept in memory and re-sent later)",
             ["result"],
             registry=r,
         )

@@ -45,7 +45,7 @@ async def test_refresh_loads_the_latest_maps_and_keeps_them_when_the_store_is_do
     assert state.maps[("agent-a", "retail")].version == 2  # still answering from memory
     status = state.status()
     assert status["maps_loaded_at"] == NOW.isoformat()
-    assert "maps_stale" in status and status["maps_stale"]
+    assert isinstance(status["maps_stale"], str) and len(status["maps_stale"]) > 10
 
 
 def test_a_state_can_start_with_maps() -> None:
