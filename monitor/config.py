@@ -204,6 +204,32 @@ class Settings(BaseSettings):
         "is retried after it (at most one duplicate, same idempotency key).",
     )
 
+    # --- runtime trust gate (POST /v1/gate; docs/gate.md) ---------------------------------
+    gate_token: str | None = Field(
+        default=None,
+        repr=False,
+        description="Bearer token required by POST /v1/gate (separate from the ingest token). "
+        "Unset: the gate answers only requests from the loopback address.",
+    )
+    gate_policy_file: Path | None = Field(
+        default=None,
+        description="YAML gate policy (thresholds, inline checks, fail open/closed per "
+        "agent/domain/tier). Unset: the built-in policy (threshold 0.5, every deterministic "
+        "check, fail open).",
+    )
+    gate_max_content_chars: int = Field(
+        default=32_000, ge=1, description="Longest message content the gate checks (413 above)."
+    )
+    gate_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Largest POST /v1/gate body (413 above)."
+    )
+    gate_refresh_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the gate reloads the calibration maps it "
+        "holds in memory (a newly fitted map is used within this delay).",
+    )
+
     # --- grafana (monitor dashboards push) ---------------------------------------------------
     grafana_url: str = Field(
         default="http://localhost:3000",

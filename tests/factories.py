@@ -25,6 +25,23 @@ def event_dict(
         "escalation": {"trigger": "agent", "reason": "needs a human"},
         "outcome": {"success": True, "reward": 1.0, "source": "ground_truth"},
         "feedback": {"score": 0.5, "source": "csat"},
+        "gate": {
+            "decision": "escalate",
+            "confidence": 0.4,
+            "calibrated": 0.3,
+            "map_version": 2,
+            "threshold": 0.5,
+            "threshold_source": "policy built-in rules[0]",
+            "findings": [
+                {
+                    "judge": "det.authorization",
+                    "category": "fabrication",
+                    "critique": "claims cancel done",
+                }
+            ],
+            "policy_version": "built-in-1",
+            "latency_ms": 1.5,
+        },
     }
     turn = payload.pop("turn", None)
     context = payload.pop("context", {"domain": "retail", "tier": 2})

@@ -54,7 +54,8 @@ EDGE_MODULES = frozenset({
     "monitor.alerts.sinks.alertmanager", "monitor.alerts.sinks.slack",
     "monitor.alerts.sinks.registry",
     "monitor.dashboards.push", "monitor.replay.send", "monitor.sdk", "monitor.sdk.emitter_async",
-    "monitor.sdk.emitter_sync", "monitor.otel.topic",
+    "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.gate.state",
+    "monitor.gate.effect_repo", "monitor.sdk.gate_client",
 })
 # mode (faust's service library) only where the worker's long-running services are defined
 MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic"})

@@ -103,3 +103,41 @@ async def dlq_counts(engine: AsyncEngine, start: datetime, end: datetime) -> tup
     async with engine.connect() as conn:
         row = (await conn.execute(sql, {"lo": start, "hi": end})).one()
     return int(row[0]), int(row[1])
+
+
+_GATE_DECISIONS = text("""
+SELECT agent_id, coalesce(domain, ''), coalesce(tier, 0), count(*),
+       count(*) FILTER (WHERE body->'gate'->>'decision' = 'escalate'),
+       count(*) FILTER (WHERE body->'gate'->>'degraded' IS NOT NULL)
+FROM events WHERE type = 'gate' AND ts >= :lo AND ts < :hi GROUP BY 1, 2, 3
+""")
+_GATE_PROCEEDED = text("""
+WITH last AS (
+  SELECT DISTINCT ON (conversation_id) conversation_id, agent_id, coalesce(domain, '') AS d,
+         coalesce(tier, 0) AS t, body->'gate'->>'decision' AS decision
+  FROM events WHERE type = 'gate' AND ts >= :lo AND ts < :hi
+  ORDER BY conversation_id, ts DESC, event_id DESC)
+SELECT l.agent_id, l.d, l.t, count(*) FILTER (WHERE c.outcome_success IS NOT NULL),
+       count(*) FILTER (WHERE c.outcome_success = false)
+FROM last l JOIN conversations c ON c.conversation_id = l.conversation_id
+WHERE l.decision = 'proceed' GROUP BY 1, 2, 3
+""")
+
+
+async def gate_counts(
+    engine: AsyncEngine, start: datetime, end: datetime
+) -> dict[SegmentTuple, tuple[int, int, int, int, int]]:
+    """Per segment: ``(decisions, escalated, degraded, proceeded with an outcome, proceeded
+    and failed)`` of the gate's decision events in ``[start, end)``."""
+    params = {"lo": start, "hi": end}
+    async with engine.connect() as conn:
+        decided: list[Any] = list((await conn.execute(_GATE_DECISIONS, params)).all())
+        proceeded: list[Any] = list((await conn.execute(_GATE_PROCEEDED, params)).all())
+    out: dict[SegmentTuple, tuple[int, int, int, int, int]] = {}
+    for a, d, t, n, esc, deg in decided:
+        out[(str(a), str(d), int(t))] = (int(n), int(esc), int(deg), 0, 0)
+    for a, d, t, known, failed in proceeded:
+        key = (str(a), str(d), int(t))
+        n, esc, deg, _, _ = out.get(key, (0, 0, 0, 0, 0))
+        out[key] = (n, esc, deg, int(known), int(failed))
+    return out

@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from monitor.alerts import observation_repo as repo
 from monitor.alerts.lifecycle import Observation
 from monitor.alerts.observation_repo import DriftRow, SegmentTuple
-from monitor.alerts.rule_models import CALIBRATION_METRICS, Metric, Rule, RuleSet
+from monitor.alerts.rule_models import CALIBRATION_METRICS, GATE_METRICS, Metric, Rule, RuleSet
 from monitor.analytics import calibration as cal
 from monitor.analytics.alert_bounds import lower_bound
 from monitor.analytics.bins import BinSums
@@ -182,6 +182,21 @@ def lag_observation(rule: Rule, lag: float | None, now: datetime) -> list[Observ
     return [Observation(rule.name, {}, float(lag), 1.0, now)]
 
 
+def gate_observations(
+    rule: Rule, counts: Mapping[SegmentTuple, tuple[int, int, int, int, int]], now: datetime
+) -> list[Observation]:
+    """The gate metric of each segment (:func:`observation_repo.gate_counts`)."""
+    out = []
+    for seg, (n, esc, deg, known, failed) in sorted(counts.items()):
+        scope = segment_scope(seg)
+        if not rule.scope.matches(scope):
+            continue
+        num, den = {Metric.GATE_ESCALATION_RATE: (esc, n), Metric.GATE_DEGRADED_RATE: (deg, n)
+                    }.get(rule.metric, (failed, known))  # fmt: skip
+        out.append(Observation(rule.name, scope, num / den if den else None, den, now))
+    return out
+
+
 class _Reader:
     """Per-evaluation cache: one query per (family, window), shared by rules."""
 
@@ -228,6 +243,9 @@ class _Reader:
         if m is Metric.JUDGE_FAILURE_RATE:
             rows = await self.get(("verdicts", w), lambda: repo.verdict_categories(eng, lo, now))
             return judge_observations(rule, rows, now)
+        if m in GATE_METRICS:
+            counts = await self.get(("gate", w), lambda: repo.gate_counts(eng, lo, now))
+            return gate_observations(rule, counts, now)
         if m is Metric.DLQ_RATE:
             events, dead = await self.get(("dlq", w), lambda: repo.dlq_counts(eng, lo, now))
             return dlq_observation(rule, events, dead, now)

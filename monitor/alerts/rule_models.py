@@ -13,6 +13,11 @@ Metric values, as the evaluator must compute them (units in brackets):
   with a failure of ``category``; ``dlq_rate`` [0, 1]: share of input events dead-lettered;
   ``consumer_lag`` [records behind, max over the window], ``ingest_stall_s`` [seconds the
   evaluating worker's ingest loop has written nothing while it had work: lag or paused].
+- ``gate_escalation_rate`` [0, 1]: share of the gate's decisions (``gate`` events in the
+  window) that were ``escalate`` (the human cost); ``gate_proceeded_failure_rate`` [0, 1]:
+  failures among conversations whose latest decision in the window was ``proceed`` and that
+  have an outcome; ``gate_degraded_rate`` [0, 1]: share of decisions the fail-open/closed
+  choice made (a check failed or ran past the deadline). Per agent x domain x tier.
 """
 
 from __future__ import annotations
@@ -45,6 +50,14 @@ class Metric(StrEnum):
     DLQ_RATE = "dlq_rate"
     CONSUMER_LAG = "consumer_lag"
     INGEST_STALL_S = "ingest_stall_s"
+    GATE_ESCALATION_RATE = "gate_escalation_rate"
+    GATE_PROCEEDED_FAILURE_RATE = "gate_proceeded_failure_rate"
+    GATE_DEGRADED_RATE = "gate_degraded_rate"
+
+
+GATE_METRICS = frozenset(
+    {Metric.GATE_ESCALATION_RATE, Metric.GATE_PROCEEDED_FAILURE_RATE, Metric.GATE_DEGRADED_RATE}
+)
 
 
 CALIBRATION_METRICS = frozenset(
@@ -55,6 +68,9 @@ DEFAULT_MIN_SAMPLES: Mapping[str, float] = {
     Metric.ESCALATION_INVERSION.value: 100.0,
     Metric.TIME_TO_ESCALATION_P90_S.value: 20.0,
     Metric.JUDGE_FAILURE_RATE.value: 1.0,
+    Metric.GATE_ESCALATION_RATE.value: 50.0,
+    Metric.GATE_PROCEEDED_FAILURE_RATE.value: 30.0,
+    Metric.GATE_DEGRADED_RATE.value: 20.0,
 }
 """``min_samples`` when a rule omits it; metrics not listed default to 0 (no minimum)."""
 

@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "and p-value, stored in drift_checks."),
     "judges": ("judges", "Judge volumes, errors, latency, failure categories, and agreement "
                "with ground truth (accuracy, Cohen's kappa)."),
+    "gate": ("gate", "Gate effectiveness per agent x domain: decisions by kind, failures "
+             "among proceeded vs all, failures prevented, escalation rate."),
     "alerts": ("alerts", "Alerts: list, silence, unsilence, ack, rules, test."),
     "dashboards": ("dashboards", "Grafana dashboards: upload them to a running Grafana."),
     "report": ("report", "A self-contained HTML report (PNG charts too): verdict per agent, "

@@ -47,9 +47,12 @@ from monitor.core.errors import InvalidEvent
 SCHEMA_ID = "agent-event/v1"
 MAX_EVENT_BYTES = 256 * 1024
 MAX_ATTRIBUTES_BYTES = 16 * 1024
-EVENT_TYPES: tuple[str, ...] = ("message", "tool_result", "escalation", "outcome", "feedback")
+EVENT_TYPES: tuple[str, ...] = (
+    "message", "tool_result", "escalation", "outcome", "feedback", "gate",
+)  # fmt: skip
 
-EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback"]
+EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback", "gate"]
+GATE_DECISIONS: tuple[str, ...] = ("proceed", "revise", "escalate")
 Id = Annotated[str, Field(min_length=1, max_length=128)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -120,7 +123,41 @@ class FeedbackPayload(_Strict):
     comment: str | None = None
 
 
-Payload = MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayload | FeedbackPayload
+class GateFinding(_Strict):
+    """One inline check that fired on the gated message: which judge, its failure category,
+    and a one-line critique the agent can use to revise the message."""
+
+    judge: str = Field(min_length=1, max_length=128)
+    category: str | None = None
+    critique: str = Field(max_length=500)
+
+
+class GatePayload(_Strict):
+    """One runtime trust-gate decision (``POST /v1/gate``; docs/gate.md), added to v1 as an
+    optional type: events of the other types are unchanged.
+
+    ``confidence`` is the stated confidence, ``calibrated`` the agent x domain isotonic map
+    applied to it (``map_version`` the map used; None when no map: then ``calibrated`` equals
+    ``confidence``). ``degraded`` names why the policy's fail-open/closed choice decided
+    (a check failed or the deadline passed); None for an ordinary decision.
+    """
+
+    decision: Literal["proceed", "revise", "escalate"]
+    confidence: Probability
+    calibrated: Probability
+    map_version: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
+    threshold: Probability
+    threshold_source: str = Field(min_length=1, max_length=256)
+    findings: list[GateFinding] = Field(default_factory=list, max_length=64)
+    policy_version: str = Field(min_length=1, max_length=128)
+    latency_ms: Annotated[float, Field(ge=0.0)]
+    degraded: str | None = None
+
+
+Payload = (
+    MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayload | FeedbackPayload
+    | GatePayload
+)  # fmt: skip
 
 
 class AgentEvent(_Strict):
@@ -145,6 +182,7 @@ class AgentEvent(_Strict):
     escalation: EscalationPayload | None = None
     outcome: OutcomePayload | None = None
     feedback: FeedbackPayload | None = None
+    gate: GatePayload | None = None
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
@@ -179,7 +217,8 @@ class AgentEvent(_Strict):
 
     @property
     def confidence(self) -> float | None:
-        """The confidence carried by a message or escalation payload, else ``None``."""
+        """The confidence carried by a message or escalation payload, else ``None`` (a gate
+        decision's confidence stays in its payload: it is not a calibration item)."""
         if self.message is not None:
             return self.message.confidence
         if self.escalation is not None:

@@ -14,6 +14,10 @@ Blocking agents (any number of threads)::
     with SyncEventEmitter("kafka:9092", agent=Agent(id="support-bot")) as em:
         em.outcome("conv-1", success=True, source="ticket")
 
+Runtime trust gate (docs/gate.md): with ``gate_url=`` (and ``gate_token=``) on the emitter,
+``answer = await em.gate("conv-1", draft, confidence=0.82, tool_calls=calls)`` (blocking:
+``em.gate(...)``) returns ``proceed``/``revise``/``escalate`` with the findings to revise with.
+
 Delivery contract (both emitters): ``send``/helpers return once the event is valid and queued;
 ``flush`` returns once every event sent before it is acknowledged (``acks="all"``) or raises
 ``DeliveryError`` naming how many failed; ``close`` rejects new sends, flushes and stops, and is
@@ -33,6 +37,14 @@ from monitor.sdk.base import (
 )
 from monitor.sdk.emitter_async import EventEmitter
 from monitor.sdk.emitter_sync import SyncEventEmitter
+from monitor.sdk.gate_client import (
+    Finding,
+    GateAnswer,
+    GateClient,
+    GateError,
+    GateUnavailable,
+    SyncGateClient,
+)
 
 __all__ = [
     "Agent",
@@ -43,7 +55,13 @@ __all__ = [
     "EmitterNotRunning",
     "EventEmitter",
     "EventHelpers",
+    "Finding",
+    "GateAnswer",
+    "GateClient",
+    "GateError",
+    "GateUnavailable",
     "SyncEventEmitter",
+    "SyncGateClient",
     "ToolCall",
     "new_event_id",
 ]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaProducer
 
-from monitor.contract.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context
+from monitor.contract.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context, ToolCall
 from monitor.core.errors import InvalidEvent
 from monitor.sdk.base import (
     DeliveryError,
@@ -20,6 +20,7 @@ from monitor.sdk.base import (
     EventHelpers,
     describe,
 )
+from monitor.sdk.gate_client import GateAnswer, GateClient, body_for
 
 _IDEMPOTENCE_HINT = (
     " (idempotent=True needs a broker that answers InitProducerId; the embedded Tansu broker"
@@ -61,6 +62,9 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         context: Context | None = None,
         clock: Callable[[], datetime] | None = None,
         request_timeout_ms: int = 30_000,
+        gate_url: str | None = None,
+        gate_token: str | None = None,
+        gate_timeout_s: float = 2.0,
     ) -> None:
         """Configure the emitter; nothing connects until ``start()``.
 
@@ -75,6 +79,8 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             clock: returns the aware "now" for ``ts`` (default: system clock, UTC).
             request_timeout_ms: how long a send may wait for buffer space and a batch may wait
                 for its acknowledgement before it counts as failed.
+            gate_url, gate_token, gate_timeout_s: the worker's web address for ``gate()``
+                (e.g. http://monitor:6066), its bearer token, the longest wait per call.
         """
         super().__init__(agent, context, clock)
         self.bootstrap_servers = bootstrap_servers
@@ -89,6 +95,8 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             "request_timeout_ms": request_timeout_ms,
             "client_id": "agent-monitor-sdk",
         }
+        self._gate_config = (gate_url, gate_token, gate_timeout_s)
+        self._gate: GateClient | None = None
         self._producer: Any = None  # AIOKafkaProducer once started
         self._state: Literal["new", "running", "closing", "closed"] = "new"
         self._pending: set[asyncio.Future[Any]] = set()
@@ -217,6 +225,9 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         Raises:
             DeliveryError: as ``flush()``; the producer is stopped all the same.
         """
+        if self._gate is not None:
+            gate, self._gate = self._gate, None
+            await gate.aclose()
         if self._state == "new":
             self._state = "closed"
         if self._state == "closed":
@@ -236,6 +247,46 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
                 self._state = "closed"
                 self._closed.set()
         self._raise_failures()  # deliveries that failed while the producer stopped
+
+    async def gate(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        confidence: float,
+        tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
+        domain: str | None = None,
+        tier: int | None = None,
+        history: Sequence[AgentEvent] = (),
+        request_id: str | None = None,
+        agent: Agent | None = None,
+    ) -> GateAnswer:
+        """Ask the monitor's trust gate whether to send ``content`` (``POST /v1/gate``, over
+        HTTP: works without ``start()``). The gate records the decision as an event itself.
+
+        Args:
+            conversation_id, content: the conversation and the message about to be sent.
+            confidence: the agent's stated confidence in [0, 1] (the gate calibrates it).
+            tool_calls: the calls the message carries; history: the conversation's earlier
+                events (what the inline checks compare the message with).
+            domain, tier: default from the emitter's context; agent from the emitter's.
+            request_id: makes the decision event's id ``gate:<request_id>``.
+
+        Raises:
+            ValueError: no agent known. GateError: the gate refused (status, reason).
+            GateUnavailable: unreachable or slower than ``gate_timeout_s``.
+        """
+        url, token, timeout = self._gate_config
+        if url is None:
+            raise EmitterError("gate() needs gate_url= (the worker's web address)")
+        body = body_for(
+            agent or self.agent, self.context.domain if self.context else None,
+            conversation_id, content, confidence, tool_calls=tool_calls, domain=domain,
+            tier=tier, history=history, request_id=request_id,
+        )  # fmt: skip
+        if self._gate is None:
+            self._gate = GateClient(url, token, timeout=timeout)
+        return await self._gate.ask(body)
 
     async def __aenter__(self) -> EventEmitter:
         await self.start()

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-from monitor.contract.events import Agent, AgentEvent, Context
-from monitor.sdk.base import EmitterNotRunning, EventHelpers
+from monitor.contract.events import Agent, AgentEvent, Context, ToolCall
+from monitor.sdk.base import EmitterError, EmitterNotRunning, EventHelpers
 from monitor.sdk.emitter_async import EventEmitter
+from monitor.sdk.gate_client import GateAnswer, SyncGateClient, body_for
 
 T = TypeVar("T")
 
@@ -40,6 +41,9 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         context: Context | None = None,
         clock: Callable[[], datetime] | None = None,
         request_timeout_ms: int = 30_000,
+        gate_url: str | None = None,
+        gate_token: str | None = None,
+        gate_timeout_s: float = 2.0,
     ) -> None:
         """See ``EventEmitter.__init__``; nothing connects, no thread starts until ``start()``."""
         super().__init__(agent, context, clock)
@@ -48,6 +52,8 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
             max_batch_size=max_batch_size, agent=agent, context=context, clock=clock,
             request_timeout_ms=request_timeout_ms,
         )
+        self._gate_config = (gate_url, gate_token, gate_timeout_s)
+        self._gate: SyncGateClient | None = None
         self._lock = threading.Lock()
         self._state: Literal["new", "running", "closed"] = "new"
         self._stopped = threading.Event()
@@ -121,10 +127,13 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         """
         future: Future[None] | None = None
         with self._lock:
+            gate, self._gate = self._gate, None
             state, self._state = self._state, "closed"
             loop, thread = self._loop, self._thread
             if state == "running" and loop is not None:
                 future = asyncio.run_coroutine_threadsafe(self._async.close(), loop)
+        if gate is not None:
+            gate.close()
         if state == "new":
             self._stopped.set()
         if future is None or loop is None or thread is None:
@@ -136,6 +145,36 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         finally:
             self._stop_loop(loop, thread)
             self._stopped.set()
+
+    def gate(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        confidence: float,
+        tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
+        domain: str | None = None,
+        tier: int | None = None,
+        history: Sequence[AgentEvent] = (),
+        request_id: str | None = None,
+        agent: Agent | None = None,
+    ) -> GateAnswer:
+        """Blocking ``EventEmitter.gate``: ask the trust gate whether to send ``content``
+        (HTTP; works without ``start()``). Raises ValueError (no agent), GateError (refused),
+        GateUnavailable (unreachable or slower than ``gate_timeout_s``)."""
+        url, token, timeout = self._gate_config
+        if url is None:
+            raise EmitterError("gate() needs gate_url= (the worker's web address)")
+        body = body_for(
+            agent or self.agent, self.context.domain if self.context else None,
+            conversation_id, content, confidence, tool_calls=tool_calls, domain=domain,
+            tier=tier, history=history, request_id=request_id,
+        )  # fmt: skip
+        with self._lock:
+            if self._gate is None:
+                self._gate = SyncGateClient(url, token, timeout=timeout)
+            client = self._gate
+        return client.ask(body)
 
     @staticmethod
     def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:

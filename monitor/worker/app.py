@@ -3,7 +3,9 @@
 ``create_app(settings)`` builds (without connecting) a faust App whose worker runs the services
 of :mod:`monitor.worker.services` (ingest; judges unless ``judge_enabled`` is off; periodic drift
 checks; alert evaluation and delivery unless ``alerting_enabled`` is off) and serves
-``POST /v1/events`` (HTTP ingest), ``GET /v1/calibration/{agent_id}`` (recalibration maps),
+``POST /v1/events`` (HTTP ingest), ``POST /v1/gate`` (the runtime trust gate, docs/gate.md:
+answered from memory, its decision events published like ingested events),
+``GET /v1/calibration/{agent_id}`` (recalibration maps),
 ``GET /metrics`` (Prometheus) and ``GET /health``. The streams are batched aiokafka consumers
 run as mode services rather than per-event faust agents: faust's agents peak far below the
 firehose rate (issue 2 measurements), and the judge stream needs bounded concurrency with
@@ -12,8 +14,11 @@ commit-after-write, which the same consumer pattern gives.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import time
+import uuid
 from datetime import timedelta
 from typing import Any, cast
 
@@ -25,6 +30,9 @@ from monitor.analytics.write import current_maps
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
+from monitor.gate.endpoint import GateLimits, handle_gate
+from monitor.gate.outbox import DecisionOutbox
+from monitor.gate.state import GateState
 from monitor.ingest.http import (
     BadBody,
     RequestTooLarge,
@@ -141,6 +149,55 @@ def create_app(settings: Settings) -> faust.App:
             metrics.http_events.labels("accepted").inc(len(verdicts.accepted))
             metrics.http_events.labels("rejected").inc(verdicts.rejected)
             return self.json(response_body(verdicts), status=status_for(verdicts))
+
+    gate = GateState.from_settings(settings)
+    gate_limits = GateLimits(
+        settings.gate_token, settings.gate_max_body_bytes, settings.gate_max_content_chars
+    )
+    pending: set[asyncio.Task[None]] = set()  # decision events being handed to the producer
+
+    outbox = DecisionOutbox(emitter.send)  # decision events whose send failed are kept
+
+    async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
+        await gate.refresh(ingest.reads, clock.now())
+        await outbox.retry()
+
+    cast(Any, app).task(refresh_gate_maps)
+    cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
+
+    async def publish_decision(event: Any) -> None:
+        if not await outbox.publish(event):
+            metrics.gate_answers.labels("kept").inc()
+
+    def gate_status() -> dict[str, Any]:  # the maps' freshness; decision events held back
+        status = gate.status()
+        if outbox.kept or outbox.dropped:
+            status["decision_events_kept"] = len(outbox.kept)
+            status["decision_events_dropped"] = outbox.dropped
+        return status
+
+    @app.page("/v1/gate")
+    class Gate(View):
+        async def post(self, request: Request) -> Response:
+            started = time.perf_counter()
+            limit = settings.gate_max_body_bytes
+            declared = request.headers.get("Content-Length") or "0"
+            too_big = declared.isdigit() and int(declared) > limit
+            body = None if too_big else await read_limited(request, limit)
+            reply = handle_gate(
+                body,  # None: above the limit (413 once authorized)
+                authorization=request.headers.get("Authorization"),
+                peer=getattr(request, "remote", None), limits=gate_limits, policy=gate.policy,
+                maps=gate.maps, checks=gate.checks, now=clock.now(), timer=time.perf_counter,
+                started=started, new_id=lambda: uuid.uuid4().hex, status=gate_status(),
+            )  # fmt: skip
+            metrics.gate_answers.labels(str(reply.body.get("decision") or reply.body.get(
+                "reason"))).inc()  # fmt: skip
+            if reply.event is not None:  # queued without waiting for the broker
+                task = asyncio.ensure_future(publish_decision(reply.event))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            return self.json(reply.body, status=reply.status)
 
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)

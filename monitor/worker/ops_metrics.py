@@ -72,6 +72,13 @@ class OpsMetrics:
         self.http_events = Counter(
             "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
         )
+        self.gate_answers = Counter(
+            "monitor_gate_answers",
+            "POST /v1/gate answers: the decision, the error reason, or 'kept' (a decision event "
+            "the producer did not take now, kept in memory and re-sent later)",
+            ["result"],
+            registry=r,
+        )
         self.otlp_spans = Counter(
             "monitor_otlp_spans",
             "Spans posted to /v1/traces by fate (mapped, dropped, rejected; events: events made)",

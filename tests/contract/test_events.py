@@ -25,7 +25,9 @@ def reason(obj: object) -> tuple[str, str | None]:
     return info.value.reason, info.value.field
 
 
-@pytest.mark.parametrize("etype", ["message", "tool_result", "escalation", "outcome", "feedback"])
+@pytest.mark.parametrize(
+    "etype", ["message", "tool_result", "escalation", "outcome", "feedback", "gate"]
+)
 def test_every_type_round_trips(etype: str):
     ev = decode_event(json.dumps(event_dict("e1", etype=etype, turn=3)))
     assert ev.type == etype and ev.turn == 3
@@ -47,10 +49,14 @@ BAD = [
     (b"not json", ("not_json", None)),
     (b"[1, 2]", ("not_json", None)),
     (b'{"schema": "agent-event/v1"} trailing', ("not_json", None)),
-    (json.dumps(event_dict("e", confidence=0.5)).replace("0.5", "NaN").encode(),
-     ("out_of_range", "message.confidence")),
-    (json.dumps(event_dict("e", confidence=0.5)).replace("0.5", "Infinity").encode(),
-     ("out_of_range", "message.confidence")),
+    (
+        json.dumps(event_dict("e", confidence=0.5)).replace("0.5", "NaN").encode(),
+        ("out_of_range", "message.confidence"),
+    ),
+    (
+        json.dumps(event_dict("e", confidence=0.5)).replace("0.5", "Infinity").encode(),
+        ("out_of_range", "message.confidence"),
+    ),
     (b"\xff\xfe", ("not_json", None)),
     ({**event_dict("e"), "schema": "agent-event/v2"}, ("bad_schema", "schema")),
     ({k: v for k, v in event_dict("e").items() if k != "schema"}, ("missing_field", "schema")),
@@ -67,8 +73,10 @@ BAD = [
     (event_dict("e", confidence=1.01), ("out_of_range", "message.confidence")),
     (event_dict("e", confidence=-0.1), ("out_of_range", "message.confidence")),
     (event_dict("e", role="robot"), ("invalid_value", "message.role")),
-    (event_dict("e", tool_calls=[{"id": "k", "name": "f", "arguments": "x=1"}]),
-     ("wrong_type", "message.tool_calls.0.arguments")),
+    (
+        event_dict("e", tool_calls=[{"id": "k", "name": "f", "arguments": "x=1"}]),
+        ("wrong_type", "message.tool_calls.0.arguments"),
+    ),
     (event_dict("e", etype="outcome", reward=2), ("out_of_range", "outcome.reward")),
     (event_dict("e", etype="outcome", source="vibes"), ("invalid_value", "outcome.source")),
     (event_dict("e", etype="feedback", score=-1.5), ("out_of_range", "feedback.score")),
@@ -77,8 +85,10 @@ BAD = [
     ({**event_dict("e"), "feedback": {"score": 1, "source": "x"}}, ("multiple_payloads", None)),
     ({**event_dict("e"), "type": "outcome"}, ("payload_mismatch", None)),
     ({k: v for k, v in event_dict("e").items() if k != "message"}, ("missing_payload", None)),
-    ({**event_dict("e"), "attributes": {"blob": "x" * 17_000}},
-     ("attributes_too_large", "attributes")),
+    (
+        {**event_dict("e"), "attributes": {"blob": "x" * 17_000}},
+        ("attributes_too_large", "attributes"),
+    ),
     (event_dict("e", content="x" * MAX_EVENT_BYTES), ("oversize", None)),
 ]
 
@@ -114,4 +124,10 @@ def test_schema_describes_the_contract():
     assert set(schema["required"]) >= required
     assert schema["additionalProperties"] is False
     assert schema["properties"]["type"]["enum"] == [
-        "message", "tool_result", "escalation", "outcome", "feedback"]
+        "message",
+        "tool_result",
+        "escalation",
+        "outcome",
+        "feedback",
+        "gate",
+    ]

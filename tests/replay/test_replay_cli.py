@@ -40,7 +40,7 @@ def test_dry_run_on_tau2_prints_counts_per_type(
         if len(cells := [c.strip() for c in line.strip("│┃ ").split("│")]) == 2
     }
     assert rows == {"message": "304", "tool_result": "88", "escalation": "12", "outcome": "20",
-                    "feedback": "0", "events": "424", "invalid lines": "0"}
+                    "feedback": "0", "gate": "0", "events": "424", "invalid lines": "0"}
 
 
 def test_dry_run_reports_bad_lines_and_continues(bad_jsonl: Path) -> None:

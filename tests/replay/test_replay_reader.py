@@ -77,7 +77,8 @@ def test_jsonl_yields_events_and_errors_with_line_numbers(mixed_jsonl: Path) -> 
     assert str(errors[2]).startswith(f"{mixed_jsonl}:7: out_of_range: ")
     counts = count_items(items)
     assert counts.as_dict() == {
-        "message": 2, "tool_result": 0, "escalation": 0, "outcome": 1, "feedback": 0, "errors": 4
+        "message": 2, "tool_result": 0, "escalation": 0, "outcome": 1, "feedback": 0, "gate": 0,
+        "errors": 4,
     }
     assert counts.events == 3
 

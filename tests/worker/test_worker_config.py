@@ -17,6 +17,8 @@ import pytest
          ":3: strata[1].rate: Input should be less than or equal to 1"),
         ("MONITOR_ALERT_RULES_FILE", "rules:\n  - name: x\n    metric: ece\n    threshold: hi\n",
          ":4: rules[0].threshold: Input should be a valid number"),
+        ("MONITOR_GATE_POLICY_FILE", "version: v1\nrules:\n  - threshold: 0.5\n    fail: maybe\n",
+         ":4: rules[0].fail: Input should be 'open' or 'closed'"),
     ],
 )  # fmt: skip
 def test_bad_config_file_stops_the_worker_with_line_and_field(

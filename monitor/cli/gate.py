@@ -1,0 +1,80 @@
+"""``monitor gate``: what the runtime trust gate prevents and what it costs (docs/gate.md).
+
+Per agent x domain: decisions by kind, failure rate among proceeded conversations against all
+gated ones, the share of failures prevented (Wilson 95 %), the escalation rate (the human cost),
+revise outcomes. Recorded decisions come from ``gate`` events; with ``--replay`` (default on)
+conversations without one get the decision their recorded minimum confidence gets from the
+policy's threshold (through the stored map), so the command works on replayed data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from monitor.cli import analytics_common as ac
+from monitor.gate.effect import Effect, Rate, effectiveness
+from monitor.gate.effect_repo import gated_conversations
+from monitor.gate.state import load_gate_policy
+
+
+def _rate(r: Rate) -> str:
+    if r.value is None or r.low is None or r.high is None:
+        return "-"
+    return f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.num}/{r.den})"
+
+
+def effect_table(effects: list[Effect]) -> Table:
+    t = Table(title="gate effectiveness", title_justify="left")
+    for col in ("agent", "domain", "source", "convs", "proceed/revise/escalate",
+                "failure rate all", "failure rate proceeded", "failures prevented",
+                "escalation rate"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("agent", "domain", "source") else "right")
+    for e in effects:
+        d = e.decisions
+        t.add_row(e.agent_id, e.domain or "-", e.source, str(e.conversations),
+                  f"{d['proceed']}/{d['revise']}/{d['escalate']}", _rate(e.failure_rate_all),
+                  _rate(e.failure_rate_proceeded), _rate(e.failures_prevented),
+                  _rate(e.escalation_rate))  # fmt: skip
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gate")
+    def gate(
+        agent: str | None = typer.Option(None, "--agent", "-a", help="Agent id (exact)."),
+        policy_file: Path | None = typer.Option(
+            None, "--policy", help="Gate policy for the replayed decisions (default: "
+            "MONITOR_GATE_POLICY_FILE, else the built-in policy)."),
+        replay: bool = typer.Option(
+            True, "--replay/--no-replay", help="Replay recorded confidences against the "
+            "threshold for conversations the gate never saw."),
+        since: str = ac.SINCE,
+        start: str | None = ac.FROM,
+        end: str | None = ac.TO,
+        as_json: bool = ac.JSON,
+    ) -> None:
+        """Gate effectiveness per agent x domain: decisions by kind, failures among proceeded
+        vs all, failures prevented (Wilson 95 %), escalation rate. Recorded decisions by their
+        event time; replayed ones by the conversation's start."""
+        from monitor.config import load_settings
+
+        console = ac.console()
+        q = ac.query(None, None, None, None, since, start, end)
+        policy = load_gate_policy(policy_file or load_settings().gate_policy_file)
+        rows = ac.run_with_engine(console, lambda eng: gated_conversations(
+            eng, policy, q.start, q.end, agent, replay))  # fmt: skip
+        effects = effectiveness(rows)
+        if as_json:
+            ac.print_json({"from": q.start, "to": q.end, "policy_version": policy.version,
+                           "policy_source": policy.source, "effects": effects})  # fmt: skip
+            return
+        if not effects:
+            console.print(f"no gated or replayable conversations between {q.start} and {q.end}")
+            return
+        ac.print_table(console, effect_table(effects))
+        for e in effects:
+            for note in e.notes:
+                console.print(f"{e.agent_id}/{e.domain or '-'} ({e.source}): {note}")

@@ -1,0 +1,123 @@
+"""Gate effectiveness: what the gate's decisions prevent and what they cost (pure).
+
+Input: one :class:`GatedConversation` per conversation (its agent, domain, the gate's decision
+for it, and its outcome ``success`` or None when none arrived yet), from one of two sources:
+
+- ``recorded``: the conversation's latest ``gate`` decision event (``POST /v1/gate``);
+- ``replayed``: conversations without a decision event, their recorded minimum assistant
+  confidence replayed against the policy's threshold (through the stored map when there is
+  one): ``escalate`` below it, else ``proceed``. Only the threshold is replayed, not the checks.
+
+Per agent x domain and source (:func:`effectiveness`), over conversations with an outcome:
+
+- ``failure_rate_all``: failures among all gated conversations, i.e. the agent's failure rate
+  without the gate (outcomes are those of the agent's own answers; for agents that obey the
+  gate, escalated conversations' outcomes are the human's and this is not the ungated rate);
+- ``failure_rate_proceeded``: failures among those the gate let through;
+- ``failures_prevented``: failures among the conversations the gate stopped (revise or
+  escalate) / all failures: the share Cleanlab reports ("up to 57 %");
+- ``relative_reduction``: ``1 - failure_rate_proceeded / failure_rate_all``;
+- ``escalation_rate`` (the human cost) and ``revise_rate`` over all gated conversations, and
+  ``revise_failure_rate``: failures among the revised.
+
+Rates carry a 95 % Wilson interval (``[low, high]``); counts are plain (unweighted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from monitor.analytics.calibration import wilson_interval
+
+DECISIONS = ("proceed", "revise", "escalate")
+
+
+@dataclass(frozen=True)
+class GatedConversation:
+    agent_id: str
+    domain: str
+    decision: str
+    success: bool | None
+    source: str = "recorded"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``num / den`` with its Wilson interval; None values when ``den`` is 0."""
+
+    num: int
+    den: int
+    value: float | None
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, num: int, den: int) -> Rate:
+        if den <= 0:
+            return cls(num, den, None, None, None)
+        lo, hi = wilson_interval(num / den, den)
+        return cls(num, den, num / den, lo, hi)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One agent x domain x source (see the module docstring)."""
+
+    agent_id: str
+    domain: str
+    source: str
+    conversations: int
+    decisions: dict[str, int]
+    with_outcome: int
+    failure_rate_all: Rate
+    failure_rate_proceeded: Rate
+    failures_prevented: Rate
+    relative_reduction: float | None
+    escalation_rate: Rate
+    revise_rate: Rate
+    revise_failure_rate: Rate
+    notes: list[str] = field(default_factory=list)
+
+
+def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
+    agent, domain, source = key
+    decisions = {d: sum(r.decision == d for r in rows) for d in DECISIONS}
+    known = [r for r in rows if r.success is not None]
+    failed = [r for r in known if r.success is False]
+    proceeded = [r for r in known if r.decision == "proceed"]
+    revised = [r for r in known if r.decision == "revise"]
+    all_rate = Rate.of(len(failed), len(known))
+    proceeded_rate = Rate.of(sum(r.success is False for r in proceeded), len(proceeded))
+    stopped = sum(r.decision != "proceed" for r in failed)
+    reduction = None
+    if all_rate.value and proceeded_rate.value is not None:
+        reduction = 1.0 - proceeded_rate.value / all_rate.value
+    notes = []
+    if len(known) < len(rows):
+        notes.append(f"{len(rows) - len(known)} conversations have no outcome yet")
+    return Effect(
+        agent_id=agent, domain=domain, source=source, conversations=len(rows),
+        decisions=decisions, with_outcome=len(known), failure_rate_all=all_rate,
+        failure_rate_proceeded=proceeded_rate,
+        failures_prevented=Rate.of(stopped, len(failed)), relative_reduction=reduction,
+        escalation_rate=Rate.of(decisions["escalate"], len(rows)),
+        revise_rate=Rate.of(decisions["revise"], len(rows)),
+        revise_failure_rate=Rate.of(sum(r.success is False for r in revised), len(revised)),
+        notes=notes,
+    )  # fmt: skip
+
+
+def effectiveness(conversations: Iterable[GatedConversation]) -> list[Effect]:
+    """One :class:`Effect` per (agent, domain, source), sorted by those keys."""
+    groups: dict[tuple[str, str, str], list[GatedConversation]] = {}
+    for c in conversations:
+        if c.decision not in DECISIONS:
+            raise ValueError(f"unknown decision {c.decision!r}")
+        groups.setdefault((c.agent_id, c.domain, c.source), []).append(c)
+    return [_effect(k, groups[k]) for k in sorted(groups)]
+
+
+def replayed_decision(calibrated_min_confidence: float, threshold: float) -> str:
+    """The decision the threshold alone gives a recorded confidence (``escalate`` below)."""
+    return "escalate" if calibrated_min_confidence < threshold else "proceed"

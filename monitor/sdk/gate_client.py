@@ -1,0 +1,176 @@
+"""Asking the runtime trust gate (``POST /v1/gate``, docs/gate.md) over HTTP with httpx.
+
+:class:`GateClient` (asyncio) and :class:`SyncGateClient` (blocking) send one request per call
+and return a :class:`GateAnswer`; the emitters' ``gate()`` use them (``gate_url=`` on the
+emitter). A refusal (4xx/5xx) raises :class:`GateError` with the status and the gate's
+``reason``; an unreachable gate or a timeout raises :class:`GateUnavailable`, so the agent
+applies its own fail-open/closed choice. The HTTP transport can be injected (tests, proxies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from monitor.contract.events import Agent, AgentEvent, ToolCall
+from monitor.sdk.base import EmitterError
+
+
+class GateError(EmitterError):
+    """The gate refused the request: ``status`` (HTTP) and ``reason`` (the gate's code)."""
+
+    def __init__(self, status: int, reason: str, detail: str) -> None:
+        super().__init__(f"gate answered {status} ({reason}): {detail}")
+        self.status, self.reason, self.detail = status, reason, detail
+
+
+class GateUnavailable(EmitterError):
+    """The gate could not be reached or did not answer in time (apply your fail mode)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One inline check that fired: judge, category and the critique to revise with."""
+
+    judge: str
+    category: str | None
+    critique: str
+
+
+@dataclass(frozen=True)
+class GateAnswer:
+    """The gate's decision (``proceed`` | ``revise`` | ``escalate``) and why."""
+
+    decision: str
+    calibrated: bool
+    calibrated_confidence: float | None
+    threshold: float | None
+    threshold_source: str | None
+    findings: tuple[Finding, ...]
+    policy_version: str
+    latency_ms: float
+    decision_id: str | None
+    degraded: str | None
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GateAnswer:
+        findings = tuple(
+            Finding(f["judge"], f.get("category"), f["critique"]) for f in data.get("findings", [])
+        )
+        return cls(
+            decision=data["decision"], calibrated=bool(data.get("calibrated", False)),
+            calibrated_confidence=data.get("calibrated_confidence"),
+            threshold=data.get("threshold"), threshold_source=data.get("threshold_source"),
+            findings=findings, policy_version=data.get("policy_version", ""),
+            latency_ms=float(data.get("latency_ms", 0.0)), decision_id=data.get("decision_id"),
+            degraded=data.get("degraded"), raw=data,
+        )  # fmt: skip
+
+
+def gate_body(
+    conversation_id: str,
+    content: str,
+    *,
+    agent: Agent,
+    confidence: float,
+    tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
+    domain: str | None = None,
+    tier: int | None = None,
+    history: Sequence[AgentEvent] = (),
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one gate request."""
+    body: dict[str, Any] = {
+        "conversation_id": conversation_id,
+        "agent": agent.model_dump(exclude_none=True),
+        "content": content,
+        "confidence": confidence,
+        "tool_calls": [c.model_dump() if isinstance(c, ToolCall) else c for c in tool_calls],
+        "history": [e.to_dict() for e in history],
+    }
+    for key, value in (("domain", domain), ("tier", tier), ("request_id", request_id)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def body_for(
+    agent: Agent | None,
+    default_domain: str | None,
+    conversation_id: str,
+    content: str,
+    confidence: float,
+    **options: Any,
+) -> dict[str, Any]:
+    """:func:`gate_body` with an emitter's defaults (its agent, its context's domain)."""
+    if agent is None:
+        raise ValueError("no agent to gate: pass agent=Agent(id=...) to the emitter or the call")
+    if options.get("domain") is None:
+        options["domain"] = default_domain
+    return gate_body(conversation_id, content, agent=agent, confidence=confidence, **options)
+
+
+def _answer(response: httpx.Response) -> GateAnswer:
+    try:
+        data = response.json()
+    except ValueError:
+        data = {}
+    if response.status_code != 200 or not isinstance(data, dict) or "decision" not in data:
+        reason = data.get("reason", "unknown") if isinstance(data, dict) else "unknown"
+        detail = data.get("error", response.text[:200]) if isinstance(data, dict) else ""
+        raise GateError(response.status_code, str(reason), str(detail))
+    return GateAnswer.from_json(data)
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class GateClient:
+    """Async client of ``POST {base_url}/v1/gate``; ``timeout`` bounds each call (seconds)."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, *, timeout: float = 2.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:  # fmt: skip
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
+        )
+
+    async def ask(self, body: dict[str, Any]) -> GateAnswer:
+        """Send one request body (:func:`gate_body`). Raises GateError, GateUnavailable."""
+        try:
+            response = await self._http.post("/v1/gate", json=body)
+        except httpx.HTTPError as exc:
+            raise GateUnavailable(f"gate unreachable: {type(exc).__name__}: {exc}") from exc
+        return _answer(response)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class SyncGateClient:
+    """Blocking client of ``POST {base_url}/v1/gate`` (thread-safe, like httpx.Client)."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, *, timeout: float = 2.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:  # fmt: skip
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
+        )
+
+    def ask(self, body: dict[str, Any]) -> GateAnswer:
+        """Send one request body (:func:`gate_body`). Raises GateError, GateUnavailable."""
+        try:
+            response = self._http.post("/v1/gate", json=body)
+        except httpx.HTTPError as exc:
+            raise GateUnavailable(f"gate unreachable: {type(exc).__name__}: {exc}") from exc
+        return _answer(response)
+
+    def close(self) -> None:
+        self._http.close()

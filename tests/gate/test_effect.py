@@ -1,0 +1,126 @@
+"""Gate effectiveness: the pure computation with plain values, and ``monitor gate --json`` on
+a real Postgres seeded through the ingest writer with simulated traffic (replayed decisions)
+and tau2 conversations carrying recorded decision events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from monitor.cli.main import app
+from monitor.contract.events import AgentEvent, validate_event
+from monitor.gate.effect import GatedConversation, effectiveness
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
+from monitor.replay.tau2 import tau2_file_events
+from monitor.sim.agents import default_agents
+from monitor.sim.traffic import Simulator
+from tests.factories import event_dict
+
+START = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def test_failures_prevented_and_the_human_cost() -> None:
+    rows = [GatedConversation("a", "d", "escalate", False)] * 3 + [
+        GatedConversation("a", "d", "revise", False),
+        GatedConversation("a", "d", "revise", True),
+        GatedConversation("a", "d", "proceed", False),
+        *[GatedConversation("a", "d", "proceed", True)] * 13,
+        GatedConversation("a", "d", "proceed", None),
+    ]
+    (e,) = effectiveness(rows)
+    assert e.conversations == 20 and e.with_outcome == 19
+    assert e.decisions == {"proceed": 15, "revise": 2, "escalate": 3}
+    assert (e.failures_prevented.num, e.failures_prevented.den) == (4, 5)
+    assert e.failure_rate_all.value == pytest.approx(5 / 19)
+    assert e.failure_rate_proceeded.value == pytest.approx(1 / 14)
+    assert e.relative_reduction == pytest.approx(1 - (1 / 14) / (5 / 19))
+    assert e.escalation_rate.value == pytest.approx(3 / 20)
+    assert e.revise_failure_rate.value == pytest.approx(1 / 2)
+    lo, hi = e.failures_prevented.low, e.failures_prevented.high
+    assert lo is not None and hi is not None and lo < 0.8 < hi and hi < 1  # Wilson, n = 5
+    assert e.notes == ["1 conversations have no outcome yet"]
+    with pytest.raises(ValueError, match="unknown decision"):
+        effectiveness([GatedConversation("a", "d", "block", True)])
+
+
+async def _seed(url: str, events: list[AgentEvent]) -> None:
+    w = EventWriter(url)
+    try:
+        for i in range(0, len(events), 3000):
+            await w.write([event_row(e) for e in events[i : i + 3000]])
+    finally:
+        await w.close()
+
+
+def test_monitor_gate_json_on_replayed_and_recorded_data(
+    database_url: str, tau2_files: list[Path], tmp_path: Path
+) -> None:
+    sim = list(Simulator(5, START, default_agents(START + timedelta(hours=5))).events(600))
+    tau2 = [e for f in tau2_files for e in tau2_file_events(f)]
+    outcome = {e.conversation_id: e.outcome.success for e in tau2 if e.outcome is not None}
+    failed = sorted(c for c, ok in outcome.items() if not ok)[:2]
+    passed = sorted(c for c, ok in outcome.items() if ok)[:2]
+    agent_of = {e.conversation_id: e.agent.id for e in tau2}
+    recorded = [(failed[0], "escalate"), (failed[1], "proceed"), (passed[0], "proceed"),
+                (passed[1], "revise")]  # fmt: skip
+    gates = [validate_event(event_dict(f"gate:{i}", cid, "gate", at=i, agent=agent_of[cid],
+                                       context={"domain": "airline"}, decision=d))
+             for i, (cid, d) in enumerate(recorded)]  # fmt: skip
+    # an earlier decision in the same conversation is superseded by the latest one
+    gates.append(validate_event(event_dict("gate:old", failed[0], "gate", at=-10,
+                                           agent=agent_of[failed[0]], decision="proceed",
+                                           context={"domain": "airline"})))  # fmt: skip
+    asyncio.run(_seed(database_url, sim + tau2 + gates))
+    policy = tmp_path / "gate.yaml"
+    policy.write_text('version: "p-1"\nrules:\n  - threshold: 0.6\n')
+    result = CliRunner().invoke(app, [
+        "gate", "--json", "--policy", str(policy), "--from", "2000-01-01", "--to", "2100-01-01",
+    ], env={"MONITOR_DATABASE_URL": database_url})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["policy_version"] == "p-1"
+    effects = {(e["agent_id"], e["domain"], e["source"]): e for e in out["effects"]}
+
+    # independent: each simulated conversation's minimum assistant confidence vs 0.6
+    conv: dict[str, dict[str, Any]] = defaultdict(dict)
+    for e in sim:
+        c = conv[e.conversation_id]
+        c["key"] = (e.agent.id, (e.context.domain if e.context else None) or "", "replayed")
+        if e.message is not None and e.message.role == "assistant" and e.confidence is not None:
+            c["min"] = min(c.get("min", 1.0), e.confidence)
+        if e.outcome is not None:
+            c["ok"] = e.outcome.success
+    want: dict[Any, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for c in conv.values():
+        if "min" not in c:
+            continue
+        w = want[c["key"]]
+        decision = "escalate" if c["min"] < 0.6 else "proceed"
+        w[decision] += 1
+        if c.get("ok") is False:
+            w["failures"] += 1
+            w["prevented"] += decision == "escalate"
+    replayed = {k: v for k, v in effects.items() if k[2] == "replayed"}
+    assert set(replayed) == set(want) and len(want) >= 3
+    for key, w in want.items():
+        got = replayed[key]
+        assert got["decisions"]["escalate"] == w["escalate"], key
+        assert got["decisions"]["proceed"] == w["proceed"], key
+        assert got["failures_prevented"]["num"] == w["prevented"], key
+        assert got["failures_prevented"]["den"] == w["failures"], key
+    assert any(e["failures_prevented"]["num"] > 0 for e in replayed.values())
+
+    rec = [e for k, e in effects.items() if k[2] == "recorded"]
+    assert sum(e["conversations"] for e in rec) == 4
+    assert sum(e["decisions"]["escalate"] for e in rec) == 1  # the latest decision counts
+    assert sum(e["failures_prevented"]["num"] for e in rec) == 1
+    assert sum(e["failures_prevented"]["den"] for e in rec) == 2
+    assert sum(e["failure_rate_proceeded"]["num"] for e in rec) == 1
