@@ -74,10 +74,6 @@ DOCS = REPO / "docs" / "benchmarks.md"
 MARK_START, MARK_END = "<!-- bench/ingest.py:start -->", "<!-- bench/ingest.py:end -->"
 PHASES = ("produce", "baseline", "consume", "e2e")
 PROCS = ("bench", "worker", "tansu", "postgres")
-WORKERS = {  # --worker: what runs as the worker subprocess
-    "monitor": WORKER_ARGV,
-    "pipelined": (str(REPO / "bench" / "pipelined_worker.py"),),  # prototype, see its docstring
-}
 
 
 @dataclass
@@ -174,7 +170,7 @@ async def one_repeat(args: argparse.Namespace, bootstrap: str, admin_url: str, m
     n, run = len(events), Run(len(events))
     extra = {"MONITOR_BATCH_MAX_EVENTS": str(args.batch_max_events),
              "MONITOR_BATCH_MAX_WAIT_MS": str(args.batch_max_wait_ms)}
-    argv = WORKERS[args.worker]
+    argv = WORKER_ARGV
 
     def topic(tag: str) -> contextlib.AbstractAsyncContextManager[str]:
         return scratch_topic(bootstrap, tag, PARTITIONS)
@@ -270,7 +266,7 @@ def docs_section(args: argparse.Namespace, runs: list[Run], command: str, pg: st
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}",
         f"- broker: embedded Tansu (memory storage); Postgres: {pg}",
         f"- {args.events:,} simulated events per phase, {args.repeat} repeats (median shown), "
-        f"{PARTITIONS} partitions, one worker (`{args.worker}`), "
+        f"{PARTITIONS} partitions, one worker (`monitor worker`), "
         f"batch_max_events={args.batch_max_events}, batch_max_wait_ms={args.batch_max_wait_ms}",
         f"- command: `{command}`",
         "",
@@ -339,9 +335,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="MONITOR_BATCH_MAX_EVENTS for the worker, and the baseline's batch (5000)")
     p.add_argument("--batch-max-wait-ms", type=int, default=200,
                    help="MONITOR_BATCH_MAX_WAIT_MS for the worker (200)")
-    p.add_argument("--worker", choices=sorted(WORKERS), default="monitor",
-                   help="monitor: the real `python -m monitor.cli worker` (default); pipelined: "
-                   "the prototype in bench/pipelined_worker.py (decode overlapped with writes)")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per phase (600)")
     p.add_argument("--write-docs", action="store_true",
                    help=f"replace the ingest section of {DOCS.relative_to(REPO)}")
