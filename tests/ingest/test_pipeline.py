@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
-from monitor.ingest.loop import IngestConfig, IngestLoop
+from monitor.ingest.decoding import decode_records
+from monitor.ingest.loop import IngestConfig, IngestLoop, _Decoded
 from monitor.ingest.rows import DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.engine import libpq_url
@@ -132,3 +133,27 @@ async def test_decode_overlaps_the_write_and_commits_stay_ordered(
     assert len(overlapping) >= 3
     ordered = sorted(writes)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
+
+
+def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
+    """Records of partitions revoked between the fetch and the write are dropped (their new
+    owner reads them again from the last committed offset); the others are kept, in order."""
+    good = [json.dumps(event_dict(f"k-{i}", "c", at=i)).encode() for i in range(4)]
+    values = [*good, b"{nope"]
+    parts = [0, 1, 0, 1, 1]
+    records = [
+        ConsumerRecord("t", p, i, 0, 0, None, v, None, 0, len(v), [])
+        for i, (p, v) in enumerate(zip(parts, values, strict=True))
+    ]
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    batch = {tp0: [r for r in records if r.partition == 0],
+             tp1: [r for r in records if r.partition == 1]}  # fmt: skip
+    rows, dead = decode_records(records)
+    decoded = _Decoded(batch, records, rows, dead, 0.0)
+    decoded.keep({tp0, tp1})
+    assert (len(decoded.rows), len(decoded.dead)) == (4, 1)
+    decoded.keep({tp0})
+    assert list(decoded.batch) == [tp0]
+    assert [r.offset for r in decoded.records] == [0, 2]
+    assert [row[-1] for row in decoded.rows] == [0, 2]  # kafka_offset, in order
+    assert decoded.dead == []
