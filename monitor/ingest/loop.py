@@ -225,6 +225,9 @@ class IngestLoop(OffsetTracking, PausedRetry):
             assert self._consumer is not None
             decoded.keep(self._consumer.assignment())
             batch, rows, dead = decoded.batch, decoded.rows, decoded.dead
+            if not batch:  # every partition of the batch was revoked
+                decoded.copied.set()
+                return
             partitions = list(batch)
             try:
                 if dead:
@@ -242,8 +245,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
             for tp in offsets:
                 self._lost_data(tp)  # the batch may come from a topic the broker recreated
-            if offsets:
-                await self._commit(offsets)
+            await self._commit(offsets)
             self._positions.update(offsets)
             self.metrics.events_written.inc(result.inserted)
             self.metrics.events_duplicate.inc(result.duplicates)
