@@ -15,6 +15,16 @@ batch is never acknowledged before it is written. A crash at any point re-delive
 uncommitted batch, which the writer absorbs idempotently. On a rebalance, revocation waits for
 the batch in flight to commit.
 
+Pipelining: steps 2-4 of batch k run in a task while the loop fetches and decodes batch k+1, so
+the worker's CPU (decode) and Postgres' (the insert, roll-ups, items and bins) overlap. At most
+one batch is being written: batch k+1's write starts only after batch k committed its offsets,
+so offsets are committed in order and only after their batch is durably written. The loop
+decodes k+1 only once k's rows reached Postgres (its COPY, which needs this process's CPU too,
+is done), in chunks of ``DECODE_CHUNK`` records with a yield between chunks, so that k's
+completion and commit are not held up; a decoded batch whose partitions were revoked meanwhile
+is dropped, like the consumer's own prefetched records. At most two batches are held in memory;
+while a write is retried (partitions paused), the next decoded batch waits.
+
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
 per run of failures (the batch is stored; it is re-delivered and absorbed if the worker
@@ -27,75 +37,63 @@ loop logs it once and resumes that partition from its earliest offset
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import datetime, timedelta
-from typing import TypeAlias, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
-from prometheus_client import Counter
 
-from monitor.contract.events import decode_event
 from monitor.core.clock import Clock, SystemClock
-from monitor.core.errors import InvalidEvent
 from monitor.ingest.config import IngestConfig as IngestConfig
+from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
 from monitor.ingest.health import IngestHealth
 from monitor.ingest.log_dedupe import dedupe_kafka_client_logs
 from monitor.ingest.offsets import OffsetTracking
+from monitor.ingest.paused_retry import PausedRetry, _Stopping
 from monitor.ingest.poison import write_isolating
-from monitor.ingest.rows import DeadLetter, EventRow, event_row
+from monitor.ingest.rows import DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
-from monitor.store.store_errors import describe, is_transient
+from monitor.store.store_errors import is_transient
 from monitor.worker.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.ingest")
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
-T = TypeVar("T")
-
-
-class _Stopping(Exception):
-    """``stop()`` was called while an operation was being retried."""
 
 
 KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutError)
 
 
-def decode_records(
-    records: Iterable[ConsumerRecord[bytes, bytes]],
-    now: datetime | None = None,
-    max_future_skew: timedelta | None = None,
-) -> tuple[list[EventRow], list[DeadLetter]]:
-    """Split Kafka records into ``events`` rows and dead letters (pure, never raises).
+DECODE_CHUNK = 100  # records decoded between two yields to the event loop
 
-    With ``now`` and ``max_future_skew``, events too far in the future are dead letters too."""
-    rows: list[EventRow] = []
-    dead: list[DeadLetter] = []
-    for rec in records:
-        raw = rec.value if rec.value is not None else b""
-        try:
-            event = decode_event(raw, now=now, max_future_skew=max_future_skew)
-        except InvalidEvent as exc:
-            dead.append(
-                DeadLetter(
-                    rec.topic,
-                    rec.partition,
-                    rec.offset,
-                    exc.reason,
-                    exc.field,
-                    exc.detail,
-                    raw,
-                    rec.key,
-                )
-            )
-            continue
-        rows.append(event_row(event, rec.partition, rec.offset))
-    return rows, dead
+
+@dataclass
+class _Decoded:
+    """A fetched batch, decoded, waiting for (or in) its write."""
+
+    batch: dict[TopicPartition, list[Record]]
+    records: list[Record]
+    rows: list[EventRow]
+    dead: list[DeadLetter]
+    seconds: float  # decode time
+    copied: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def keep(self, assigned: set[TopicPartition]) -> None:
+        """Drop the records of partitions not in ``assigned`` (revoked since the fetch)."""
+        if set(self.batch) <= assigned:
+            return
+        self.batch = {tp: recs for tp, recs in self.batch.items() if tp in assigned}
+        kept = {tp.partition for tp in self.batch}
+        self.records = [r for r in self.records if r.partition in kept]
+        self.rows = [r for r in self.rows if r[-2] in kept]
+        self.dead = [d for d in self.dead if d.partition in kept]
 
 
 class _WaitForBatch(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -110,7 +108,7 @@ class _WaitForBatch(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))
 
 
-class IngestLoop(OffsetTracking):
+class IngestLoop(OffsetTracking, PausedRetry):
     """Consumes ``config.topic`` in batches until ``stop()``; see the module contract."""
 
     def __init__(
@@ -153,6 +151,7 @@ class IngestLoop(OffsetTracking):
         )
         dedupe_kafka_client_logs(self.clock.monotonic)
         await self._producer.start()
+        pending: asyncio.Task[None] | None = None  # the batch being written and committed
         try:
             await self._consumer.start()
             self._consumer.subscribe([cfg.topic], listener=_WaitForBatch(self._lock))
@@ -163,12 +162,23 @@ class IngestLoop(OffsetTracking):
                     timeout_ms=cfg.batch_max_wait_ms, max_records=cfg.batch_max_events
                 )
                 if batch:
-                    async with self._lock:
-                        await self._handle(batch)
+                    decoded = await self._decode(batch)
+                    if pending is not None:
+                        await pending  # batches are written and committed one after the other
+                    pending = asyncio.create_task(self._write_and_commit(decoded))
+                    await self._until_copied(decoded, pending)
                 await self._update_lag()
-                if not batch:
+                if pending is not None and pending.done():
+                    pending.result()  # a write that failed ends the loop, as unpipelined
+                if not batch and (pending is None or pending.done()):
                     self.health.idle()
+            if pending is not None:
+                await pending
         finally:
+            if pending is not None and not pending.done():
+                pending.cancel()  # an error elsewhere: the batch stays uncommitted
+                with contextlib.suppress(BaseException):
+                    await pending
             self.ready.clear()  # /health must not report a loop that has ended
             self.health.ready = False
             await self._consumer.stop()
@@ -178,36 +188,72 @@ class IngestLoop(OffsetTracking):
         """Ask the loop to finish; a batch not yet written is left uncommitted (re-delivered)."""
         self._stopping.set()
 
-    async def _handle(
-        self, batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
-    ) -> None:
+    async def _decode(self, batch: dict[TopicPartition, list[Record]]) -> _Decoded:
+        """Decode ``batch`` in chunks of ``DECODE_CHUNK`` records, yielding to the event loop
+        between chunks so that the write in flight completes and commits without waiting."""
         started = self.clock.monotonic()
         records = [rec for recs in batch.values() for rec in recs]
         self.metrics.events_in.inc(len(records))
         skew = self.config.max_future_skew_s
-        rows, dead = decode_records(
-            records, self.clock.now(), None if skew is None else timedelta(seconds=skew)
-        )
-        partitions = list(batch)
+        now, max_skew = self.clock.now(), None if skew is None else timedelta(seconds=skew)
+        rows: list[EventRow] = []
+        dead: list[DeadLetter] = []
+        for chunk in chunks(records, DECODE_CHUNK):
+            chunk_rows, chunk_dead = decode_records(chunk, now, max_skew)
+            rows += chunk_rows
+            dead += chunk_dead
+            await asyncio.sleep(0)
+        return _Decoded(batch, records, rows, dead, self.clock.monotonic() - started)
+
+    async def _until_copied(self, decoded: _Decoded, pending: asyncio.Task[None]) -> None:
+        """Return once ``decoded``'s rows are in Postgres (its COPY finished; the rest of its
+        write is the server's work) or its write ended, whichever comes first."""
+        copied = asyncio.create_task(decoded.copied.wait())
         try:
-            if dead:
-                await self._publish(dead, partitions)
-            result = await self._store(rows, dead, records, partitions)
-        except _Stopping:
-            return  # leave the batch uncommitted: it is re-delivered after a restart
-        self.health.wrote()
-        offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
-        for tp in offsets:
-            self._lost_data(tp)  # the batch may come from a topic the broker recreated
-        await self._commit(offsets)
-        self._positions.update(offsets)
-        self.metrics.events_written.inc(result.inserted)
-        self.metrics.events_duplicate.inc(result.duplicates)
-        self.metrics.events_conflicting.inc(result.conflicting)
-        for d in dead:
-            self.metrics.events_invalid.labels(d.reason).inc()
-        self.metrics.batches.inc()
-        self.metrics.batch_latency.observe(self.clock.monotonic() - started)
+            await asyncio.wait((copied, pending), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            copied.cancel()
+
+    async def _write_and_commit(self, decoded: _Decoded) -> None:
+        """Publish the dead letters, write the batch, then commit its offsets (module contract).
+
+        Holds the rebalance lock throughout. Records of partitions revoked since they were
+        fetched are dropped, as the consumer drops its own prefetched records: their new owner
+        reads them from the last committed offset."""
+        async with self._lock:
+            started = self.clock.monotonic()
+            assert self._consumer is not None
+            decoded.keep(self._consumer.assignment())
+            batch, rows, dead = decoded.batch, decoded.rows, decoded.dead
+            if not batch:  # every partition of the batch was revoked
+                decoded.copied.set()
+                return
+            partitions = list(batch)
+            try:
+                if dead:
+                    await self._publish(dead, partitions)
+                if rows or dead:
+                    result = await self._store(rows, dead, decoded.records, partitions,
+                                               decoded.copied.set)  # fmt: skip
+                else:
+                    result = WriteResult(0, 0, 0, 0)
+            except _Stopping:
+                return  # leave the batch uncommitted: it is re-delivered after a restart
+            finally:
+                decoded.copied.set()
+            self.health.wrote()
+            offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
+            for tp in offsets:
+                self._lost_data(tp)  # the batch may come from a topic the broker recreated
+            await self._commit(offsets)
+            self._positions.update(offsets)
+            self.metrics.events_written.inc(result.inserted)
+            self.metrics.events_duplicate.inc(result.duplicates)
+            self.metrics.events_conflicting.inc(result.conflicting)
+            for d in dead:
+                self.metrics.events_invalid.labels(d.reason).inc()
+            self.metrics.batches.inc()
+            self.metrics.batch_latency.observe(decoded.seconds + self.clock.monotonic() - started)
 
     async def _publish(self, dead: Sequence[DeadLetter], partitions: list[TopicPartition]) -> None:
         pending = DlqBatch(dead, self.config.dlq_topic)
@@ -227,8 +273,10 @@ class IngestLoop(OffsetTracking):
         dead: list[DeadLetter],
         records: list[Record],
         partitions: list[TopicPartition],
+        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
-        """Write the batch; on a non-transient error, isolate the poison (module contract)."""
+        """Write the batch; on a non-transient error, isolate the poison (module contract).
+        ``copied`` is called when the rows reached Postgres (``EventWriter.write``)."""
 
         async def publish(rejected: DeadLetter) -> None:
             await self._publish([rejected], partitions)
@@ -239,63 +287,23 @@ class IngestLoop(OffsetTracking):
             dead,
             records,
             self.config.topic,
-            lambda r, d: self._write(r, d, partitions),
+            lambda r, d: self._write(r, d, partitions, copied),
             publish,
             _Stopping,
         )
 
     async def _write(
-        self, rows: list[EventRow], dead: Sequence[DeadLetter], partitions: list[TopicPartition]
+        self,
+        rows: list[EventRow],
+        dead: Sequence[DeadLetter],
+        partitions: list[TopicPartition],
+        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
         topic = self.config.topic
         return await self._retry(
-            lambda: self.writer.write(rows, dead, source=topic),
+            lambda: self.writer.write(rows, dead, source=topic, copied=copied),
             "store write",
             is_transient,
             self.metrics.store_errors,
             partitions,
         )
-
-    async def _retry(
-        self,
-        op: Callable[[], Awaitable[T]],
-        what: str,
-        transient: Callable[[BaseException], bool],
-        failures: Counter,
-        partitions: list[TopicPartition],
-    ) -> T:
-        """Run ``op`` until it succeeds, pausing ``partitions`` while it fails transiently.
-
-        An error ``transient`` does not accept propagates at once. Backoff is exponential with
-        jitter, capped at ``retry_max_s``. Raises ``_Stopping`` when ``stop()`` is called
-        meanwhile, so the caller leaves the batch uncommitted.
-        """
-        delay = self.config.retry_initial_s
-        paused = False
-        try:
-            while True:
-                try:
-                    return await op()
-                except Exception as exc:
-                    if not transient(exc):
-                        raise
-                    failures.inc()
-                    self.health.last_error = f"{what}: {describe(exc)}"[:300]
-                    if not paused and self._consumer is not None:
-                        self._consumer.pause(*partitions)
-                        self.metrics.paused.set(1)
-                        self.health.paused = paused = True
-                    log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
-                    try:
-                        pause_s = delay * random.uniform(0.5, 1.0)
-                        await asyncio.wait_for(self._stopping.wait(), pause_s)
-                        raise _Stopping from None
-                    except TimeoutError:
-                        pass
-                    delay = min(delay * 2, self.config.retry_max_s)
-        finally:
-            if paused and self._consumer is not None:
-                self._consumer.resume(*partitions)
-                self.metrics.paused.set(0)
-                self.health.paused = False
-                self.health.last_error = ""

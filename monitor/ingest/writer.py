@@ -18,7 +18,7 @@ Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-boun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -96,10 +96,18 @@ class EventWriter:
             await pool.close()
 
     async def write(
-        self, rows: Sequence[EventRow], dead: Sequence[DeadLetter] = (), source: str = "kafka"
+        self,
+        rows: Sequence[EventRow],
+        dead: Sequence[DeadLetter] = (),
+        source: str = "kafka",
+        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
         """Commit ``rows`` and ``dead`` atomically (see the module contract); ``source`` names
-        where the rows came from (the topic) in conflicting-duplicate dead letters."""
+        where the rows came from (the topic) in conflicting-duplicate dead letters.
+
+        ``copied`` is called once the rows have been sent to Postgres (the staging COPY is
+        done; right away when there are no rows): from then on the rest of the write is the
+        server's work, so the caller's CPU is free (the ingest loop decodes the next batch)."""
         if self._pool is None:
             await self.start()
         assert self._pool is not None
@@ -110,6 +118,8 @@ class EventWriter:
                 await conn.copy_records_to_table(
                     STAGING_TABLE, records=rows, columns=list(EVENT_COLUMNS)
                 )
+                if copied is not None:
+                    copied()
                 record = await conn.fetchrow(WRITE_BATCH)
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
@@ -122,6 +132,8 @@ class EventWriter:
                 new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
                 if len(rows) > inserted:  # some event_ids were already there: same body?
                     conflicting = len(await conn.fetch(INSERT_CONFLICTS, printable(source)))
+            elif copied is not None:
+                copied()
             if dead:
                 await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
         return WriteResult(

@@ -1,0 +1,161 @@
+"""Where one worker's batch time goes: decode, each statement of ``EventWriter.write``, commit.
+
+In-process, no broker: N simulated events (the same ``Simulator`` as ``bench/ingest.py``) are
+serialized as the SDK sends them, then, batch by batch, decoded with the worker's own
+``decode_records`` and written with the real ``EventWriter`` into a freshly migrated scratch
+database. Every SQL statement the writer sends is timed with asyncpg's query logger (client-side
+elapsed time, which includes the server's work and the round trip), and grouped by what it does:
+staging COPY (the logger does not see it: the write time the logged statements leave), event
+insert + ``conversations`` roll-up, conversation locks, sampling decisions, items + calibration
+bins, transaction begin/commit. Prints one table (ms per batch, µs per event,
+share of the batch). Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
+
+    .venv/bin/python bench/ingest_profile.py                 # 50,000 events, batches of 5000
+    .venv/bin/python bench/ingest_profile.py --events 20000 --batch 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from aiokafka import ConsumerRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.harness import scratch_database
+from monitor.ingest.decoding import decode_records
+from monitor.ingest.writer import EventWriter
+from monitor.sim.traffic import Simulator
+from monitor.stack.postgres import EmbeddedPostgres
+
+STEPS = (  # (label, a fragment of the statement that identifies it), first match wins
+    ("staging table", "CREATE TEMP TABLE"),
+    ("event insert + roll-up", "INSERT INTO events"),
+    ("conversation locks", "pg_advisory_xact_lock"),
+    ("sampling decisions", "sample_rate IS NULL"),
+    ("items + bins", "items"),
+    ("conflict check", "conflicting_duplicate"),
+    ("begin / commit", ""),
+)
+
+
+def step_of(query: str) -> str:
+    for label, fragment in STEPS:
+        if fragment in query:
+            return label
+    return "other"
+
+
+class Timings:
+    """Accumulates asyncpg query-logger records per step."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def __call__(self, record: Any) -> None:
+        self.seconds[step_of(record.query)] += record.elapsed
+
+
+async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, float], int]:
+    sim = Simulator(seed, datetime(2025, 1, 1, tzinfo=UTC))
+    values = [e.to_json() for e in itertools.islice(sim.events(None), n)]
+    records = [
+        ConsumerRecord("t", i % 4, i // 4, 0, 0, None, v, None, 0, len(v), [])
+        for i, v in enumerate(values)
+    ]
+    timings = Timings()
+    writer = EventWriter(dsn, pool_size=1)
+    await writer.start()
+    assert writer._pool is not None
+    async with writer._pool.acquire() as conn:  # the pool holds one connection: this one
+        conn.add_query_logger(timings)
+    seconds: dict[str, float] = defaultdict(float)
+    batches = 0
+    try:
+        for i in range(0, n, batch):
+            t0 = time.perf_counter()
+            rows, dead = decode_records(records[i : i + batch])
+            t1 = time.perf_counter()
+            await writer.write(rows, dead, source="t")
+            seconds["decode (worker CPU)"] += t1 - t0
+            seconds["write, total"] += time.perf_counter() - t1
+            batches += 1
+    finally:
+        await writer.close()
+    # the query logger does not see COPY: it is the write time no logged statement accounts for
+    copy = seconds["write, total"] - sum(timings.seconds.values())
+    return {**seconds, "staging COPY (unlogged rest)": copy, **timings.seconds}, batches
+
+
+def table(seconds: dict[str, float], n: int, batches: int) -> str:
+    batch_total = seconds["decode (worker CPU)"] + seconds["write, total"]
+    lines = ["| step | ms per batch | µs per event | share of batch |", "|---|---|---|---|"]
+    order = ["decode (worker CPU)", "staging COPY (unlogged rest)",
+             *[label for label, _ in STEPS], "other", "write, total"]
+    for step in order:
+        if step not in seconds:
+            continue
+        s = seconds[step]
+        lines.append(f"| {step} | {s / batches * 1000:.1f} | {s / n * 1e6:.1f} | "
+                     f"{s / batch_total:.0%} |")
+    lines.append(f"| **batch (decode + write)** | {batch_total / batches * 1000:.1f} | "
+                 f"{batch_total / n * 1e6:.1f} | 100% |")
+    return "\n".join(lines)
+
+
+async def main_async(args: argparse.Namespace, admin_url: str) -> None:
+    async with scratch_database(admin_url, "profile") as dsn:
+        seconds, batches = await profile(dsn, args.events, args.batch, args.seed)
+        conn = await asyncpg.connect(dsn)
+        try:
+            size = await conn.fetch(
+                "SELECT relname, pg_total_relation_size(c.oid) AS bytes FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+                "AND c.relkind = 'r' ORDER BY 2 DESC LIMIT 6")
+            counts = {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}"))
+                      for t in ("events", "conversations", "items")}
+        finally:
+            await conn.close()
+    print(f"{args.events:,} events in {batches} batches of <= {args.batch}\n")
+    print(table(seconds, args.events, batches))
+    print("\nrows:", ", ".join(f"{t} {c:,}" for t, c in counts.items()))
+    print("largest tables (bytes per event):", ", ".join(
+        f"{r['relname']} {r['bytes'] / args.events:,.0f}" for r in size))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/ingest_profile.py", description=__doc__.split("\n")[0])
+    p.add_argument("--events", type=int, default=50_000, help="events (50000)")
+    p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
+    p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    with contextlib.ExitStack() as stack:
+        if server_url:
+            admin_url = server_url
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="profile-")))
+            admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+        asyncio.run(main_async(args, admin_url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

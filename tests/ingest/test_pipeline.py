@@ -1,0 +1,159 @@
+"""The ingest loop decodes the next batch while the previous one is being written (issue 13),
+and still commits every batch's offsets only after its rows are stored, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiokafka import ConsumerRecord, TopicPartition
+
+from monitor.ingest.decoding import decode_records
+from monitor.ingest.loop import IngestConfig, IngestLoop, _Decoded
+from monitor.ingest.rows import DeadLetter, EventRow
+from monitor.ingest.writer import EventWriter, WriteResult
+from monitor.store.engine import libpq_url
+from tests.factories import event_dict
+from tests.ingest.test_ingest_loop import produce, wait_count
+from tests.servers.worker import create_topic
+
+N, BATCH, PARTITIONS = 2000, 250, 4
+HOLD_S = 0.15  # the writer keeps each write open this long after its transaction committed
+
+
+@dataclass
+class Timeline:
+    """(what, monotonic start, monotonic end) of every decode and write, in start order."""
+
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+class HoldingWriter(EventWriter):
+    """The real writer, holding each write open a little after it committed (a slow server),
+    and recording when each write ran."""
+
+    def __init__(self, url: str, timeline: Timeline) -> None:
+        super().__init__(url)
+        self.timeline = timeline
+
+    async def write(
+        self,
+        rows: Sequence[EventRow],
+        dead: Sequence[DeadLetter] = (),
+        source: str = "kafka",
+        copied: Callable[[], None] | None = None,
+    ) -> WriteResult:
+        start = time.monotonic()
+        result = await super().write(rows, dead, source, copied)
+        await asyncio.sleep(HOLD_S)
+        self.timeline.spans.append(("write", start, time.monotonic()))
+        return result
+
+
+class RecordingLoop(IngestLoop):
+    """The real loop; records its decodes and checks every commit against the store."""
+
+    timeline: Timeline
+    dsn: str
+    commits: list[dict[TopicPartition, int]]
+    violations: list[str]
+
+    async def _decode(self, batch):  # type: ignore[no-untyped-def]
+        start = time.monotonic()
+        decoded = await super()._decode(batch)
+        self.timeline.spans.append(("decode", start, time.monotonic()))
+        return decoded
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        conn = await asyncpg.connect(self.dsn)  # another session: sees committed rows only
+        try:
+            for tp, offset in offsets.items():
+                stored = await conn.fetchval(
+                    "SELECT max(kafka_offset) FROM events WHERE kafka_partition = $1", tp.partition
+                )
+                if stored is None or stored < offset - 1:
+                    self.violations.append(f"{tp.partition}@{offset} committed, {stored} stored")
+        finally:
+            await conn.close()
+        self.commits.append(dict(offsets))
+        await super()._commit(offsets)
+
+
+def latest(commits: list[dict[TopicPartition, int]]) -> dict[TopicPartition, int]:
+    """The last committed offset per partition."""
+    out: dict[TopicPartition, int] = {}
+    for commit in commits:
+        out.update(commit)
+    return out
+
+
+async def test_decode_overlaps_the_write_and_commits_stay_ordered(
+    broker, topic_name: str, database_url: str
+) -> None:
+    await create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
+    events = [event_dict(f"e-{i}", f"c-{i % 50}", at=i, turn=i // 50) for i in range(N)]
+    await produce(broker.bootstrap, topic_name,
+                  [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
+    timeline = Timeline()
+    writer = HoldingWriter(database_url, timeline)
+    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
+                          batch_max_events=BATCH, idempotent_producer=False)  # fmt: skip
+    loop = RecordingLoop(config, writer)
+    loop.timeline, loop.dsn = timeline, libpq_url(database_url)
+    loop.commits, loop.violations = [], []
+    task = asyncio.create_task(loop.run())
+    try:
+        assert await wait_count(database_url, "SELECT count(*) FROM events", N) == N
+        deadline = time.monotonic() + 15
+        while sum(latest(loop.commits).values()) < N and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # the last batch commits
+    finally:
+        await loop.stop()
+        await task
+        await writer.close()
+
+    assert loop.violations == []  # no offset committed before its rows were stored
+    last: dict[TopicPartition, int] = {}
+    for commit in loop.commits:  # offsets only move forward, partition by partition
+        for tp, offset in commit.items():
+            assert offset > last.get(tp, -1)
+            last[tp] = offset
+    assert sum(last.values()) == N  # every record's offset is committed (offsets start at 0)
+    writes = [(s, e) for what, s, e in timeline.spans if what == "write"]
+    decodes = [(s, e) for what, s, e in timeline.spans if what == "decode"]
+    assert len(writes) >= N // BATCH and len(decodes) >= N // BATCH
+    # the pipeline: some batch was decoded while the previous write was still in progress
+    # (the writes never overlap each other: one write in flight at a time)
+    overlapping = [d for d in decodes if any(ws < d[0] and d[1] < we for ws, we in writes)]
+    assert len(overlapping) >= 3
+    ordered = sorted(writes)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
+
+
+def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
+    """Records of partitions revoked between the fetch and the write are dropped (their new
+    owner reads them again from the last committed offset); the others are kept, in order."""
+    good = [json.dumps(event_dict(f"k-{i}", "c", at=i)).encode() for i in range(4)]
+    values = [*good, b"{nope"]
+    parts = [0, 1, 0, 1, 1]
+    records = [
+        ConsumerRecord("t", p, i, 0, 0, None, v, None, 0, len(v), [])
+        for i, (p, v) in enumerate(zip(parts, values, strict=True))
+    ]
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    batch = {tp0: [r for r in records if r.partition == 0],
+             tp1: [r for r in records if r.partition == 1]}  # fmt: skip
+    rows, dead = decode_records(records)
+    decoded = _Decoded(batch, records, rows, dead, 0.0)
+    decoded.keep({tp0, tp1})
+    assert (len(decoded.rows), len(decoded.dead)) == (4, 1)
+    decoded.keep({tp0})
+    assert list(decoded.batch) == [tp0]
+    assert [r.offset for r in decoded.records] == [0, 2]
+    assert [row[-1] for row in decoded.rows] == [0, 2]  # kafka_offset, in order
+    assert decoded.dead == []
