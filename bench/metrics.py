@@ -151,8 +151,11 @@ def time_cli(argv: list[str], db_url: str, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "monitor.cli", *argv], env=env, cwd=REPO,
-                       check=True, capture_output=True)
+        done = subprocess.run([sys.executable, "-m", "monitor.cli", *argv], env=env, cwd=REPO,
+                              capture_output=True, text=True)
+        if done.returncode not in (0, 1):  # 1: an analytics command found something to flag
+            raise RuntimeError(f"monitor {' '.join(argv)}: exit {done.returncode}: "
+                               f"{done.stderr[-2000:]}")
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -166,7 +169,8 @@ async def run(args: argparse.Namespace) -> None:
         conn = await asyncpg.connect(dsn)
         results: list[tuple[float, str, str, str]] = []
         try:
-            size = await conn.fetchval("SELECT pg_size_pretty(pg_database_size(current_database()))")
+            size = await conn.fetchval(
+                "SELECT pg_size_pretty(pg_database_size(current_database()))")
             print(f"database size: {size}")
             for label, name, sql in dashboard_queries(now):
                 results.append((await time_sql(conn, sql, args.repeat), label, name, sql))
