@@ -202,6 +202,9 @@ async def run(args: argparse.Namespace) -> None:
         what = "variable queries" if label == "-" else f"dashboard queries, {label} range"
         print(f"| all {len(part)} {what} (sum of medians) | {sum(r[0] for r in part):.3f} |")
         print(f"| max single {what} | {max(r[0] for r in part):.3f} |")
+    print("\nevery dashboard query, ms (median):")
+    for s, label, name, _ in sorted(results, key=lambda r: (r[2], r[1])):
+        print(f"{s * 1000:8.1f}  {label:>3}  {name}")
     print("\nslowest dashboard queries:")
     for (s, label, name, _), plan in zip(slow, plans, strict=True):
         print(f"\n{s * 1000:8.1f} ms  {label:>3}  {name}\n{plan}")
