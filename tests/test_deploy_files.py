@@ -603,7 +603,8 @@ def test_pipeline_dashboard_queries() -> None:
     dashboard = json.loads((DASHBOARDS / "pipeline.json").read_text())
     assert dashboard["schemaVersion"] == 39
     (agent,) = [v for v in dashboard["templating"]["list"] if v["name"] == "agent"]
-    assert "SELECT DISTINCT agent_id FROM conversations" in agent["query"]
+    # options from the small table kept at ingest, never SELECT DISTINCT over conversations
+    assert "FROM segment_values WHERE kind = 'agent'" in agent["query"]
     sqls = {p["title"]: p["targets"][0]["rawSql"] for p in all_panels(dashboard)}
     for panel in all_panels(dashboard):
         if panel["type"] == "timeseries":
@@ -617,7 +618,8 @@ def test_pipeline_dashboard_queries() -> None:
             for sql in sqls.values()
         )
 
-    assert uses("events", "$__timeGroupAlias(ingested_at", "type AS metric")
+    assert uses("v_event_minutes", "$__timeGroupAlias(time", "type AS metric")
+    assert not uses("events")  # the per-minute roll-up, never the events table
     assert uses("dead_letters", "$__timeGroupAlias(received_at", "reason AS metric")
     assert uses("conversations", "agent_id", "escalated")
     assert uses("conversations", "agent_id", "outcome_success")

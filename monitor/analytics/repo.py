@@ -167,10 +167,9 @@ async def escalation_conversations(
     cond, params = segment.where_conversations()
     sql = (
         "SELECT c.agent_id, c.min_confidence, c.escalated, c.outcome_success, c.sample_weight,"
-        " c.escalation_turn - coalesce(t.first_turn, 0) AS turns,"
+        " c.escalation_turn - coalesce(c.first_turn, 0) AS turns,"
         " extract(epoch FROM c.escalated_at - c.first_ts) AS seconds"
-        " FROM conversations c LEFT JOIN LATERAL (SELECT min(turn) AS first_turn FROM events e"
-        "   WHERE e.conversation_id = c.conversation_id) t ON c.escalated"
+        " FROM conversations c"
         f" WHERE c.sample_weight > 0 AND c.first_ts >= :lo AND c.first_ts < :hi AND {cond}"
         " ORDER BY c.agent_id, c.first_ts, c.conversation_id"
     )

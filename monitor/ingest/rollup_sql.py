@@ -9,16 +9,22 @@ event changes nothing. Merge rules (order-independent across batches):
 - min_confidence: LEAST over assistant messages (NULLs ignored);
 - last_confidence: the assistant confidence with the latest ts (ties: the later batch);
 - escalation: the earliest escalation event gives escalated_at, its turn and trigger;
+  first_turn: LEAST (turns to escalation = escalation_turn - first_turn, without reading events);
 - outcome: ranked by source, ``ground_truth`` > ``ticket``/``csat``/``other`` > ``human_review``
   (DESIGN.md section 4: outcome > human review > judge verdict; judges are not outcomes and
   label items elsewhere); within the same rank the latest ts wins, so a late outcome updates
   the row.
+
+The same statement folds the inserted rows into the read roll-ups of
+:mod:`monitor.store.tables_rollups` (events per minute by type and segment, the ingest-delay
+histogram, the known segment values), so the dashboards never scan ``events``.
 """
 
 from __future__ import annotations
 
 from monitor.ingest.rows import EVENT_COLUMNS
 from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
+from monitor.store.tables_rollups import DELAY_BASE_S, DELAY_LAST_BUCKET, DELAY_PER_DOUBLING
 
 STAGING_TABLE = "staging_events"
 
@@ -46,6 +52,15 @@ def _rank(source: str) -> str:
 _OUTCOME_ORDER = _rank(_SOURCE) + " DESC, ts DESC"
 
 
+def delay_bucket_sql(seconds: str) -> str:
+    """SQL for the ``ingest_delay_bins`` bucket of a delay of ``seconds`` (float8), see
+    :mod:`monitor.store.tables_rollups`."""
+    return (
+        f"(CASE WHEN {seconds} <= {DELAY_BASE_S} THEN 0 ELSE least({DELAY_LAST_BUCKET}, "
+        f"ceil({DELAY_PER_DOUBLING} * ln({seconds} / {DELAY_BASE_S}) / ln(2)))::int END)"
+    )
+
+
 def _first(expr: str, where: str = "TRUE", order: str = "ts") -> str:
     return f"(array_agg({expr} ORDER BY {order}) FILTER (WHERE {where}))[1]"
 
@@ -70,6 +85,7 @@ _AGG = ",\n    ".join(
         f"{_first('confidence', f'{_ASSISTANT} AND confidence IS NOT NULL', 'ts DESC')}"
         " AS last_confidence",
         f"max(ts) FILTER (WHERE {_ASSISTANT} AND confidence IS NOT NULL) AS last_confidence_ts",
+        "min(turn) AS first_turn",
         "bool_or(type = 'escalation') AS escalated",
         "min(ts) FILTER (WHERE type = 'escalation') AS escalated_at",
         f"{_first('turn', _ESC)} AS escalation_turn",
@@ -129,6 +145,7 @@ _UPDATES = ",\n    ".join(
         "escalated = c.escalated OR EXCLUDED.escalated",
         *[_pick(_EARLIER_ESC, c) for c in ("escalation_turn", "escalation_trigger")],
         "escalated_at = LEAST(c.escalated_at, EXCLUDED.escalated_at)",
+        "first_turn = LEAST(c.first_turn, EXCLUDED.first_turn)",
         *[
             _pick(_BETTER_OUTCOME, c)
             for c in ("outcome_success", "outcome_reward", "outcome_source")
@@ -157,6 +174,29 @@ WITH ins AS (
   SELECT {", ".join(_ROLLUP_COLS)} FROM agg ORDER BY conversation_id
   ON CONFLICT (conversation_id) DO UPDATE SET
     {_UPDATES}
+  RETURNING c.agent_id, c.domain, c.tier
+), minutes AS (
+  INSERT INTO event_minutes AS m (minute, type, agent_id, domain, tier, events)
+  SELECT date_trunc('minute', ingested_at, 'UTC'), type, agent_id, coalesce(domain, ''),
+    coalesce(tier, 0), count(*)
+  FROM ins GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+  ON CONFLICT (minute, type, agent_id, domain, tier) DO UPDATE SET
+    events = m.events + EXCLUDED.events
+  RETURNING 1
+), delays AS (
+  INSERT INTO ingest_delay_bins AS d (minute, bucket, events)
+  SELECT date_trunc('minute', ingested_at, 'UTC'),
+    {delay_bucket_sql("extract(epoch FROM ingested_at - ts)::float8")}, count(*)
+  FROM ins GROUP BY 1, 2 ORDER BY 1, 2
+  ON CONFLICT (minute, bucket) DO UPDATE SET events = d.events + EXCLUDED.events
+  RETURNING 1
+), segs AS (
+  INSERT INTO segment_values (kind, value)
+  SELECT DISTINCT v.kind, v.value FROM up
+  CROSS JOIN LATERAL (VALUES ('agent', up.agent_id), ('domain', up.domain), ('tier', up.tier::text))
+    AS v(kind, value)
+  WHERE v.value IS NOT NULL ORDER BY 1, 2
+  ON CONFLICT (kind, value) DO NOTHING
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations

@@ -121,6 +121,8 @@ conversations = Table(
     Column("escalated_at", TS),
     Column("escalation_turn", Integer),
     Column("escalation_trigger", Text),
+    # the smallest turn of any of its events: turns to escalation = escalation_turn - first_turn
+    Column("first_turn", Integer),
     Column("outcome_success", Boolean),
     Column("outcome_reward", Double),
     Column("outcome_source", Text),

@@ -42,7 +42,7 @@ UIDS = {"monitor-calibration", "monitor-drift", "monitor-escalation", "monitor-j
         "monitor-pipeline"}
 VIEWS = {"v_calibration_bins", "v_calibration_windows", "v_calibration_maps",
          "v_escalation_conversations", "v_drift_checks", "v_verdicts", "v_alerts",
-         "v_alert_annotations", "v_pipeline"}
+         "v_alert_annotations", "v_pipeline", "v_event_minutes"}
 
 
 def dashboards() -> dict[str, dict[str, Any]]:

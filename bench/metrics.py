@@ -1,0 +1,225 @@
+"""Read latency of the analytics: every dashboard query and the analytics CLI on a filled store.
+
+One run creates a scratch database on ``DATABASE_URL``'s server, migrates it, and fills it
+through the worker's own write path (``EventWriter.write``: staging COPY, the idempotent batch
+statement with the ``conversations`` roll-up, sampling decisions, items and calibration bins)
+with simulated traffic (``monitor.sim.traffic.Simulator``) whose conversations start evenly
+over the last 7 days, in batches of ``--batch`` events in global ts order, until about
+``--items`` items exist. Then it times, each as the median of ``--repeat`` runs:
+
+- every dashboard query: each template-variable query and each panel target of
+  dashboards/*.json, interpolated exactly as Grafana would (tests/dashboards/grafana_sql.py:
+  macros, ``$__interval`` from the panel width, every variable at "All"), for the ranges
+  ``now-24h .. now`` and ``now-7d .. now``;
+- the analytics CLI commands (``monitor thresholds --json``, ``monitor escalation --since 7d
+  --json``, ``monitor calibration --since 7d --json``) as subprocesses, wall time, with the
+  CLI's start-up (``monitor --help``) measured in the same run beside them;
+- the database part of ``thresholds`` / ``escalation``: ``analytics.repo.escalation_conversations``
+  in process (7 days, every agent).
+
+It prints a table, the slowest queries with their ``EXPLAIN ANALYZE`` plans, and drops the
+database. Note: ``ingested_at`` is the time of the fill (a few minutes), so every event falls
+in both ranges of the pipeline panels that filter on it (their worst case). Run from the
+repository root::
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/metrics.py
+    ... bench/metrics.py --items 10000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.harness import scratch_database  # noqa: E402
+from monitor.analytics import repo  # noqa: E402
+from monitor.ingest.rows import event_row  # noqa: E402
+from monitor.ingest.writer import EventWriter  # noqa: E402
+from monitor.sim.traffic import Simulator  # noqa: E402
+from monitor.store.engine import make_engine  # noqa: E402
+from tests.dashboards import grafana_sql as g  # noqa: E402
+
+RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
+CLI = {
+    "monitor --help (start-up)": ["--help"],
+    "monitor thresholds --json": ["thresholds", "--json"],
+    "monitor escalation --since 7d --json": ["escalation", "--since", "7d", "--json"],
+    "monitor calibration --since 7d --json": ["calibration", "--since", "7d", "--json"],
+}
+
+
+async def fill(dsn: str, items: int, batch: int, now: datetime) -> tuple[int, int, float]:
+    """Write simulated traffic until about ``items`` items exist: (events, items, seconds)."""
+    probe = Simulator(seed=13, start=now)
+    per_conv = sum(
+        1 for c in probe.conversations(200) for e in c
+        if e.type == "message" and e.confidence is not None
+    ) / 200
+    n_conv = max(1, round(items / per_conv))
+    sim = Simulator(seed=13, start=now - timedelta(days=7), interval=timedelta(days=7) / n_conv)
+    writer = EventWriter(dsn)
+    await writer.start()
+    written, rows = 0, []
+    t0 = time.perf_counter()
+    try:
+        for event in sim.events(n_conv):
+            if event.ts > now:
+                continue
+            rows.append(event_row(event))
+            if len(rows) >= batch:
+                written += (await writer.write(rows)).inserted
+                rows = []
+        if rows:
+            written += (await writer.write(rows)).inserted
+    finally:
+        await writer.close()
+    seconds = time.perf_counter() - t0
+    conn = await asyncpg.connect(dsn)
+    try:
+        n_items = int(await conn.fetchval("SELECT count(*) FROM items"))
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+    return written, n_items, seconds
+
+
+def dashboard_queries(now: datetime) -> list[tuple[str, str, str]]:
+    """(range, name, sql) of every variable query and panel target, as Grafana sends them."""
+    out: list[tuple[str, str, str]] = []
+    for path in sorted((REPO / "dashboards").glob("*.json")):
+        board = json.loads(path.read_text())
+        specs = board.get("templating", {}).get("list", [])
+        variables = [
+            g.Variable(v["name"], multi=bool(v.get("multi")), include_all=bool(v.get("includeAll")),
+                       all_value=v.get("allValue") or None, options=("x",),
+                       selected=(g.ALL,) if v.get("includeAll") else ("x",))
+            for v in specs
+        ]
+        for label, span in RANGES.items():
+            tr = g.TimeRange(now - span, now)
+            for v in specs if label == "7d" else []:
+                q = v.get("query", "")
+                sql = q if isinstance(q, str) else q.get("rawSql", "")
+                if v.get("type") == "query" and sql:
+                    text = g.interpolate(sql, time_range=tr, interval_ms=60000, search_filter=True)
+                    out.append(("-", f"{path.stem} variable ${v['name']}", text))
+            for panel in _panels(board):
+                for t in panel.get("targets", []):
+                    if not t.get("rawSql"):
+                        continue
+                    ms = g.panel_interval_ms(panel, tr, None)
+                    sql = g.interpolate(t["rawSql"], time_range=tr, interval_ms=ms,
+                                        variables=variables)
+                    out.append((label, f"{path.stem} / {panel.get('title')} [{t['refId']}]", sql))
+    return out
+
+
+def _panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in board.get("panels", []):
+        out.append(p)
+        out.extend(p.get("panels", []))
+    return out
+
+
+async def time_sql(conn: asyncpg.Connection, sql: str, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        await conn.fetch(sql)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_cli(argv: list[str], db_url: str, repeat: int) -> float:
+    env = {**os.environ, "DATABASE_URL": db_url, "MONITOR_DATABASE_URL": db_url}
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "monitor.cli", *argv], env=env, cwd=REPO,
+                              capture_output=True, text=True)
+        if done.returncode not in (0, 1):  # 1: an analytics command found something to flag
+            raise RuntimeError(f"monitor {' '.join(argv)}: exit {done.returncode}: "
+                               f"{done.stderr[-2000:]}")
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def run(args: argparse.Namespace) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    async with scratch_database(args.database_url, "metrics") as dsn:
+        events, items, secs = await fill(dsn, args.items, args.batch, now)
+        print(f"filled: {events} events, {items} items in {secs:.1f} s "
+              f"({events / secs:.0f} events/s through EventWriter)")
+        conn = await asyncpg.connect(dsn)
+        results: list[tuple[float, str, str, str]] = []
+        try:
+            size = await conn.fetchval(
+                "SELECT pg_size_pretty(pg_database_size(current_database()))")
+            print(f"database size: {size}")
+            for label, name, sql in dashboard_queries(now):
+                results.append((await time_sql(conn, sql, args.repeat), label, name, sql))
+            slow = sorted(results, reverse=True)[: args.plans]
+            plans = [
+                "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE, COSTS OFF) {sql}"))
+                for _, _, _, sql in slow
+            ]
+        finally:
+            await conn.close()
+        cli = {name: time_cli(argv, dsn, args.repeat) for name, argv in CLI.items()}
+        engine = make_engine(dsn)
+        try:
+            esc = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                await repo.escalation_conversations(
+                    engine, repo.Segment(), now - timedelta(days=7), now)
+                esc.append(time.perf_counter() - t0)
+        finally:
+            await engine.dispose()
+    print(f"\n| query (median of {args.repeat}) | seconds |\n| --- | ---: |")
+    for name, s in cli.items():
+        print(f"| {name} | {s:.3f} |")
+    print(f"| repo.escalation_conversations (7d, db part of thresholds/escalation) "
+          f"| {statistics.median(esc):.3f} |")
+    for label in ("-", *RANGES):
+        part = [r for r in results if r[1] == label]
+        what = "variable queries" if label == "-" else f"dashboard queries, {label} range"
+        print(f"| all {len(part)} {what} (sum of medians) | {sum(r[0] for r in part):.3f} |")
+        print(f"| max single {what} | {max(r[0] for r in part):.3f} |")
+    print("\nevery dashboard query, ms (median):")
+    for s, label, name, _ in sorted(results, key=lambda r: (r[2], r[1])):
+        print(f"{s * 1000:8.1f}  {label:>3}  {name}")
+    print("\nslowest dashboard queries:")
+    for (s, label, name, _), plan in zip(slow, plans, strict=True):
+        print(f"\n{s * 1000:8.1f} ms  {label:>3}  {name}\n{plan}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--items", type=int, default=100_000)
+    p.add_argument("--batch", type=int, default=5000)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--plans", type=int, default=6, help="how many slowest plans to print")
+    p.add_argument("--database-url", default=os.environ.get(
+        "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    asyncio.run(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

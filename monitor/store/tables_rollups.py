@@ -1,0 +1,60 @@
+"""Read roll-ups kept at ingest (issue 13) so that no dashboard or CLI read scans ``events``.
+
+All three are maintained by the batch statement of :mod:`monitor.ingest.rollup_sql`, from the
+rows it actually inserted (a replayed event changes nothing), in the same transaction:
+
+``event_minutes``
+    Events per (minute of ``ingested_at``, type, agent, domain, tier). Any time range aligned
+    to minutes, and any roll-up of types or segments, is the sum of its rows. Missing domain /
+    tier are stored as ``''`` / ``0`` (key columns); ``v_event_minutes`` shows them as NULL.
+``ingest_delay_bins``
+    Histogram of the ingest delay (``ingested_at - ts`` in seconds) per minute of
+    ``ingested_at``: bucket 0 holds delays <= 1 ms (and negative ones, clock skew), bucket
+    ``b`` in 1 .. 119 holds ``(1 ms * 2^((b-1)/4), 1 ms * 2^(b/4)]`` (each about 19 % wide),
+    bucket 120 everything above 1 ms * 2^(119/4) (about 10 days). A quantile read from it is
+    the upper edge of the bucket that holds it, at most 19 % above the exact value.
+``segment_values``
+    Every agent id, domain and tier (as text) ever stored on a conversation, by ``kind``
+    (``agent`` / ``domain`` / ``tier``): the options of the dashboards' template variables.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, PrimaryKeyConstraint, SmallInteger, Table, Text
+
+from monitor.store.tables import TS, metadata
+
+#: delay histogram: the smallest bucket's upper edge (s), buckets per doubling, the last bucket
+DELAY_BASE_S = 0.001
+DELAY_PER_DOUBLING = 4
+DELAY_LAST_BUCKET = 120
+
+event_minutes = Table(
+    "event_minutes",
+    metadata,
+    Column("minute", TS, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("agent_id", Text, nullable=False),
+    Column("domain", Text, nullable=False, server_default=""),
+    Column("tier", SmallInteger, nullable=False, server_default="0"),
+    Column("events", BigInteger, nullable=False),
+    PrimaryKeyConstraint("minute", "type", "agent_id", "domain", "tier",
+                         name="pk_event_minutes"),
+)
+
+ingest_delay_bins = Table(
+    "ingest_delay_bins",
+    metadata,
+    Column("minute", TS, nullable=False),
+    Column("bucket", SmallInteger, nullable=False),
+    Column("events", BigInteger, nullable=False),
+    PrimaryKeyConstraint("minute", "bucket", name="pk_ingest_delay_bins"),
+)
+
+segment_values = Table(
+    "segment_values",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    PrimaryKeyConstraint("kind", "value", name="pk_segment_values"),
+)
