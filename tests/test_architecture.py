@@ -42,7 +42,7 @@ NEUTRAL = frozenset({"monitor", "monitor.config"})
 EDGE_MODULES = frozenset({
     "monitor.ingest.loop", "monitor.ingest.writer", "monitor.ingest.items_sql",
     "monitor.ingest.rollup_sql", "monitor.ingest.offsets", "monitor.ingest.poison",
-    "monitor.ingest.dlq_publish", "monitor.ingest.paused_retry",
+    "monitor.ingest.dlq_publish", "monitor.ingest.paused_retry", "monitor.ingest.rebalance",
     "monitor.judges.llm", "monitor.judges.repo", "monitor.judges.stats",
     "monitor.judges.worker", "monitor.judges.quality_repo", "monitor.judges.runner",
     "monitor.analytics.repo", "monitor.analytics.write", "monitor.analytics.reports",

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -31,7 +30,6 @@ from pydantic import (
 
 from monitor.contract.limits import (
     INT32_MAX,
-    INT32_MIN,
     MAX_JSON_DEPTH,
     MAX_TS,
     MIN_TS,
@@ -40,6 +38,48 @@ from monitor.contract.limits import (
     check_timestamp,
     may_hold_nul,
     parse_json,
+)
+from monitor.contract.payloads import (
+    GATE_DECISIONS as GATE_DECISIONS,
+)
+from monitor.contract.payloads import (
+    Agent as Agent,
+)
+from monitor.contract.payloads import (
+    Context as Context,
+)
+from monitor.contract.payloads import (
+    EscalationPayload as EscalationPayload,
+)
+from monitor.contract.payloads import (
+    FeedbackPayload as FeedbackPayload,
+)
+from monitor.contract.payloads import (
+    GateFinding as GateFinding,
+)
+from monitor.contract.payloads import (
+    GatePayload as GatePayload,
+)
+from monitor.contract.payloads import (
+    Id as Id,
+)
+from monitor.contract.payloads import (
+    MessagePayload as MessagePayload,
+)
+from monitor.contract.payloads import (
+    OutcomePayload as OutcomePayload,
+)
+from monitor.contract.payloads import (
+    Probability as Probability,
+)
+from monitor.contract.payloads import (
+    ToolCall as ToolCall,
+)
+from monitor.contract.payloads import (
+    ToolResultPayload as ToolResultPayload,
+)
+from monitor.contract.payloads import (
+    _Strict as _Strict,
 )
 from monitor.contract.validation_errors import reason_for
 from monitor.core.errors import InvalidEvent
@@ -52,108 +92,6 @@ EVENT_TYPES: tuple[str, ...] = (
 )  # fmt: skip
 
 EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback", "gate"]
-GATE_DECISIONS: tuple[str, ...] = ("proceed", "revise", "escalate")
-Id = Annotated[str, Field(min_length=1, max_length=128)]
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class Agent(_Strict):
-    """Who emitted the event. ``id`` is required; version and model are free-form."""
-
-    id: Id
-    version: str | None = None
-    model: str | None = None
-
-
-class Context(_Strict):
-    """Segmentation context. ``tier`` is 1, 2 or 3 (3 = most critical)."""
-
-    domain: str | None = None
-    tier: Literal[1, 2, 3] | None = None
-    channel: str | None = None
-    intent: str | None = None
-    segment: str | None = None
-    task_id: str | None = None
-    trial: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] | None = None
-
-
-class ToolCall(_Strict):
-    """A tool call requested by an assistant message; ``arguments`` is a JSON object."""
-
-    id: Id
-    name: str = Field(min_length=1)
-    arguments: dict[str, Any] = Field(default_factory=dict)
-
-
-class MessagePayload(_Strict):
-    role: Literal["assistant", "user", "system"]
-    content: str | None = None
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    confidence: Probability | None = None
-    confidence_source: Literal["verbalized", "logprob", "trust_score", "other"] | None = None
-
-
-class ToolResultPayload(_Strict):
-    call_id: Id
-    name: str = Field(min_length=1)
-    ok: bool
-    content: str | None = None
-    error: str | None = None
-
-
-class EscalationPayload(_Strict):
-    trigger: Literal["threshold", "agent", "user", "policy"]
-    reason: str | None = None
-    confidence: Probability | None = None
-
-
-class OutcomePayload(_Strict):
-    success: bool
-    reward: Probability | None = None
-    source: Literal["ground_truth", "human_review", "csat", "ticket", "other"]
-
-
-class FeedbackPayload(_Strict):
-    score: Annotated[float, Field(ge=-1.0, le=1.0)]
-    source: str = Field(min_length=1)
-    comment: str | None = None
-
-
-class GateFinding(_Strict):
-    """One inline check that fired on the gated message: which judge, its failure category,
-    and a one-line critique the agent can use to revise the message."""
-
-    judge: str = Field(min_length=1, max_length=128)
-    category: str | None = None
-    critique: str = Field(max_length=500)
-
-
-class GatePayload(_Strict):
-    """One runtime trust-gate decision (``POST /v1/gate``; docs/gate.md), added to v1 as an
-    optional type: events of the other types are unchanged.
-
-    ``confidence`` is the stated confidence, ``calibrated`` the agent x domain isotonic map
-    applied to it (``map_version`` the map used; None when no map: then ``calibrated`` equals
-    ``confidence``). ``degraded`` names why the policy's fail-open/closed choice decided
-    (a check failed or the deadline passed); None for an ordinary decision.
-    """
-
-    decision: Literal["proceed", "revise", "escalate"]
-    confidence: Probability
-    calibrated: Probability
-    map_version: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
-    threshold: Probability
-    threshold_source: str = Field(min_length=1, max_length=256)
-    findings: list[GateFinding] = Field(default_factory=list, max_length=64)
-    policy_version: str = Field(min_length=1, max_length=128)
-    latency_ms: Annotated[float, Field(ge=0.0)]
-    degraded: str | None = None
-
-
 Payload = (
     MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayload | FeedbackPayload
     | GatePayload

@@ -107,7 +107,8 @@ def check_characters(obj: Any) -> None:
 
 
 def printable(text: str) -> str:
-    """``text`` with U+0000 and lone surrogates written as ``\\uXXXX`` escapes: storable."""
+    """``text`` with U+0000 and lone surrogates written as JSON-style escapes (U+0000 becomes
+    the six characters backslash, u, 0, 0, 0, 0): storable in Postgres text."""
     if "\x00" not in text:
         try:
             text.encode("utf-8")

@@ -45,7 +45,6 @@ from datetime import timedelta
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from monitor.core.clock import Clock, SystemClock
@@ -58,6 +57,7 @@ from monitor.ingest.log_dedupe import dedupe_kafka_client_logs
 from monitor.ingest.offsets import OffsetTracking
 from monitor.ingest.paused_retry import PausedRetry, _Stopping
 from monitor.ingest.poison import write_isolating
+from monitor.ingest.rebalance import WaitForBatch
 from monitor.ingest.rows import DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.store_errors import is_transient
@@ -94,18 +94,6 @@ class _Decoded:
         self.records = [r for r in self.records if r.partition in kept]
         self.rows = [r for r in self.rows if r[-2] in kept]
         self.dead = [d for d in self.dead if d.partition in kept]
-
-
-class _WaitForBatch(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, lock: asyncio.Lock) -> None:
-        self._lock = lock
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        async with self._lock:  # the batch in flight commits before partitions move
-            pass
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))
 
 
 class IngestLoop(OffsetTracking, PausedRetry):
@@ -154,7 +142,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
         pending: asyncio.Task[None] | None = None  # the batch being written and committed
         try:
             await self._consumer.start()
-            self._consumer.subscribe([cfg.topic], listener=_WaitForBatch(self._lock))
+            self._consumer.subscribe([cfg.topic], listener=WaitForBatch(self._lock))
             self.ready.set()
             self.health.ready = True
             while not self._stopping.is_set():

@@ -44,6 +44,7 @@ from monitor.stack import endpoints
 from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.postgres import EmbeddedPostgres
 from monitor.stack.processes import die_with_parent, pick_port, proc_state, tail, terminate
+from monitor.stack.topics import create_topics
 from monitor.store import engine
 
 DATABASE = "monitor"
@@ -284,24 +285,3 @@ class Stack:
             self.say(f"the worker did not stop in {WORKER_STOP_S:.0f} s; killing it")
             proc.kill()
             proc.wait(5)
-
-
-async def create_topics(settings: Settings) -> None:
-    """Create the events topic (``topic_partitions``) and the DLQ topic; existing ones are kept."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError, for_code
-
-    assert settings.kafka_bootstrap
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        response = await admin.create_topics([
-            NewTopic(settings.topic_events, settings.topic_partitions, 1),
-            NewTopic(settings.topic_dlq, 1, 1),
-        ])
-    finally:
-        await admin.close()
-    for topic, code, *rest in response.topic_errors:
-        error = for_code(code)
-        if code and error is not TopicAlreadyExistsError:
-            raise InfraError(f"cannot create topic {topic}: {error.__name__} {rest}")

@@ -27,6 +27,7 @@ rules:
     threshold: 0.7
     below_threshold: escalate
     on_check_failure: revise
+    deadline_ms: 10000  # not a timing test: a loaded CI machine must not turn checks fail-open
 """
 AUTH = {"Authorization": "Bearer g4te"}
 
