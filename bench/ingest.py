@@ -67,6 +67,7 @@ from monitor.sdk import EventEmitter
 from monitor.sim.traffic import Simulator
 from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.postgres import EmbeddedPostgres
+from monitor.store.partitions import ENSURE_DAYS, days_of
 
 PARTITIONS = 4
 POLL_S = 0.1
@@ -123,7 +124,8 @@ class _Assigned(ConsumerRebalanceListener):  # type: ignore[misc]
 async def baseline(
     bootstrap: str, topic: str, dsn: str, n: int, batch: int, meter: CpuMeter
 ) -> tuple[float, dict[str, float]]:
-    """getmany -> decode -> COPY into events -> commit; (seconds, CPU) from the assignment."""
+    """getmany -> decode -> COPY into events (its day partitions ensured first, in the same
+    transaction, as the writer does) -> commit; (seconds, CPU) from the assignment."""
     conn = await asyncpg.connect(dsn)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=f"g-{topic}", enable_auto_commit=False,
@@ -135,6 +137,7 @@ async def baseline(
         assigned = _Assigned(meter)
         consumer.subscribe([topic], listener=assigned)
         written, columns = 0, list(EVENT_COLUMNS)
+        ts_at = columns.index("ts")
         while written < n:
             got = await consumer.getmany(timeout_ms=200, max_records=batch)
             if not got:
@@ -143,7 +146,9 @@ async def baseline(
                 event_row(decode_event(rec.value or b""), rec.partition, rec.offset)
                 for recs in got.values() for rec in recs
             ]
-            await conn.copy_records_to_table("events", records=rows, columns=columns)
+            async with conn.transaction():  # the day partitions first, as the writer does
+                await conn.fetchval(ENSURE_DAYS, days_of(r[ts_at] for r in rows))
+                await conn.copy_records_to_table("events", records=rows, columns=columns)
             await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in got.items()})
             written += len(rows)
         return time.perf_counter() - assigned.at, meter.spent(assigned.cpu, meter.snapshot())

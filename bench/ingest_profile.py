@@ -8,7 +8,10 @@ elapsed time, which includes the server's work and the round trip), and grouped 
 staging COPY (the logger does not see it: the write time the logged statements leave), event
 insert + ``conversations`` roll-up, conversation locks, sampling decisions, items + calibration
 bins, transaction begin/commit. Prints one table (ms per batch, µs per event,
-share of the batch). Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
+share of the batch) and, when the Postgres backend runs on this machine (its
+``/proc/<pid>/schedstat`` is readable), the backend's CPU per step as well: CPU time is what
+a loaded, shared machine distorts least (wall times move 2x between identical runs).
+Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
 
     .venv/bin/python bench/ingest_profile.py                 # 50,000 events, batches of 5000
     .venv/bin/python bench/ingest_profile.py --events 20000 --batch 2000
@@ -59,14 +62,46 @@ def step_of(query: str) -> str:
     return "other"
 
 
+def cpu_ns(pid: int) -> int | None:
+    """CPU nanoseconds process ``pid`` has run so far, or None when that cannot be read."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Timings:
-    """Accumulates asyncpg query-logger records per step."""
+    """Accumulates asyncpg query-logger records per step, and the backend's CPU per step.
+
+    CPU is attributed by marks: :meth:`mark` at the start of a write, :meth:`copied` when the
+    staging COPY is done (CPU since the mark: staging table + COPY), then each logged statement
+    gets the CPU since the previous mark (its own work: statements run one at a time)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.pid: int | None = None
+        self._last: int | None = None
+
+    def mark(self) -> None:
+        self._last = cpu_ns(self.pid) if self.pid is not None else None
+
+    def _charge(self, step: str) -> None:
+        if self.pid is None or self._last is None:
+            return
+        now = cpu_ns(self.pid)
+        if now is not None:
+            self.cpu[step] += (now - self._last) / 1e9
+        self._last = now
+
+    def copied(self) -> None:
+        self._charge("staging COPY (unlogged rest)")
 
     def __call__(self, record: Any) -> None:
-        self.seconds[step_of(record.query)] += record.elapsed
+        step = step_of(record.query)
+        self.seconds[step] += record.elapsed
+        if step != "staging table":  # its CPU is charged with the COPY that follows it
+            self._charge(step)
 
 
 async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, float], int]:
@@ -82,6 +117,9 @@ async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, fl
     assert writer._pool is not None
     async with writer._pool.acquire() as conn:  # the pool holds one connection: this one
         conn.add_query_logger(timings)
+        timings.pid = int(await conn.fetchval("SELECT pg_backend_pid()"))
+        if cpu_ns(timings.pid) is None:
+            timings.pid = None
     seconds: dict[str, float] = defaultdict(float)
     batches = 0
     try:
@@ -89,7 +127,8 @@ async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, fl
             t0 = time.perf_counter()
             rows, dead = decode_records(records[i : i + batch])
             t1 = time.perf_counter()
-            await writer.write(rows, dead, source="t")
+            timings.mark()
+            await writer.write(rows, dead, source="t", copied=timings.copied)
             seconds["decode (worker CPU)"] += t1 - t0
             seconds["write, total"] += time.perf_counter() - t1
             batches += 1
@@ -97,22 +136,32 @@ async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, fl
         await writer.close()
     # the query logger does not see COPY: it is the write time no logged statement accounts for
     copy = seconds["write, total"] - sum(timings.seconds.values())
-    return {**seconds, "staging COPY (unlogged rest)": copy, **timings.seconds}, batches
+    cpu = {f"cpu:{k}": v for k, v in timings.cpu.items()}
+    return {**seconds, "staging COPY (unlogged rest)": copy, **timings.seconds, **cpu}, batches
 
 
 def table(seconds: dict[str, float], n: int, batches: int) -> str:
     batch_total = seconds["decode (worker CPU)"] + seconds["write, total"]
-    lines = ["| step | ms per batch | µs per event | share of batch |", "|---|---|---|---|"]
+    has_cpu = any(k.startswith("cpu:") for k in seconds)
+    head = "| step | ms per batch | µs per event | share of batch |"
+    lines = [head + (" backend CPU µs per event |" if has_cpu else ""),
+             "|---|---|---|---|" + ("---|" if has_cpu else "")]
     order = ["decode (worker CPU)", "staging COPY (unlogged rest)",
              *[label for label, _ in STEPS], "other", "write, total"]
     for step in order:
         if step not in seconds:
             continue
         s = seconds[step]
+        cpu = ""
+        if has_cpu:
+            c = seconds.get(f"cpu:{step}")
+            cpu = f" {c / n * 1e6:.1f} |" if c is not None else " |"
         lines.append(f"| {step} | {s / batches * 1000:.1f} | {s / n * 1e6:.1f} | "
-                     f"{s / batch_total:.0%} |")
+                     f"{s / batch_total:.0%} |{cpu}")
+    cpu_total = sum(v for k, v in seconds.items() if k.startswith("cpu:"))
     lines.append(f"| **batch (decode + write)** | {batch_total / batches * 1000:.1f} | "
-                 f"{batch_total / n * 1e6:.1f} | 100% |")
+                 f"{batch_total / n * 1e6:.1f} | 100% |"
+                 + (f" {cpu_total / n * 1e6:.1f} |" if has_cpu else ""))
     return "\n".join(lines)
 
 
@@ -122,9 +171,11 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
         conn = await asyncpg.connect(dsn)
         try:
             size = await conn.fetch(
-                "SELECT relname, pg_total_relation_size(c.oid) AS bytes FROM pg_class c "
+                "SELECT relname, coalesce((SELECT sum(pg_total_relation_size(t.relid))"
+                " FROM pg_partition_tree(c.oid) t), pg_total_relation_size(c.oid)) AS bytes"
+                " FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
-                "AND c.relkind = 'r' ORDER BY 2 DESC LIMIT 6")
+                "AND c.relkind IN ('r', 'p') ORDER BY 2 DESC LIMIT 7")  # a partitioned: its parts
             counts = {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}"))
                       for t in ("events", "conversations", "items")}
         finally:

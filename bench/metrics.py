@@ -48,6 +48,11 @@ if str(REPO) not in sys.path:
 
 from bench.harness import scratch_database  # noqa: E402
 from monitor.analytics import repo  # noqa: E402
+
+try:  # after issue 13a: the escalation roll-up; before: one row per conversation
+    from monitor.analytics.repo_escalation import escalation_conversations
+except ImportError:  # pragma: no cover - the "before" checkout
+    escalation_conversations = repo.escalation_conversations  # type: ignore[attr-defined]
 from monitor.ingest.rows import event_row  # noqa: E402
 from monitor.ingest.writer import EventWriter  # noqa: E402
 from monitor.sim.traffic import Simulator  # noqa: E402
@@ -187,7 +192,7 @@ async def run(args: argparse.Namespace) -> None:
             esc = []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
-                await repo.escalation_conversations(
+                await escalation_conversations(
                     engine, repo.Segment(), now - timedelta(days=7), now)
                 esc.append(time.perf_counter() - t0)
         finally:

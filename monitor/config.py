@@ -17,11 +17,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.alerts.rules import RuleSet, default_rules, load_rules
 from monitor.core.errors import ConfigError
+from monitor.core.retention import RetentionSettings
+from monitor.gate.settings import GateSettings
 from monitor.sampling.rules import SamplingPolicy
 
 
-class Settings(BaseSettings):
-    """All runtime configuration, validated at startup (errors name the field)."""
+class Settings(BaseSettings, RetentionSettings, GateSettings):
+    """All runtime configuration, validated at startup (errors name the field); the retention
+    settings are declared in :class:`RetentionSettings`, the gate's in :class:`GateSettings`."""
 
     model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
 
@@ -202,32 +205,6 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a claimed notification is reserved; a crashed notifier's claim "
         "is retried after it (at most one duplicate, same idempotency key).",
-    )
-
-    # --- runtime trust gate (POST /v1/gate; docs/gate.md) ---------------------------------
-    gate_token: str | None = Field(
-        default=None,
-        repr=False,
-        description="Bearer token required by POST /v1/gate (separate from the ingest token). "
-        "Unset: the gate answers only requests from the loopback address.",
-    )
-    gate_policy_file: Path | None = Field(
-        default=None,
-        description="YAML gate policy (thresholds, inline checks, fail open/closed per "
-        "agent/domain/tier). Unset: the built-in policy (threshold 0.5, every deterministic "
-        "check, fail open).",
-    )
-    gate_max_content_chars: int = Field(
-        default=32_000, ge=1, description="Longest message content the gate checks (413 above)."
-    )
-    gate_max_body_bytes: int = Field(
-        default=1024 * 1024, ge=1024, description="Largest POST /v1/gate body (413 above)."
-    )
-    gate_refresh_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="How often the gate reloads the calibration maps it "
-        "holds in memory (a newly fitted map is used within this delay).",
     )
 
     # --- grafana (monitor dashboards push) ---------------------------------------------------

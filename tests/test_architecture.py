@@ -43,6 +43,7 @@ EDGE_MODULES = frozenset({
     "monitor.ingest.loop", "monitor.ingest.writer", "monitor.ingest.items_sql",
     "monitor.ingest.rollup_sql", "monitor.ingest.offsets", "monitor.ingest.poison",
     "monitor.ingest.dlq_publish", "monitor.ingest.paused_retry", "monitor.ingest.rebalance",
+    "monitor.ingest.escalation_sql", "monitor.analytics.repo_escalation",
     "monitor.judges.llm", "monitor.judges.repo", "monitor.judges.stats",
     "monitor.judges.worker", "monitor.judges.quality_repo", "monitor.judges.runner",
     "monitor.analytics.repo", "monitor.analytics.write", "monitor.analytics.reports",
@@ -55,7 +56,8 @@ EDGE_MODULES = frozenset({
     "monitor.alerts.sinks.registry",
     "monitor.dashboards.push", "monitor.replay.send", "monitor.sdk", "monitor.sdk.emitter_async",
     "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.gate.state",
-    "monitor.gate.effect_repo", "monitor.sdk.gate_client",
+    "monitor.gate.effect_repo", "monitor.sdk.gate_client", "monitor.gate.buffer",
+    "monitor.gate.producer",
 })
 # mode (faust's service library) only where the worker's long-running services are defined
 MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic"})

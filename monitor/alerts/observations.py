@@ -50,8 +50,8 @@ from monitor.analytics.repo import (
     Segment,
     bin_sums,
     design_effects,
-    escalation_conversations,
 )
+from monitor.analytics.repo_escalation import escalation_conversations
 
 LagSource = Callable[[], float | None]
 """Returns the current consumer lag in records (None when unknown)."""

@@ -124,3 +124,25 @@ def advance(
     clean = state.clean_since if state.clean_since is not None else recent[1]
     return replace(state, ref_from=used[0], ref_to=used[1], clean_since=clean,
                    flagged_since=None, last_recent_to=recent[1])
+
+
+def accept(state: Reference | None, since: datetime, now: datetime) -> Reference:
+    """The state after an operator accepts the segment's behaviour from ``since`` on as its new
+    normal (``monitor drift-accept``).
+
+    The reference becomes ``[since, now)`` with a clean stretch from ``since``: the next checks
+    compare with that stretch and, once their recent window starts after ``now``, roll forward
+    from ``since`` as usual. The flag is cleared, so a firing drift alert resolves at the next
+    quiet check. Raises ValueError when ``since`` is not before ``now``."""
+    if since >= now:
+        raise ValueError("the accepted stretch must start before now")
+    last = state.last_recent_to if state is not None else now
+    return Reference(since, now, since, None, max(last, since))
+
+
+def accepted_since(state: Reference | None, recent: timedelta) -> datetime | None:
+    """Default start of an accepted change: the start of the recent window of the first check
+    that fired in the current episode (``flagged_since - recent``); None when not flagged."""
+    if state is None or state.flagged_since is None:
+        return None
+    return state.flagged_since - recent

@@ -3,17 +3,19 @@
 
 ``load_references`` returns every stored state keyed by segment; ``save_reference`` upserts
 one (several workers running the same round write the same values, so the last write wins
-harmlessly).
+harmlessly); ``matching`` filters the stored states by a CLI segment filter.
 """
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.analytics.drift_policy import Reference
+from monitor.analytics.repo import Segment
 from monitor.analytics.write import SegmentKey
 
 
@@ -48,3 +50,15 @@ async def save_reference(engine: AsyncEngine, key: SegmentKey, ref: Reference) -
     }  # fmt: skip
     async with engine.begin() as conn:
         await conn.execute(sql, params)
+
+
+def matching(
+    states: dict[SegmentKey, Reference], segment: Segment
+) -> dict[SegmentKey, Reference]:
+    """The states whose segment ``segment`` selects (agent wildcards ``*`` and ``?``)."""
+    def selected(key: SegmentKey) -> bool:
+        return ((segment.agent is None or fnmatchcase(key[0], segment.agent))
+                and segment.agent_version in (None, key[1])
+                and segment.domain in (None, key[2]) and segment.tier in (None, key[3]))
+
+    return {key: ref for key, ref in states.items() if selected(key)}

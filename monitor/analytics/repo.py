@@ -21,7 +21,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.analytics.bins import BinSums, FloatArray
-from monitor.analytics.escalation import ConversationEscalation
 from monitor.analytics.passk import Trial
 
 _MINUTE = timedelta(minutes=1)
@@ -154,42 +153,6 @@ async def labelled_items(
         )
     arr = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
     return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
-
-
-async def escalation_conversations(
-    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
-) -> dict[str, list[ConversationEscalation]]:
-    """Per agent, the conversations (first event in range, weight > 0) as escalation inputs.
-
-    ``escalation_turn`` counts turns from the conversation's first turn; seconds are from its
-    first event.
-    """
-    cond, params = segment.where_conversations()
-    sql = (
-        "SELECT c.agent_id, c.min_confidence, c.escalated, c.outcome_success, c.sample_weight,"
-        " c.escalation_turn - coalesce(c.first_turn, 0) AS turns,"
-        " extract(epoch FROM c.escalated_at - c.first_ts) AS seconds"
-        " FROM conversations c"
-        f" WHERE c.sample_weight > 0 AND c.first_ts >= :lo AND c.first_ts < :hi AND {cond}"
-        " ORDER BY c.agent_id, c.first_ts, c.conversation_id"
-    )
-    async with engine.connect() as conn:
-        rows: list[Any] = list(
-            (await conn.execute(text(sql), {"lo": start, "hi": end, **params})).all()
-        )
-    out: dict[str, list[ConversationEscalation]] = {}
-    for agent, conf, esc, ok, w, turns, secs in rows:
-        out.setdefault(agent, []).append(
-            ConversationEscalation(
-                min_confidence=conf,
-                escalated=bool(esc),
-                success=ok,
-                weight=float(w),
-                escalation_turn=int(turns) if esc and turns is not None else None,
-                escalation_seconds=max(0.0, float(secs)) if esc and secs is not None else None,
-            )
-        )
-    return out
 
 
 async def trials(

@@ -37,10 +37,10 @@ from monitor.analytics.repo import (
     bin_range,
     bin_sums,
     design_effects,
-    escalation_conversations,
     labelled_items,
     trials,
 )
+from monitor.analytics.repo_escalation import escalation_conversations
 from monitor.analytics.thresholds import Recommendation, ThresholdTable, threshold_table
 from monitor.analytics.write import SegmentKey, save_drift, save_map
 

@@ -2,9 +2,11 @@
 
 Per agent x domain: decisions by kind, failure rate among proceeded conversations against all
 gated ones, the share of failures prevented (Wilson 95 %), the escalation rate (the human cost),
-revise outcomes. Recorded decisions come from ``gate`` events; with ``--replay`` (default on)
-conversations without one get the decision their recorded minimum confidence gets from the
-policy's threshold (through the stored map), so the command works on replayed data.
+revise outcomes, and beside recorded decisions the failure rate of the same agent's ungated
+conversations (no decision event) as a measured baseline. Recorded decisions come from ``gate``
+events; with ``--replay`` (default on) conversations without one get the decision their
+recorded minimum confidence gets from the policy's threshold (through the stored map), so
+the command works on replayed data.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.cli import analytics_common as ac
-from monitor.gate.effect import Effect, Rate, effectiveness
-from monitor.gate.effect_repo import gated_conversations
+from monitor.gate.effect import Effect, GatedConversation, Rate, UngatedCounts, effectiveness
+from monitor.gate.effect_repo import gated_conversations, ungated_counts
 from monitor.gate.state import load_gate_policy
 
 
@@ -30,14 +33,15 @@ def effect_table(effects: list[Effect]) -> Table:
     t = Table(title="gate effectiveness", title_justify="left")
     for col in ("agent", "domain", "source", "convs", "proceed/revise/escalate",
                 "failure rate all", "failure rate proceeded", "failures prevented",
-                "escalation rate"):  # fmt: skip
+                "escalation rate", "failure rate ungated"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("agent", "domain", "source") else "right")
     for e in effects:
         d = e.decisions
         t.add_row(e.agent_id, e.domain or "-", e.source, str(e.conversations),
                   f"{d['proceed']}/{d['revise']}/{d['escalate']}", _rate(e.failure_rate_all),
                   _rate(e.failure_rate_proceeded), _rate(e.failures_prevented),
-                  _rate(e.escalation_rate))  # fmt: skip
+                  _rate(e.escalation_rate),
+                  "-" if e.failure_rate_ungated is None else _rate(e.failure_rate_ungated))
     return t
 
 
@@ -64,9 +68,12 @@ def register(app: typer.Typer) -> None:
         console = ac.console()
         q = ac.query(None, None, None, None, since, start, end)
         policy = load_gate_policy(policy_file or load_settings().gate_policy_file)
-        rows = ac.run_with_engine(console, lambda eng: gated_conversations(
-            eng, policy, q.start, q.end, agent, replay))  # fmt: skip
-        effects = effectiveness(rows)
+        async def load(eng: AsyncEngine) -> tuple[list[GatedConversation], list[UngatedCounts]]:
+            rows = await gated_conversations(eng, policy, q.start, q.end, agent, replay)
+            return rows, await ungated_counts(eng, q.start, q.end, agent)
+
+        rows, ungated = ac.run_with_engine(console, load)
+        effects = effectiveness(rows, ungated)
         if as_json:
             ac.print_json({"from": q.start, "to": q.end, "policy_version": policy.version,
                            "policy_source": policy.source, "effects": effects})  # fmt: skip

@@ -38,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "passk": ("escalation", "pass^k per agent for tasks run in several trials."),
     "drift": ("drift", "Drift per segment: recent window against a baseline, every statistic "
               "and p-value, stored in drift_checks."),
+    "drift-accept": ("drift_accept", "Accept a deliberate change: re-pin the drift reference "
+                     "of the selected segments to the stretch since the change, so their drift "
+                     "alerts resolve at the next quiet check."),
     "judges": ("judges", "Judge volumes, errors, latency, failure categories, and agreement "
                "with ground truth (accuracy, Cohen's kappa)."),
     "gate": ("gate", "Gate effectiveness per agent x domain: decisions by kind, failures "

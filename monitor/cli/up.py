@@ -26,9 +26,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from monitor.cli.replay import fail
 from monitor.cli.up_alerts import print_alerts
 from monitor.cli.up_analytics import print_analytics, print_report
+from monitor.cli.up_gate import print_gate
 from monitor.cli.up_view import print_next_steps, print_summary
 from monitor.config import load_settings
+from monitor.contract.events import AgentEvent
 from monitor.core.errors import MonitorError
+from monitor.gate.effect import DECISIONS
 from monitor.replay.send import ReplayReport
 from monitor.stack.demo import (
     TrafficPlan,
@@ -37,6 +40,7 @@ from monitor.stack.demo import (
     send_traffic,
     wait_until_stored,
 )
+from monitor.stack.demo_gate import GatedRun, ask_and_send, plan_gated
 from monitor.stack.runner import Running, Stack, StackBusy, WorkerFailed, shown_url
 
 INGEST_TIMEOUT_S = 60.0
@@ -49,8 +53,10 @@ starts the embedded ones: the Tansu Kafka broker and a Postgres whose data stays
 the state dir (./.monitor/pg) until the next run, migrated. A configured broker or database is used
 instead. Then it starts the worker, sends DURATION seconds of simulated traffic from
 four agents (calibrated, overconfident, drifting, inverted) plus 5 malformed events,
-waits until everything is in Postgres and prints what landed: conversations per agent,
-events by type, dead letters by reason, and where to look next.
+and beside them three agents that ask the runtime trust gate before they answer (two obey
+it, one ignores it), waits until everything is in Postgres and prints what landed:
+conversations per agent, events by type, dead letters by reason, the gate's decisions with
+the failures they prevented and the human cost, and where to look next.
 
 Ctrl-C at any time stops everything it started; rerunning is safe: each run starts
 clean (the embedded database of the previous run is dropped; a configured database is
@@ -83,24 +89,47 @@ class _Signals:
         signal.signal(signal.SIGTERM, self._saved)
 
 
-def _simulate(console: Console, running: Running, plan: TrafficPlan,
+def _simulate(console: Console, running: Running, plan: TrafficPlan, gated: GatedRun,
               rate: float) -> tuple[ReplayReport, int]:
+    """Send the plan and, beside it, the gated conversations (asking the gate, then sending
+    at a rate that ends with the plan); the returned report counts both and the gate's
+    decision events (the worker publishes those)."""
     s = running.settings
     console.print(
         f"Sending {plan.events:,} simulated events ({plan.conversations:,} conversations, "
         f"{len(plan.simulator.agents)} agents) at {rate:g} events/s to [bold]{s.topic_events}[/],"
-        f" plus {len(malformed_events(plan.marker))} deliberately "
+        f" and beside them {gated.conversations:,} conversations whose agents ask the gate "
+        f"first, plus {len(malformed_events(plan.marker))} deliberately "
         "malformed ones that must end up in the dead-letter queue.", soft_wrap=True)
     columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
                TimeElapsedColumn())
     started = time.monotonic()
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("events", total=plan.events)
-        report, bad = asyncio.run(send_traffic(
-            plan, running.kafka_bootstrap, s.topic_events, idempotent=s.kafka_idempotent,
-            rate=rate, on_event=lambda: progress.advance(task)))
-    console.print(f"sent {report.sent:,} events and {bad} malformed ones in "
-                  f"{time.monotonic() - started:.1f} s")
+
+        async def both() -> tuple[tuple[ReplayReport, int], tuple[list[AgentEvent], float]]:
+            return await asyncio.gather(
+                send_traffic(plan, running.kafka_bootstrap, s.topic_events,
+                             idempotent=s.kafka_idempotent, rate=rate,
+                             on_event=lambda: progress.advance(task)),
+                ask_and_send(gated, running.web_url, s.gate_token, running.kafka_bootstrap,
+                             s.topic_events, idempotent=s.kafka_idempotent,
+                             seconds=plan.events / rate, on_event=lambda: progress.advance(task),
+                             on_total=lambda n: progress.update(task, total=plan.events + n)))
+
+        (report, bad), (gated_events, asked) = asyncio.run(both())
+    elapsed = time.monotonic() - started
+    for event in gated_events:
+        report.counts.add(event)
+    decisions = len(gated.decisions) - gated.unanswered  # one decision event each (worker)
+    report.counts.by_type["gate"] += decisions
+    report.sent += len(gated_events) + decisions
+    kinds = [sum(d == k for d in gated.decisions.values()) for k in DECISIONS]
+    console.print(f"sent {report.sent:,} events and {bad} malformed ones in {elapsed:.1f} s "
+                  f"({len(gated_events):,} of them in the gated agents' conversations, "
+                  f"{decisions:,} the gate's decision events, which the worker publishes; "
+                  f"asking the gate about {gated.conversations:,} drafts took {asked:.1f} s: "
+                  f"{kinds[0]} proceed, {kinds[1]} revise, {kinds[2]} escalate)", soft_wrap=True)
     return report, bad
 
 
@@ -139,7 +168,8 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
             + (" (generated for this run; set MONITOR_INGEST_TOKEN to choose your own)"
                if running.token_generated else " (MONITOR_INGEST_TOKEN)"), soft_wrap=True)
         plan = plan_traffic(seed, duration, rate, datetime.now(UTC))
-        report, bad = _simulate(console, running, plan, rate)
+        gated = plan_gated(plan, seed, datetime.now(UTC))
+        report, bad = _simulate(console, running, plan, gated, rate)
         expected = (report.sent, bad)
         with console.status("waiting for the worker to write everything to Postgres") as status:
             counts, summary = asyncio.run(wait_until_stored(
@@ -150,6 +180,7 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
                     f"{c[1]}/{expected[1]} dead letters stored")))
         stack.check_worker()
         print_summary(console, plan, report, summary)
+        print_gate(console, running.database_url, plan, gated)
         print_analytics(console, running.database_url, plan, running.settings.state_dir)
         print_alerts(console, running.database_url, plan)
         print_report(console, running.database_url, plan, running.settings.state_dir)

@@ -4,6 +4,11 @@ The deterministic judges (:mod:`monitor.judges.deterministic`) are selected by n
 judge gets the domain's reference texts; ``domain`` in a rule's checks adds the domain plugins'
 own judges (:mod:`monitor.judges.domains`). Building a judge set (e.g. indexing a domain's
 references) happens at the first request that needs it, never again.
+
+:func:`verdicts_on` asks a judge about the proposed message only: the deterministic judges
+then build no verdict for the earlier messages (the same verdicts on the proposal as a full
+run, see :meth:`~monitor.judges.det_base.DeterministicJudge.judge`); a domain plugin's judge
+runs in full and its verdicts on other items are ignored by the caller.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from monitor.gate.policy import DOMAIN_CHECKS
-from monitor.judges.base import Judge
+from monitor.judges.base import Conversation, Judge, Verdict
+from monitor.judges.det_base import DeterministicJudge
 from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.domains import Domain
 
@@ -35,3 +41,11 @@ class CheckSet:
                 chosen.extend(plugin.judges)
             found = self._cache[key] = tuple(chosen)
         return found
+
+
+def verdicts_on(judge: Judge, conversation: Conversation, item_id: str) -> list[Verdict]:
+    """``judge``'s verdicts on ``conversation``, built for ``item_id`` only when the judge
+    supports it (the caller keeps the verdicts on ``item_id`` and the errors either way)."""
+    if isinstance(judge, DeterministicJudge):
+        return judge.judge(conversation, only=item_id)
+    return judge.judge(conversation)

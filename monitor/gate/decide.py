@@ -14,7 +14,8 @@ How :func:`decide` decides (docs/gate.md):
    judge's one-line rationale as the critique). A finding -> ``on_check_failure``.
 4. ``calibrated < threshold`` -> ``below_threshold``. With neither, ``proceed``; with both,
    the stricter action (escalate > revise).
-5. Undecidable in time: a check that errors, or checks running past ``deadline_ms``, make the
+5. Undecidable in time: a check that errors, or checks running past ``deadline_ms`` (their own
+   wall time, from the first check to the last: not the request's wait before them), make the
    decision the rule's ``fail`` choice (open -> proceed, closed -> escalate) with ``degraded``
    naming why; the findings found are still reported.
 """
@@ -34,7 +35,8 @@ from monitor.contract.events import (
     GatePayload,
     MessagePayload,
 )
-from monitor.gate.checks import CheckSet
+from monitor.gate.advised import AdvisorCuts, advised_threshold
+from monitor.gate.checks import CheckSet, verdicts_on
 from monitor.gate.policy import GatePolicy, GateRule
 from monitor.gate.request import GateRequest
 from monitor.judges.base import Conversation
@@ -124,7 +126,7 @@ def _run_checks(
     findings: list[GateFinding] = []
     errors: list[str] = []
     for judge in checks.judges(rule.checks, req.domain):
-        for v in judge.judge(conv):
+        for v in verdicts_on(judge, conv, message.event_id):
             if v.status == "error":
                 errors.append(f"{v.judge}: {v.error}")
             elif v.item_id == message.event_id and v.label == 0:
@@ -146,9 +148,12 @@ def decide(
     now: datetime,
     timer: Callable[[], float],
     started: float | None = None,
+    cuts: AdvisorCuts | None = None,
 ) -> GateDecision:
     """Decide on ``req`` (see the module docstring). ``started`` is the ``timer()`` value when
-    the request arrived (default: now), so ``latency_ms`` covers the parsing too.
+    the request arrived (default: now), so ``latency_ms`` covers the parsing too. ``cuts``:
+    the advisor's thresholds held in memory, for rules whose threshold is the advisor's
+    (:mod:`monitor.gate.advised`; without them such a rule uses its fallback).
 
     Raises:
         UnknownAgent: no rule of ``policy`` covers the agent/domain/tier.
@@ -159,12 +164,16 @@ def decide(
     calibrated = req.confidence if entry is None else entry.map.apply_one(req.confidence)
     calibrated = min(1.0, max(0.0, calibrated))
     message = proposed_message(req, event_id + ":message", now)
+    checks_started = timer()  # the deadline is the checks' time, not the queueing before them
     findings, errors = _run_checks(req, rule, checks, message)
-    elapsed_ms = (timer() - t0) * 1000.0
+    elapsed_ms = (timer() - checks_started) * 1000.0
     actions = ["proceed"]
     if findings:
         actions.append(rule.on_check_failure)
-    if calibrated < rule.threshold:
+    threshold, source = rule.fixed_threshold, f"policy {policy.source} rules[{index}]"
+    if rule.advisor is not None:
+        threshold, source = advised_threshold(cuts, index, rule, req.agent.id, req.domain)
+    if calibrated < threshold:
         actions.append(rule.below_threshold)
     decision = strictest(actions)
     degraded: str | None = None
@@ -181,8 +190,8 @@ def decide(
         confidence=req.confidence,
         calibrated=calibrated,
         map_version=None if entry is None else entry.version,
-        threshold=rule.threshold,
-        threshold_source=f"policy {policy.source} rules[{index}]",
+        threshold=threshold,
+        threshold_source=source,
         findings=findings,
         policy_version=policy.version,
         latency_ms=round((timer() - t0) * 1000.0, 3),

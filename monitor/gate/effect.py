@@ -18,7 +18,15 @@ Per agent x domain and source (:func:`effectiveness`), over conversations with a
   escalate) / all failures: the share Cleanlab reports ("up to 57 %");
 - ``relative_reduction``: ``1 - failure_rate_proceeded / failure_rate_all``;
 - ``escalation_rate`` (the human cost) and ``revise_rate`` over all gated conversations, and
-  ``revise_failure_rate``: failures among the revised.
+  ``revise_failure_rate``: failures among the revised;
+- for ``recorded`` rows, the **ungated baseline** (:class:`UngatedCounts`): the failure rate of
+  the same agent's conversations in the same domain that started in the range with *no* gate
+  decision (``failure_rate_ungated``, over those with an outcome; ``ungated_conversations``
+  all of them), measured rather than replayed, and ``reduction_vs_ungated``
+  (``1 - failure_rate_proceeded / failure_rate_ungated``). It is a fair baseline when the
+  ungated conversations are like the gated ones (e.g. the agent calls the gate on a random
+  share of its traffic); when it calls the gate only on some kinds of conversation, the two
+  populations differ and the comparison says so only through the numbers.
 
 Rates carry a 95 % Wilson interval (``[low, high]``); counts are plain (unweighted).
 """
@@ -26,7 +34,7 @@ Rates carry a 95 % Wilson interval (``[low, high]``); counts are plain (unweight
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from monitor.analytics.calibration import wilson_interval
 
@@ -78,6 +86,21 @@ class Effect:
     revise_rate: Rate
     revise_failure_rate: Rate
     notes: list[str] = field(default_factory=list)
+    ungated_conversations: int = 0
+    failure_rate_ungated: Rate | None = None
+    reduction_vs_ungated: float | None = None
+
+
+@dataclass(frozen=True)
+class UngatedCounts:
+    """A gated agent's conversations in one domain without any gate decision: how many,
+    how many with an outcome, and the failures among those."""
+
+    agent_id: str
+    domain: str
+    conversations: int
+    with_outcome: int
+    failures: int
 
 
 def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
@@ -108,14 +131,29 @@ def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
     )  # fmt: skip
 
 
-def effectiveness(conversations: Iterable[GatedConversation]) -> list[Effect]:
-    """One :class:`Effect` per (agent, domain, source), sorted by those keys."""
+def _with_ungated(e: Effect, u: UngatedCounts | None) -> Effect:
+    if e.source != "recorded" or u is None:
+        return e
+    rate = Rate.of(u.failures, u.with_outcome)
+    reduction = None
+    if rate.value and e.failure_rate_proceeded.value is not None:
+        reduction = 1.0 - e.failure_rate_proceeded.value / rate.value
+    return replace(e, ungated_conversations=u.conversations, failure_rate_ungated=rate,
+                   reduction_vs_ungated=reduction)  # fmt: skip
+
+
+def effectiveness(
+    conversations: Iterable[GatedConversation], ungated: Iterable[UngatedCounts] = ()
+) -> list[Effect]:
+    """One :class:`Effect` per (agent, domain, source), sorted by those keys; ``recorded``
+    rows carry the ungated baseline of their agent x domain from ``ungated`` when given."""
     groups: dict[tuple[str, str, str], list[GatedConversation]] = {}
     for c in conversations:
         if c.decision not in DECISIONS:
             raise ValueError(f"unknown decision {c.decision!r}")
         groups.setdefault((c.agent_id, c.domain, c.source), []).append(c)
-    return [_effect(k, groups[k]) for k in sorted(groups)]
+    base = {(u.agent_id, u.domain): u for u in ungated}
+    return [_with_ungated(_effect(k, groups[k]), base.get(k[:2])) for k in sorted(groups)]
 
 
 def replayed_decision(calibrated_min_confidence: float, threshold: float) -> str:

@@ -4,7 +4,11 @@ Recorded: each conversation's latest ``gate`` decision event in the range (by ``
 conversation's outcome from the ``conversations`` roll-up. Replayed: conversations that started
 in the range, have a recorded minimum assistant confidence and no decision event: that
 confidence (through the agent x domain map when one is stored) against the policy rule's
-threshold. Conversations no policy rule covers are left out.
+threshold (for an advisor rule, the cut the advisor gives at the end of the range, as the gate
+would compute it then; its ``fallback`` without enough data).
+Conversations no policy rule covers are left out. Ungated (:func:`ungated_counts`): per gated
+agent (one with a decision event in the range) x domain, its conversations that started in the
+range without any decision event, counted with their outcomes.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.gate.advised import advised_threshold
 from monitor.gate.decide import lookup_map
-from monitor.gate.effect import GatedConversation, replayed_decision
+from monitor.gate.effect import GatedConversation, UngatedCounts, replayed_decision
 from monitor.gate.policy import GatePolicy
-from monitor.gate.state import load_maps
+from monitor.gate.state import advisor_cuts, load_maps
 
 _RECORDED = text("""
 SELECT DISTINCT ON (g.conversation_id) g.agent_id, coalesce(g.domain, '') AS domain,
@@ -37,6 +42,30 @@ WHERE c.first_ts >= :lo AND c.first_ts < :hi AND c.min_confidence IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM events g WHERE g.type = 'gate'
                   AND g.conversation_id = c.conversation_id)
 """)
+
+_UNGATED = text("""
+SELECT c.agent_id, coalesce(c.domain, '') AS domain, count(*), count(c.outcome_success),
+       count(*) FILTER (WHERE c.outcome_success = false)
+FROM conversations c
+WHERE c.first_ts >= :lo AND c.first_ts < :hi
+  AND (CAST(:agent AS text) IS NULL OR c.agent_id = :agent)
+  AND c.agent_id IN (SELECT g.agent_id FROM events g
+                     WHERE g.type = 'gate' AND g.ts >= :lo AND g.ts < :hi)
+  AND NOT EXISTS (SELECT 1 FROM events g WHERE g.type = 'gate'
+                  AND g.conversation_id = c.conversation_id)
+GROUP BY 1, 2
+""")
+
+
+async def ungated_counts(
+    engine: AsyncEngine, start: datetime, end: datetime, agent: str | None = None
+) -> list[UngatedCounts]:
+    """The ungated baseline's counts per gated agent x domain (module docstring)."""
+    async with engine.connect() as conn:
+        rows: list[Any] = list(
+            (await conn.execute(_UNGATED, {"lo": start, "hi": end, "agent": agent})).all()
+        )
+    return [UngatedCounts(a, d, int(n), int(k), int(f)) for a, d, n, k, f in rows]
 
 
 async def gated_conversations(
@@ -58,12 +87,19 @@ async def gated_conversations(
     if not replayable:
         return out
     maps = await load_maps(engine)
+    uses_advisor = any(r.advisor is not None for r in policy.rules)
+    cuts = await advisor_cuts(engine, policy, maps, end) if uses_advisor else None
     for agent_id, domain, tier, min_conf, success in replayable:
-        rule = policy.rule_for(agent_id, domain, tier)
-        if rule is None:
+        found = next(((i, r) for i, r in enumerate(policy.rules)
+                      if r.matches(agent_id, domain, tier)), None)  # fmt: skip
+        if found is None:
             continue
+        index, rule = found
+        threshold = rule.fixed_threshold
+        if rule.advisor is not None:
+            threshold = advised_threshold(cuts, index, rule, agent_id, domain)[0]
         entry = lookup_map(maps, agent_id, domain)
         calibrated = min_conf if entry is None else entry.map.apply_one(min_conf)
         out.append(GatedConversation(agent_id, domain or "", replayed_decision(
-            calibrated, rule.threshold), success, "replayed"))  # fmt: skip
+            calibrated, threshold), success, "replayed"))  # fmt: skip
     return out

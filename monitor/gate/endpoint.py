@@ -5,6 +5,8 @@ decision event to the same producer as ``POST /v1/events``. Status codes (every 
 JSON object; client errors carry ``error`` and a machine-readable ``reason``):
 
 - 200 a decision (``decision``, ``calibrated``, ``threshold``, ``findings``, ``latency_ms`` ...);
+  for a rule with the inline LLM check the reply carries ``pending`` and the worker awaits
+  :func:`finish_gate` for the final answer (the deterministic path stays synchronous);
 - 401 ``unauthorized``: ``gate_token`` set and the bearer token missing or wrong;
 - 403 ``not_loopback``: ``gate_token`` unset and the caller is not on the loopback address;
 - 400 ``not_json`` / ``invalid_field`` / ``invalid_history``; 413 ``too_large``;
@@ -22,10 +24,12 @@ from datetime import datetime
 from typing import Any
 
 from monitor.contract.events import AgentEvent
+from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, UnknownAgent, decide, decision_event
+from monitor.gate.inline_llm import LlmJudgeFn, LlmPending, finish_llm
 from monitor.gate.policy import GatePolicy
-from monitor.gate.request import GateRequest, GateRequestError, parse_gate_request
+from monitor.gate.request import GateRequest, GateRequestError, HistoryCache, parse_gate_request
 from monitor.ingest.http import token_ok
 
 log = logging.getLogger("monitor.gate.endpoint")
@@ -43,11 +47,14 @@ class GateLimits:
 
 @dataclass(frozen=True)
 class GateReply:
-    """What the endpoint answers, and the decision event to publish (None on an error)."""
+    """What the endpoint answers, and the decision event to publish (None on an error).
+    ``pending`` set: the rule's inline LLM check is still to run (:func:`finish_gate`);
+    ``body`` is then the deterministic answer and ``event`` None."""
 
     status: int
     body: dict[str, Any]
     event: AgentEvent | None = None
+    pending: LlmPending | None = None
 
 
 def is_loopback(peer: str | None) -> bool:
@@ -86,10 +93,14 @@ def handle_gate(
     started: float,
     new_id: Callable[[], str],
     status: dict[str, Any] | None = None,
+    history_cache: HistoryCache | None = None,
+    cuts: AdvisorCuts | None = None,
 ) -> GateReply:
     """Authorize, parse and decide one request (see the module docstring); never raises.
     ``body`` None means the body was above the limit (413 once authorized); ``status`` (the
-    maps' freshness) is merged into a decision's answer."""
+    maps' freshness) is merged into a decision's answer; ``history_cache`` (the worker's)
+    spares re-validating history events already seen (the same answer as without it);
+    ``cuts`` are the advisor's thresholds held in memory."""
     denied = authorize(authorization, peer, limits.token)
     if denied is not None:
         return denied
@@ -99,11 +110,12 @@ def handle_gate(
     req: GateRequest | None = None
     try:
         req = parse_gate_request(
-            body, max_body_bytes=limits.max_body_bytes, max_content_chars=limits.max_content_chars
-        )
+            body, max_body_bytes=limits.max_body_bytes, max_content_chars=limits.max_content_chars,
+            history_cache=history_cache,
+        )  # fmt: skip
         event_id = f"gate:{req.request_id or new_id()}"
         decision = decide(req, policy, maps, checks, event_id=event_id, now=now, timer=timer,
-                          started=started)  # fmt: skip
+                          started=started, cuts=cuts)  # fmt: skip
     except GateRequestError as exc:
         return GateReply(exc.status, exc.as_dict())
     except UnknownAgent as exc:
@@ -112,7 +124,34 @@ def handle_gate(
         log.exception("the gate could not decide")
         return _failed(req, policy, exc, (timer() - started) * 1000.0)
     answer = {**decision.answer(), **(status or {})}
+    rule = policy.rules[decision.rule_index]
+    if rule.uses_llm and decision.payload.degraded is None:  # the async path (inline_llm)
+        return GateReply(200, answer, None, LlmPending(req, decision, rule, now, started,
+                                                       status or {}))  # fmt: skip
     return GateReply(200, answer, decision_event(req, decision, now))
+
+
+async def finish_gate(
+    reply: GateReply, judge: LlmJudgeFn | None, timer: Callable[[], float]
+) -> GateReply:
+    """The final reply of a ``pending`` one (the rule's inline LLM check awaited, see
+    :mod:`monitor.gate.inline_llm`); any other reply as is. Never raises: an unexpected
+    failure answers with the rule's fail-open/closed choice."""
+    p = reply.pending
+    if p is None:
+        return reply
+    try:
+        answer, event = await finish_llm(p, judge, timer)
+    except Exception as exc:  # a bug must not become a 500
+        log.exception("the gate's LLM check failed")
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        return GateReply(200, {
+            "decision": "proceed" if p.rule.fail == "open" else "escalate",
+            "degraded": f"fail {p.rule.fail}: gate error ({why})",
+            "policy_version": p.decision.payload.policy_version, "findings": [],
+            "latency_ms": round((timer() - p.started) * 1000.0, 3),
+        })  # fmt: skip
+    return GateReply(200, answer, event)
 
 
 def _failed(

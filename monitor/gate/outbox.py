@@ -1,85 +1,261 @@
-"""Decision events on their way to the bus: published after the answer, kept when it fails (pure).
+"""Decision events on their way to the bus: sent after the answer, buffered on disk when the
+broker does not acknowledge them (pure: the producer and the disk buffer are injected).
 
-The gate answers first and publishes its decision event afterwards (the agent never waits for
-the broker). :class:`DecisionOutbox` sends each event through an injected ``send`` (the worker's
-producer); an event whose send fails is kept, in order, and re-sent by :meth:`retry` (the worker
-calls it every ``gate_refresh_s``), so a broker outage delays decision events instead of losing
-them. The buffer is in memory and bounded (``capacity``): beyond it the oldest kept event is
-dropped and counted in ``dropped``; a worker that dies loses what it holds. Stored events are
-deduplicated by ``event_id``, so an event sent twice (a send that failed after reaching the
-broker) is stored once.
+The gate answers first; :meth:`DecisionOutbox.publish` then hands the decision event to the
+broker. Two modes:
+
+- **direct** (the disk buffer is empty): the event is sent and its acknowledgement awaited; no
+  disk write. If it fails, or is not acknowledged within ``spill_after_s``, every event still
+  in flight is written to the disk buffer, in publication order, and the outbox turns to
+- **buffered**: while the disk buffer holds anything, each new event is appended behind it
+  (written and fsynced before ``publish`` returns: that is when it counts as *kept*), so the
+  order of publication is the order of delivery. :meth:`run` replays the buffer, oldest first,
+  in batches, and acknowledges a record on disk only after the broker acknowledged it; once the
+  buffer is empty the outbox is direct again.
+
+What can be lost (docs/gate.md, "Outages"): a killed process loses the events answered in the
+last ``spill_after_s`` whose send was not yet acknowledged (nothing is on disk for them yet);
+a graceful stop (:meth:`close`) first writes the events in flight to disk. An event on disk is
+lost only to the size cap (counted, ``dropped["full"]``), a corrupt record
+(``dropped["corrupt"]``), a disk that refuses the write (``dropped["write_error"]``), or a
+broker that refuses the record for good (:class:`Refused`, ``dropped["refused"]``). An
+event can be delivered twice (a late acknowledgement after it was spilled, a crash between a
+delivery and its ``ack``); the store keeps each ``event_id`` once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from monitor.contract.events import AgentEvent
 
 log = logging.getLogger("monitor.gate.outbox")
-Send = Callable[[AgentEvent], Awaitable[None]]
+Deliver = Callable[[bytes, bytes], Awaitable[None]]  # (key, value): returns once acknowledged
+
+
+class BufferedRecord(Protocol):
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def end(self) -> tuple[int, int]: ...
+
+
+class Buffer(Protocol):
+    """What the outbox needs of the disk buffer (:class:`monitor.gate.buffer.DiskBuffer`)."""
+
+    pending: int
+    oldest_ms: int | None
+    dropped: dict[str, int]
+
+    def append(self, items: Sequence[tuple[bytes, bytes]]) -> None: ...
+    def read(self, limit: int) -> Sequence[BufferedRecord]: ...
+    def ack(self, end: tuple[int, int]) -> None: ...
+
+
+class Refused(Exception):
+    """The broker refuses this record for good (e.g. above its size limit): retrying cannot
+    help. It is dropped and counted (``dropped["refused"]``) instead of holding back the rest."""
+
+
+def _swallow(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a late failure of a spilled send is not an error
 
 
 class DecisionOutbox:
-    """Publishes decision events through ``send``; keeps and retries the ones that failed."""
+    """Publishes decision events through ``deliver``; buffers on ``buffer`` what it cannot."""
 
-    def __init__(self, send: Send, capacity: int = 100_000) -> None:
-        self.send = send
-        self.kept: deque[AgentEvent] = deque()
-        self.capacity = capacity
-        self.dropped = 0
+    def __init__(
+        self,
+        deliver: Deliver,
+        buffer: Buffer,
+        *,
+        spill_after_s: float = 2.0,
+        replay_batch: int = 500,
+        retry_s: float = 1.0,
+    ) -> None:
+        self.deliver = deliver
+        self.buffer = buffer
+        self.spill_after_s = spill_after_s
+        self.replay_batch = replay_batch
+        self.retry_s = retry_s
         self.last_error: str | None = None
-        self._retrying = False
+        self.delivered = 0  # acknowledged by the broker (direct and replayed)
+        self.replayed = 0
+        self._seq = 0
+        self._inflight: dict[int, tuple[bytes, bytes]] = {}
+        self._queue: list[tuple[bytes, bytes]] = []
+        self._queued_waiters: list[asyncio.Future[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._in_write = 0  # taken from the queue, being written
+        self._wake = asyncio.Event()
+        self._spilled: asyncio.Future[None] | None = None  # set when the in-flight are spilled
+        self._closing = False
 
-    def _keep(self, event: AgentEvent, exc: BaseException) -> None:
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
-        if len(self.kept) >= self.capacity:
-            self.kept.popleft()
-            self.dropped += 1
-        self.kept.append(event)
+    @property
+    def buffered_mode(self) -> bool:
+        """True while anything is on disk or on its way there: new events go behind it."""
+        return bool(self.buffer.pending or self._queue or self._writer_busy)
+
+    @property
+    def _writer_busy(self) -> bool:
+        return self._writer is not None and not self._writer.done()
 
     async def publish(self, event: AgentEvent) -> bool:
-        """Send ``event`` now; False when it was kept (its send failed, or earlier events are
-        kept: it goes behind them and a retry is started)."""
-        if self.kept:  # keep the order: behind the kept ones
-            self._keep_quietly(event)
-            await self.retry()
+        """Deliver ``event``; True once the broker acknowledged it, False when it was buffered
+        (or dropped: see ``buffer.dropped``). Never raises for the broker or the disk."""
+        item = (event.conversation_id.encode("utf-8"), event.to_json())
+        if self._closing or self.buffered_mode:
+            await self._write([item])
             return False
-        try:
-            await self.send(event)
-        except Exception as exc:
-            self._keep(event, exc)
-            log.warning("gate decision %s kept for a later send: %s", event.event_id, exc)
+        self._seq += 1
+        seq = self._seq
+        self._inflight[seq] = item
+        task = asyncio.ensure_future(self.deliver(*item))
+        task.add_done_callback(_swallow)
+        if self._spilled is None or self._spilled.done():
+            self._spilled = asyncio.get_running_loop().create_future()
+        await asyncio.wait((task, self._spilled), timeout=self.spill_after_s,
+                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if seq not in self._inflight:
+            return False  # written to disk by another event's failure (maybe sent twice)
+        if not task.done():
+            self._note(TimeoutError(f"no acknowledgement in {self.spill_after_s} s"))
+        elif isinstance(exc := task.exception(), Refused):
+            del self._inflight[seq]
+            self._drop_refused(exc)
             return False
-        return True
+        elif exc is not None:
+            self._note(exc)
+        else:
+            del self._inflight[seq]
+            self.delivered += 1
+            return True
+        await self._spill_inflight()
+        return False
 
-    def _keep_quietly(self, event: AgentEvent) -> None:
-        if len(self.kept) >= self.capacity:
-            self.kept.popleft()
-            self.dropped += 1
-        self.kept.append(event)
+    async def _spill_inflight(self) -> None:
+        items = [self._inflight[s] for s in sorted(self._inflight)]
+        self._inflight.clear()
+        if self._spilled is not None and not self._spilled.done():
+            self._spilled.set_result(None)  # wakes the publishers of the spilled events
+        log.warning("gate: %d decision events not acknowledged, buffered on disk (%s)",
+                    len(items), self.last_error)  # fmt: skip
+        await self._write(items)
 
-    async def retry(self) -> int:
-        """Re-send the kept events in order until one fails; returns how many were sent (0 when
-        another retry is already under way: one at a time keeps the order)."""
-        if self._retrying:
+    def _drop_refused(self, exc: Refused) -> None:
+        self._note(exc)
+        self.buffer.dropped["refused"] = self.buffer.dropped.get("refused", 0) + 1
+        log.error("gate: a decision event refused by the broker for good, dropped: %s", exc)
+
+    def _note(self, exc: BaseException) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+
+    async def _write(self, items: list[tuple[bytes, bytes]]) -> None:
+        """Queue ``items`` for the disk and wait until they are fsynced (group commit: one
+        write and one fsync for everything queued meanwhile)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.extend(items)
+        self._queued_waiters.append(waiter)
+        if not self._writer_busy:
+            self._writer = asyncio.ensure_future(self._drain())
+        await asyncio.shield(waiter)
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            waiters, self._queued_waiters = self._queued_waiters, []
+            self._in_write = len(batch)
+            try:
+                await asyncio.to_thread(self.buffer.append, batch)
+            except Exception as exc:
+                self.buffer.dropped["write_error"] = (
+                    self.buffer.dropped.get("write_error", 0) + len(batch)
+                )
+                log.error("gate: %d decision events could not be buffered on disk, dropped: %s",
+                          len(batch), exc)  # fmt: skip
+            self._in_write = 0
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+            self._wake.set()
+
+    async def replay_once(self) -> int:
+        """Send the oldest buffered batch; acknowledge on disk the longest prefix the broker
+        acknowledged (or refused for good: dropped). Returns how many records left the buffer."""
+        records = await asyncio.to_thread(self.buffer.read, self.replay_batch)
+        if not records:
             return 0
-        self._retrying = True
-        sent = 0
-        try:
-            while self.kept:
-                event = self.kept[0]
-                try:
-                    await self.send(event)
-                except Exception as exc:
-                    self.last_error = f"{type(exc).__name__}: {exc}"[:300]
-                    break
-                self.kept.popleft()
+        results = await asyncio.gather(*(self.deliver(r.key, r.value) for r in records),
+                                       return_exceptions=True)  # fmt: skip
+        done = sent = 0
+        for result in results:
+            if isinstance(result, Refused):
+                self._drop_refused(result)
+            elif isinstance(result, BaseException):
+                self._note(result)
+                break
+            else:
                 sent += 1
-        finally:
-            self._retrying = False
-        if sent:
-            log.info("gate: %d kept decision events sent, %d still kept", sent, len(self.kept))
-        return sent
+            done += 1
+        if done:
+            await asyncio.to_thread(self.buffer.ack, records[done - 1].end)
+            self.delivered += sent
+            self.replayed += sent
+        return done
+
+    async def run(self) -> None:
+        """Replay the disk buffer for as long as the worker runs: at start, and whenever it
+        holds records (a failed attempt is retried after ``retry_s``; each attempt itself
+        waits up to the producer's request timeout for the broker)."""
+        while not self._closing:
+            if not self.buffer.pending:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.retry_s)
+                continue
+            try:
+                sent = await self.replay_once()
+            except Exception as exc:  # the disk: keep trying, say so
+                self._note(exc)
+                log.error("gate: replaying buffered decision events failed: %s", exc)
+                sent = 0
+            if sent:
+                log.info("gate: %d buffered decision events delivered, %d still buffered",
+                         sent, self.buffer.pending)  # fmt: skip
+            else:
+                await asyncio.sleep(self.retry_s)
+
+    async def close(self) -> None:
+        """Stop replaying; write the events still in flight to disk (a graceful stop loses
+        nothing that was answered)."""
+        self._closing = True
+        self._wake.set()
+        if self._inflight:
+            await self._spill_inflight()
+        while self._writer_busy:
+            assert self._writer is not None
+            await self._writer
+
+    def status(self, now_ms: int | None = None) -> dict[str, Any]:
+        """``buffered`` (on disk, fsynced, not yet acknowledged), ``writing`` (on their way to
+        the disk), the oldest buffered record's age, drops by reason, ``in_flight`` (sent
+        directly, not yet acknowledged: what a killed process would lose)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        oldest = self.buffer.oldest_ms
+        return {
+            "buffered": self.buffer.pending,
+            "writing": len(self._queue) + self._in_write,
+            "oldest_age_s": round(max(0, now_ms - oldest) / 1000.0, 3) if oldest else None,
+            "dropped": sum(self.buffer.dropped.values()),
+            "dropped_by_reason": dict(self.buffer.dropped),
+            "in_flight": len(self._inflight),
+            "last_error": self.last_error,
+        }

@@ -14,19 +14,26 @@ the decision event's id ``gate:<request_id>``, so a retried request is stored on
 
 Every problem raises :class:`GateRequestError` with an HTTP status (400 malformed, 413 too
 large) and a machine-readable ``reason``; nothing here raises anything else.
+
+An agent re-sends its conversation's history with every request; :class:`HistoryCache` keeps
+the validated events of recent conversations so a request pays validation only for the events
+it adds (see the class for the key: a changed event is never served from the cache).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import to_json
 
 from monitor.contract.events import Agent, AgentEvent, Id, Probability, ToolCall, validate_event
 from monitor.contract.limits import check_characters, may_hold_nul, parse_json
 from monitor.core.errors import InvalidEvent
 
 MAX_HISTORY_EVENTS = 500
+HISTORY_CACHE_EVENTS = 10_000
 
 
 class GateRequestError(Exception):
@@ -58,8 +65,87 @@ class GateRequest(BaseModel):
     history: list[AgentEvent] = Field(default_factory=list)
 
 
-def parse_gate_request(body: bytes, *, max_body_bytes: int, max_content_chars: int) -> GateRequest:
-    """Validate ``body`` as a gate request.
+class HistoryCache:
+    """Validated history events of the most recently seen conversations (a bounded LRU).
+
+    The key of a cached event is the pair (the request's ``conversation_id``, the event's
+    JSON value re-serialized exactly: :func:`pydantic_core.to_json` of the parsed item, which
+    keeps key order, string contents and the JSON types apart: ``1``, ``1.0`` and ``true``
+    differ). Equal keys mean an identical JSON value, and validating an identical value gives
+    an identical event (``validate_event`` reads nothing but the value), so a cached event is
+    exactly what validating again would give; any change to an event (one character, a
+    field's order) is a different key and is validated afresh. Per conversation the cache
+    holds the events of its latest valid request only (older versions are dropped), and at
+    most ``max_events`` events in all: the least recently asked-about conversations go first.
+    """
+
+    def __init__(self, max_events: int = HISTORY_CACHE_EVENTS) -> None:
+        self.max_events = max_events
+        self._conversations: OrderedDict[str, dict[bytes, AgentEvent]] = OrderedDict()
+        self._size = 0
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def validate(self, conversation_id: object, raw: list[Any]) -> list[AgentEvent]:
+        """``raw`` validated (each like an ingested event), the unchanged events from the
+        cache. Raises ``GateRequestError`` ``invalid_history`` like the uncached path; an
+        invalid history changes nothing in the cache."""
+        if not isinstance(conversation_id, str):
+            return _validate_history(raw)
+        known = self._conversations.get(conversation_id, {})
+        keys = [to_json(item) for item in raw]
+        fresh: dict[bytes, AgentEvent] = {}
+        out: list[AgentEvent] = []
+        for i, (key, item) in enumerate(zip(keys, raw, strict=True)):
+            event = known.get(key)
+            if event is None:
+                event = fresh.get(key)
+            if event is None:
+                event = _validate_one(i, item)
+                self.misses += 1
+            else:
+                self.hits += 1
+            fresh[key] = event
+            out.append(event)
+        self._store(conversation_id, fresh)
+        return out
+
+    def _store(self, conversation_id: str, events: dict[bytes, AgentEvent]) -> None:
+        old = self._conversations.pop(conversation_id, None)
+        self._size -= len(old) if old is not None else 0
+        if len(events) > self.max_events:
+            return
+        self._conversations[conversation_id] = events
+        self._size += len(events)
+        while self._size > self.max_events:
+            _, dropped = self._conversations.popitem(last=False)
+            self._size -= len(dropped)
+
+
+def _validate_one(i: int, item: Any) -> AgentEvent:
+    try:
+        return validate_event(item, check_chars=False)
+    except InvalidEvent as exc:
+        where = f"history[{i}]" + (f".{exc.field}" if exc.field else "")
+        raise GateRequestError(400, "invalid_history", f"{where}: {exc.detail}") from None
+
+
+def _validate_history(raw: list[Any]) -> list[AgentEvent]:
+    return [_validate_one(i, item) for i, item in enumerate(raw)]
+
+
+def parse_gate_request(
+    body: bytes,
+    *,
+    max_body_bytes: int,
+    max_content_chars: int,
+    history_cache: HistoryCache | None = None,
+) -> GateRequest:
+    """Validate ``body`` as a gate request (the history through ``history_cache`` when given:
+    the same request and the same errors as without it).
 
     Raises:
         GateRequestError: 413 ``too_large`` (body above ``max_body_bytes``, content above
@@ -92,13 +178,10 @@ def parse_gate_request(body: bytes, *, max_body_bytes: int, max_content_chars: i
         raise GateRequestError(
             413, "too_large", f"history has {len(raw_history)} events, limit {MAX_HISTORY_EVENTS}"
         )
-    history = []
-    for i, item in enumerate(raw_history):
-        try:
-            history.append(validate_event(item, check_chars=False))
-        except InvalidEvent as exc:
-            where = f"history[{i}]" + (f".{exc.field}" if exc.field else "")
-            raise GateRequestError(400, "invalid_history", f"{where}: {exc.detail}") from None
+    if history_cache is None:
+        history = _validate_history(raw_history)
+    else:
+        history = history_cache.validate(data.get("conversation_id"), raw_history)
     try:
         return GateRequest.model_validate({**data, "history": history})
     except ValidationError as exc:

@@ -1,17 +1,24 @@
 """What the gate holds in memory, and its refresh from the store (I/O edge).
 
 A request never reads the database: :class:`GateState` holds the policy (read once, at start),
-the inline checks (the domain plugins, loaded once) and the latest isotonic map of every
-agent x domain. :meth:`GateState.refresh` reloads the maps in one query; the worker calls it at
-start and every ``gate_refresh_s`` seconds, so a newly fitted map is used within that delay.
-When the store is down the gate keeps answering from the maps it holds, and says so
+the inline checks (the domain plugins, loaded once), the LLM judge of rules with the inline
+``llm`` check, the latest isotonic map of every agent x domain and the advisor's thresholds
+(:mod:`monitor.gate.advised`). :meth:`GateState.refresh` reloads the maps in one query, and
+recomputes the advisor's cuts when a map changed or ``advisor_refresh_s`` passed; the worker
+calls it at start and every ``gate_refresh_s`` seconds. :meth:`GateState.check_new_map` is the
+cheap version check (``max(id)`` of ``calibration_maps``, an index lookup) the worker runs
+every :data:`MAP_CHECK_S` seconds: a newly fitted map (``monitor calibration fit``, another
+process) triggers the refresh at once instead of waiting for the period.
+When the store is down the gate keeps answering from what it holds, and says so
 (``maps_stale`` in the answer, with the time of the last successful load).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +28,28 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from monitor.analytics.recalibration import IsotonicMap
 from monitor.config import Settings
 from monitor.core.errors import ConfigError
+from monitor.gate.advised import AdvisorCuts, ConfidenceGroup, FloatArray, compute_cuts
 from monitor.gate.checks import CheckSet
-from monitor.gate.decide import MapEntry, Maps
+from monitor.gate.decide import MapEntry, Maps, lookup_map
+from monitor.gate.inline_llm import LlmJudgeFn
 from monitor.gate.policy import DEFAULT_POLICY, GatePolicy, load_policy
 from monitor.judges.domains import load_domains
+from monitor.judges.llm import LLMJudge, LLMJudgeConfig
+from monitor.judges.resilience import RetryPolicy
 
 log = logging.getLogger("monitor.gate.state")
+#: seconds between two checks for a newly fitted map (one index lookup each)
+MAP_CHECK_S = 1.0
+_MAP_MARK = text("SELECT coalesce(max(id), 0) FROM calibration_maps")
+#: the advisor's input, grouped by minimum confidence (monitor.gate.advised.ConfidenceGroup)
+_ADVISOR_GROUPS = text(
+    "SELECT agent_id, coalesce(domain, ''), coalesce(tier, 0), min_confidence, count(*),"
+    " sum(sample_weight),"
+    " coalesce(sum(sample_weight) FILTER (WHERE outcome_success IS NOT NULL), 0),"
+    " coalesce(sum(sample_weight) FILTER (WHERE outcome_success = false), 0)"
+    " FROM conversations WHERE sample_weight > 0 AND min_confidence IS NOT NULL"
+    " AND first_ts >= :lo AND first_ts < :hi GROUP BY 1, 2, 3, 4"
+)
 
 _LATEST_MAPS = text(
     "SELECT DISTINCT ON (agent_id, domain) agent_id, domain, version, map"
@@ -47,10 +70,36 @@ def load_gate_policy(path: Path | None) -> GatePolicy:
     return load_policy(content, str(path))
 
 
+def gate_llm_judge(settings: Settings, policy: GatePolicy) -> LLMJudge | None:
+    """The LLM judge of the rules listing ``llm`` (None when no rule does): the
+    ``llm_judge_*`` endpoint, one attempt (no retries inside a gate answer), the longest
+    rule's ``llm_timeout_ms`` per attempt (each answer also bounds it by its own rule's).
+    Raises ConfigError when a rule lists ``llm`` and ``llm_judge_base_url`` is unset."""
+    budgets = [r.llm_timeout_ms for r in policy.rules if r.uses_llm]
+    if not budgets:
+        return None
+    if not settings.llm_judge_base_url:
+        raise ConfigError(f"{policy.source}: a gate rule lists the 'llm' check but "
+                          "MONITOR_LLM_JUDGE_BASE_URL is unset")  # fmt: skip
+    return LLMJudge(LLMJudgeConfig(
+        base_url=settings.llm_judge_base_url, model=settings.llm_judge_model,
+        api_key=settings.llm_judge_api_key, timeout=max(budgets) / 1000.0,
+        json_mode=settings.llm_judge_json_mode, retry=RetryPolicy(max_attempts=1),
+        name="llm",
+    ))  # fmt: skip
+
+
 async def load_maps(engine: AsyncEngine) -> dict[tuple[str, str], MapEntry]:
     """The latest stored map of every (agent, domain); a map that no longer validates is
     skipped with a warning (the gate then answers uncalibrated for it)."""
+    return (await _load_marked_maps(engine))[0]
+
+
+async def _load_marked_maps(engine: AsyncEngine) -> tuple[dict[tuple[str, str], MapEntry], int]:
+    """The maps and the ``max(id)`` read before them (a map added in between is reloaded at
+    the next check)."""
     async with engine.connect() as conn:
+        mark = int((await conn.execute(_MAP_MARK)).scalar_one())
         rows: list[Any] = list((await conn.execute(_LATEST_MAPS)).all())
     out: dict[tuple[str, str], MapEntry] = {}
     for agent_id, domain, version, data in rows:
@@ -58,37 +107,109 @@ async def load_maps(engine: AsyncEngine) -> dict[tuple[str, str], MapEntry]:
             out[(agent_id, domain)] = MapEntry(IsotonicMap.from_dict(data), int(version))
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("calibration map %s/%s v%s unusable: %s", agent_id, domain, version, exc)
-    return out
+    return out, mark
+
+
+async def advisor_cuts(
+    engine: AsyncEngine, policy: GatePolicy, maps: Maps, now: datetime
+) -> AdvisorCuts:
+    """The advisor's cut of every advisor rule x agent x domain (one grouped query per
+    distinct ``window_days``; the confidences through ``maps`` as the gate applies them).
+    The computation runs in a thread so a large window does not hold up the event loop."""
+
+    def calibrate(agent_id: str, domain: str | None, conf: FloatArray) -> FloatArray:
+        entry = lookup_map(maps, agent_id, domain)
+        return conf if entry is None else entry.map.apply(conf)
+
+    windows = sorted({r.advisor.window_days for r in policy.rules if r.advisor is not None})
+    cuts: dict[tuple[int, str, str], Any] = {}
+    for days in windows:
+        params = {"lo": now - timedelta(days=days), "hi": now}
+        async with engine.connect() as conn:
+            rows: list[Any] = list((await conn.execute(_ADVISOR_GROUPS, params)).all())
+        computed = await asyncio.to_thread(_cuts_of_rows, policy, rows, calibrate, now, days)
+        cuts.update(computed.cuts)
+    return AdvisorCuts(now, cuts)
+
+
+def _cuts_of_rows(
+    policy: GatePolicy,
+    rows: list[Any],
+    calibrate: Callable[[str, str | None, FloatArray], FloatArray],
+    now: datetime,
+    days: float,
+) -> AdvisorCuts:
+    groups = [ConfidenceGroup(a, d, int(t), float(c), int(n), float(w), float(k), float(f))
+              for a, d, t, c, n, w, k, f in rows]  # fmt: skip
+    return compute_cuts(policy, groups, calibrate, now, days)
 
 
 class GateState:
     """The policy, checks and maps one worker's gate answers from."""
 
-    def __init__(self, policy: GatePolicy, checks: CheckSet, maps: Maps | None = None) -> None:
+    def __init__(
+        self,
+        policy: GatePolicy,
+        checks: CheckSet,
+        maps: Maps | None = None,
+        llm_judge: LlmJudgeFn | None = None,
+    ) -> None:
         self.policy = policy
         self.checks = checks
         self.maps: Maps = dict(maps or {})
+        self.llm_judge = llm_judge  # the inline ``llm`` check (None: no rule uses it)
+        self.cuts = AdvisorCuts()
         self.loaded_at: datetime | None = None
         self.last_error: str | None = None
+        self.map_mark: int | None = None  # max(calibration_maps.id) when the maps were read
+        self._uses_advisor = any(r.advisor is not None for r in policy.rules)
+        self._refreshing = asyncio.Lock()  # the periodic refresh and the version check
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GateState:
-        """Policy from ``gate_policy_file``, domains from the plugins and ``domains_dir``.
-        Raises ConfigError for an invalid policy or domains directory (the worker stops)."""
-        return cls(load_gate_policy(settings.gate_policy_file),
-                   CheckSet(load_domains(settings.domains_dir)))  # fmt: skip
+        """Policy from ``gate_policy_file``, domains from the plugins and ``domains_dir``, the
+        LLM judge when a rule lists ``llm``. Raises ConfigError for an invalid policy or
+        domains directory, or ``llm`` without an endpoint (the worker stops)."""
+        policy = load_gate_policy(settings.gate_policy_file)
+        judge = gate_llm_judge(settings, policy)
+        return cls(policy, CheckSet(load_domains(settings.domains_dir)), None,
+                   None if judge is None else judge.judge)  # fmt: skip
 
     async def refresh(self, engine: AsyncEngine, now: datetime) -> bool:
-        """Reload the maps; on a store error keep the old ones, remember the error, return
-        False (never raises for an unavailable store)."""
+        """Reload the maps, and the advisor's cuts when a map changed or they are older
+        than ``advisor_refresh_s``; on a store error keep what is held, remember the error,
+        return False (never raises for an unavailable store). One refresh at a time."""
+        async with self._refreshing:
+            return await self._refresh(engine, now)
+
+    async def _refresh(self, engine: AsyncEngine, now: datetime) -> bool:
         try:
-            self.maps = await load_maps(engine)
+            maps, mark = await _load_marked_maps(engine)
+            changed = mark != self.map_mark
+            age = None if self.cuts.at is None else (now - self.cuts.at).total_seconds()
+            if self._uses_advisor and (changed or age is None
+                                       or age >= self.policy.advisor_refresh_s):  # fmt: skip
+                self.cuts = await advisor_cuts(engine, self.policy, maps, now)
         except Exception as exc:  # the store is down or refusing: keep answering from memory
             self.last_error = f"{type(exc).__name__}: {exc}"[:300]
             log.warning("gate: calibration maps not refreshed: %s", self.last_error)
             return False
+        self.maps, self.map_mark = maps, mark
         self.loaded_at, self.last_error = now, None
         return True
+
+    async def check_new_map(self, engine: AsyncEngine, now: datetime) -> bool:
+        """The cheap version check: when a map was stored since the last load, refresh now.
+        True when it refreshed; False when nothing changed or the store is unavailable."""
+        try:
+            async with engine.connect() as conn:
+                mark = int((await conn.execute(_MAP_MARK)).scalar_one())
+        except Exception as exc:  # the periodic refresh reports the outage
+            log.debug("gate: map version check failed: %s", exc)
+            return False
+        if mark == self.map_mark:
+            return False
+        return await self.refresh(engine, now)
 
     def status(self) -> dict[str, Any]:
         """Where the maps stand, for the answer: ``maps_loaded_at`` and, after a failed

@@ -1,8 +1,11 @@
 """The SQL of the idempotent batch write: staged events -> ``events`` + ``conversations``.
 
-One statement inserts the staged rows into ``events`` with ``ON CONFLICT DO NOTHING`` and folds
-ONLY the rows actually inserted into the ``conversations`` roll-up, so a replayed or re-delivered
-event changes nothing. Merge rules (order-independent across batches):
+One statement claims the staged event ids in ``event_ids`` (``ON CONFLICT DO NOTHING``: the
+de-duplication key of the partitioned ``events``), inserts only the events whose id it claimed,
+and folds ONLY those rows into the ``conversations`` roll-up, so a replayed or re-delivered
+event changes nothing. The day partitions the rows need exist already
+(:data:`monitor.store.partitions.ENSURE_DAYS`, run first in the same transaction).
+Merge rules (order-independent across batches):
 
 - segment columns: first non-null value wins;
 - first_ts / last_ts: LEAST / GREATEST; counts: added;
@@ -17,11 +20,22 @@ event changes nothing. Merge rules (order-independent across batches):
 
 The same statement folds the inserted rows into the read roll-ups of
 :mod:`monitor.store.tables_rollups` (events per minute by type and segment, the ingest-delay
-histogram, the known segment values), so the dashboards never scan ``events``.
+histogram, the known segment values), so the dashboards never scan ``events``, and the
+changes of the conversation rows into ``escalation_bins`` (entries ``esc_before`` / ``esc``,
+:mod:`monitor.ingest.escalation_sql`: the writer holds the conversations' advisory lock
+before this statement runs, so ``esc_before`` is the image the upsert changes).
+
+Shape (issue 13, for speed): the event insert returns only :data:`INSERTED`, the columns the
+roll-ups read, with the few body fields they need extracted once per row (the bodies are not
+carried through the statement); each roll-up is one entry of :data:`ROLLUPS`, a CTE that reads
+``ins`` (or an earlier entry) and upserts its rows ONCE per batch, already aggregated, in key
+order. To maintain another roll-up, add a ``(name, sql)`` entry to :data:`ROLLUPS` (and any
+column it needs to :data:`INSERTED`); :func:`batch_statement` builds the statement.
 """
 
 from __future__ import annotations
 
+from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
 from monitor.ingest.rows import EVENT_COLUMNS
 from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
 from monitor.store.tables_rollups import DELAY_BASE_S, DELAY_LAST_BUCKET, DELAY_PER_DOUBLING
@@ -38,10 +52,7 @@ _COLS = ", ".join(EVENT_COLUMNS)
 _ASSISTANT = "type = 'message' AND role = 'assistant'"
 _ESC = "type = 'escalation'"
 _OUT = "type = 'outcome'"
-_TRIGGER = "body->'escalation'->>'trigger'"
-_SUCCESS = "(body->'outcome'->>'success')::boolean"
-_REWARD = "(body->'outcome'->>'reward')::float8"
-_SOURCE = "body->'outcome'->>'source'"
+_SOURCE = "outcome_source"
 
 
 def _rank(source: str) -> str:
@@ -61,6 +72,23 @@ def delay_bucket_sql(seconds: str) -> str:
     )
 
 
+#: The columns of ``ins`` (the rows this batch actually inserted) that roll-ups read, as
+#: (name, expression over the inserted ``events`` row): event columns, the minute and the delay
+#: bucket of ``ingested_at``, and body fields, extracted only from the event type that has them.
+INSERTED: tuple[tuple[str, str], ...] = (
+    *[(c, c) for c in ("conversation_id", "type", "ts", "agent_id", *_SEGMENT)],
+    *[(c, c) for c in ("role", "confidence", "turn", "tool_ok")],
+    ("minute", "date_trunc('minute', ingested_at, 'UTC')"),
+    ("delay_bucket", delay_bucket_sql("extract(epoch FROM ingested_at - ts)::float8")),
+    ("tool_calls", "CASE WHEN type = 'message' THEN jsonb_array_length("
+     "coalesce(body->'message'->'tool_calls', '[]'::jsonb)) END"),
+    ("escalation_trigger", f"CASE WHEN {_ESC} THEN body->'escalation'->>'trigger' END"),
+    ("outcome_success", f"CASE WHEN {_OUT} THEN (body->'outcome'->>'success')::boolean END"),
+    ("outcome_reward", f"CASE WHEN {_OUT} THEN (body->'outcome'->>'reward')::float8 END"),
+    ("outcome_source", f"CASE WHEN {_OUT} THEN body->'outcome'->>'source' END"),
+)
+
+
 def _first(expr: str, where: str = "TRUE", order: str = "ts") -> str:
     return f"(array_agg({expr} ORDER BY {order}) FILTER (WHERE {where}))[1]"
 
@@ -76,24 +104,17 @@ _AGG = ",\n    ".join(
         "count(*) FILTER (WHERE type = 'message') AS message_count",
         f"count(*) FILTER (WHERE {_ASSISTANT}) AS assistant_messages",
         "count(*) FILTER (WHERE type = 'message' AND role = 'user') AS user_messages",
-        "coalesce(sum(jsonb_array_length(coalesce(body->'message'->'tool_calls', '[]'::jsonb)))"
-        " FILTER (WHERE type = 'message'), 0) AS tool_calls",
+        "coalesce(sum(tool_calls), 0) AS tool_calls",
         "count(*) FILTER (WHERE type = 'tool_result') AS tool_results",
         "count(*) FILTER (WHERE type = 'tool_result' AND NOT tool_ok) AS tool_errors",
         "count(*) FILTER (WHERE type = 'feedback') AS feedback_count",
         f"min(confidence) FILTER (WHERE {_ASSISTANT}) AS min_confidence",
-        f"{_first('confidence', f'{_ASSISTANT} AND confidence IS NOT NULL', 'ts DESC')}"
-        " AS last_confidence",
         f"max(ts) FILTER (WHERE {_ASSISTANT} AND confidence IS NOT NULL) AS last_confidence_ts",
         "min(turn) AS first_turn",
         "bool_or(type = 'escalation') AS escalated",
         "min(ts) FILTER (WHERE type = 'escalation') AS escalated_at",
         f"{_first('turn', _ESC)} AS escalation_turn",
-        f"{_first(_TRIGGER, _ESC)} AS escalation_trigger",
-        f"{_first(_SUCCESS, _OUT, _OUTCOME_ORDER)} AS outcome_success",
-        f"{_first(_REWARD, _OUT, _OUTCOME_ORDER)} AS outcome_reward",
-        f"{_first(_SOURCE, _OUT, _OUTCOME_ORDER)} AS outcome_source",
-        f"{_first('ts', _OUT, _OUTCOME_ORDER)} AS outcome_at",
+        f"{_first('escalation_trigger', _ESC)} AS escalation_trigger",
     ]
 )
 
@@ -158,49 +179,80 @@ _UPDATES = ",\n    ".join(
 # Every SET expression reads the pre-update row (c.*), so the CASE conditions above all compare
 # against the old values and the order of assignments does not matter.
 
-WRITE_BATCH = f"""
-WITH ins AS (
-  INSERT INTO events ({_COLS})
-  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
-  ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
-  ON CONFLICT (event_id) DO NOTHING
-  RETURNING *
-), agg AS (
-  SELECT
+_MINUTE_KEY = "minute, type, agent_id, domain, tier"
+
+#: The roll-ups of the batch statement, in order: (CTE name, statement). Each reads ``ins`` or
+#: an earlier entry; data-modifying entries run once whether or not anything reads them.
+ROLLUPS: tuple[tuple[str, str], ...] = (
+    # the picks that order otherwise than by ts, from the few rows they read (so that every
+    # ordered aggregate of agg orders by ts: one sort of the batch on Postgres 16+)
+    ("best_outcome", f"""SELECT DISTINCT ON (conversation_id) conversation_id, outcome_success,
+    outcome_reward, outcome_source, ts AS outcome_at
+  FROM ins WHERE {_OUT} ORDER BY conversation_id, {_OUTCOME_ORDER}"""),
+    ("last_conf", f"""SELECT DISTINCT ON (conversation_id) conversation_id,
+    confidence AS last_confidence
+  FROM ins WHERE {_ASSISTANT} AND confidence IS NOT NULL ORDER BY conversation_id, ts DESC"""),
+    ("agg", f"""SELECT * FROM (SELECT
     {_AGG}
-  FROM ins GROUP BY conversation_id
-), up AS (
-  INSERT INTO conversations AS c ({", ".join(_ROLLUP_COLS)})
+  FROM ins GROUP BY conversation_id) AS g
+  LEFT JOIN last_conf USING (conversation_id) LEFT JOIN best_outcome USING (conversation_id)"""),
+    # escalation roll-up (issue 13a): the before image of every row the upsert may change
+    ("esc_before", f"""SELECT {", ".join(IMAGE_COLUMNS)} FROM conversations
+  WHERE conversation_id IN (SELECT conversation_id FROM agg)"""),
+    ("up", f"""INSERT INTO conversations AS c ({", ".join(_ROLLUP_COLS)})
   SELECT {", ".join(_ROLLUP_COLS)} FROM agg ORDER BY conversation_id
   ON CONFLICT (conversation_id) DO UPDATE SET
     {_UPDATES}
-  RETURNING c.agent_id, c.domain, c.tier
-), minutes AS (
-  INSERT INTO event_minutes AS m (minute, type, agent_id, domain, tier, events)
-  SELECT date_trunc('minute', ingested_at, 'UTC'), type, agent_id, coalesce(domain, ''),
-    coalesce(tier, 0), count(*)
-  FROM ins GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
-  ON CONFLICT (minute, type, agent_id, domain, tier) DO UPDATE SET
-    events = m.events + EXCLUDED.events
-  RETURNING 1
-), delays AS (
-  INSERT INTO ingest_delay_bins AS d (minute, bucket, events)
-  SELECT date_trunc('minute', ingested_at, 'UTC'),
-    {delay_bucket_sql("extract(epoch FROM ingested_at - ts)::float8")}, count(*)
-  FROM ins GROUP BY 1, 2 ORDER BY 1, 2
-  ON CONFLICT (minute, bucket) DO UPDATE SET events = d.events + EXCLUDED.events
-  RETURNING 1
-), segs AS (
-  INSERT INTO segment_values (kind, value)
+  RETURNING {", ".join(f"c.{col}" for col in IMAGE_COLUMNS)}"""),
+    # escalation roll-up (issue 13a): after image +1, before image -1
+    ("esc", upsert_deltas("up", "esc_before")),
+    # one pass over ins for both per-minute roll-ups (every row of a batch has the same
+    # ingested_at, the transaction's now(), so this is a handful of rows)
+    ("by_minute", f"""SELECT {_MINUTE_KEY}, delay_bucket, count(*) AS n FROM (
+    SELECT minute, type, agent_id, coalesce(domain, '') AS domain, coalesce(tier, 0) AS tier,
+      delay_bucket FROM ins) AS r
+  GROUP BY {_MINUTE_KEY}, delay_bucket"""),
+    ("minutes", f"""INSERT INTO event_minutes AS m ({_MINUTE_KEY}, events)
+  SELECT {_MINUTE_KEY}, sum(n)::bigint FROM by_minute
+  GROUP BY {_MINUTE_KEY} ORDER BY {_MINUTE_KEY}
+  ON CONFLICT ({_MINUTE_KEY}) DO UPDATE SET events = m.events + EXCLUDED.events"""),
+    ("delays", """INSERT INTO ingest_delay_bins AS d (minute, bucket, events)
+  SELECT minute, delay_bucket, sum(n)::bigint FROM by_minute GROUP BY 1, 2 ORDER BY 1, 2
+  ON CONFLICT (minute, bucket) DO UPDATE SET events = d.events + EXCLUDED.events"""),
+    ("segs", """INSERT INTO segment_values (kind, value)
   SELECT DISTINCT v.kind, v.value FROM up
   CROSS JOIN LATERAL (VALUES ('agent', up.agent_id), ('domain', up.domain), ('tier', up.tier::text))
     AS v(kind, value)
   WHERE v.value IS NOT NULL ORDER BY 1, 2
-  ON CONFLICT (kind, value) DO NOTHING
-  RETURNING 1
+  ON CONFLICT (kind, value) DO NOTHING"""),
 )
+
+
+def batch_statement(rollups: tuple[tuple[str, str], ...] = ROLLUPS) -> str:
+    """The batch statement: the idempotent event insert (``ins``, returning :data:`INSERTED`)
+    followed by ``rollups``; its one row is ``inserted`` (new events) and ``conversations``
+    (conversation rows inserted or updated, from the ``up`` entry)."""
+    returning = ", ".join(expr if expr == name else f"{expr} AS {name}" for name, expr in INSERTED)
+    ctes = "".join(f", {name} AS (\n  {sql}\n)" for name, sql in rollups)
+    return f"""
+WITH pick AS MATERIALIZED (
+  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
+  ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
+), ids AS (
+  INSERT INTO event_ids (event_id, ts, conversation_id)
+  SELECT event_id, ts, conversation_id FROM pick
+  ON CONFLICT (event_id) DO NOTHING
+  RETURNING event_id
+), ins AS (
+  INSERT INTO events ({_COLS})
+  SELECT {_COLS} FROM pick WHERE event_id IN (SELECT event_id FROM ids)
+  RETURNING {returning}
+){ctes}
 SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations
 """
+
+
+WRITE_BATCH = batch_statement()
 
 INSERT_DEAD_LETTER = """
 INSERT INTO dead_letters
@@ -210,11 +262,15 @@ ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
 """
 
 # staged events whose event_id is stored with a different body (the first stays): one dead
-# letter each, reason conflicting_duplicate; a re-delivered batch adds nothing (unique key)
+# letter each, reason conflicting_duplicate; a re-delivered batch adds nothing (unique key).
+# The stored row is found through event_ids (its ts picks one partition); an id whose events
+# partition was already dropped by retention counts as a plain duplicate.
 INSERT_CONFLICTS = f"""
 WITH c AS (
   SELECT s.event_id, s.kafka_partition, s.kafka_offset, convert_to(s.body::text, 'UTF8') AS raw
-  FROM {STAGING_TABLE} s JOIN events e ON e.event_id = s.event_id
+  FROM {STAGING_TABLE} s JOIN event_ids i ON i.event_id = s.event_id
+  JOIN events e ON e.conversation_id = i.conversation_id AND e.ts = i.ts
+    AND e.event_id = i.event_id
   WHERE s.body <> e.body
 )
 INSERT INTO dead_letters

@@ -2,8 +2,10 @@
 
 Contract: ``write(rows, dead)`` either commits every row of the batch (events, roll-ups and
 dead letters in ONE transaction) and returns what it inserted, or raises and commits nothing.
-Re-writing the same batch is harmless: duplicates on ``event_id`` are skipped and do not touch
-the roll-up, dead letters are unique per (source, partition, offset). The caller commits Kafka
+Re-writing the same batch is harmless: duplicates on ``event_id`` (kept in ``event_ids``) are
+skipped and do not touch the roll-up, dead letters are unique per (source, partition, offset).
+An event whose UTC day has no ``events`` partition yet gets one, in the same transaction
+(:mod:`monitor.store.partitions`): no event is refused for its age. The caller commits Kafka
 offsets only after ``write`` returned.
 
 A duplicate ``event_id`` with a different body (a conflicting duplicate) is not stored: the
@@ -35,9 +37,11 @@ from monitor.ingest.rollup_sql import (
 from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
+from monitor.store.partitions import ENSURE_DAYS, days_of
 
 _CID = EVENT_COLUMNS.index("conversation_id")
 _TYPE = EVENT_COLUMNS.index("type")
+_TS = EVENT_COLUMNS.index("ts")
 
 
 @dataclass(frozen=True)
@@ -113,18 +117,21 @@ class EventWriter:
         assert self._pool is not None
         inserted = conversations = decided = new_items = relabelled = conflicting = 0
         async with self._pool.acquire() as conn, conn.transaction():
-            if rows:
+            if rows:  # the day partitions of the rows first (created when missing)
+                await conn.fetchval(ENSURE_DAYS, days_of(r[_TS] for r in rows))
                 await conn.execute(CREATE_STAGING)
                 await conn.copy_records_to_table(
                     STAGING_TABLE, records=rows, columns=list(EVENT_COLUMNS)
                 )
                 if copied is not None:
                     copied()
+                # locked before the batch statement: its before images of the conversation
+                # rows (escalation_bins) must be the rows its upsert changes
+                cids = sorted({str(r[_CID]) for r in rows})
+                await conn.execute(LOCK_CONVERSATIONS, cids)
                 record = await conn.fetchrow(WRITE_BATCH)
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
-                cids = sorted({str(r[_CID]) for r in rows})
-                await conn.execute(LOCK_CONVERSATIONS, cids)
                 decided = await self._decide(conn, cids)
                 relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
                 synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)

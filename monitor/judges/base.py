@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import pairwise
 from typing import Any, Literal, Protocol
 
 from monitor.contract.events import AgentEvent
@@ -48,13 +50,19 @@ FABRICATION_TYPES = (
 ALL_CATEGORIES = FAILURE_CATEGORIES + tuple(f"fabrication:{t}" for t in FABRICATION_TYPES)
 
 
+@lru_cache(maxsize=16384)
 def _natural(event_id: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders digit runs by value: ``c:9`` before ``c:10``."""
+    """Sort key that orders digit runs by value: ``c:9`` before ``c:10`` (memoized: a pure
+    function of the id, and a conversation's ids come back with every gate request)."""
     return tuple(
         (0, int(part)) if part.isdigit() else (1, part)
         for part in re.split(r"(\d+)", event_id)
         if part
     )
+
+
+def _time_key(e: AgentEvent) -> tuple[Any, int]:
+    return e.ts, e.turn if e.turn is not None else -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +87,9 @@ class Conversation:
         if len(cids) != 1:
             raise ValueError(f"events of {len(cids)} conversations given, expected one")
         unique = {e.event_id: e for e in events}.values()
-        ordered = sorted(
-            unique,
-            key=lambda e: (e.ts, e.turn if e.turn is not None else -1, _natural(e.event_id)),
-        )
+        ordered = sorted(unique, key=_time_key)  # the ids decide ties only: rarely needed
+        if any(_time_key(a) == _time_key(b) for a, b in pairwise(ordered)):
+            ordered = sorted(unique, key=lambda e: (*_time_key(e), _natural(e.event_id)))
         return cls(next(iter(cids)), tuple(ordered), agent_uses_tools)
 
     def domain(self) -> str | None:

@@ -38,13 +38,15 @@ class DeterministicJudge(ABC):
         """True when this check has an opinion on ``conversation`` (see ``applies_to``)."""
         return conversation.uses_tools()
 
-    def judge(self, conversation: Conversation) -> list[Verdict]:
+    def judge(self, conversation: Conversation, only: str | None = None) -> list[Verdict]:
         """All verdicts on ``conversation`` (see the module docstring); none when the check
-        does not apply; never raises."""
+        does not apply; never raises. ``only``: the verdicts on the message with that event id
+        alone (what the gate asks about its proposed message): exactly those of
+        ``judge(conversation)`` whose ``item_id`` is ``only``, without building the others."""
         try:
             if not self.applies(conversation):
                 return []
-            return self._judge(conversation)
+            return self._judge(conversation) if only is None else self._judge(conversation, only)
         except Exception as exc:  # the contract: a judge never raises
             return [
                 Verdict(
@@ -58,9 +60,9 @@ class DeterministicJudge(ABC):
             ]
 
     @abstractmethod
-    def _judge(self, conv: Conversation) -> list[Verdict]:
+    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         """The verdicts of this check on ``conv`` (may raise; ``judge`` turns that into an
-        error verdict)."""
+        error verdict); with ``only``, those on that message alone."""
 
     def _verdict(
         self,

@@ -75,7 +75,7 @@ class AuthorizationFabricationJudge(DeterministicJudge):
 
     name = "det.authorization"
 
-    def _judge(self, conv: Conversation) -> list[Verdict]:
+    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         calls: dict[str, ToolCall] = {}
         succeeded: list[tuple[AgentEvent, ToolCall]] = []  # (result event, call), in order
         out: list[Verdict] = []
@@ -87,7 +87,11 @@ class AuthorizationFabricationJudge(DeterministicJudge):
                 )
             if e.message is None:
                 continue
-            if e.message.role == "assistant" and (claims := find_claims(e.message.content)):
+            if (
+                e.message.role == "assistant"
+                and (only is None or e.event_id == only)
+                and (claims := find_claims(e.message.content))
+            ):
                 entries, missing = [], []
                 for claim in claims:
                     backing = [
@@ -115,7 +119,7 @@ class RepeatedToolCallJudge(DeterministicJudge):
 
     name = "det.repeated_call"
 
-    def _judge(self, conv: Conversation) -> list[Verdict]:
+    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events
         seen: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}
         out: list[Verdict] = []
@@ -130,6 +134,9 @@ class RepeatedToolCallJudge(DeterministicJudge):
             calls = [c for c in msg.tool_calls if c.name.lower() not in NO_OP_TOOLS]
             if not calls:
                 continue  # only thinking: nothing to repeat
+            if only is not None and event.event_id != only:  # remember the calls, no verdict
+                seen.update(((c.name, canonical_arguments(c.arguments)), (event, c)) for c in calls)
+                continue
             for call in calls:
                 key = (call.name, canonical_arguments(call.arguments))
                 if key in seen:
@@ -170,7 +177,7 @@ class IgnoredToolErrorJudge(DeterministicJudge):
 
     name = "det.ignored_error"
 
-    def _judge(self, conv: Conversation) -> list[Verdict]:
+    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         pending: list[AgentEvent] = []  # failed results not yet answered in text
         out: list[Verdict] = []
         for e in conv.events:
@@ -185,6 +192,9 @@ class IgnoredToolErrorJudge(DeterministicJudge):
                 continue
             msg = e.message
             if not pending or msg is None or msg.role != "assistant" or not msg.content:
+                continue
+            if only is not None and e.event_id != only:  # answered in text: no verdict wanted
+                pending = []
                 continue
             acknowledged = acknowledges_problem(msg.content)
             success = speaks_of_success(msg.content)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from monitor.judges.base import Conversation, Verdict
 from monitor.judges.det_base import DeterministicJudge
-from monitor.judges.figures import check_figures, derivation
+from monitor.judges.figures import check_figures, derivation, reference_index
 
 _FIGURE_TYPES = {"amount": "pricing", "date": "history", "identifier": "account"}
 
@@ -21,17 +21,18 @@ class UnsupportedFigureJudge(DeterministicJudge):
     """Amounts, dates and identifiers that no earlier source in the conversation contains.
 
     ``reference`` texts (for example the agent's policy document) are sources too; they are
-    indexed once per conversation before the first event.
+    indexed once, when the judge is built, and count as coming before the first event.
     """
 
     name = "det.unsupported_figure"
 
     def __init__(self, reference: tuple[str, ...] = ()) -> None:
         self.reference = reference
+        self._index = reference_index(reference)  # read by every conversation, never changed
 
-    def _judge(self, conv: Conversation) -> list[Verdict]:
+    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         out: list[Verdict] = []
-        for e, figures, sources in check_figures(conv.events, self.reference):
+        for e, figures, sources in check_figures(conv.events, self._index, only):
             supported = [f for f in figures if sources[f.text] is not None]
             unsupported = [f for f in figures if sources[f.text] is None]
             derived = {f.text: d for f in unsupported if (d := derivation(f, supported))}

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Literal
 
 from monitor.contract.events import AgentEvent
@@ -135,10 +136,35 @@ def extract_figures(text: str | None) -> list[Figure]:
     return list(unique.values())
 
 
-class SourceIndex:
-    """What earlier text supports: numbers, dates and tokens, each with its first source."""
+#: texts up to this size have their terms memoized (:func:`_terms`); longer ones are re-read
+MEMO_MAX_CHARS = 8192
 
-    def __init__(self) -> None:
+
+@lru_cache(maxsize=4096)
+def _terms(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The normalised numbers, date keys and tokens (with their ``_`` parts) of ``text``, in
+    order: what :meth:`SourceIndex.add` records. A pure function of the text, memoized: a
+    conversation's tool results and user messages come back with every gate request."""
+    amounts = (normalise_amount(m.group(0)) for m in _NUMBER_RE.finditer(text))
+    numbers = tuple(key for key in amounts if key is not None)
+    dates = tuple(key for _, _, key in _dates(text))
+    tokens: list[str] = []
+    for tok in _TOKEN_RE.findall(text):
+        low = tok.lower()
+        tokens.append(low)
+        if "_" in low:
+            tokens.extend(low.split("_"))
+    return numbers, dates, tuple(tokens)
+
+
+class SourceIndex:
+    """What earlier text supports: numbers, dates and tokens, each with its first source.
+
+    ``base`` (optional, never changed here) is an index of texts that came before everything
+    added to this one (the reference texts, indexed once): a key it holds keeps its source."""
+
+    def __init__(self, base: SourceIndex | None = None) -> None:
+        self._base = base
         self._numbers: dict[str, str] = {}
         self._dates: dict[str, str] = {}
         self._tokens: dict[str, str] = {}
@@ -147,30 +173,61 @@ class SourceIndex:
         """Index ``text`` (a tool result, call arguments, a user message...) from ``source``."""
         if not text:
             return
-        for m in _NUMBER_RE.finditer(text):
-            key = normalise_amount(m.group(0))
-            if key is not None:
-                self._numbers.setdefault(key, source)
-        for _, _, key in _dates(text):
-            self._dates.setdefault(key, source)
-        for tok in _TOKEN_RE.findall(text):
-            for part in (tok.lower(), *tok.lower().split("_")):
-                self._tokens.setdefault(part, source)
+        b, found = self._base, _terms(text) if len(text) <= MEMO_MAX_CHARS else None
+        found = found or _terms.__wrapped__(text)
+        numbers: dict[str, str] | _Behind = self._numbers
+        dates: dict[str, str] | _Behind = self._dates
+        tokens: dict[str, str] | _Behind = self._tokens
+        if b is not None:  # the base came first: its keys keep their sources
+            numbers = _Behind(b._numbers, self._numbers)
+            dates = _Behind(b._dates, self._dates)
+            tokens = _Behind(b._tokens, self._tokens)
+        for key in found[0]:
+            numbers.setdefault(key, source)
+        for key in found[1]:
+            dates.setdefault(key, source)
+        for key in found[2]:
+            tokens.setdefault(key, source)
+
+    def _get(self, kind: str, key: str) -> str | None:
+        if self._base is not None:
+            found = self._base._get(kind, key)
+            if found is not None:
+                return found
+        own: dict[str, str] = getattr(self, kind)
+        return own.get(key)
 
     def source_of(self, figure: Figure) -> str | None:
         """The first source whose text holds ``figure`` (by normalised key), else ``None``."""
         if figure.kind == "amount":
-            return self._numbers.get(figure.key)
+            return self._get("_numbers", figure.key)
         if figure.kind == "identifier":
-            return self._tokens.get(figure.key)
+            return self._get("_tokens", figure.key)
         year, month_day = figure.key.split("-", 1)
         if year == "*":
-            return next((s for d, s in self._dates.items() if d.endswith(month_day)), None)
-        return self._dates.get(figure.key, self._dates.get(f"*-{month_day}"))
+            return next((s for d, s in self._all_dates() if d.endswith(month_day)), None)
+        found = self._get("_dates", figure.key)
+        return found if found is not None else self._get("_dates", f"*-{month_day}")
+
+    def _all_dates(self) -> Iterator[tuple[str, str]]:
+        if self._base is not None:
+            yield from self._base._all_dates()
+        yield from self._dates.items()
 
     def supports(self, figure: Figure) -> bool:
         """True when ``figure`` occurs in the indexed sources."""
         return self.source_of(figure) is not None
+
+
+class _Behind:
+    """``setdefault`` into ``own`` unless ``base`` already holds the key."""
+
+    def __init__(self, base: dict[str, str], own: dict[str, str]) -> None:
+        self.base, self.own = base, own
+
+    def setdefault(self, key: str, value: str) -> None:
+        if key not in self.base:
+            self.own.setdefault(key, value)
 
 
 def derivation(figure: Figure, stated: Sequence[Figure]) -> str | None:
@@ -196,8 +253,19 @@ def derivation(figure: Figure, stated: Sequence[Figure]) -> str | None:
     return None
 
 
+def reference_index(reference: Sequence[str]) -> SourceIndex:
+    """The index of ``reference`` texts (source ``"reference:<i>"``), what every conversation's
+    index starts from."""
+    index = SourceIndex()
+    for i, text in enumerate(reference):
+        index.add(text, f"reference:{i}")
+    return index
+
+
 def check_figures(
-    events: Sequence[AgentEvent], reference: Sequence[str] = ()
+    events: Sequence[AgentEvent],
+    reference: Sequence[str] | SourceIndex = (),
+    only: str | None = None,
 ) -> Iterator[tuple[AgentEvent, list[Figure], dict[str, str | None]]]:
     """``(message, figures, sources)`` for each assistant message that has figures.
 
@@ -205,10 +273,13 @@ def check_figures(
     for a reference text, ``None`` when unsupported). Sources, in conversation order:
     ``reference`` texts (first), tool results (content and error), tool-call arguments (for
     later messages only) and user/system messages; the assistant's own text is not a source.
+    ``reference`` may be given pre-indexed (:func:`reference_index`; it is read, never
+    changed). ``only``: yield for the message with that event id alone (the sources are
+    indexed as before, other messages' figures are not extracted): the same tuple as without.
     """
-    index = SourceIndex()
-    for i, text in enumerate(reference):
-        index.add(text, f"reference:{i}")
+    index = SourceIndex(
+        reference if isinstance(reference, SourceIndex) else reference_index(reference)
+    )
     for e in events:
         if e.tool_result is not None:
             index.add(e.tool_result.content, e.event_id)
@@ -216,7 +287,11 @@ def check_figures(
         msg = e.message
         if msg is None:
             continue
-        if msg.role == "assistant" and (figures := extract_figures(msg.content)):
+        if (
+            msg.role == "assistant"
+            and (only is None or e.event_id == only)
+            and (figures := extract_figures(msg.content))
+        ):
             yield e, figures, {f.text: index.source_of(f) for f in figures}
         if msg.role in ("user", "system"):
             index.add(msg.content, e.event_id)

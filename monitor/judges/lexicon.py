@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 # family -> tool-name patterns whose successful call backs a claim of that family.
 # refund also accepts *cancel*: cancelling a paid booking is how the refund is issued.
@@ -148,10 +149,16 @@ def find_claims(text: str | None) -> list[Claim]:
 
     A sentence yields a claim where it has a claim construction (module docstring) with a known
     participle and no offer/condition/negation marker between the sentence start and the claim;
-    questions yield none.
+    questions yield none. Memoized for the last few texts (a pure function of the text: two
+    judges read the same message's claims).
     """
+    return list(_claims(text or ""))
+
+
+@lru_cache(maxsize=64)
+def _claims(text: str) -> tuple[Claim, ...]:
     out: list[Claim] = []
-    for sentence in sentences(text or ""):
+    for sentence in sentences(text):
         if sentence.endswith("?"):
             continue
         seen: set[str] = set()
@@ -165,7 +172,7 @@ def find_claims(text: str | None) -> list[Claim]:
             if family is not None and family not in seen:
                 seen.add(family)
                 out.append(Claim(family, m.group(0).strip(), sentence))
-    return out
+    return tuple(out)
 
 
 def is_read_only(tool_name: str) -> bool:

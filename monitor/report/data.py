@@ -4,7 +4,7 @@ other)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ from monitor.analytics import reports as fa
 from monitor.analytics.calibration import CalibrationReport
 from monitor.analytics.repo import Segment
 from monitor.analytics.thresholds import Recommendation, ThresholdTable
+from monitor.gate.effect import Effect
 
 
 @dataclass(frozen=True)
@@ -27,3 +28,4 @@ class ReportData:
     thresholds: dict[str, tuple[ThresholdTable, Recommendation]]
     drift: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
+    gate: list[Effect] = field(default_factory=list)  # recorded gate decisions per agent x domain

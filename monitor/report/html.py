@@ -12,6 +12,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from monitor.gate.effect import Effect, Rate
 from monitor.report.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -106,6 +107,45 @@ def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
                  empty="no alert is firing")  # fmt: skip
 
 
+def _rate_cells(r: Rate, key: str) -> str:
+    """The rate and its 95 % interval as two cells (``-`` without data)."""
+    interval = "-" if r.low is None or r.high is None else f"{r.low:.3f}-{r.high:.3f}"
+    return cell(r.value, key) + f"<td>{interval} ({r.num}/{r.den})</td>"
+
+
+def gate_section(effects: Sequence[Effect]) -> str:
+    """The runtime trust gate per agent x domain (``monitor gate --json --no-replay``);
+    empty when no agent asked the gate in the range."""
+    if not effects:
+        return ""
+    rows = []
+    for e in effects:
+        k = f"gate/{e.agent_id}/{e.domain}"
+        d = e.decisions
+        rows.append(
+            f"<tr><td>{html.escape(e.agent_id)}</td><td>{html.escape(e.domain or '-')}</td>"
+            + cell(e.conversations, f"{k}/conversations")
+            + "".join(cell(d[x], f"{k}/decisions/{x}") for x in ("proceed", "revise", "escalate"))
+            + _rate_cells(e.escalation_rate, f"{k}/escalation_rate")
+            + _rate_cells(e.failures_prevented, f"{k}/failures_prevented")
+            + cell(e.failure_rate_proceeded.value, f"{k}/failure_rate_proceeded")
+            + cell(e.failure_rate_all.value, f"{k}/failure_rate_all")
+            + cell(None if e.failure_rate_ungated is None else e.failure_rate_ungated.value,
+                   f"{k}/failure_rate_ungated")
+            + cell(e.revise_failure_rate.value, f"{k}/revise_failure_rate") + "</tr>")
+    return (
+        "<h2>Runtime trust gate</h2><p class='meta'>Each gated conversation's latest decision "
+        "in the range. Failures prevented: failures among the conversations the gate stopped "
+        "(revise or escalate) / all failures; the escalation rate is what it costs in human "
+        "hand-overs. For an agent that obeys the gate, stopped conversations' outcomes are the "
+        "revised answer's or the human's. Failure rate ungated: the same agent's conversations "
+        "in the domain without any gate decision, when it has some (docs/gate.md).</p>"
+        + table(["agent", "domain", "conversations", "proceed", "revise", "escalate",
+                 "escalation rate (human cost)", "95% interval", "failures prevented",
+                 "95% interval", "failure rate proceeded", "failure rate all",
+                 "failure rate ungated", "revise failure rate"], rows))  # fmt: skip
+
+
 def _figure(name: str, png: bytes, caption: str) -> str:
     data = base64.b64encode(png).decode()
     return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
@@ -171,9 +211,9 @@ def full_tables(d: ReportData, combined: Mapping[str, bytes]) -> str:
 
 def render_html(d: ReportData, found: Sequence[Verdict], images: Mapping[str, Mapping[str, bytes]],
                 combined: Mapping[str, bytes]) -> str:
-    """The page: the verdict per agent, the firing alerts, the charts per agent, then the full
-    tables folded. ``images`` are the per-agent charts (agent -> kind -> PNG), ``combined`` the
-    all-agent ones (kind -> PNG)."""
+    """The page: the verdict per agent, the firing alerts, the runtime trust gate (only when
+    an agent asked it), the charts per agent, then the full tables folded. ``images`` are the
+    per-agent charts (agent -> kind -> PNG), ``combined`` the all-agent ones (kind -> PNG)."""
     scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
     return "".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
@@ -184,6 +224,7 @@ def render_html(d: ReportData, found: Sequence[Verdict], images: Mapping[str, Ma
         f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC.</p>",
         "<h2>Verdict per agent</h2>", verdict_cards(found),
         f"<h2>Firing alerts ({len(d.alerts)})</h2>", alerts_table(d.alerts),
+        gate_section(d.gate),
         "<h2>Charts per agent</h2>", agent_charts(found, images),
         "<h2>Full tables</h2>", full_tables(d, combined),
         "</body></html>",

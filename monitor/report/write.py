@@ -2,14 +2,17 @@
 
 Every number comes from the functions the CLI uses (:mod:`monitor.analytics.reports` with the
 CLI's defaults), so the report's tables equal ``monitor calibration|escalation|thresholds
---json`` for the same scope and range. Each numeric cell carries its exact value in
-``data-key`` / ``data-value`` attributes (the text shows it rounded); the PNGs are written next to
-the HTML and embedded in it as base64, so the HTML opens anywhere on its own.
+--json`` for the same scope and range; the gate section equals ``monitor gate --json
+--no-replay`` (recorded decisions only: an agent that never asked the gate gets no gate
+row). Each numeric cell carries its exact value in ``data-key`` / ``data-value`` attributes
+(the text shows it rounded); the PNGs are written next to the HTML and embedded in it as
+base64, so the HTML opens anywhere on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,9 @@ from monitor.analytics.calibration import ece
 from monitor.analytics.repo import Segment, bin_series
 from monitor.analytics.reports import ALL
 from monitor.analytics.write import drift_history
+from monitor.gate.effect import Effect, effectiveness
+from monitor.gate.effect_repo import gated_conversations, ungated_counts
+from monitor.gate.policy import DEFAULT_POLICY
 from monitor.report import plots as rp
 from monitor.report.data import ReportData
 from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
@@ -77,6 +83,22 @@ async def firing_alerts(engine: AsyncEngine, segment: Segment) -> list[dict[str,
         return [dict(r) for r in (await conn.execute(sql, params)).mappings().all()]
 
 
+async def gate_effects(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+                       ) -> list[Effect]:
+    """``monitor gate --json --no-replay`` for the scope: each gated conversation's latest
+    decision in the range (the policy only matters for replayed decisions, not read here).
+    The scope's agent (wildcards too) and domain apply; its version and tier do not (gate
+    effectiveness is kept per agent x domain). With the ungated baseline, as the CLI."""
+    pattern = segment.agent
+    exact = pattern if pattern is not None and not any(c in pattern for c in "*?[") else None
+    rows = await gated_conversations(engine, DEFAULT_POLICY, start, end, exact, replay=False)
+    if pattern is not None and exact is None:
+        rows = [r for r in rows if fnmatch.fnmatchcase(r.agent_id, pattern)]
+    if segment.domain is not None:
+        rows = [r for r in rows if r.domain == segment.domain]
+    return effectiveness(rows, await ungated_counts(engine, start, end, exact))
+
+
 async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
                  ) -> ReportData:
     """Compute every section of the report (the CLI's functions and defaults)."""
@@ -89,6 +111,7 @@ async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: da
                             budget=None, candidates=THRESHOLD_GRID),
         await drift_history(engine, segment, start, end),
         await firing_alerts(engine, segment),
+        await gate_effects(engine, segment, start, end),
     )  # fmt: skip
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import ColumnElement, Integer, func, select, true
+from sqlalchemy import ColumnElement, Integer, func, select, text, true
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.gate.effect import GatedConversation
 from monitor.store.tables import conversations, dead_letters, events
 
 
@@ -161,3 +162,21 @@ async def load_summary(engine: AsyncEngine, scope: Scope = Scope()) -> Summary:
         events_by_type=await events_by_type(engine, scope),
         dead_letters_by_reason=await dead_letters_by_reason(engine, scope),
     )
+
+
+_GATED = text("""
+SELECT DISTINCT ON (conversation_id) agent_id, coalesce(domain, '') AS domain, decision,
+  CASE WHEN outcome_known THEN NOT failed END AS success, degraded
+FROM v_gate_decisions
+WHERE CAST(:prefix AS text) IS NULL OR left(conversation_id, length(:prefix)) = :prefix
+ORDER BY conversation_id, time DESC, event_id DESC""")
+
+
+async def gated_conversations(engine: AsyncEngine, scope: Scope = Scope()
+                              ) -> tuple[list[GatedConversation], int]:
+    """Each gated conversation's latest decision within ``scope`` (view ``v_gate_decisions``,
+    as ``monitor gate`` reads them) and how many of those were degraded (fail open/closed)."""
+    async with engine.connect() as conn:
+        rows = (await conn.execute(_GATED, {"prefix": scope.conversation_prefix})).all()
+    out = [GatedConversation(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in rows]
+    return out, sum(bool(r[4]) for r in rows)

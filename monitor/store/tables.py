@@ -1,7 +1,11 @@
 """SQLAlchemy table definitions: the single source of truth that migrations must match.
 
-``events`` holds every valid event once (primary key ``event_id``); ``conversations`` is the
-per-conversation roll-up maintained in the same transaction as the event inserts;
+``events`` holds every valid event once: partitioned by range of ``ts``, one partition per UTC
+day (schema ``event_partitions``, see :mod:`monitor.store.partitions`), so that retention drops
+whole days; ``event_ids`` is its de-duplication key (a partitioned table's unique key would
+have to include ``ts``): the writer inserts an event only when its id is new there.
+``conversations`` is the per-conversation roll-up maintained in the same transaction as the
+event inserts;
 ``dead_letters`` keeps every invalid input with its reason (idempotent per source offset).
 """
 
@@ -76,10 +80,13 @@ def _segment_columns(agent_nullable: bool) -> list[Column[object]]:
     ]
 
 
+# No primary key (event_ids is the unique key). Indexes: only what the readers need --
+# conversation_id, ts: the judges' transcript and feedback, the gate's "ever gated"; ingested_at:
+# the alerts' dead-letter share; ts of gate events: the gate's effect and alert metrics.
 events = Table(
     "events",
     metadata,
-    Column("event_id", Text, primary_key=True),
+    Column("event_id", Text, nullable=False),
     Column("conversation_id", Text, nullable=False),
     Column("type", Text, nullable=False),
     Column("ts", TS, nullable=False),
@@ -94,9 +101,21 @@ events = Table(
     Column("kafka_offset", BigInteger),
     Column("ingested_at", TS, nullable=False, server_default=func.now()),
     Index(None, "conversation_id", "ts"),
-    Index(None, "agent_id", "ts"),
-    Index(None, "type", "ts"),
     Index(None, "ingested_at"),
+    Index("ix_events_gate_ts", "ts", postgresql_where=text("type = 'gate'")),
+    postgresql_partition_by="RANGE (ts)",
+)
+
+# Every stored event's id with where its row is (ts, conversation_id: the conflicting-duplicate
+# check finds the stored body through ix_events_conversation_id_ts in one partition). Kept
+# retention_event_ids_days (by ts), never less than the events.
+event_ids = Table(
+    "event_ids",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("ts", TS, nullable=False),
+    Column("conversation_id", Text, nullable=False),
+    Index(None, "ts"),
 )
 
 conversations = Table(
@@ -140,6 +159,8 @@ conversations = Table(
     # when the judge scheduler sent the conversation to the judges (NULL: not yet)
     Column("judge_requested_at", TS),
     Index(None, "agent_id", "first_ts"),
+    # the escalation reads' partial-hour edges (monitor.analytics.repo_escalation)
+    Index(None, "first_ts"),
     Index(None, "last_ts"),
     # the judge scheduler's candidates: not yet requested, and sampled or pulled in by a rule
     # that the stored facts decide (a confidence floor is looked up separately)

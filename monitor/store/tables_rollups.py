@@ -1,6 +1,6 @@
 """Read roll-ups kept at ingest (issue 13) so that no dashboard or CLI read scans ``events``.
 
-All three are maintained by the batch statement of :mod:`monitor.ingest.rollup_sql`, from the
+All of them are maintained by the batch statement of :mod:`monitor.ingest.rollup_sql`, from the
 rows it actually inserted (a replayed event changes nothing), in the same transaction:
 
 ``event_minutes``
@@ -13,6 +13,14 @@ rows it actually inserted (a replayed event changes nothing), in the same transa
     ``b`` in 1 .. 119 holds ``(1 ms * 2^((b-1)/4), 1 ms * 2^(b/4)]`` (each about 19 % wide),
     bucket 120 everything above 1 ms * 2^(119/4) (about 10 days). A quantile read from it is
     the upper edge of the bucket that holds it, at most 19 % above the exact value.
+``escalation_bins``
+    Sampled conversations (``sample_weight > 0``) counted per window (``1h`` / ``1d``) of
+    ``first_ts`` and escalation key: kind (0 conversation, 1 its timing), segment (``''`` /
+    ``0`` for a missing domain, version, tier), minimum confidence in thousandths, escalated,
+    outcome, sampling weight, turns and
+    seconds to escalation. Kept from the before/after image of every changed conversation
+    (:mod:`monitor.ingest.escalation_sql`, which also says what is exact); the escalation
+    reads (CLI, alerts, dashboards) sum it instead of reading one row per conversation.
 ``segment_values``
     Every agent id, domain and tier (as text) ever stored on a conversation, by ``kind``
     (``agent`` / ``domain`` / ``tier``): the options of the dashboards' template variables.
@@ -20,7 +28,17 @@ rows it actually inserted (a replayed event changes nothing), in the same transa
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, PrimaryKeyConstraint, SmallInteger, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    Integer,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+)
 
 from monitor.store.tables import TS, metadata
 
@@ -28,6 +46,10 @@ from monitor.store.tables import TS, metadata
 DELAY_BASE_S = 0.001
 DELAY_PER_DOUBLING = 4
 DELAY_LAST_BUCKET = 120
+#: escalation_bins' seconds-to-escalation histogram: smallest bucket's upper edge (s), buckets
+#: per doubling (monitor.ingest.escalation_sql)
+SECONDS_BASE = 0.001
+SECONDS_PER_DOUBLING = 16
 
 event_minutes = Table(
     "event_minutes",
@@ -57,4 +79,28 @@ segment_values = Table(
     Column("kind", Text, nullable=False),
     Column("value", Text, nullable=False),
     PrimaryKeyConstraint("kind", "value", name="pk_segment_values"),
+)
+
+escalation_bins = Table(
+    "escalation_bins",
+    metadata,
+    Column("resolution", Text, nullable=False),
+    Column("window_start", TS, nullable=False),
+    Column("kind", SmallInteger, nullable=False),
+    Column("agent_id", Text, nullable=False),
+    Column("agent_version", Text, nullable=False),
+    Column("domain", Text, nullable=False),
+    Column("tier", SmallInteger, nullable=False),
+    Column("conf_milli", SmallInteger, nullable=False),
+    Column("escalated", Boolean, nullable=False),
+    Column("outcome", SmallInteger, nullable=False),
+    Column("weight", Double, nullable=False),
+    Column("turns", Integer, nullable=False),
+    Column("seconds_bucket", SmallInteger, nullable=False),
+    Column("conversations", BigInteger, nullable=False),
+    PrimaryKeyConstraint(
+        "resolution", "window_start", "kind", "agent_id", "agent_version", "domain", "tier",
+        "conf_milli", "escalated", "outcome", "weight", "turns", "seconds_bucket",
+        name="pk_escalation_bins",
+    ),
 )

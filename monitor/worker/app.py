@@ -2,7 +2,8 @@
 
 ``create_app(settings)`` builds (without connecting) a faust App whose worker runs the services
 of :mod:`monitor.worker.services` (ingest; judges unless ``judge_enabled`` is off; periodic drift
-checks; alert evaluation and delivery unless ``alerting_enabled`` is off) and serves
+checks; retention with the events partitions created ahead; alert evaluation and delivery
+unless ``alerting_enabled`` is off) and serves
 ``POST /v1/events`` (HTTP ingest), ``POST /v1/gate`` (the runtime trust gate, docs/gate.md:
 answered from memory, its decision events published like ingested events),
 ``GET /v1/calibration/{agent_id}`` (recalibration maps),
@@ -24,15 +25,16 @@ from typing import Any, cast
 
 import faust
 from faust.web import Request, Response, View
+from pydantic_core import to_json
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.analytics.write import current_maps
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
-from monitor.gate.endpoint import GateLimits, handle_gate
-from monitor.gate.outbox import DecisionOutbox
-from monitor.gate.state import GateState
+from monitor.gate.endpoint import GateLimits, finish_gate, handle_gate
+from monitor.gate.request import HistoryCache
+from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.http import (
     BadBody,
     RequestTooLarge,
@@ -49,8 +51,10 @@ from monitor.worker.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker.services import (
     AlertingService,
     AnalyticsService,
+    GateOutboxService,
     IngestService,
     JudgeService,
+    RetentionService,
 )
 
 log = logging.getLogger("monitor.worker.app")
@@ -81,12 +85,17 @@ def create_app(settings: Settings) -> faust.App:
     )
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
+    gate_outbox = GateOutboxService(settings, loop=app.loop, beacon=app.beacon)
+    outbox = gate_outbox.outbox  # decision events: disk buffer when the broker does not ack
+    app.service(cast(Any, gate_outbox))
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
     if settings.topic_traces:
         traces = TraceTopicService(settings, metrics, emitter, loop=app.loop, beacon=app.beacon)
         app.service(cast(Any, traces))
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
+    retention = RetentionService(settings, metrics, loop=app.loop, beacon=app.beacon)
+    app.service(cast(Any, retention))
     if settings.alerting_enabled:
         alerting = AlertingService(
             settings, metrics, ingest.loop_.health.stalled_seconds, loop=app.loop, beacon=app.beacon
@@ -99,12 +108,14 @@ def create_app(settings: Settings) -> faust.App:
     class Health(View):
         async def get(self, request: Request) -> Response:
             healthy, state, reason = ingest.loop_.health.status()
-            body = {"status": state, **({"reason": reason} if reason else {})}
+            body = {"status": state, **({"reason": reason} if reason else {}),
+                    "gate_decision_events": outbox.status()}  # fmt: skip
             return self.json(body, status=200 if healthy else 503)
 
     @app.page("/metrics")
     class Metrics(View):
         async def get(self, request: Request) -> Response:
+            metrics.set_gate_outbox(outbox.status())
             return self.bytes(metrics.render(), content_type=CONTENT_TYPE.split(";")[0])
 
     @app.page("/v1/events")
@@ -154,26 +165,30 @@ def create_app(settings: Settings) -> faust.App:
     gate_limits = GateLimits(
         settings.gate_token, settings.gate_max_body_bytes, settings.gate_max_content_chars
     )
+    history_cache = HistoryCache()  # validated history events of recent conversations
     pending: set[asyncio.Task[None]] = set()  # decision events being handed to the producer
-
-    outbox = DecisionOutbox(emitter.send)  # decision events whose send failed are kept
 
     async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
         await gate.refresh(ingest.reads, clock.now())
-        await outbox.retry()
 
     cast(Any, app).task(refresh_gate_maps)
     cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
 
-    async def publish_decision(event: Any) -> None:
+    async def check_gate_maps() -> None:  # a newly fitted map: refreshed at once (state.py)
+        await gate.check_new_map(ingest.reads, clock.now())
+
+    cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
+
+    async def publish_decision(event: Any) -> None:  # awaits the ack or the disk buffer
         if not await outbox.publish(event):
             metrics.gate_answers.labels("kept").inc()
 
     def gate_status() -> dict[str, Any]:  # the maps' freshness; decision events held back
         status = gate.status()
-        if outbox.kept or outbox.dropped:
-            status["decision_events_kept"] = len(outbox.kept)
-            status["decision_events_dropped"] = outbox.dropped
+        buffered, dropped = outbox.buffer.pending, sum(outbox.buffer.dropped.values())
+        if buffered or dropped or outbox.buffered_mode:
+            status["decision_events_kept"] = buffered
+            status["decision_events_dropped"] = dropped
         return status
 
     @app.page("/v1/gate")
@@ -190,14 +205,18 @@ def create_app(settings: Settings) -> faust.App:
                 peer=getattr(request, "remote", None), limits=gate_limits, policy=gate.policy,
                 maps=gate.maps, checks=gate.checks, now=clock.now(), timer=time.perf_counter,
                 started=started, new_id=lambda: uuid.uuid4().hex, status=gate_status(),
+                history_cache=history_cache, cuts=gate.cuts,
             )  # fmt: skip
+            if reply.pending is not None:  # a rule with the inline LLM check: awaited
+                reply = await finish_gate(reply, gate.llm_judge, time.perf_counter)
             metrics.gate_answers.labels(str(reply.body.get("decision") or reply.body.get(
                 "reason"))).inc()  # fmt: skip
             if reply.event is not None:  # queued without waiting for the broker
                 task = asyncio.ensure_future(publish_decision(reply.event))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-            return self.json(reply.body, status=reply.status)
+            return self.bytes(to_json(reply.body), content_type="application/json",
+                              status=reply.status)  # fmt: skip
 
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)

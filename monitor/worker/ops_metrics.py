@@ -6,8 +6,12 @@ process never share counters. Units: counts are events, latency is seconds, lag 
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from monitor.store.retention import RetentionReport
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -75,8 +79,26 @@ class OpsMetrics:
         self.gate_answers = Counter(
             "monitor_gate_answers",
             "POST /v1/gate answers: the decision, the error reason, or 'kept' (a decision event "
-            "the producer did not take now, kept in memory and re-sent later)",
+            "the broker did not acknowledge in time, buffered on disk and replayed later)",
             ["result"],
+            registry=r,
+        )
+        self.gate_buffered = Gauge(
+            "monitor_gate_buffered_events",
+            "Decision events on the gate's disk buffer, not yet acknowledged by the broker",
+            registry=r,
+        )
+        self.gate_buffer_oldest = Gauge(
+            "monitor_gate_buffer_oldest_age_seconds",
+            "Age of the oldest decision event on the gate's disk buffer (0 when empty)",
+            registry=r,
+        )
+        self.gate_dropped = Gauge(
+            "monitor_gate_decision_events_dropped",
+            "Decision events lost since the worker started, by reason (full: buffer size cap; "
+            "corrupt: unreadable segment tail; write_error: the disk refused; refused: the "
+            "broker refused the record for good)",
+            ["reason"],
             registry=r,
         )
         self.otlp_spans = Counter(
@@ -101,6 +123,44 @@ class OpsMetrics:
             buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=r,
         )
+
+        self.retention_runs = Counter(
+            "monitor_retention_runs",
+            "Retention runs by result (ok, partial: a step failed, skipped: another worker ran it)",
+            ["result"], registry=r,
+        )
+        self.retention_partitions = Counter(
+            "monitor_retention_partitions", "Daily events partitions by action (created, dropped)",
+            ["action"], registry=r,
+        )
+        self.retention_rows = Counter(
+            "monitor_retention_rows_deleted", "Rows deleted by retention, per kind", ["kind"],
+            registry=r,
+        )
+        self.retention_last_ok = Gauge(
+            "monitor_retention_last_success_timestamp_seconds",
+            "Unix time of the last retention run with no failed step", registry=r,
+        )
+
+    def retention(self, report: RetentionReport, unix_now: float) -> None:
+        """Count one retention run (:func:`monitor.store.retention.run_retention`)."""
+        if not report.ran:
+            self.retention_runs.labels("skipped").inc()
+            return
+        self.retention_runs.labels("partial" if report.failed else "ok").inc()
+        self.retention_partitions.labels("created").inc(report.partitions_created)
+        self.retention_partitions.labels("dropped").inc(report.partitions_dropped)
+        for kind, rows in report.deleted.items():
+            self.retention_rows.labels(kind).inc(rows)
+        if not report.failed:
+            self.retention_last_ok.set(unix_now)
+
+    def set_gate_outbox(self, status: dict[str, Any]) -> None:
+        """The gate's buffer gauges from :meth:`DecisionOutbox.status` (set at scrape time)."""
+        self.gate_buffered.set(status["buffered"])
+        self.gate_buffer_oldest.set(status["oldest_age_s"] or 0.0)
+        for reason in ("full", "corrupt", "write_error", "refused"):
+            self.gate_dropped.labels(reason).set(status["dropped_by_reason"].get(reason, 0))
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""

@@ -3,7 +3,9 @@
 - :class:`IngestService`: the batched ingest loop and the HTTP-ingest producer;
 - :class:`JudgeService`: the judge scheduler and consumer;
 - :class:`AnalyticsService`: periodic drift checks;
-- :class:`AlertingService`: alert evaluation (one leader) and outbox delivery (every worker).
+- :class:`RetentionService`: partitions ahead and retention (one worker at a time);
+- :class:`AlertingService`: alert evaluation (one leader) and outbox delivery (every worker);
+- :class:`GateOutboxService`: the gate's decision events: own producer, disk buffer, replay.
 
 Each stops cleanly: loops are asked to finish, connections are closed.
 """
@@ -14,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from mode import Service
@@ -26,11 +29,15 @@ from monitor.alerts.sinks.registry import configured_sinks
 from monitor.analytics.periodic import Every, drift_once
 from monitor.config import Settings, load_alert_rules, load_sampling_policy
 from monitor.core.clock import SystemClock
+from monitor.gate.buffer import BufferInUse, DiskBuffer
+from monitor.gate.outbox import DecisionOutbox
+from monitor.gate.producer import DecisionProducer
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
 from monitor.judges.worker import build_loop as build_judge_loop
 from monitor.sdk import EventEmitter
 from monitor.store.engine import make_engine
+from monitor.store.retention import RetentionReport, run_retention
 from monitor.worker.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.worker.services")
@@ -136,6 +143,36 @@ class AnalyticsService(Service):
         await self.engine.dispose()
 
 
+class RetentionService(Service):
+    """The retention job (:mod:`monitor.store.retention`): at start, then every
+    ``retention_interval_s``; one worker at a time (advisory lock), counted in /metrics."""
+
+    def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        assert settings.database_url
+        self.settings, self.metrics = settings, metrics
+        self.engine = make_engine(settings.database_url, pool_size=1)
+        self.every = Every("retention", settings.retention_interval_s, self.once)
+
+    async def once(self) -> RetentionReport:
+        now = SystemClock().now()
+        report = await run_retention(self.engine, self.settings, now)
+        self.metrics.retention(report, now.timestamp())
+        return report
+
+    @Service.task
+    async def _retain(self) -> None:
+        try:
+            await self.once()
+        except Exception as exc:  # the store may not be up yet: the next tick retries
+            log.warning("retention failed: %s", exc)
+        await self.every.run()
+
+    async def on_stop(self) -> None:
+        self.every.stop()
+        await self.engine.dispose()
+
+
 class AlertingService(Service):
     """Alert evaluation (one leader among the workers, monitor.alerts.evaluate) and delivery
     of the notification outbox (every worker, monitor.alerts.notifier)."""
@@ -184,3 +221,48 @@ class AlertingService(Service):
         self.stopping.set()
         await asyncio.gather(*(s.aclose() for s in self.sinks.values()))
         await self.engine.dispose()
+
+
+def open_gate_buffer(settings: Settings, slots: int = 64) -> DiskBuffer:
+    """The gate's disk buffer: ``gate_buffer_dir`` when set (a second worker on it stops with
+    BufferInUse); else the first free slot of ``<state_dir>/gate-buffer``, ``gate-buffer-1``,
+    ... so that workers sharing a state directory each get one, and a restarted worker takes
+    over (and replays) a slot its dead predecessor left."""
+    cap = settings.gate_buffer_max_bytes
+    if settings.gate_buffer_dir is not None:
+        return DiskBuffer(settings.gate_buffer_dir, max_bytes=cap)
+    base = settings.state_dir / "gate-buffer"
+    for slot in range(slots):
+        try:
+            return DiskBuffer(base if slot == 0 else Path(f"{base}-{slot}"), max_bytes=cap)
+        except BufferInUse:
+            continue
+    raise BufferInUse(f"{base}: all {slots} buffer slots are in use by other workers")
+
+
+class GateOutboxService(Service):
+    """Delivers the gate's decision events (docs/gate.md, "Outages"): a producer of its own,
+    the disk buffer under ``gate_buffer_dir`` (opened here, so events buffered by a previous
+    run are replayed from the start) and the replay loop. Stopping writes the events still in
+    flight to disk, then stops the producer."""
+
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        assert settings.kafka_bootstrap
+        self.producer = DecisionProducer(settings.kafka_bootstrap, settings.topic_events,
+                                         idempotent=settings.kafka_idempotent)  # fmt: skip
+        self.buffer = open_gate_buffer(settings)
+        self.outbox = DecisionOutbox(self.producer.deliver, self.buffer,
+                                     spill_after_s=settings.gate_spill_after_s)  # fmt: skip
+        if self.buffer.pending:
+            log.warning("gate: %d decision events buffered on disk by an earlier run, "
+                        "replaying them", self.buffer.pending)  # fmt: skip
+
+    @Service.task
+    async def _replay(self) -> None:
+        await self.outbox.run()
+
+    async def on_stop(self) -> None:
+        await self.outbox.close()
+        await self.producer.close()
+        self.buffer.close()

@@ -1,11 +1,13 @@
 """A database seeded like production for the dashboard and report tests.
 
-``seed`` writes, through the real write paths: both tau2 runs and three hours of simulator
-traffic up to now (``EventWriter``: events, conversations, items, calibration bins), dead letters
-from real validation failures, drift checks (``flows.analytics.run_drift``), recalibration maps
-(``flows.analytics.fit_maps``), judge verdicts (the deterministic judges on real conversations
-plus rubric-judge verdicts, some of them errors, through ``judge_repo.write_verdicts``) and alert
-states and history (rows as the alert lifecycle stores them: no alert writer exists yet).
+``seed`` writes, through the real write paths: both tau2 runs, three hours of simulator
+traffic up to now and 300 conversations of agents that ask the gate (every 7th does not),
+with their decision events (``seed_gate``) (``EventWriter``: events, conversations, items,
+calibration bins), dead letters from real validation failures, drift checks
+(``flows.analytics.run_drift``), recalibration maps (``flows.analytics.fit_maps``), judge
+verdicts (the deterministic judges on real conversations plus rubric-judge verdicts, some of
+them errors, through ``judge_repo.write_verdicts``) and alert states and history (rows as the
+alert lifecycle stores them: no alert writer exists yet).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from monitor.judges.repo import write_verdicts
 from monitor.replay.tau2 import tau2_file_events
 from monitor.sim.traffic import Simulator
 from monitor.store.engine import libpq_url, make_engine
+from tests.dashboards.seed_gate import gated_events
 
 N_CONVERSATIONS = 2000  # at 5 s apart: 2 h 47 min of traffic
+N_GATED = 300  # gated agents' conversations (seed_gate.py), 30 s apart; every 7th not gated
 
 
 def simulated_events(now: datetime) -> list[AgentEvent]:
@@ -45,6 +49,7 @@ async def seed(database_url: str, tau2_files: Sequence[Path],
     now = datetime.now(UTC)
     events = [e for path in tau2_files for e in tau2_file_events(path)]
     events += simulated_events(now)
+    events += gated_events(now - timedelta(hours=3), N_GATED, ungated_every=7)[0]
     rows = [event_row(e) for e in events]
     writer = EventWriter(database_url)
     try:

@@ -438,7 +438,9 @@ class Mutation:
 
 def mutations(dashboard: dict[str, Any]) -> list[Mutation]:
     out = [
-        Mutation("missing table", "UndefinedTableError", r"\bFROM (\w+)", r"FROM \1_missing"),
+        # a set-returning function (escalation_bins_in) renamed is a missing function
+        Mutation("missing table", "Undefined(Table|Function)Error", r"\bFROM (\w+)",
+                 r"FROM \1_missing"),
         Mutation("missing column", "UndefinedColumnError", r"\$__timeFilter\((\w+)\)",
                  r"$__timeFilter(\1_missing)"),
         Mutation("unknown macro", "UnknownMacroError", r"\$__timeFilter\(", "$__timeFilterz("),

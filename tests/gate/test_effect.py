@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from monitor.cli.main import app
 from monitor.contract.events import AgentEvent, validate_event
-from monitor.gate.effect import GatedConversation, effectiveness
+from monitor.gate.effect import GatedConversation, UngatedCounts, effectiveness
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.replay.tau2 import tau2_file_events
@@ -124,3 +124,58 @@ def test_monitor_gate_json_on_replayed_and_recorded_data(
     assert sum(e["failures_prevented"]["num"] for e in rec) == 1
     assert sum(e["failures_prevented"]["den"] for e in rec) == 2
     assert sum(e["failure_rate_proceeded"]["num"] for e in rec) == 1
+
+
+def test_the_ungated_baseline_sits_beside_recorded_rows_only() -> None:
+    rows = [GatedConversation("a", "d", "proceed", True)] * 3 + [
+        GatedConversation("a", "d", "proceed", False),
+        GatedConversation("a", "d", "escalate", False, "replayed"),
+    ]
+    base = [UngatedCounts("a", "d", 10, 8, 4), UngatedCounts("a", "other", 3, 3, 3)]
+    recorded, replayed = effectiveness(rows, base)
+    assert recorded.source == "recorded" and recorded.ungated_conversations == 10
+    assert recorded.failure_rate_ungated is not None
+    assert (recorded.failure_rate_ungated.num, recorded.failure_rate_ungated.den) == (4, 8)
+    lo, hi = recorded.failure_rate_ungated.low, recorded.failure_rate_ungated.high
+    assert lo is not None and hi is not None and lo < 0.5 < hi  # Wilson, n = 8
+    assert recorded.reduction_vs_ungated == pytest.approx(1 - 0.25 / 0.5)
+    assert replayed.source == "replayed" and replayed.failure_rate_ungated is None
+    assert effectiveness(rows)[0].failure_rate_ungated is None  # no baseline given
+
+
+def test_monitor_gate_json_reports_the_ungated_failure_rate(database_url: str) -> None:
+    def conv(cid: str, agent: str, at: float, ok: bool | None, domain: str = "retail",
+             decision: str | None = None) -> list[AgentEvent]:  # fmt: skip
+        ctx = {"domain": domain}
+        out = [event_dict(f"{cid}-m", cid, "message", at=at, agent=agent, context=ctx)]
+        if ok is not None:
+            out.append(event_dict(f"{cid}-o", cid, "outcome", at=at + 5, agent=agent,
+                                  context=ctx, success=ok))  # fmt: skip
+        if decision is not None:
+            out.append(event_dict(f"gate:{cid}", cid, "gate", at=at + 1, agent=agent,
+                                  context=ctx, decision=decision))  # fmt: skip
+        return [validate_event(e) for e in out]
+
+    events: list[AgentEvent] = []
+    for i, (ok, decision) in enumerate([(True, "proceed"), (False, "proceed"),
+                                        (False, "escalate"), (True, "proceed")]):  # fmt: skip
+        events += conv(f"g{i}", "gated-bot", 100 + i, ok, decision=decision)
+    for i, ok in enumerate([False, False, True, True, None]):  # ungated, retail
+        events += conv(f"u{i}", "gated-bot", 200 + i, ok)
+    events += conv("u-air", "gated-bot", 300, False, domain="airline")  # no recorded row there
+    events += conv("u-old", "gated-bot", -2 * 86400, False)  # before the range
+    events += conv("free", "free-bot", 400, False)  # never gated: no baseline row
+    asyncio.run(_seed(database_url, events))
+    result = CliRunner().invoke(app, [
+        "gate", "--json", "--no-replay", "--from", "2025-12-31", "--to", "2026-01-02",
+    ], env={"MONITOR_DATABASE_URL": database_url})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (e,) = json.loads(result.output)["effects"]
+    assert (e["agent_id"], e["domain"], e["source"]) == ("gated-bot", "retail", "recorded")
+    assert e["conversations"] == 4 and e["failure_rate_proceeded"]["num"] == 1
+    assert e["failure_rate_proceeded"]["den"] == 3
+    assert e["ungated_conversations"] == 5
+    ungated = e["failure_rate_ungated"]
+    assert (ungated["num"], ungated["den"], ungated["value"]) == (2, 4, 0.5)
+    assert ungated["low"] < 0.5 < ungated["high"]
+    assert e["reduction_vs_ungated"] == pytest.approx(1 - (1 / 3) / 0.5)

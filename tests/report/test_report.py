@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from monitor.cli import calibration, escalation, report
+from monitor.cli import calibration, escalation, gate, report
 from tests.dashboards import seed as dashboard_seed
 from tests.dashboards.test_dashboard_sql import dead_letters
 
@@ -25,7 +25,7 @@ PNGS = ("reliability.png", "ece_over_time.png", "escalation_by_bin.png", "thresh
 
 def cli(url: str, *args: str) -> Any:
     app = typer.Typer()
-    for module in (calibration, escalation, report):
+    for module in (calibration, escalation, gate, report):
         module.register(app)
     return CliRunner().invoke(app, list(args), env={"MONITOR_DATABASE_URL": url})
 
@@ -60,7 +60,7 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
 
     got = cells(page)
     cal = json.loads(cli(seeded, "calibration", *rng, "--json").output)["agents"]
-    assert len(cal) == 5
+    assert len(cal) == 8  # 4 simulated, 3 gated (tests/dashboards/seed_gate.py), all
     for agent, r in cal.items():
         for field in ("count", "ece", "mce", "brier", "accuracy", "mean_confidence"):
             # equal to 1e-12: Postgres sums float8 rows in no guaranteed order, so two queries
@@ -100,7 +100,27 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     assert "critical alert escalation_inverted" in first_screen
     assert "<b>Act on sim-airline-inverted" in first_screen
     tail = page[order[3] :]
-    assert tail.count("<details>") == 5 and "data-key=" not in page[: order[3]]
+    gate_at = page.index("<h2>Runtime trust gate</h2>")
+    assert order[1] < gate_at < order[2]  # after the alerts: what the gate prevents and costs
+    assert tail.count("<details>") == 5 and "data-key=" not in page[:gate_at]
+    assert "data-key=" not in page[page.index("<h2>Charts per agent</h2>") : order[3]]
+    # the gate section: `monitor gate --json --no-replay`, per agent x domain
+    effects = json.loads(cli(seeded, "gate", *rng, "--json", "--no-replay").output)["effects"]
+    assert {e["agent_id"] for e in effects} == {"sim-gated-airline", "sim-gated-retail",
+                                                "sim-gated-ignores"}
+    for e in effects:
+        k = f"gate/{e['agent_id']}/{e['domain']}"
+        assert got[f"{k}/conversations"] == e["conversations"] > 50
+        for d in ("proceed", "revise", "escalate"):
+            assert got[f"{k}/decisions/{d}"] == e["decisions"][d]
+        for f in ("escalation_rate", "failures_prevented", "failure_rate_proceeded",
+                  "failure_rate_all", "revise_failure_rate"):
+            assert got[f"{k}/{f}"] == e[f]["value"], (k, f)
+        # every 7th conversation of the gated agents did not ask: the ungated baseline
+        assert e["ungated_conversations"] > 5
+        assert got[f"{k}/failure_rate_ungated"] == e["failure_rate_ungated"]["value"]
+        r = e["failures_prevented"]
+        assert f"{r['low']:.3f}-{r['high']:.3f} ({r['num']}/{r['den']})" in page
     for agent in ("sim-airline-inverted", "sim-retail-overconfident", "sim-telecom-drifting",
                   "sim-airline-calibrated"):  # fmt: skip
         for kind in ("reliability", "ece_over_time", "escalation_by_bin", "threshold_curve"):
@@ -118,6 +138,15 @@ def test_scoped_report_and_empty_range(seeded: str, tmp_path: Path) -> None:
     keys = cells((tmp_path / "a" / "report.html").read_text())
     agents = {k.split("/")[1] for k in keys if k.startswith("calibration/")}
     assert agents == {"sim-airline-calibrated", "sim-airline-inverted", "*"}
+    # no agent of the scope asked the gate: the report says nothing about it
+    assert "Runtime trust gate" not in (tmp_path / "a" / "report.html").read_text()
+    gated = cli(seeded, "report", "--agent", "sim-gated-*", "--from",
+                (end - timedelta(hours=4)).isoformat(), "--to", end.isoformat(),
+                "--out", str(tmp_path / "g"))
+    assert gated.exit_code == 0, gated.output
+    keys = cells((tmp_path / "g" / "report.html").read_text())
+    assert {k.split("/")[1] for k in keys if k.startswith("gate/")} == {
+        "sim-gated-airline", "sim-gated-retail", "sim-gated-ignores"}
     old = cli(seeded, "report", "--from", "2001-01-01T00:00:00+00:00", "--to",
               "2001-01-02T00:00:00+00:00", "--out", str(tmp_path / "b"))
     assert old.exit_code == 0, old.output

@@ -133,10 +133,12 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
     sent = re.search(r"sent ([\d,]+) events and (\d+) malformed", output)
     assert sent, output
     n_sent = int(sent[1].replace(",", ""))
-    assert 700 <= n_sent <= 900 and int(sent[2]) == MALFORMED
-    for kind in (t for t in EVENT_TYPES if t != "gate"):  # the demo agents do not gate yet
-        # every type was sent, and stored exactly once
+    # 800 events of the four agents, and at least 30 gated conversations with their decisions
+    assert 900 <= n_sent <= 1300 and int(sent[2]) == MALFORMED
+    for kind in EVENT_TYPES:
+        # every type was sent (gate: published by the worker), and stored exactly once
         assert rows[kind][0] == rows[kind][1] != "0", (kind, output)
+    assert "Runtime trust gate" in output and "sim-gated-ignores" in output
     assert rows["total"] == [f"{n_sent:,}", f"{n_sent:,}"]
     assert f"Dead letters (DLQ): {MALFORMED} stored" in output
     for reason, _ in malformed_events(b"x"):

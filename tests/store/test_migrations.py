@@ -88,3 +88,53 @@ async def test_readonly_role_reads_everything_and_writes_nothing(database_url: s
     await asyncio.to_thread(upgrade, database_url, "head")
     assert await readonly_can(database_url, "SELECT count(*) FROM events") is True
     assert await readonly_can(database_url, select_view) is True
+
+
+async def _events(url: str) -> list[tuple[object, ...]]:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        return [tuple(r) for r in await conn.fetch("SELECT * FROM events ORDER BY event_id")]
+    finally:
+        await conn.close()
+
+
+async def test_partitioning_converts_a_store_with_data_both_ways(database_url: str) -> None:
+    """Migration 0015 with data: down to a plain table (0013) and up to the partitioned one
+    again keeps every row, and the de-duplication key is rebuilt (a replay inserts nothing)."""
+    from datetime import timedelta
+
+    from monitor.ingest.rows import event_row
+    from monitor.ingest.writer import EventWriter
+    from monitor.sim.traffic import Simulator
+    from tests.factories import T0
+
+    sim = Simulator(seed=5, start=T0 - timedelta(days=3), interval=timedelta(minutes=30))
+    rows = [event_row(e, 0, i) for i, e in enumerate(sim.events(150))]
+    writer = EventWriter(database_url)
+    try:
+        assert (await writer.write(rows)).inserted == len(rows)
+    finally:
+        await writer.close()
+    stored = await _events(database_url)
+    assert len(stored) == len(rows) and len({str(r[3])[:10] for r in stored}) >= 4  # days
+
+    await asyncio.to_thread(downgrade, database_url, "0013")
+    assert await _events(database_url) == stored
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        kind = await conn.fetchval("SELECT relkind FROM pg_class WHERE relname = 'events'")
+        assert kind in (b"r", "r")  # a plain table again, with its primary key and 4 indexes
+        n = await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE tablename = 'events'")
+        assert n == 5
+    finally:
+        await conn.close()
+
+    await asyncio.to_thread(upgrade, database_url, "head")
+    assert await _events(database_url) == stored
+    writer = EventWriter(database_url)
+    try:
+        again = await writer.write(rows)
+        assert (again.inserted, again.duplicates, again.conflicting) == (0, len(rows), 0)
+    finally:
+        await writer.close()
+    assert await _events(database_url) == stored

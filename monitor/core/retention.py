@@ -1,0 +1,102 @@
+"""How long the store keeps what (issue 13 item 4): the retention settings and their horizons.
+
+:class:`RetentionSettings` declares the ``MONITOR_RETENTION_*`` / partition settings; it is a
+base of :class:`monitor.config.Settings` (which alone reads them from the environment), kept
+here so that the settings module stays short. Every ``*_days`` value counts whole UTC days;
+``0`` means keep forever.
+
+:func:`horizons` turns the settings into the cut-off of each kind of data at a moment ``now``:
+rows (or daily ``events`` partitions) strictly before the cut-off are removed by the retention
+job (:mod:`monitor.store.retention`). A cut-off is always midnight UTC, ``days`` days before
+the start of ``now``'s day, so the retained range is ``days`` whole days plus today, and
+re-running the job within the same day removes nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from pydantic import BaseModel, Field
+
+
+class RetentionSettings(BaseModel):
+    """Retention and partition settings (a base of ``Settings``; validated with it)."""
+
+    retention_events_days: int = Field(
+        default=30, ge=0,
+        description="Days of raw events kept: older daily partitions of events are dropped "
+        "whole (by event time, ts; a day written into within the horizon, a replay, is kept "
+        "until idle as long). 0: keep forever.",
+    )
+    retention_event_ids_days: int = Field(
+        default=60, ge=0,
+        description="Days an event_id is remembered for de-duplication (by event time); never "
+        "less than retention_events_days. A replay of an event older than this is stored again.",
+    )
+    retention_minute_sums_days: int = Field(
+        default=30, ge=0,
+        description="Days of 1-minute sums kept (calibration_bins at 1m, event_minutes, "
+        "ingest_delay_bins). 0: keep forever.",
+    )
+    retention_hourly_sums_days: int = Field(
+        default=90, ge=0, description="Days of hourly sums kept (calibration_bins at 1h)."
+    )
+    retention_daily_sums_days: int = Field(
+        default=400, ge=0, description="Days of daily sums kept (calibration_bins at 1d)."
+    )
+    retention_items_days: int = Field(
+        default=90, ge=0, description="Days of items (scored assistant messages) kept, by ts."
+    )
+    retention_interval_s: float = Field(
+        default=3600.0, gt=0,
+        description="Seconds between the worker's retention runs (also run at start): "
+        "partitions created ahead, old ones dropped, old sums and items deleted.",
+    )
+    partitions_ahead_days: int = Field(
+        default=3, ge=1, description="Daily partitions of events created ahead of today."
+    )
+
+
+@dataclass(frozen=True)
+class Horizons:
+    """Cut-offs (midnight UTC; ``None`` = keep forever) of each kind of stored data."""
+
+    events: date | None
+    event_ids: date | None
+    minute_sums: date | None
+    hourly_sums: date | None
+    daily_sums: date | None
+    items: date | None
+
+
+def cutoff(now: datetime, days: int) -> date | None:
+    """The first day kept when keeping ``days`` whole days before ``now``'s UTC day (None: 0)."""
+    if days == 0:
+        return None
+    return now.astimezone(UTC).date() - timedelta(days=days)
+
+
+def midnight(day: date) -> datetime:
+    """``day``'s start as an aware UTC datetime."""
+    return datetime.combine(day, time(0), tzinfo=UTC)
+
+
+def event_ids_days(settings: RetentionSettings) -> int:
+    """Days the event ids are kept: ``retention_event_ids_days`` but never fewer than the
+    events (0, forever, when either is 0), so that a stored event is always de-duplicated."""
+    ids, ev = settings.retention_event_ids_days, settings.retention_events_days
+    return 0 if ids == 0 or ev == 0 else max(ids, ev)
+
+
+def horizons(settings: RetentionSettings, now: datetime) -> Horizons:
+    """The cut-off of each kind of data at ``now`` (see the module docstring)."""
+    s = settings
+    return Horizons(
+        events=cutoff(now, s.retention_events_days),
+        event_ids=cutoff(now, event_ids_days(s)),
+        minute_sums=cutoff(now, s.retention_minute_sums_days),
+        hourly_sums=cutoff(now, s.retention_hourly_sums_days),
+        daily_sums=cutoff(now, s.retention_daily_sums_days),
+        items=cutoff(now, s.retention_items_days),
+    )

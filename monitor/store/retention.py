@@ -1,0 +1,145 @@
+"""The retention job (issue 13 item 4): partitions created ahead, old data removed.
+
+:func:`run_retention` at ``now``, with the horizons of :func:`monitor.core.retention.horizons`:
+
+1. creates today's and the next ``partitions_ahead_days`` daily partitions of ``events``;
+2. drops every ``events`` partition of a day before the events horizon into which nothing was
+   written since the horizon (whole tables: no DELETE, no vacuum debt). Retention is by event
+   time, but an old day that was replayed (written) recently is kept until it has been idle as
+   long as the retention, so ``monitor replay`` of an old file is not dropped an hour later.
+   A DROP needs ACCESS EXCLUSIVE on ``events``; it waits at most
+   :data:`LOCK_TIMEOUT` (readers and writers queue behind a waiting DROP), and when it times out
+   the step is reported as failed and retried at the next run;
+3. deletes the rows before their horizon of ``event_ids`` (by ``ts``, and only once the
+   event's partition is gone: a kept day stays de-duplicated), the 1-minute sums
+   (``calibration_bins`` at ``1m`` by ``window_start``, ``event_minutes`` and
+   ``ingest_delay_bins`` by ``minute``, which is the minute of ``ingested_at``), the hourly and
+   daily sums (``calibration_bins`` at ``1h`` / ``1d``) and ``items`` (by ``ts``).
+
+Every step is its own transaction and idempotent (running it twice removes nothing more), so a
+step that fails leaves the others done. One worker runs it at a time: the run holds the
+session advisory lock :data:`RETENTION_LOCK` and a worker that cannot take it skips its run
+(``ran`` is False). What is kept is exact: a time window that lies after every horizon of the
+data it reads gives the same answer before and after a run (the retention test shows it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from monitor.core.retention import Horizons, RetentionSettings, horizons, midnight
+from monitor.store import partitions
+
+log = logging.getLogger("monitor.retention")
+
+RETENTION_LOCK = 0x6D6F6E_0A1E_0013
+"""Session-level advisory lock key held by the worker running retention."""
+LOCK_TIMEOUT = "2s"
+
+# (name in reports and metrics, horizon attribute, DELETE statement with :cut)
+_DELETES: tuple[tuple[str, str, str], ...] = (
+    # an id is forgotten only once its events partition is gone (a kept replayed day stays
+    # de-duplicated)
+    ("event_ids", "event_ids",
+     "DELETE FROM event_ids WHERE ts < :cut AND to_regclass('event_partitions.events_'"
+     " || to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL"),
+    ("calibration_bins_1m", "minute_sums",
+     "DELETE FROM calibration_bins WHERE resolution = '1m' AND window_start < :cut"),
+    ("event_minutes", "minute_sums", "DELETE FROM event_minutes WHERE minute < :cut"),
+    ("ingest_delay_bins", "minute_sums", "DELETE FROM ingest_delay_bins WHERE minute < :cut"),
+    ("calibration_bins_1h", "hourly_sums",
+     "DELETE FROM calibration_bins WHERE resolution = '1h' AND window_start < :cut"),
+    ("calibration_bins_1d", "daily_sums",
+     "DELETE FROM calibration_bins WHERE resolution = '1d' AND window_start < :cut"),
+    ("items", "items", "DELETE FROM items WHERE ts < :cut"),
+)
+
+
+@dataclass
+class RetentionReport:
+    """What one run did. ``deleted``: rows removed per kind; ``failed``: steps that raised."""
+
+    ran: bool = True
+    horizons: Horizons | None = None
+    partitions_created: int = 0
+    partitions_dropped: int = 0
+    deleted: dict[str, int] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+
+async def run_retention(
+    engine: AsyncEngine, settings: RetentionSettings, now: datetime
+) -> RetentionReport:
+    """One retention run at ``now`` (module docstring); logs and returns what it did."""
+    report = RetentionReport(horizons=horizons(settings, now))
+    async with engine.connect() as conn:
+        got: bool = (await conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                  {"k": RETENTION_LOCK})).scalar_one()
+        await conn.commit()
+        if not got:
+            log.info("retention: another worker is running it; skipped")
+            return RetentionReport(ran=False)
+        try:
+            await _steps(conn, settings, now, report)
+        finally:
+            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": RETENTION_LOCK})
+            await conn.commit()
+    log.info(
+        "retention: %d partitions created, %d dropped, rows deleted %s%s",
+        report.partitions_created, report.partitions_dropped, report.deleted,
+        f", failed: {report.failed}" if report.failed else "",
+    )
+    return report
+
+
+async def _steps(
+    conn: AsyncConnection, settings: RetentionSettings, now: datetime, report: RetentionReport
+) -> None:
+    h = report.horizons
+    assert h is not None
+    today = now.astimezone(UTC).date()
+    try:
+        report.partitions_created = await partitions.ensure(
+            conn, partitions.ahead(today, settings.partitions_ahead_days)
+        )
+        await conn.commit()
+    except Exception as exc:  # the writer still creates what it needs
+        await conn.rollback()
+        _failed(report, "partitions_ahead", exc)
+    if h.events is not None:
+        try:
+            await conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+            report.partitions_dropped = await drop_before(conn, h.events)
+            await conn.commit()
+        except Exception as exc:
+            await conn.rollback()
+            _failed(report, "events_partitions", exc)
+    for name, attr, sql in _DELETES:
+        cut: date | None = getattr(h, attr)
+        if cut is None:
+            continue
+        try:
+            result = await conn.execute(text(sql), {"cut": midnight(cut)})
+            await conn.commit()
+            report.deleted[name] = int(getattr(result, "rowcount", 0) or 0)
+        except Exception as exc:
+            await conn.rollback()
+            _failed(report, name, exc)
+
+
+async def drop_before(conn: AsyncConnection, day: date) -> int:
+    """Drop every ``events`` partition of a day before ``day`` not written into since ``day``
+    began; returns how many."""
+    result = await conn.execute(text("SELECT drop_event_partitions(:d)"), {"d": day})
+    return int(result.scalar_one())
+
+
+def _failed(report: RetentionReport, step: str, exc: Exception) -> None:
+    log.warning("retention: %s failed (%s: %s); retried at the next run",
+                step, type(exc).__name__, exc)
+    report.failed.append(step)

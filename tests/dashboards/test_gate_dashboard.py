@@ -1,0 +1,176 @@
+"""The gate dashboard (dashboards/gate.json) on real Postgres: its numbers on data whose answers
+are worked out by hand, and its effectiveness table against `monitor gate --json` on gated
+traffic decided by the shipped gate code (tests/dashboards/seed_gate.py). The generic checks
+(every query runs, shapes, variables) are in test_dashboard_sql.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from typer.testing import CliRunner
+
+from monitor.cli.main import app
+from monitor.contract.events import AgentEvent, validate_event
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
+from monitor.store.engine import libpq_url
+from tests.dashboards import grafana_sql as g
+from tests.dashboards.seed_gate import gated_events
+from tests.dashboards.test_dashboard_sql import Scenario, resolve_variables, run_sql
+from tests.factories import T0, event_dict
+from tests.test_deploy_files import all_panels
+
+DASHBOARD = json.loads((Path(__file__).parents[2] / "dashboards" / "gate.json").read_text())
+RANGE = g.TimeRange(T0 - timedelta(days=1), T0 + timedelta(days=1))
+
+
+async def write(url: str, events: list[AgentEvent]) -> None:
+    w = EventWriter(url)
+    try:
+        await w.write([event_row(e) for e in events])
+    finally:
+        await w.close()
+
+
+async def panel(conn: asyncpg.Connection, title: str, tr: g.TimeRange = RANGE,
+                selection: dict[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
+    """The rows of the panel's query as Grafana would send it (variables resolved)."""
+    p = next(p for p in all_panels(DASHBOARD) if p["title"] == title)
+    problems: list[str] = []
+    variables = await resolve_variables(conn, DASHBOARD, Scenario("s", tr, selection or {}),
+                                        problems)
+    assert not problems, problems
+    sql = g.interpolate(p["targets"][0]["rawSql"], time_range=tr,
+                        interval_ms=g.panel_interval_ms(p, tr, None), variables=variables)
+    result = await run_sql(conn, sql)
+    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+
+
+# conversation: agent, domain, [decisions oldest first], outcome success (None: none yet)
+KNOWN = {
+    "c1": ("agent-a", "retail", ["proceed"], True),
+    "c2": ("agent-a", "retail", ["proceed"], False),
+    "c3": ("agent-a", "retail", ["proceed"], True),
+    "c4": ("agent-a", "retail", ["revise"], False),
+    "c5": ("agent-a", "retail", ["revise"], True),
+    "c6": ("agent-a", "retail", ["escalate"], False),
+    "c7": ("agent-a", "retail", ["escalate"], None),
+    "c8": ("agent-a", "retail", ["escalate", "proceed"], True),  # the latest decision counts
+    "c9": ("agent-b", "airline", ["proceed"], True),  # decided by fail-open (degraded)
+    "c10": ("agent-b", "airline", ["escalate"], False),
+}
+
+
+def known_events() -> list[AgentEvent]:
+    out = []
+    n = 0
+    for cid, (agent, domain, decisions, success) in KNOWN.items():
+        ctx = {"domain": domain, "tier": 2}
+        out.append(validate_event(event_dict(f"{cid}:m", cid, at=n, agent=agent, context=ctx)))
+        for d in decisions:
+            n += 1
+            out.append(validate_event(event_dict(
+                f"gate:{cid}:{d}", cid, "gate", at=n, agent=agent, context=ctx, decision=d,
+                latency_ms=float(n), degraded="fail open: checks took 61 ms, deadline 50 ms"
+                if cid == "c9" else None)))  # fmt: skip
+        if success is not None:
+            out.append(validate_event(event_dict(f"{cid}:o", cid, "outcome", at=n + 0.5,
+                                                 agent=agent, context=ctx, success=success)))
+    return out
+
+
+async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> None:
+    await write(database_url, known_events())
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        # agent-a/retail, latest decisions: proceed c1 c2 c3 c8, revise c4 c5, escalate c6 c7;
+        # outcomes known for 7 (not c7), failed c2 c4 c6; agent-b/airline: proceed c9 (ok),
+        # escalate c10 (failed)
+        (esc,) = await panel(conn, "Escalation rate (human cost)")
+        assert esc["escalation rate"] == pytest.approx(3 / 10)  # c6 c7 c10
+        (prevented,) = await panel(conn, "Failures prevented")
+        assert prevented["failures prevented"] == pytest.approx(3 / 4)  # c4 c6 c10 of 4 failed
+        (rates,) = await panel(conn, "Failure rate: proceeded vs all")
+        assert rates["proceeded"] == pytest.approx(1 / 5) and rates["all"] == pytest.approx(4 / 9)
+        (degraded,) = await panel(conn, "Degraded answers (fail-open/closed)")
+        assert degraded["degraded share"] == pytest.approx(1 / 11)  # c8 has two decisions
+        table = {r["agent"]: r for r in await panel(conn, "Gate effectiveness per agent x domain")}
+        a, b = table["agent-a"], table["agent-b"]
+        assert (a["domain"], a["conversations"], a["proceed"], a["revise"], a["escalate"],
+                a["with outcome"]) == ("retail", 8, 4, 2, 2, 7)
+        assert a["escalation rate"] == pytest.approx(2 / 8)
+        assert a["failure rate all"] == pytest.approx(3 / 7)
+        assert a["failure rate proceeded"] == pytest.approx(1 / 4)
+        assert a["failures prevented"] == pytest.approx(2 / 3)
+        assert a["relative reduction"] == pytest.approx(1 - (1 / 4) / (3 / 7))
+        # Wilson 95 % of 2/3: centre (p + z2/2n) / (1 + z2/n), n = 3
+        z2 = 1.959963984540054**2
+        centre = (2 / 3 + z2 / 6) / (1 + z2 / 3)
+        half = 1.959963984540054 / (1 + z2 / 3) * ((2 / 9) / 3 + z2 / 36) ** 0.5
+        assert a["prevented low"] == pytest.approx(centre - half)
+        assert a["prevented high"] == pytest.approx(centre + half)
+        assert (b["conversations"], b["proceed"], b["escalate"]) == (2, 1, 1)
+        assert b["failure rate proceeded"] == 0 and b["failures prevented"] == 1
+        assert b["prevented high"] == 1.0  # clipped like wilson_interval
+        revise = {r["agent"]: r for r in await panel(conn, "Revise outcomes per agent x domain")}
+        assert (revise["agent-a"]["revised"], revise["agent-a"]["revised and failed"]) == (2, 1)
+        assert revise["agent-a"]["revise failure rate"] == pytest.approx(0.5)
+        assert revise["agent-b"]["revised"] == 0
+        assert revise["agent-b"]["revise failure rate"] is None
+        series = await panel(conn, "Decisions by kind over time per agent x domain")
+        assert sum(r["decisions"] for r in series) == 11
+        by_metric: dict[str, int] = {}
+        for r in series:
+            by_metric[r["metric"]] = by_metric.get(r["metric"], 0) + r["decisions"]
+        assert by_metric == {"agent-a / retail: proceed": 4, "agent-a / retail: revise": 2,
+                             "agent-a / retail: escalate": 3, "agent-b / airline: proceed": 1,
+                             "agent-b / airline: escalate": 1}
+        latency = await panel(conn, "Gate latency")
+        assert max(r["p99"] for r in latency) <= 11 and min(r["p50"] for r in latency) >= 1
+        # a selection restricts: only agent-b
+        (only_b,) = await panel(conn, "Escalation rate (human cost)",
+                                selection={"agent": ("agent-b",)})
+        assert only_b["escalation rate"] == pytest.approx(1 / 2)
+    finally:
+        await conn.close()
+
+
+def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) -> None:
+    events, decisions = gated_events(T0, 240)
+    asyncio.run(write(database_url, events))
+    assert {"proceed", "revise", "escalate"} <= set(decisions.values())
+    result = CliRunner().invoke(app, [
+        "gate", "--json", "--no-replay", "--from", RANGE.start.isoformat(),
+        "--to", RANGE.end.isoformat()], env={"MONITOR_DATABASE_URL": database_url})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cli = {(e["agent_id"], e["domain"]): e for e in json.loads(result.output)["effects"]}
+
+    async def rows() -> list[dict[str, Any]]:
+        conn = await asyncpg.connect(libpq_url(database_url))
+        try:
+            return await panel(conn, "Gate effectiveness per agent x domain")
+        finally:
+            await conn.close()
+
+    table = {(r["agent"], r["domain"]): r for r in asyncio.run(rows())}
+    assert set(table) == set(cli) and len(table) == 3
+    for key, e in cli.items():
+        r = table[key]
+        assert r["conversations"] == e["conversations"]
+        assert [r[d] for d in ("proceed", "revise", "escalate")] == [
+            e["decisions"][d] for d in ("proceed", "revise", "escalate")]
+        assert r["with outcome"] == e["with_outcome"]
+        for col, name in (("escalation rate", "escalation_rate"),
+                          ("failure rate all", "failure_rate_all"),
+                          ("failure rate proceeded", "failure_rate_proceeded"),
+                          ("failures prevented", "failures_prevented")):
+            assert r[col] == pytest.approx(e[name]["value"], abs=1e-12), (key, col)
+        assert r["prevented low"] == pytest.approx(e["failures_prevented"]["low"], abs=1e-9)
+        assert r["prevented high"] == pytest.approx(e["failures_prevented"]["high"], abs=1e-9)
+        assert r["relative reduction"] == pytest.approx(e["relative_reduction"], abs=1e-12)

@@ -1,0 +1,102 @@
+"""The daily partitions of ``events`` against real Postgres (migration 0015, store/partitions).
+
+The writer never fails on a day without a partition (it creates it, for any age of event);
+de-duplication holds across partitions (``event_ids``): the same event_id at another ts is a
+duplicate, with another body a conflicting duplicate, and the first row stays.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import asyncpg
+
+from monitor.contract.limits import MIN_TS
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
+from monitor.store import partitions
+from monitor.store.engine import libpq_url, make_engine
+from tests.factories import T0, event
+
+T0_DAY = T0.date()
+
+
+async def days_and_rows(url: str) -> tuple[list[date], list[tuple[str, date, str]]]:
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            days = await partitions.partition_days(conn)
+    finally:
+        await engine.dispose()
+    conn2 = await asyncpg.connect(libpq_url(url))
+    try:
+        rows = await conn2.fetch(
+            "SELECT e.event_id, (e.ts AT TIME ZONE 'UTC')::date AS day, c.relname"
+            " FROM events e JOIN pg_class c ON c.oid = e.tableoid ORDER BY 1"
+        )
+    finally:
+        await conn2.close()
+    return days, [(r["event_id"], r["day"], r["relname"]) for r in rows]
+
+
+async def test_writer_creates_the_partition_of_any_day(database_url: str) -> None:
+    old = event("old", "c-old", at=(datetime(1, 1, 2, 12, tzinfo=UTC) - T0).total_seconds())
+    assert old.ts.date() == MIN_TS.date()  # the oldest day the contract accepts
+    ahead = event("ahead", "c-new", at=86400 * 3 + 5)
+    today = event("today", "c-new", at=5)
+    writer = EventWriter(database_url)
+    try:
+        result = await writer.write([event_row(e) for e in (old, ahead, today)])
+        assert result.inserted == 3
+        again = await writer.write([event_row(e) for e in (old, ahead, today)])  # days exist
+        assert (again.inserted, again.duplicates) == (0, 3)
+    finally:
+        await writer.close()
+    days, rows = await days_and_rows(database_url)
+    assert days == [date(1, 1, 2), T0_DAY, T0_DAY + timedelta(days=3)]
+    assert rows == [
+        ("ahead", T0_DAY + timedelta(days=3), "events_20260104"),
+        ("old", date(1, 1, 2), "events_00010102"),
+        ("today", T0_DAY, "events_20260101"),
+    ]
+
+
+async def test_duplicates_across_partitions(database_url: str) -> None:
+    first = event("e1", "c1", at=10, content="first")
+    same_other_day = first.model_copy(update={"ts": first.ts + timedelta(days=2)})
+    changed_other_day = event("e1", "c1", at=86400 * 5, content="changed")
+    writer = EventWriter(database_url)
+    try:
+        assert (await writer.write([event_row(first)])).inserted == 1
+        dup = await writer.write([event_row(same_other_day, 0, 7)])
+        assert (dup.inserted, dup.duplicates, dup.conflicting) == (0, 0, 1)  # body has ts
+        clash = await writer.write([event_row(changed_other_day, 0, 8)])
+        assert (clash.inserted, clash.duplicates, clash.conflicting) == (0, 0, 1)
+        same = await writer.write([event_row(first, 0, 9)])
+        assert (same.inserted, same.duplicates, same.conflicting) == (0, 1, 0)
+    finally:
+        await writer.close()
+    _, rows = await days_and_rows(database_url)
+    assert rows == [("e1", T0_DAY, "events_20260101")]  # the first stays, in its day
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        dead = await conn.fetch(
+            "SELECT reason, source_offset FROM dead_letters ORDER BY source_offset"
+        )
+        count = await conn.fetchval("SELECT event_count FROM conversations")
+    finally:
+        await conn.close()
+    assert [(d["reason"], d["source_offset"]) for d in dead] == [
+        ("conflicting_duplicate", 7), ("conflicting_duplicate", 8)
+    ]
+    assert count == 1  # neither duplicate reached the roll-up
+
+
+def test_partition_names_round_trip() -> None:
+    for day in (date(1, 1, 2), date(2026, 11, 23), date(9999, 12, 31)):
+        assert partitions.day_of(partitions.partition_name(day)) == day
+    assert partitions.day_of("events_default") is None
+    assert partitions.day_of("event_ids") is None
+    assert partitions.ahead(date(2026, 12, 30), 2) == [
+        date(2026, 12, 30), date(2026, 12, 31), date(2027, 1, 1)
+    ]

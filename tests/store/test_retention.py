@@ -1,0 +1,193 @@
+"""Retention against real Postgres (issue 13 item 4): 40 days of simulated traffic written
+through the real ``EventWriter``, one retention run, then
+
+- the events partitions of days before the events horizon are gone (whole tables), except a
+  day replayed (written into) within the horizon; the rest of the events are all there, and
+  every older 1-minute / hourly / daily sum, item and (dropped) event id is deleted;
+- every aggregate over a window the horizons leave whole is unchanged: calibration sums at each
+  resolution, every dashboard query (24h and 7d, as Grafana sends them), the analytics CLI
+  (calibration, escalation, thresholds) with a fixed range;
+- the run is counted in the worker's metrics, and a second run removes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+from typer.testing import CliRunner
+
+from monitor.analytics import repo, repo_escalation
+from monitor.cli.main import app
+from monitor.core.retention import RetentionSettings, midnight
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
+from monitor.sim.traffic import Simulator
+from monitor.store import partitions
+from monitor.store.engine import libpq_url, make_engine
+from monitor.store.retention import run_retention
+from monitor.worker.ops_metrics import OpsMetrics
+from tests.factories import T0, event
+from tests.ingest.test_read_rollups import dashboard_sql
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+TODAY = midnight(NOW.date())
+SETTINGS = RetentionSettings(
+    retention_events_days=30, retention_event_ids_days=30, retention_minute_sums_days=30,
+    retention_hourly_sums_days=34, retention_daily_sums_days=37, retention_items_days=30,
+    partitions_ahead_days=2,
+)
+CLI_FROM, CLI_TO = (TODAY - timedelta(days=20)).isoformat(), TODAY.isoformat()
+
+
+REPLAYED = event("replayed", "c-replayed", "tool_result",
+                 at=(TODAY - timedelta(days=35, hours=-1) - T0).total_seconds())
+
+
+async def fill(url: str) -> int:
+    """40 days of traffic (about 800 conversations) in batches of 500 events, ingested as if
+    live (``ingested_at`` = ts + 2 s: Postgres's clock cannot be moved), then one event of a
+    day past the horizon replayed now."""
+    start = NOW - timedelta(days=40)
+    sim = Simulator(seed=11, start=start, interval=timedelta(days=40) / 800)
+    events = [e for e in sim.events(800) if e.ts <= NOW]
+    writer = EventWriter(url)
+    try:
+        for i in range(0, len(events), 500):
+            await writer.write([event_row(e) for e in events[i : i + 500]])
+        conn = await asyncpg.connect(libpq_url(url))
+        try:
+            await conn.execute("UPDATE events SET ingested_at = ts + interval '2 seconds'")
+        finally:
+            await conn.close()
+        assert (await writer.write([event_row(REPLAYED)])).inserted == 1
+    finally:
+        await writer.close()
+    return len(events) + 1
+
+
+def windows() -> dict[str, tuple[datetime, datetime]]:
+    """Calibration windows inside each horizon (1m: not hour-aligned; 1h; 1d)."""
+    hour = NOW.replace(minute=0, second=0)
+    return {
+        "1m": (NOW - timedelta(days=29, minutes=17), NOW),
+        "1h": (hour - timedelta(days=33), hour),
+        "1d": (TODAY - timedelta(days=36), TODAY),
+        "past": (TODAY - timedelta(days=40), TODAY - timedelta(days=31, minutes=3)),
+    }
+
+
+async def aggregates(url: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    engine = make_engine(url)
+    try:
+        for name, (lo, hi) in windows().items():
+            assert repo.bin_range(lo, hi)[0] == (name if name != "past" else "1m")
+            sums = await repo.bin_sums(engine, repo.Segment(), lo, hi, group_by=("agent_id",))
+            out[f"bins {name}"] = sorted((k, repr(v)) for k, v in sums.items())
+        esc = await repo_escalation.escalation_conversations(
+            engine, repo.Segment(), TODAY - timedelta(days=20), TODAY)
+        out["escalation"] = sorted((k, repr(v)) for k, v in esc.items())
+    finally:
+        await engine.dispose()
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        for name, sql in dashboard_sql():
+            rows = await conn.fetch(sql)
+            out[f"panel {name}"] = sorted(repr(tuple(r)) for r in rows)
+    finally:
+        await conn.close()
+    for cmd in ("calibration", "escalation", "thresholds"):
+        result = await asyncio.to_thread(  # the CLI runs its own event loop
+            CliRunner().invoke, app, [cmd, "--from", CLI_FROM, "--to", CLI_TO, "--json"],
+            env={"MONITOR_DATABASE_URL": url})
+        assert result.exit_code == 0, result.output
+        out[f"cli {cmd}"] = result.stdout
+    return out
+
+
+async def counts(conn: asyncpg.Connection) -> dict[str, int]:
+    cut = TODAY - timedelta(days=30)
+    sqls = {
+        "events old": "SELECT count(*) FROM events WHERE ts < $1",
+        "events kept": "SELECT count(*) FROM events WHERE ts >= $1",
+        "ids old": "SELECT count(*) FROM event_ids WHERE ts < $1",
+        "items old": "SELECT count(*) FROM items WHERE ts < $1",
+        "bins 1m old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1m'"
+                       " AND window_start < $1",
+        "bins 1h old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1h'"
+                       " AND window_start < $1::timestamptz - interval '4 days'",
+        "bins 1d old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1d'"
+                       " AND window_start < $1::timestamptz - interval '7 days'",
+        "bins 1d kept": "SELECT count(*) FROM calibration_bins WHERE resolution = '1d'"
+                        " AND window_start >= $1::timestamptz - interval '7 days'",
+    }
+    return {k: int(await conn.fetchval(sql, cut)) for k, sql in sqls.items()}
+
+
+async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
+    database_url: str,
+) -> None:
+    written = await fill(database_url)
+    before = await aggregates(database_url)
+    assert all(before[k] for k in ("bins past", "bins 1m", "bins 1h", "bins 1d", "escalation"))
+    panels = [k for k in before if k.startswith("panel ")]
+    assert sum(1 for k in panels if before[k]) >= len(panels) // 2  # panels with rows compared
+    conn = await asyncpg.connect(libpq_url(database_url))
+    engine = make_engine(database_url)
+    try:
+        old = await counts(conn)
+        assert old["events old"] + old["events kept"] == written
+        assert all(v > 0 for v in old.values()), old  # every kind has rows to remove
+        async with engine.connect() as c:
+            days_before = await partitions.partition_days(c)
+        assert days_before[0] <= (TODAY - timedelta(days=39)).date()
+
+        day_lo = midnight(REPLAYED.ts.date())
+        on_day = int(await conn.fetchval(
+            "SELECT count(*) FROM events WHERE ts >= $1 AND ts < $2",
+            day_lo, day_lo + timedelta(days=1)))
+        assert on_day > 1  # the day's live events and the replayed one
+
+        report = await run_retention(engine, SETTINGS, NOW)
+        assert report.ran and report.failed == []
+        async with engine.connect() as c:
+            days_after = await partitions.partition_days(c)
+        cut = (TODAY - timedelta(days=30)).date()
+        replayed_day = REPLAYED.ts.date()
+        # the replayed old day stays (written into within the horizon); the next day is kept
+        assert days_after[:2] == [replayed_day, cut]
+        assert days_after[-1] == NOW.date() + timedelta(days=2)  # created ahead
+        assert report.partitions_dropped == len([d for d in days_before if d < cut]) - 1
+        assert report.partitions_created == 2
+        new = await counts(conn)
+        zero = ("items old", "bins 1m old", "bins 1h old", "bins 1d old")
+        assert {k: new[k] for k in zero} == dict.fromkeys(zero, 0)
+        assert new["events old"] == new["ids old"] == on_day  # that day's events and ids
+        assert new["events kept"] == old["events kept"]
+        assert new["bins 1d kept"] == old["bins 1d kept"]
+        assert report.deleted["event_ids"] == old["ids old"] - on_day
+        assert report.deleted["items"] == old["items old"]
+        # the minute sums of ingestion (all written today) are inside their horizon: kept
+        assert report.deleted["event_minutes"] == 0 and report.deleted["ingest_delay_bins"] == 0
+
+        metrics = OpsMetrics()
+        metrics.retention(report, NOW.timestamp())
+        text = metrics.render().decode()
+        assert f'monitor_retention_partitions_total{{action="dropped"}} ' \
+               f'{float(report.partitions_dropped)}' in text
+        assert 'monitor_retention_runs_total{result="ok"} 1.0' in text
+
+        again = await run_retention(engine, SETTINGS, NOW)
+        assert again.partitions_dropped == again.partitions_created == 0
+        assert set(again.deleted.values()) == {0}
+    finally:
+        await conn.close()
+        await engine.dispose()
+
+    after = await aggregates(database_url)
+    assert after["bins past"] == [] != before["bins past"]  # past the horizon: gone
+    for key in before:
+        if key != "bins past":
+            assert after[key] == before[key], key
