@@ -141,8 +141,36 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
         await conn.close()
 
 
+async def test_ungated_baseline_panel_gives_the_worked_out_numbers(database_url: str) -> None:
+    ungated = []
+    # agent-a/retail conversations that never asked the gate: 3 failed, 1 ok, 1 no outcome
+    for i, ok in enumerate([False, False, True, False, None]):
+        ctx = {"domain": "retail", "tier": 2}
+        ungated.append(event_dict(f"u{i}:m", f"u{i}", at=100 + i, context=ctx))
+        if ok is not None:
+            ungated.append(event_dict(f"u{i}:o", f"u{i}", "outcome", at=100.5 + i,
+                                      context=ctx, success=ok))
+    # an agent that never asked the gate has no baseline row; an ungated conversation before
+    # the range is not counted
+    ungated.append(event_dict("n1:m", "n1", at=5, agent="agent-n", context={"domain": "retail"}))
+    ungated.append(event_dict("old:m", "old", at=-3 * 86400, context={"domain": "retail"}))
+    await write(database_url, known_events() + [validate_event(e) for e in ungated])
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        rows = await panel(conn, "Ungated baseline per agent x domain")
+    finally:
+        await conn.close()
+    assert len(rows) == 1  # agent-b/airline has no ungated conversation, agent-n no decision
+    (a,) = rows
+    assert (a["agent"], a["domain"], a["ungated conversations"], a["ungated with outcome"]) == (
+        "agent-a", "retail", 5, 4)
+    assert a["failure rate ungated"] == pytest.approx(3 / 4)
+    assert a["failure rate proceeded"] == pytest.approx(1 / 4)  # c2 of c1 c2 c3 c8
+    assert a["reduction vs ungated"] == pytest.approx(1 - (1 / 4) / (3 / 4))
+
+
 def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) -> None:
-    events, decisions = gated_events(T0, 240)
+    events, decisions = gated_events(T0, 240, ungated_every=4)
     asyncio.run(write(database_url, events))
     assert {"proceed", "revise", "escalate"} <= set(decisions.values())
     result = CliRunner().invoke(app, [
@@ -151,14 +179,30 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
     assert result.exit_code == 0, result.output
     cli = {(e["agent_id"], e["domain"]): e for e in json.loads(result.output)["effects"]}
 
-    async def rows() -> list[dict[str, Any]]:
+    async def rows(title: str) -> list[dict[str, Any]]:
         conn = await asyncpg.connect(libpq_url(database_url))
         try:
-            return await panel(conn, "Gate effectiveness per agent x domain")
+            return await panel(conn, title)
         finally:
             await conn.close()
 
-    table = {(r["agent"], r["domain"]): r for r in asyncio.run(rows())}
+    table = {(r["agent"], r["domain"]): r
+             for r in asyncio.run(rows("Gate effectiveness per agent x domain"))}
+    base = {(r["agent"], r["domain"]): r
+            for r in asyncio.run(rows("Ungated baseline per agent x domain"))}
+    assert base and set(base) <= set(cli)
+    for key, e in cli.items():
+        if key not in base:
+            assert e["ungated_conversations"] == 0, key
+            continue
+        r = base[key]
+        assert r["ungated conversations"] == e["ungated_conversations"] > 0
+        assert r["ungated with outcome"] == e["failure_rate_ungated"]["den"]
+        assert r["failure rate ungated"] == pytest.approx(
+            e["failure_rate_ungated"]["value"], abs=1e-12)
+        assert r["failure rate proceeded"] == pytest.approx(
+            e["failure_rate_proceeded"]["value"], abs=1e-12)
+        assert r["reduction vs ungated"] == pytest.approx(e["reduction_vs_ungated"], abs=1e-12)
     assert set(table) == set(cli) and len(table) == 3
     for key, e in cli.items():
         r = table[key]
