@@ -38,14 +38,49 @@ _KEYS = ("agent_id", "agent_version", "domain", "tier")
 
 
 async def _window_sums(
-    engine: AsyncEngine, lo: datetime, hi: datetime
+    engine: AsyncEngine, lo: datetime, hi: datetime, segment: Segment
 ) -> dict[SegmentKey, BinSums]:
-    sums = await bin_sums(engine, Segment(), lo, hi, group_by=_KEYS)
-    deffs = await design_effects(engine, Segment(), lo, hi, group_by=_KEYS)
+    sums = await bin_sums(engine, segment, lo, hi, group_by=_KEYS)
+    deffs = await design_effects(engine, segment, lo, hi, group_by=_KEYS)
     return {
         (str(k[0]), str(k[1]), str(k[2]), int(k[3])): s.with_design_effect(deffs.get(k, 1.0))
         for k, s in sums.items()
     }
+
+
+Window = tuple[datetime, datetime]
+
+
+async def drift_against_references(
+    engine: AsyncEngine, now: datetime, recent: timedelta, *, alpha: float, min_samples: int,
+    reference: timedelta = DEFAULT_REFERENCE, segment: Segment | None = None,
+    track: bool = True, store: bool = True,
+) -> dict[SegmentKey, tuple[Window, DriftCheck]]:
+    """Check every segment (of ``segment``, default all) with labelled items in the recent
+    window ending at ``now`` against its pinned reference; per segment the reference window
+    used and the check. ``store``: save each check (``drift_checks``). ``track``: also advance
+    each segment's stored state (``drift_references``): the worker's rounds do; an ad-hoc
+    check (``monitor drift``) reads the state and leaves it as it is, so it cannot move the
+    reference the alerts compare with."""
+    seg = segment if segment is not None else Segment()
+    rec = drift_windows(now, recent).recent
+    states = await load_references(engine)
+    recent_sums = await _window_sums(engine, *rec, seg)
+    cache: dict[Window, dict[SegmentKey, BinSums]] = {}
+    out: dict[SegmentKey, tuple[Window, DriftCheck]] = {}
+    for key in sorted(recent_sums):
+        state = states.get(key)
+        ref = reference_window(state, rec[0], reference)
+        if ref not in cache:  # most segments share their reference window: one query each
+            cache[ref] = await _window_sums(engine, *ref, seg)
+        base = cache[ref].get(key, sum_all([]))
+        check = check_drift_sums(base, recent_sums[key], alpha=alpha, min_samples=min_samples)
+        if store:
+            await save_drift(engine, key, ref, rec, check)
+        if track:
+            await save_reference(engine, key, advance(state, ref, rec, check.fired))
+        out[key] = (ref, check)
+    return out
 
 
 async def run_drift_tracked(
@@ -53,22 +88,9 @@ async def run_drift_tracked(
     reference: timedelta = DEFAULT_REFERENCE,
 ) -> dict[SegmentKey, DriftCheck]:
     """One round of tracked drift checks at ``now`` (module docstring); returns the checks."""
-    rec = drift_windows(now, recent).recent
-    states = await load_references(engine)
-    recent_sums = await _window_sums(engine, *rec)
-    cache: dict[tuple[datetime, datetime], dict[SegmentKey, BinSums]] = {}
-    out: dict[SegmentKey, DriftCheck] = {}
-    for key in sorted(recent_sums):
-        state = states.get(key)
-        ref = reference_window(state, rec[0], reference)
-        if ref not in cache:  # most segments share their reference window: one query each
-            cache[ref] = await _window_sums(engine, *ref)
-        base = cache[ref].get(key, sum_all([]))
-        check = check_drift_sums(base, recent_sums[key], alpha=alpha, min_samples=min_samples)
-        await save_drift(engine, key, ref, rec, check)
-        await save_reference(engine, key, advance(state, ref, rec, check.fired))
-        out[key] = check
-    return out
+    found = await drift_against_references(engine, now, recent, alpha=alpha,
+                                           min_samples=min_samples, reference=reference)
+    return {key: check for key, (_ref, check) in found.items()}
 
 
 async def drift_once(

@@ -80,7 +80,8 @@ async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None
         console.print(f"  [dim]->[/] escalation inverted (rises with confidence): "
                       f"[bold]{', '.join(inverted) or 'none'}[/]", soft_wrap=True)
     if drift:
-        print_table(console, drift_table(drift, windows))
+        print_table(console, drift_table(
+            {k: (windows.baseline, c) for k, c in drift.items()}, windows.recent))
         fired = [k[0] for k, c in drift.items() if c.fired]
         console.print(f"  [dim]->[/] drift between the change point "
                       f"{plan.change_point:%H:%M} and {plan.recovery_point:%H:%M} UTC: "

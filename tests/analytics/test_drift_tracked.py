@@ -6,16 +6,19 @@ period baseline forgets it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from typer.testing import CliRunner
 
 from monitor.analytics import reports as fa
 from monitor.analytics.drift_state import load_references
 from monitor.analytics.periodic import drift_once
 from monitor.analytics.repo import Segment
+from monitor.cli.main import app
 from monitor.core.clock import FixedClock
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
@@ -88,3 +91,35 @@ def test_a_change_stays_flagged_against_its_pinned_reference(seeded):
             assert st.flagged_since is None and st.clean_since is not None, (key, st)
     # the previous-period baseline had made the change the new normal by then
     assert not old_fired
+    # `monitor drift` (ad hoc) compares with the same pinned reference, so it agrees with the
+    # worker's checks and the alerts, and leaves every segment's state as it was
+    env = {"MONITOR_DATABASE_URL": seeded}
+    at = END - timedelta(minutes=5)  # not a round the worker ran: tracking would move the state
+    args = ["drift", "--json", "--no-store", "--recent", "100m", "--at", at.isoformat()]
+    out = CliRunner().invoke(app, args, env=env)
+    assert out.exit_code == 0, out.output
+    checks = {c["agent_id"]: c for c in json.loads(out.output)["checks"]}
+    drifting = checks[DRIFTING]
+    ref = states[(DRIFTING, "1.0", "telecom", 3)]
+    assert drifting["fired"], drifting
+    assert drifting["accuracy_recent"] < drifting["accuracy_baseline"]
+    assert (datetime.fromisoformat(drifting["baseline_from"]),
+            datetime.fromisoformat(drifting["baseline_to"])) == (ref.ref_from, ref.ref_to)
+    assert not any(c["fired"] for a, c in checks.items() if a != DRIFTING)
+    assert asyncio.run(_references(seeded)) == states
+    # --baseline-from/--baseline-to: one pinned window for every segment (here: before the change)
+    out = CliRunner().invoke(app, [*args, "--agent", DRIFTING, "--baseline-from", START.isoformat(),
+                                   "--baseline-to", CHANGE.isoformat()], env=env)  # fmt: skip
+    assert out.exit_code == 0, out.output
+    (pinned_check,) = json.loads(out.output)["checks"]
+    assert pinned_check["fired"], pinned_check
+    assert datetime.fromisoformat(pinned_check["baseline_from"]) == START
+    assert pinned_check["n_baseline"] != drifting["n_baseline"]  # not the stored reference
+
+
+async def _references(url: str) -> dict:
+    engine = make_engine(url)
+    try:
+        return await load_references(engine)
+    finally:
+        await engine.dispose()
