@@ -34,14 +34,15 @@ def drift_table(checks: dict[SegmentKey, tuple[Window, DriftCheck]], recent: Win
     r = recent
     t = Table(title=f"drift: recent {r[0]:%m-%d %H:%M}-{r[1]:%H:%M} UTC vs each segment's "
               "baseline", title_justify="left")  # fmt: skip
-    for col in ("agent", "version", "domain", "tier", "baseline (UTC)", "n base/recent", "PSI",
+    for col in ("agent", "version", "domain", "tier", "baseline UTC", "n base/recent", "PSI",
                 "KS (p)", "accuracy base->recent (p)", "ECE base->recent (p)",
                 "fired"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("agent", "domain") else "right")
     for (agent, version, domain, tier), (b, c) in checks.items():
         t.add_row(
             agent, version or "-", domain or "-", str(tier or "-"),
-            f"{b[0]:%m-%d %H:%M}-{b[1]:%m-%d %H:%M}",
+            f"{b[0]:%m-%d %H:%M}-{b[1]:%H:%M}" if b[0].date() == b[1].date()
+            else f"{b[0]:%m-%d %H:%M}-{b[1]:%m-%d %H:%M}",
             f"{c.n_baseline}/{c.n_recent}",
             ac.fmt(c.psi),
             f"{ac.fmt(c.ks_statistic)} ({ac.fmt(c.ks_pvalue, 4)})",
