@@ -28,10 +28,10 @@ while a write is retried (partitions paused), the next decoded batch waits.
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
 per run of failures (the batch is stored; it is re-delivered and absorbed if the worker
-restarts) and counted for ``/health``. When a partition's log end falls below the loop's
-position (the broker lost its data: restarted without persistent storage, topic recreated), the
-loop logs it once and resumes that partition from its earliest offset
-(``auto_offset_reset=earliest``).
+restarts) and counted for ``/health``. When the broker lost a partition's data (restarted
+without persistent storage, topic recreated), the loop logs it once and resumes that partition
+from its earliest offset (``auto_offset_reset=earliest``; :mod:`monitor.ingest.offsets` says
+how the loss is told from a stale reported log end).
 """
 
 from __future__ import annotations
@@ -118,6 +118,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
         self._producer: AIOKafkaProducer | None = None
         self._positions: dict[TopicPartition, int] = {}
         self._lost: set[TopicPartition] = set()
+        self._arrived: dict[TopicPartition, float] = {}
+        self._sought: dict[TopicPartition, int] = {}
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
@@ -150,6 +152,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
                     timeout_ms=cfg.batch_max_wait_ms, max_records=cfg.batch_max_events
                 )
                 if batch:
+                    self._saw_records(batch, self.clock.monotonic())
                     decoded = await self._decode(batch)
                     if pending is not None:
                         await pending  # batches are written and committed one after the other
@@ -231,8 +234,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
                 decoded.copied.set()
             self.health.wrote()
             offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
-            for tp in offsets:
-                self._lost_data(tp)  # the batch may come from a topic the broker recreated
+            for tp, recs in batch.items():
+                self._delivered_below(tp, recs[0].offset)  # from a topic the broker recreated
             await self._commit(offsets)
             self._positions.update(offsets)
             self.metrics.events_written.inc(result.inserted)

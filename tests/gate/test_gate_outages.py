@@ -168,13 +168,15 @@ async def test_broker_down_decisions_are_buffered_then_stored_exactly_once(
         answer = (await gate(worker, range(50, 51)))[0]
         assert "decision_events_kept" not in answer  # direct again
         assert health(worker)["dropped"] == 0
-        # Not asserted here: that this same worker then stores all 51. After the in-memory
-        # broker restarts with a recreated topic, Tansu 0.6 serves records beyond the log end
-        # it reports (ListOffsets said 5 while offset 15 had been fetched), so the ingest
-        # loop's data-loss detector re-seeks to the beginning at every batch and falls behind
-        # (known bug, ingest/offsets.py; docs/robustness.md). Delivery from the disk buffer
-        # into the store is shown by the kill -9 test below, whose new worker stores exactly
-        # what was buffered.
+        # Not asserted here: that this same worker then stores all 51. The in-memory Tansu 0.6
+        # broker, restarted with a recreated topic, reports a log end below the offsets it
+        # serves (a partition holding offsets 0..15 reported 12; end_offsets of a 12-record
+        # partition said 1), and a consumer whose position is beyond that reported end was not
+        # served the records appended later within 60 s. The ingest loop no longer re-reads
+        # such a partition at every batch (ingest/offsets.py: at most once per reported end,
+        # after 3 s without arrivals), but what the broker does not serve it cannot store
+        # (docs/robustness.md, section 5). Delivery from the disk buffer into the store is
+        # shown by the kill -9 test below, whose new worker stores exactly what was buffered.
     finally:
         worker.stop()
 

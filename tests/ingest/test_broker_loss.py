@@ -54,3 +54,46 @@ async def test_broker_data_loss_is_detected_and_ingest_resumes(
     lost = [r for r in caplog.records if "lost data" in r.getMessage()]
     assert len(lost) == 1, [r.getMessage() for r in caplog.records][-20:]
     assert "earliest offset" in lost[0].getMessage()
+
+
+async def test_a_recreated_partition_that_keeps_receiving_is_not_read_again(
+    tmp_path: Path, database_url: str
+) -> None:
+    """After the broker lost its data, records keep arriving in the recreated topic (in batches of
+    several records, which Tansu 0.6 reports with a lagging log end): the loop stores them all
+    and does not go back to the beginning and read them again (the earlier detector re-read the
+    partition whenever the reported end was below its position: duplicates and lag)."""
+    topic = "lossy-busy"
+    first = EmbeddedBroker(log_path=tmp_path / "tansu-1.log").start()
+    second: EmbeddedBroker | None = None
+    writer = EventWriter(database_url)
+    config = IngestConfig(first.bootstrap, topic, f"{topic}.dlq", "g-busy",
+                          idempotent_producer=False, commit_timeout_s=3.0)  # fmt: skip
+    loop = IngestLoop(config, writer)
+    task: asyncio.Task[None] | None = None
+    try:
+        await create_topic(first.bootstrap, topic, partitions=1)
+        task = asyncio.create_task(loop.run())
+        for i in range(20):  # one record per batch
+            await produce(first.bootstrap, topic,
+                          [(b"k", json.dumps(event_dict(f"a-{i}", "c-a", at=i)).encode())])
+        assert await wait_count(database_url, "SELECT count(*) FROM events", 20) == 20
+        await asyncio.sleep(1.0)
+        first.stop()
+        second = EmbeddedBroker(port=first.port, log_path=tmp_path / "tansu-2.log").start()
+        await create_topic(second.bootstrap, topic, partitions=1)
+        for k in range(3):  # three batches of ten
+            await produce(second.bootstrap, topic, [
+                (b"k", json.dumps(event_dict(f"b-{k}-{i}", "c-b", at=i)).encode())
+                for i in range(10)])  # fmt: skip
+        assert await wait_count(database_url, "SELECT count(*) FROM events", 50, timeout=90) == 50
+        await asyncio.sleep(6.0)  # past LOSS_CONFIRM_S: an idle partition would be re-read now
+        assert loop.metrics.events_duplicate._value.get() == 0  # nothing read twice
+        assert loop.metrics.broker_data_loss._value.get() >= 1  # the loss was seen and counted
+        assert loop.health.status()[0], loop.health.status()
+    finally:
+        await loop.stop()
+        if task is not None:
+            await asyncio.wait_for(task, 30)
+        await writer.close()
+        (second or first).stop()
