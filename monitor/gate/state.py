@@ -7,8 +7,11 @@ the inline checks (the domain plugins, loaded once), the LLM judge of rules with
 recomputes the advisor's cuts when a map changed or ``advisor_refresh_s`` passed; the worker
 calls it at start and every ``gate_refresh_s`` seconds. :meth:`GateState.check_new_map` is the
 cheap version check (``max(id)`` of ``calibration_maps``, an index lookup) the worker runs
-every :data:`MAP_CHECK_S` seconds: a newly fitted map (``monitor calibration fit``, another
-process) triggers the refresh at once instead of waiting for the period.
+every :data:`MAP_CHECK_S` seconds while the gate is in use (asked within
+:data:`MAP_CHECK_IDLE_S`; :meth:`GateState.asked`): a newly fitted map (``monitor calibration
+fit``, another process) triggers the refresh at once instead of waiting for the period. A worker
+whose gate nobody asks only refreshes every ``gate_refresh_s``; its first answers after such a
+pause may use the previous map for up to :data:`MAP_CHECK_S`.
 When the store is down the gate keeps answering from what it holds, and says so
 (``maps_stale`` in the answer, with the time of the last successful load).
 """
@@ -40,6 +43,8 @@ from monitor.judges.resilience import RetryPolicy
 log = logging.getLogger("monitor.gate.state")
 #: seconds between two checks for a newly fitted map (one index lookup each)
 MAP_CHECK_S = 1.0
+#: the version check pauses when nobody asked the gate for this long (seconds)
+MAP_CHECK_IDLE_S = 600.0
 _MAP_MARK = text("SELECT coalesce(max(id), 0) FROM calibration_maps")
 #: the advisor's input, grouped by minimum confidence (monitor.gate.advised.ConfidenceGroup)
 _ADVISOR_GROUPS = text(
@@ -153,17 +158,28 @@ class GateState:
         checks: CheckSet,
         maps: Maps | None = None,
         llm_judge: LlmJudgeFn | None = None,
+        owned: LLMJudge | None = None,
     ) -> None:
         self.policy = policy
         self.checks = checks
         self.maps: Maps = dict(maps or {})
         self.llm_judge = llm_judge  # the inline ``llm`` check (None: no rule uses it)
+        self._owned = owned  # the judge behind ``llm_judge`` when this state made it
         self.cuts = AdvisorCuts()
         self.loaded_at: datetime | None = None
         self.last_error: str | None = None
         self.map_mark: int | None = None  # max(calibration_maps.id) when the maps were read
         self._uses_advisor = any(r.advisor is not None for r in policy.rules)
         self._refreshing = asyncio.Lock()  # the periodic refresh and the version check
+        self.last_asked: float | None = None  # monotonic seconds of the latest request
+
+    def asked(self, at: float) -> None:
+        """Note a request at monotonic time ``at`` (keeps the version check running)."""
+        self.last_asked = at
+
+    def in_use(self, at: float) -> bool:
+        """True when the gate was asked within :data:`MAP_CHECK_IDLE_S` before ``at``."""
+        return self.last_asked is not None and at - self.last_asked < MAP_CHECK_IDLE_S
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GateState:
@@ -173,7 +189,12 @@ class GateState:
         policy = load_gate_policy(settings.gate_policy_file)
         judge = gate_llm_judge(settings, policy)
         return cls(policy, CheckSet(load_domains(settings.domains_dir)), None,
-                   None if judge is None else judge.judge)  # fmt: skip
+                   None if judge is None else judge.judge, judge)  # fmt: skip
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients of the LLM judge this state made (the worker, at stop)."""
+        if self._owned is not None:
+            await self._owned.aclose()
 
     async def refresh(self, engine: AsyncEngine, now: datetime) -> bool:
         """Reload the maps, and the advisor's cuts when a map changed or they are older
@@ -198,9 +219,14 @@ class GateState:
         self.loaded_at, self.last_error = now, None
         return True
 
-    async def check_new_map(self, engine: AsyncEngine, now: datetime) -> bool:
+    async def check_new_map(
+        self, engine: AsyncEngine, now: datetime, at: float | None = None
+    ) -> bool:
         """The cheap version check: when a map was stored since the last load, refresh now.
-        True when it refreshed; False when nothing changed or the store is unavailable."""
+        True when it refreshed; False when nothing changed, the store is unavailable, or (given
+        the monotonic time ``at``) the gate is not in use (:meth:`in_use`): no query then."""
+        if at is not None and not self.in_use(at):
+            return False
         try:
             async with engine.connect() as conn:
                 mark = int((await conn.execute(_MAP_MARK)).scalar_one())

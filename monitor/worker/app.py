@@ -85,7 +85,9 @@ def create_app(settings: Settings) -> faust.App:
     )
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
-    gate_outbox = GateOutboxService(settings, loop=app.loop, beacon=app.beacon)
+    gate = GateState.from_settings(settings)
+    gate_outbox = GateOutboxService(settings, closing=[gate.aclose], loop=app.loop,
+                                    beacon=app.beacon)  # fmt: skip
     outbox = gate_outbox.outbox  # decision events: disk buffer when the broker does not ack
     app.service(cast(Any, gate_outbox))
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
@@ -161,7 +163,6 @@ def create_app(settings: Settings) -> faust.App:
             metrics.http_events.labels("rejected").inc(verdicts.rejected)
             return self.json(response_body(verdicts), status=status_for(verdicts))
 
-    gate = GateState.from_settings(settings)
     gate_limits = GateLimits(
         settings.gate_token, settings.gate_max_body_bytes, settings.gate_max_content_chars
     )
@@ -175,7 +176,7 @@ def create_app(settings: Settings) -> faust.App:
     cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
 
     async def check_gate_maps() -> None:  # a newly fitted map: refreshed at once (state.py)
-        await gate.check_new_map(ingest.reads, clock.now())
+        await gate.check_new_map(ingest.reads, clock.now(), time.perf_counter())
 
     cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
 
@@ -195,6 +196,7 @@ def create_app(settings: Settings) -> faust.App:
     class Gate(View):
         async def post(self, request: Request) -> Response:
             started = time.perf_counter()
+            gate.asked(started)
             limit = settings.gate_max_body_bytes
             declared = request.headers.get("Content-Length") or "0"
             too_big = declared.isdigit() and int(declared) > limit

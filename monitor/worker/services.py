@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -244,10 +244,17 @@ class GateOutboxService(Service):
     """Delivers the gate's decision events (docs/gate.md, "Outages"): a producer of its own,
     the disk buffer under ``gate_buffer_dir`` (opened here, so events buffered by a previous
     run are replayed from the start) and the replay loop. Stopping writes the events still in
-    flight to disk, then stops the producer."""
+    flight to disk, stops the producer, then awaits each of ``closing`` (what else the gate
+    holds open: its inline LLM judge's HTTP clients)."""
 
-    def __init__(self, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        closing: Sequence[Callable[[], Awaitable[None]]] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        self.closing = list(closing)
         assert settings.kafka_bootstrap
         self.producer = DecisionProducer(settings.kafka_bootstrap, settings.topic_events,
                                          idempotent=settings.kafka_idempotent)  # fmt: skip
@@ -266,3 +273,5 @@ class GateOutboxService(Service):
         await self.outbox.close()
         await self.producer.close()
         self.buffer.close()
+        for close in self.closing:
+            await close()

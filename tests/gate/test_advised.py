@@ -23,7 +23,7 @@ from monitor.gate.decide import MapEntry, decide
 from monitor.gate.effect_repo import gated_conversations
 from monitor.gate.policy import AdvisorSpec, load_policy
 from monitor.gate.request import parse_gate_request
-from monitor.gate.state import GateState
+from monitor.gate.state import MAP_CHECK_IDLE_S, GateState
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.store.engine import make_engine
@@ -194,8 +194,13 @@ rules:
         fitted = RecalibrationResult(half, 8, 2, 0.1, 0.05, 0.2, 0.1, 0, 0.3, 10)
         await save_map(engine, a, "retail", fitted, T0, NOW)
         later = NOW + timedelta(seconds=5)  # well within advisor_refresh_s: the map triggers it
-        assert await state.check_new_map(engine, later) is True
-        assert await state.check_new_map(engine, later) is False  # nothing new since
+        # nobody asked the gate yet, or not for MAP_CHECK_IDLE_S: the check does not run
+        assert await state.check_new_map(engine, later, at=100.0) is False
+        state.asked(100.0)
+        assert await state.check_new_map(engine, later, at=100.0 + MAP_CHECK_IDLE_S) is False
+        assert state.maps.get((a, "retail")) is None  # still the old (no) map
+        assert await state.check_new_map(engine, later, at=101.0) is True  # in use: refreshed
+        assert await state.check_new_map(engine, later, at=101.5) is False  # nothing new since
     finally:
         await engine.dispose()
     assert state.maps[(a, "retail")].version == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from monitor.core.errors import ConfigError
 from monitor.gate.checks import CheckSet
 from monitor.gate.endpoint import GateLimits, GateReply, finish_gate, handle_gate
 from monitor.gate.policy import GatePolicy, load_policy
-from monitor.gate.state import gate_llm_judge
+from monitor.gate.state import GateState, gate_llm_judge
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.judges.resilience import RetryPolicy
 from tests.servers.llm_server import ChatServer, Hang, Reply, Status, verdicts_json
@@ -150,3 +151,24 @@ def test_llm_is_off_by_default_and_needs_an_endpoint() -> None:
         timeout_ms=700))  # fmt: skip
     assert judge is not None and judge.config.timeout == 0.7
     assert judge.config.retry.max_attempts == 1
+
+
+async def test_the_gate_state_closes_the_llm_clients_it_made(tmp_path: Path) -> None:
+    """The worker's gate state owns the inline LLM judge's HTTP clients: after an answer went
+    through the real loopback server, ``aclose`` (called when the worker stops) closes them."""
+    policy_file = tmp_path / "gate.yaml"
+    policy_file.write_text("version: v\nrules:\n  - agent: llm-bot\n    threshold: 0.5\n"
+                           "    checks: [llm]\n    llm_timeout_ms: 3000\n")  # fmt: skip
+    async with ChatServer(default=Reply(PASSING)) as server:
+        state = GateState.from_settings(Settings(
+            llm_judge_base_url=server.base_url, gate_policy_file=policy_file))  # fmt: skip
+        assert state.llm_judge is not None
+        pending = first(state.policy, body())
+        reply = await finish_gate(pending, state.llm_judge, time.perf_counter)
+        assert reply.body["decision"] == "proceed" and len(server.requests) == 1
+        clients = state._owned._clients if state._owned is not None else []
+        assert clients and not any(c.is_closed for c in clients)
+        await state.aclose()
+        assert all(c.is_closed for c in clients)
+    plain = GateState.from_settings(Settings(llm_judge_base_url=None))
+    await plain.aclose()  # nothing to close
