@@ -19,6 +19,7 @@ import faust
 from faust.web import Request, Response, View
 
 from monitor.config import load_settings
+from monitor.core.gc_tuning import tune_gc
 from monitor.worker.app import create_app, read_limited
 
 #: a gate answer's shape and size (two findings), constant
@@ -46,6 +47,7 @@ def main() -> None:
             return self.bytes(CONSTANT, content_type="application/json")
 
     worker = faust.Worker(app, loglevel="info", quiet=True, redirect_stdouts=False)
+    tune_gc()  # as run_worker does
     worker.spinner = None
     worker.execute_from_commandline()
 

@@ -32,6 +32,7 @@ from monitor.analytics.write import current_maps
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
+from monitor.core.gc_tuning import tune_gc
 from monitor.gate.endpoint import GateLimits, finish_gate, handle_gate
 from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
@@ -285,6 +286,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (blocking)."""
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    tune_gc()  # fewer, shorter collector pauses (monitor/core/gc_tuning.py)
     if not sys.stdout.isatty():  # a log file: faust's spinner would write cursor escape codes
         worker.spinner = None
     worker.execute_from_commandline()
