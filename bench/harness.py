@@ -31,15 +31,17 @@ from monitor.store import engine  # noqa: E402
 
 
 @contextlib.asynccontextmanager
-async def scratch_database(admin_url: str, tag: str) -> AsyncIterator[str]:
-    """A freshly created and migrated database on the server (libpq URL), dropped afterwards."""
+async def scratch_database(admin_url: str, tag: str, *, keep: bool = False) -> AsyncIterator[str]:
+    """A freshly created and migrated database on the server (libpq URL), dropped afterwards
+    unless ``keep``."""
     url = engine.with_database(admin_url, f"bench_{tag}_{uuid.uuid4().hex[:8]}")
     await engine.ensure_database(url)
     try:
         await asyncio.to_thread(engine.upgrade, url)
         yield engine.libpq_url(url)
     finally:
-        await engine.drop_database(url)
+        if not keep:
+            await engine.drop_database(url)
 
 
 @contextlib.asynccontextmanager

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -165,12 +167,30 @@ def time_cli(argv: list[str], db_url: str, repeat: int) -> float:
     return statistics.median(times)
 
 
-async def run(args: argparse.Namespace) -> None:
-    now = datetime.now(UTC).replace(microsecond=0)
-    async with scratch_database(args.database_url, "metrics") as dsn:
+@contextlib.asynccontextmanager
+async def _store(args: argparse.Namespace, now: datetime) -> AsyncIterator[str]:
+    """The filled store: a scratch database (dropped unless ``--keep``), or ``--reuse``'s."""
+    if args.reuse:
+        conn = await asyncpg.connect(args.reuse)
+        try:
+            n = await conn.fetchval("SELECT count(*) FROM items")
+        finally:
+            await conn.close()
+        print(f"reusing {args.reuse}: {n} items (filled earlier; ranges end now)")
+        yield args.reuse
+        return
+    async with scratch_database(args.database_url, "metrics", keep=args.keep) as dsn:
         events, items, secs = await fill(dsn, args.items, args.batch, now)
         print(f"filled: {events} events, {items} items in {secs:.1f} s "
               f"({events / secs:.0f} events/s through EventWriter)")
+        if args.keep:
+            print(f"kept for --reuse: {dsn}")
+        yield dsn
+
+
+async def run(args: argparse.Namespace) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    async with _store(args, now) as dsn:
         conn = await asyncpg.connect(dsn)
         results: list[tuple[float, str, str, str]] = []
         try:
@@ -221,6 +241,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=5000)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--plans", type=int, default=6, help="how many slowest plans to print")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the filled database (its URL is printed) for --reuse")
+    p.add_argument("--reuse", metavar="URL", default=None,
+                   help="time an existing filled database (from --keep) instead of filling one;"
+                   " the ranges end at the time of this run")
     p.add_argument("--database-url", default=os.environ.get(
         "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
     asyncio.run(run(p.parse_args()))

@@ -48,6 +48,20 @@ class RetentionSettings(BaseModel):
     retention_items_days: int = Field(
         default=90, ge=0, description="Days of items (scored assistant messages) kept, by ts."
     )
+    retention_conversations_days: int = Field(
+        default=90, ge=0,
+        description="Days a conversation's roll-up row is kept after its last event (never "
+        "fewer than retention_events_days). An event arriving for a conversation already "
+        "removed starts a new row, counted again in the escalation sums. 0: keep forever.",
+    )
+    retention_dead_letters_days: int = Field(
+        default=30, ge=0, description="Days dead letters are kept, by received_at. 0: forever."
+    )
+    retention_verdicts_days: int = Field(
+        default=90, ge=0,
+        description="Days judge verdicts (by created_at) and judge requests (by requested_at) "
+        "are kept. 0: keep forever.",
+    )
     retention_interval_s: float = Field(
         default=3600.0, gt=0,
         description="Seconds between the worker's retention runs (also run at start): "
@@ -68,6 +82,9 @@ class Horizons:
     hourly_sums: date | None
     daily_sums: date | None
     items: date | None
+    conversations: date | None = None
+    dead_letters: date | None = None
+    verdicts: date | None = None
 
 
 def cutoff(now: datetime, days: int) -> date | None:
@@ -89,6 +106,13 @@ def event_ids_days(settings: RetentionSettings) -> int:
     return 0 if ids == 0 or ev == 0 else max(ids, ev)
 
 
+def conversations_days(settings: RetentionSettings) -> int:
+    """Days conversation rows are kept: ``retention_conversations_days`` but never fewer than
+    the events (0, forever, when either is 0): a conversation with a stored event keeps its row."""
+    conv, ev = settings.retention_conversations_days, settings.retention_events_days
+    return 0 if conv == 0 or ev == 0 else max(conv, ev)
+
+
 def horizons(settings: RetentionSettings, now: datetime) -> Horizons:
     """The cut-off of each kind of data at ``now`` (see the module docstring)."""
     s = settings
@@ -99,4 +123,7 @@ def horizons(settings: RetentionSettings, now: datetime) -> Horizons:
         hourly_sums=cutoff(now, s.retention_hourly_sums_days),
         daily_sums=cutoff(now, s.retention_daily_sums_days),
         items=cutoff(now, s.retention_items_days),
+        conversations=cutoff(now, conversations_days(s)),
+        dead_letters=cutoff(now, s.retention_dead_letters_days),
+        verdicts=cutoff(now, s.retention_verdicts_days),
     )

@@ -14,7 +14,10 @@
    event's partition is gone: a kept day stays de-duplicated), the 1-minute sums
    (``calibration_bins`` at ``1m`` by ``window_start``, ``event_minutes`` and
    ``ingest_delay_bins`` by ``minute``, which is the minute of ``ingested_at``), the hourly and
-   daily sums (``calibration_bins`` at ``1h`` / ``1d``) and ``items`` (by ``ts``).
+   daily sums (``calibration_bins`` and ``escalation_bins`` at ``1h`` / ``1d``), ``items`` (by
+   ``ts``), ``conversations`` (by ``last_ts``: the conversation's last event), ``dead_letters``
+   (by ``received_at``), ``verdicts`` and ``judge_requests`` (by ``created_at`` /
+   ``requested_at``).
 
 Every step is its own transaction and idempotent (running it twice removes nothing more), so a
 step that fails leaves the others done. One worker runs it at a time: the run holds the
@@ -57,6 +60,14 @@ _DELETES: tuple[tuple[str, str, str], ...] = (
     ("calibration_bins_1d", "daily_sums",
      "DELETE FROM calibration_bins WHERE resolution = '1d' AND window_start < :cut"),
     ("items", "items", "DELETE FROM items WHERE ts < :cut"),
+    ("escalation_bins_1h", "hourly_sums",
+     "DELETE FROM escalation_bins WHERE resolution = '1h' AND window_start < :cut"),
+    ("escalation_bins_1d", "daily_sums",
+     "DELETE FROM escalation_bins WHERE resolution = '1d' AND window_start < :cut"),
+    ("conversations", "conversations", "DELETE FROM conversations WHERE last_ts < :cut"),
+    ("dead_letters", "dead_letters", "DELETE FROM dead_letters WHERE received_at < :cut"),
+    ("verdicts", "verdicts", "DELETE FROM verdicts WHERE created_at < :cut"),
+    ("judge_requests", "verdicts", "DELETE FROM judge_requests WHERE requested_at < :cut"),
 )
 
 

@@ -36,6 +36,7 @@ TODAY = midnight(NOW.date())
 SETTINGS = RetentionSettings(
     retention_events_days=30, retention_event_ids_days=30, retention_minute_sums_days=30,
     retention_hourly_sums_days=34, retention_daily_sums_days=37, retention_items_days=30,
+    retention_conversations_days=30, retention_dead_letters_days=30, retention_verdicts_days=30,
     partitions_ahead_days=2,
 )
 CLI_FROM, CLI_TO = (TODAY - timedelta(days=20)).isoformat(), TODAY.isoformat()
@@ -62,9 +63,30 @@ async def fill(url: str) -> int:
         finally:
             await conn.close()
         assert (await writer.write([event_row(REPLAYED)])).inserted == 1
+        await age_side_tables(url)
     finally:
         await writer.close()
     return len(events) + 1
+
+
+async def age_side_tables(url: str) -> None:
+    """Dead letters and judge verdicts/requests, one per day of the 40 (their time columns
+    default to now(), so they are set here)."""
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        for d in range(40):
+            at = NOW - timedelta(days=d, hours=1)
+            await conn.execute(
+                "INSERT INTO dead_letters (source, reason, detail, raw, raw_md5, received_at)"
+                " VALUES ('test', 'invalid_json', 'x', '\\x00', md5($1), $2)", str(d), at)
+            await conn.execute(
+                "INSERT INTO verdicts (conversation_id, agent_id, judge, judge_version, status,"
+                " created_at) VALUES ($1, 'a', 'j', '1', 'ok', $2)", f"v{d}", at)
+            await conn.execute(
+                "INSERT INTO judge_requests (conversation_id, agent_id, reasons, requested_at)"
+                " VALUES ($1, 'a', '[]', $2)", f"v{d}", at)
+    finally:
+        await conn.close()
 
 
 def windows() -> dict[str, tuple[datetime, datetime]]:
@@ -122,6 +144,18 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
                        " AND window_start < $1::timestamptz - interval '7 days'",
         "bins 1d kept": "SELECT count(*) FROM calibration_bins WHERE resolution = '1d'"
                         " AND window_start >= $1::timestamptz - interval '7 days'",
+        "esc 1h old": "SELECT count(*) FROM escalation_bins WHERE resolution = '1h'"
+                      " AND window_start < $1::timestamptz - interval '4 days'",
+        "esc 1d old": "SELECT count(*) FROM escalation_bins WHERE resolution = '1d'"
+                      " AND window_start < $1::timestamptz - interval '7 days'",
+        "esc 1h kept": "SELECT count(*) FROM escalation_bins WHERE resolution = '1h'"
+                       " AND window_start >= $1::timestamptz - interval '4 days'",
+        "conversations old": "SELECT count(*) FROM conversations WHERE last_ts < $1",
+        "conversations kept": "SELECT count(*) FROM conversations WHERE last_ts >= $1",
+        "dead letters old": "SELECT count(*) FROM dead_letters WHERE received_at < $1",
+        "dead letters kept": "SELECT count(*) FROM dead_letters WHERE received_at >= $1",
+        "verdicts old": "SELECT count(*) FROM verdicts WHERE created_at < $1",
+        "judge requests old": "SELECT count(*) FROM judge_requests WHERE requested_at < $1",
     }
     return {k: int(await conn.fetchval(sql, cut)) for k, sql in sqls.items()}
 
@@ -162,11 +196,16 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         assert report.partitions_dropped == len([d for d in days_before if d < cut]) - 1
         assert report.partitions_created == 2
         new = await counts(conn)
-        zero = ("items old", "bins 1m old", "bins 1h old", "bins 1d old")
+        zero = ("items old", "bins 1m old", "bins 1h old", "bins 1d old", "esc 1h old",
+                "esc 1d old", "conversations old", "dead letters old", "verdicts old",
+                "judge requests old")
         assert {k: new[k] for k in zero} == dict.fromkeys(zero, 0)
         assert new["events old"] == new["ids old"] == on_day  # that day's events and ids
         assert new["events kept"] == old["events kept"]
-        assert new["bins 1d kept"] == old["bins 1d kept"]
+        for kept in ("bins 1d kept", "esc 1h kept", "conversations kept", "dead letters kept"):
+            assert new[kept] == old[kept], kept
+        assert report.deleted["conversations"] == old["conversations old"]
+        assert report.deleted["dead_letters"] == old["dead letters old"] > 0
         assert report.deleted["event_ids"] == old["ids old"] - on_day
         assert report.deleted["items"] == old["items old"]
         # the minute sums of ingestion (all written today) are inside their horizon: kept
