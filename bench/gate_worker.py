@@ -1,15 +1,18 @@
 """The worker for ``bench/gate.py``: the real worker plus one page for the baseline.
 
 ``POST /bench/constant`` is served by the same faust/aiohttp web server in the same process as
-``POST /v1/gate`` (ingest and the other services running alike): it reads the body the same
-way (``read_limited``) and answers a constant, pre-serialized JSON of a gate answer's size
-(200), so the gate/baseline ratio is the cost of deciding (parse, checks, decision event)
-over the same web stack. Run by the bench as ``python bench/gate_worker.py``; the settings
-come from the environment like ``monitor worker``.
-"""
+``POST /v1/gate`` (ingest and the other services running alike): it reads the body the same way
+(``read_limited``) and answers a constant, pre-serialized JSON of a gate answer's size (200), so
+the gate/baseline ratio is the cost of deciding (parse, checks, decision event) over the same
+web stack. ``BENCH_SLOW_CALLBACK_MS=5`` logs every event-loop step longer than 5 ms to
+``BENCH_SLOW_LOG`` (asyncio debug mode: slower; for finding the tail only). Run by the bench as
+``python bench/gate_worker.py``; the settings come from the environment like ``monitor worker``."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +48,17 @@ def main() -> None:
             body = await read_limited(request, settings.gate_max_body_bytes)
             assert body is not None
             return self.bytes(CONSTANT, content_type="application/json")
+
+    slow_ms = os.environ.get("BENCH_SLOW_CALLBACK_MS")
+    if slow_ms:  # diagnosis: log every event-loop step longer than this (asyncio debug mode)
+        handler = logging.FileHandler(os.environ.get("BENCH_SLOW_LOG", "slow-callbacks.log"))
+        logging.getLogger("asyncio").addHandler(handler)
+
+        @app.task
+        async def _slow_callbacks() -> None:
+            loop = asyncio.get_running_loop()
+            loop.set_debug(True)
+            loop.slow_callback_duration = float(slow_ms) / 1000
 
     worker = faust.Worker(app, loglevel="info", quiet=True, redirect_stdouts=False)
     tune_gc()  # as run_worker does
