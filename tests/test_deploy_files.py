@@ -622,8 +622,10 @@ def test_pipeline_dashboard_queries() -> None:
     assert uses("v_event_minutes", "$__timeGroupAlias(time", "type AS metric")
     assert not uses("events")  # the per-minute roll-up, never the events table
     assert uses("dead_letters", "$__timeGroupAlias(received_at", "reason AS metric")
-    assert uses("conversations", "agent_id", "escalated")
-    assert uses("conversations", "agent_id", "outcome_success")
+    # the per-minute conversation sums kept at ingest, never one row per conversation
+    assert not uses("conversations")
+    assert uses("conversation_minutes", "agent_id", "escalated")
+    assert uses("conversation_minutes", "agent_id", "succeeded", "with_outcome")
 
 
 # --- Dockerfile and .dockerignore ------------------------------------------------------------

@@ -37,7 +37,7 @@ class RetentionSettings(BaseModel):
     retention_minute_sums_days: int = Field(
         default=30, ge=0,
         description="Days of 1-minute sums kept (calibration_bins at 1m, event_minutes, "
-        "ingest_delay_bins). 0: keep forever.",
+        "ingest_delay_bins, conversation_minutes). 0: keep forever.",
     )
     retention_hourly_sums_days: int = Field(
         default=90, ge=0, description="Days of hourly sums kept (calibration_bins at 1h)."
@@ -50,8 +50,9 @@ class RetentionSettings(BaseModel):
     )
     retention_conversations_days: int = Field(
         default=90, ge=0,
-        description="Days a conversation's roll-up row is kept after its last event (never "
-        "fewer than retention_events_days). An event arriving for a conversation already "
+        description="Days a conversation's roll-up row is kept after its last event and its "
+        "last write (a replay of old traffic is kept; never fewer than retention_events_days)."
+        " An event arriving for a conversation already "
         "removed starts a new row, counted again in the escalation sums. 0: keep forever.",
     )
     retention_dead_letters_days: int = Field(

@@ -51,11 +51,12 @@ KEY_COLUMNS = (
     "conf_milli", "escalated", "outcome", "weight", "turns", "seconds_bucket",
 )  # fmt: skip
 
-#: columns of ``conversations`` a key is computed from (the upsert returns them)
+#: columns of ``conversations`` a key is computed from (the upsert returns them; also what
+#: monitor.ingest.conversation_minutes_sql reads of the same images)
 IMAGE_COLUMNS = (
     "conversation_id", "first_ts", "agent_id", "agent_version", "domain", "tier",
     "min_confidence", "escalated", "outcome_success", "sample_weight", "escalation_turn",
-    "first_turn", "escalated_at",
+    "first_turn", "escalated_at", "tool_errors", "tool_results",
 )  # fmt: skip
 
 

@@ -22,7 +22,8 @@ The same statement folds the inserted rows into the read roll-ups of
 :mod:`monitor.store.tables_rollups` (events per minute by type and segment, the ingest-delay
 histogram, the known segment values), so the dashboards never scan ``events``, and the
 changes of the conversation rows into ``escalation_bins`` (entries ``esc_before`` / ``esc``,
-:mod:`monitor.ingest.escalation_sql`: the writer holds the conversations' advisory lock
+:mod:`monitor.ingest.escalation_sql`) and ``conversation_minutes`` (``conv_minutes``,
+:mod:`monitor.ingest.conversation_minutes_sql`: the writer holds the conversations' advisory lock
 before this statement runs, so ``esc_before`` is the image the upsert changes).
 
 Shape (issue 13, for speed): the event insert returns only :data:`INSERTED`, the columns the
@@ -35,6 +36,7 @@ column it needs to :data:`INSERTED`); :func:`batch_statement` builds the stateme
 
 from __future__ import annotations
 
+from monitor.ingest import conversation_minutes_sql
 from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
 from monitor.ingest.rows import EVENT_COLUMNS
 from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
@@ -206,6 +208,8 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
   RETURNING {", ".join(f"c.{col}" for col in IMAGE_COLUMNS)}"""),
     # escalation roll-up (issue 13a): after image +1, before image -1
     ("esc", upsert_deltas("up", "esc_before")),
+    # conversations per minute of first_ts (the pipeline panels), from the same images
+    ("conv_minutes", conversation_minutes_sql.upsert_deltas("up", "esc_before")),
     # one pass over ins for both per-minute roll-ups (every row of a batch has the same
     # ingested_at, the transaction's now(), so this is a handful of rows)
     ("by_minute", f"""SELECT {_MINUTE_KEY}, delay_bucket, count(*) AS n FROM (

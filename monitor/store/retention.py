@@ -13,9 +13,11 @@
 3. deletes the rows before their horizon of ``event_ids`` (by ``ts``, and only once the
    event's partition is gone: a kept day stays de-duplicated), the 1-minute sums
    (``calibration_bins`` at ``1m`` by ``window_start``, ``event_minutes`` and
-   ``ingest_delay_bins`` by ``minute``, which is the minute of ``ingested_at``), the hourly and
+   ``ingest_delay_bins`` by ``minute``, which is the minute of ``ingested_at``,
+   ``conversation_minutes`` by its minute of ``first_ts``), the hourly and
    daily sums (``calibration_bins`` and ``escalation_bins`` at ``1h`` / ``1d``), ``items`` (by
-   ``ts``), ``conversations`` (by ``last_ts``: the conversation's last event), ``dead_letters``
+   ``ts``), ``conversations`` (by ``last_ts``, the conversation's last event, once nothing was
+   written into the row since the horizon either: replayed old traffic is kept), ``dead_letters``
    (by ``received_at``), ``verdicts`` and ``judge_requests`` (by ``created_at`` /
    ``requested_at``).
 
@@ -55,6 +57,8 @@ _DELETES: tuple[tuple[str, str, str], ...] = (
      "DELETE FROM calibration_bins WHERE resolution = '1m' AND window_start < :cut"),
     ("event_minutes", "minute_sums", "DELETE FROM event_minutes WHERE minute < :cut"),
     ("ingest_delay_bins", "minute_sums", "DELETE FROM ingest_delay_bins WHERE minute < :cut"),
+    ("conversation_minutes", "minute_sums",
+     "DELETE FROM conversation_minutes WHERE minute < :cut"),
     ("calibration_bins_1h", "hourly_sums",
      "DELETE FROM calibration_bins WHERE resolution = '1h' AND window_start < :cut"),
     ("calibration_bins_1d", "daily_sums",
@@ -64,7 +68,10 @@ _DELETES: tuple[tuple[str, str, str], ...] = (
      "DELETE FROM escalation_bins WHERE resolution = '1h' AND window_start < :cut"),
     ("escalation_bins_1d", "daily_sums",
      "DELETE FROM escalation_bins WHERE resolution = '1d' AND window_start < :cut"),
-    ("conversations", "conversations", "DELETE FROM conversations WHERE last_ts < :cut"),
+    # by event time, but a conversation written into since the horizon (a replay of old
+    # traffic, an agent resuming it) is kept until idle as long
+    ("conversations", "conversations",
+     "DELETE FROM conversations WHERE last_ts < :cut AND updated_at < :cut"),
     ("dead_letters", "dead_letters", "DELETE FROM dead_letters WHERE received_at < :cut"),
     ("verdicts", "verdicts", "DELETE FROM verdicts WHERE created_at < :cut"),
     ("judge_requests", "verdicts", "DELETE FROM judge_requests WHERE requested_at < :cut"),

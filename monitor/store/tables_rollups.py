@@ -21,6 +21,12 @@ rows it actually inserted (a replayed event changes nothing), in the same transa
     seconds to escalation. Kept from the before/after image of every changed conversation
     (:mod:`monitor.ingest.escalation_sql`, which also says what is exact); the escalation
     reads (CLI, alerts, dashboards) sum it instead of reading one row per conversation.
+``conversation_minutes``
+    Every conversation (sampled or not) summed per (minute of ``first_ts``, agent, domain,
+    tier): conversations, escalated, with an outcome, succeeded, with a minimum confidence and
+    its sum in millionths, tool errors and tool results. Kept from the same before/after images
+    (:mod:`monitor.ingest.conversation_minutes_sql`); the pipeline dashboard's conversation
+    panels read it.
 ``segment_values``
     Every agent id, domain and tier (as text) ever stored on a conversation, by ``kind``
     (``agent`` / ``domain`` / ``tier``): the options of the dashboards' template variables.
@@ -71,6 +77,19 @@ ingest_delay_bins = Table(
     Column("bucket", SmallInteger, nullable=False),
     Column("events", BigInteger, nullable=False),
     PrimaryKeyConstraint("minute", "bucket", name="pk_ingest_delay_bins"),
+)
+
+conversation_minutes = Table(
+    "conversation_minutes",
+    metadata,
+    Column("minute", TS, nullable=False),
+    Column("agent_id", Text, nullable=False),
+    Column("domain", Text, nullable=False),
+    Column("tier", SmallInteger, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in (
+        "conversations", "escalated", "with_outcome", "succeeded", "with_confidence",
+        "confidence_micro", "tool_errors", "tool_results")),
+    PrimaryKeyConstraint("minute", "agent_id", "domain", "tier", name="pk_conversation_minutes"),
 )
 
 segment_values = Table(

@@ -6,7 +6,8 @@ and one conversation's escalation written before its first turn. Then every roll
 with what the pre-issue-13 queries compute from ``events``: ``conversations.first_turn`` and
 ``v_escalation_conversations`` (against the 0005 view, kept verbatim in migration 0013),
 ``analytics.repo.escalation_conversations`` (against its former LATERAL query),
-``event_minutes``, ``ingest_delay_bins`` and ``v_pipeline`` (against the 0005 view; quantiles
+``event_minutes``, ``ingest_delay_bins``, ``conversation_minutes`` (against GROUP BY over
+``conversations``) and ``v_pipeline`` (against the 0005 view; quantiles
 against the exact ones, within their bucket), and ``segment_values`` (against SELECT DISTINCT
 over conversations). The migration's back-fill is checked the same way (down to 0011, up again)
 and no dashboard query's plan reads ``events``.
@@ -26,6 +27,7 @@ import asyncpg
 
 from monitor.analytics import repo
 from monitor.analytics.repo_escalation import escalation_conversations_per_row
+from monitor.ingest import conversation_minutes_sql
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
@@ -100,6 +102,14 @@ async def assert_rollups_equal_direct(conn: asyncpg.Connection) -> None:
     assert await rows(conn, "SELECT * FROM event_minutes") == await rows(conn, MINUTES)
     assert await rows(conn, "SELECT * FROM ingest_delay_bins") == await rows(conn, DELAYS)
     assert await rows(conn, "SELECT * FROM segment_values") == await rows(conn, SEGMENTS)
+    # conversation_minutes: a conversation moved to an earlier minute (its first event late)
+    # leaves an all-zero row behind
+    kept = await rows(conn, "SELECT * FROM conversation_minutes WHERE conversations <> 0")
+    assert kept == await rows(conn, conversation_minutes_sql.backfill())
+    assert await conn.fetchval("SELECT count(*) FROM conversation_minutes WHERE"
+                               " conversations = 0 AND (escalated, with_outcome, tool_results)"
+                               " <> (0, 0, 0)") == 0
+    assert sum(r[5] for r in kept) >= 10 and sum(r[7] for r in kept) >= 10  # escalated, ok
     first = await rows(conn, "SELECT conversation_id, first_turn FROM conversations")
     direct = await rows(conn, "SELECT conversation_id, min(turn) FROM events GROUP BY 1")
     assert first == direct

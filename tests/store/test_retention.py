@@ -60,6 +60,8 @@ async def fill(url: str) -> int:
         conn = await asyncpg.connect(libpq_url(url))
         try:
             await conn.execute("UPDATE events SET ingested_at = ts + interval '2 seconds'")
+            await conn.execute("UPDATE conversations SET updated_at = last_ts"
+                               " + interval '2 seconds'")
         finally:
             await conn.close()
         assert (await writer.write([event_row(REPLAYED)])).inserted == 1
@@ -150,7 +152,8 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
                       " AND window_start < $1::timestamptz - interval '7 days'",
         "esc 1h kept": "SELECT count(*) FROM escalation_bins WHERE resolution = '1h'"
                        " AND window_start >= $1::timestamptz - interval '4 days'",
-        "conversations old": "SELECT count(*) FROM conversations WHERE last_ts < $1",
+        "conversations old": "SELECT count(*) FROM conversations WHERE last_ts < $1"
+                             " AND conversation_id <> 'c-replayed'",
         "conversations kept": "SELECT count(*) FROM conversations WHERE last_ts >= $1",
         "dead letters old": "SELECT count(*) FROM dead_letters WHERE received_at < $1",
         "dead letters kept": "SELECT count(*) FROM dead_letters WHERE received_at >= $1",
@@ -205,6 +208,9 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         for kept in ("bins 1d kept", "esc 1h kept", "conversations kept", "dead letters kept"):
             assert new[kept] == old[kept], kept
         assert report.deleted["conversations"] == old["conversations old"]
+        # the replayed conversation's row was written into today: kept though its events are old
+        assert await conn.fetchval(
+            "SELECT event_count FROM conversations WHERE conversation_id = 'c-replayed'") == 1
         assert report.deleted["dead_letters"] == old["dead letters old"] > 0
         assert report.deleted["event_ids"] == old["ids old"] - on_day
         assert report.deleted["items"] == old["items old"]
