@@ -47,6 +47,7 @@ from monitor.ingest.writer import EventWriter
 from monitor.sampling.policy import SamplingPolicy
 from monitor.sim.traffic import Simulator
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
+from tests.dashboards import grafana_sql
 
 REPO = Path(__file__).resolve().parents[2]
 # A fixed time of day (yesterday 13:41:17 UTC): the range assertions below need the 7-day range
@@ -275,5 +276,48 @@ async def test_escalation_panels_equal_the_per_conversation_panels(database_url:
                 assert all(close(x, y) for x, y in zip(n, o, strict=True)), (title, o, n)
             if title == "Escalation rate by confidence bin":
                 assert len({r[0] for r in old}) >= 5  # several bins compared
+    finally:
+        await conn.close()
+
+
+PERCENTILE_CONT_PANEL = """SELECT
+  $__timeGroupAlias(time, $__interval),
+  agent_id AS metric,
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds_to_escalation) AS "median s",
+  percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds_to_escalation) AS "p90 s"
+FROM v_escalation_bins
+CROSS JOIN LATERAL generate_series(1, conversations) AS n
+WHERE resolution = '1h' AND kind = 1 AND $__timeFilter(time)
+GROUP BY 1, 2
+ORDER BY 1, 2"""
+
+
+async def test_time_to_escalation_panel_equals_percentile_cont(database_url: str) -> None:
+    """"Time to escalation per agent" computes percentile_cont from running counts of the
+    bucket values; the answers are those of percentile_cont over the values repeated by their
+    counts (the panel's earlier SQL), at several bucket widths."""
+    await fill(database_url)
+    board = json.loads((REPO / "dashboards/escalation.json").read_text())
+    (sql,) = [p["targets"][0]["rawSql"] for p in board["panels"]
+              if p.get("title") == "Time to escalation per agent"]
+    variables = [
+        grafana_sql.Variable(v, multi=True, include_all=True, all_value="'__all__'",
+                             options=("x",), selected=(grafana_sql.ALL,))
+        for v in ("agent", "domain", "tier")
+    ]
+    tr = grafana_sql.TimeRange(NOW - timedelta(hours=60), NOW)
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        compared = 0
+        for ms in (60_000, 600_000, 3_600_000, 86_400_000):
+            want = await conn.fetch(grafana_sql.interpolate(PERCENTILE_CONT_PANEL, time_range=tr,
+                                                  interval_ms=ms))
+            got = await conn.fetch(grafana_sql.interpolate(sql, time_range=tr, interval_ms=ms,
+                                                 variables=variables) + ", 2")
+            assert [tuple(r)[:2] for r in got] == [tuple(r)[:2] for r in want]
+            for a, b in zip(got, want, strict=True):
+                assert close(a[2], b[2]) and close(a[3], b[3]), (ms, tuple(a), tuple(b))
+            compared += len(want)
+        assert compared >= 20
     finally:
         await conn.close()
