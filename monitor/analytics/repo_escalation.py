@@ -97,10 +97,11 @@ def _expand(rows: list[Any]) -> dict[str, list[ConversationEscalation]]:
     count, kind)`` -> conversations; kind NULL = a whole conversation, 0 = without timing,
     1 = the timing of escalated conversations, paired with the kind-0 escalated ones of the
     same agent and weight (equal in number: every escalated sampled conversation has one row
-    of each kind)."""
+    of each kind). A row of count n becomes n references to one object, and the pairing works
+    on runs, so the cost grows with the number of rows, not of conversations."""
     out: dict[str, list[ConversationEscalation]] = {}
-    waiting: dict[tuple[str, float], list[ConversationEscalation]] = {}
-    timings: dict[tuple[str, float], list[ConversationEscalation]] = {}
+    waiting: dict[tuple[str, float], list[tuple[ConversationEscalation, int]]] = {}
+    timings: dict[tuple[str, float], list[tuple[ConversationEscalation, int]]] = {}
     for row in rows:
         agent, n, kind = row[0], int(row[8]), row[9]
         conv = _conversation(row)
@@ -108,16 +109,38 @@ def _expand(rows: list[Any]) -> dict[str, list[ConversationEscalation]]:
             out.setdefault(agent, []).extend([conv] * n)
         else:
             into = waiting if kind == 0 else timings
-            into.setdefault((agent, conv.weight), []).extend([conv] * n)
+            into.setdefault((agent, conv.weight), []).append((conv, n))
     for key, convs in waiting.items():
         times = timings.get(key, [])
-        if len(times) != len(convs):
-            raise ValueError(f"escalation_bins out of step for {key}: {len(convs)} escalated"
-                             f" conversations, {len(times)} timings")
-        out.setdefault(key[0], []).extend(
-            replace(c, escalation_turn=t.escalation_turn, escalation_seconds=t.escalation_seconds)
-            for c, t in zip(convs, times, strict=True))
+        n_convs, n_times = sum(n for _, n in convs), sum(n for _, n in times)
+        if n_convs != n_times:
+            raise ValueError(f"escalation_bins out of step for {key}: {n_convs} escalated"
+                             f" conversations, {n_times} timings")
+        out.setdefault(key[0], []).extend(_pair(convs, times))
     return out
+
+
+def _pair(convs: list[tuple[ConversationEscalation, int]],
+          times: list[tuple[ConversationEscalation, int]]) -> list[ConversationEscalation]:
+    """The k-th conversation with the k-th timing, both given as runs ``(object, count)`` of
+    equal totals."""
+    out: list[ConversationEscalation] = []
+    i = j = 0
+    left_c, left_t = convs[0][1], times[0][1]
+    while True:
+        n = min(left_c, left_t)
+        c, t = convs[i][0], times[j][0]
+        out.extend([replace(c, escalation_turn=t.escalation_turn,
+                            escalation_seconds=t.escalation_seconds)] * n)
+        left_c, left_t = left_c - n, left_t - n
+        if left_c == 0:
+            i += 1
+            if i == len(convs):
+                return out
+            left_c = convs[i][1]
+        if left_t == 0:
+            j += 1
+            left_t = times[j][1]
 
 
 async def escalation_conversations(
