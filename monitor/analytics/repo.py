@@ -190,23 +190,37 @@ async def design_effects(
     start: datetime,
     end: datetime,
     group_by: Sequence[str] = ("agent_id",),
+    *,
+    with_total: bool = False,
 ) -> dict[tuple[Any, ...], float]:
-    """Per group, labelled items (weight > 0) per conversation in ``[start, end)`` (>= 1).
+    """Per group, labelled items (weight > 0) per conversation in ``[start, end)`` (>= 1);
+    with ``with_total`` also the figure over all groups, under the key ``()``, from the same
+    scan of ``items``.
 
     The design effect of items that share their conversation's label: see
     :meth:`monitor.analytics.bins.BinSums.with_design_effect`. Groups without items are absent.
     """
     cond, params = segment.where()
     keys = ", ".join(group_by)
-    sql = (
-        f"SELECT {keys + ', ' if keys else ''}count(*)::float8"
-        " / NULLIF(count(DISTINCT conversation_id), 0)"
-        " FROM items WHERE label IS NOT NULL AND weight > 0 AND ts >= :lo AND ts < :hi"
-        f" AND {cond}{' GROUP BY ' + keys if keys else ''}"
+    per_conversation = (
+        f"SELECT {keys + ', ' if keys else ''}conversation_id, count(*) AS n FROM items"
+        " WHERE label IS NOT NULL AND weight > 0 AND ts >= :lo AND ts < :hi"
+        f" AND {cond} GROUP BY {keys + ', ' if keys else ''}conversation_id"
     )
+    ratio = "sum(n)::float8 / NULLIF(count(*), 0)"
+    if not keys:
+        sql = f"SELECT true, {ratio} FROM ({per_conversation}) AS t"
+    elif with_total:
+        sql = (f"SELECT {keys}, GROUPING({keys}) <> 0, {ratio} FROM ({per_conversation}) AS t"
+               f" GROUP BY GROUPING SETS (({keys}), ())")
+    else:
+        sql = f"SELECT {keys}, false, {ratio} FROM ({per_conversation}) AS t GROUP BY {keys}"
     async with engine.connect() as conn:
         rows: list[Any] = list(
             (await conn.execute(text(sql), {"lo": start, "hi": end, **params})).all()
         )
     k = len(group_by)
-    return {tuple(r[:k]): max(1.0, float(r[k])) for r in rows if r[k] is not None}
+    return {
+        () if r[k] else tuple(r[:k]): max(1.0, float(r[k + 1]))
+        for r in rows if r[k + 1] is not None
+    }

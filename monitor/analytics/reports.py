@@ -64,8 +64,8 @@ async def calibration(
     ``min_samples`` effective items after that division.
     """
     sums = await bin_sums(engine, segment, start, end)
-    deffs = await design_effects(engine, segment, start, end)
-    all_deff = (await design_effects(engine, segment, start, end, group_by=())).get((), 1.0)
+    deffs = await design_effects(engine, segment, start, end, with_total=True)
+    all_deff = deffs.get((), 1.0)
     out = {
         str(key[0]): calibration_report(
             s.with_design_effect(deffs.get(key, 1.0)), min_samples=min_samples, n_boot=n_boot
