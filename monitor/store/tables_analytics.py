@@ -73,6 +73,8 @@ items = Table(
     Column("labelled_at", TS),
     Index(None, "conversation_id"),
     Index(None, "agent_id", "ts"),
+    # windows over every agent (design effects) and retention (migration 0018)
+    Index(None, "ts"),
 )
 
 calibration_bins = Table(
