@@ -191,7 +191,10 @@ def test_ctrl_c_during_the_simulation_stops_everything_with_130(
         assert (state_dir / "endpoints.json").exists()
         time.sleep(1)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        code = proc.wait(60)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"monitor up still running 60 s after Ctrl-C:\n{out.read_text()}")
     finally:
         proc.kill()
     output = out.read_text()
