@@ -39,9 +39,15 @@ def _env(state_dir: Path) -> dict[str, str]:
 def _up(state_dir: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "monitor.cli", "up", "--state-dir", str(state_dir),
            "--broker-port", "0", "--pg-port", "0", "--web-port", "0", *args]
-    with out.open("wb") as fh:
+    with out.open("wb") as fh:  # as from a terminal: Ctrl-C not ignored even when this test
+        # runs as a background job (nohup, `&`: SIGINT ignored, and monitor up keeps that)
         return subprocess.Popen(cmd, cwd=REPO, env=_env(state_dir), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _leftovers(state_dir: Path) -> list[str]:
