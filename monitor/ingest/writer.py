@@ -36,7 +36,7 @@ from monitor.ingest.rollup_sql import (
 )
 from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
 from monitor.sampling.policy import SamplingPolicy, hash_unit
-from monitor.store.engine import libpq_url
+from monitor.store.engine import CUSTOM_PLANS, libpq_url
 from monitor.store.partitions import ENSURE_DAYS, days_of
 
 _CID = EVENT_COLUMNS.index("conversation_id")
@@ -91,7 +91,8 @@ class EventWriter:
         """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
         if self._pool is None:
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=0, max_size=self._pool_size, command_timeout=120
+                self._dsn, min_size=0, max_size=self._pool_size, command_timeout=120,
+                server_settings=CUSTOM_PLANS,
             )
 
     async def close(self) -> None:

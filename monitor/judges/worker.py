@@ -40,7 +40,7 @@ from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.judges.quality_repo import FloorChange, refresh_judge_quality
 from monitor.judges.runner import JudgeRunner as JudgeRunner
 from monitor.sampling.rules import AlwaysSampleRules
-from monitor.store.engine import libpq_url
+from monitor.store.engine import CUSTOM_PLANS, libpq_url
 from monitor.worker.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.judging")
@@ -90,8 +90,9 @@ class JudgeLoop:
 
     async def start(self) -> None:
         cfg = self.config
-        self._pool = await asyncpg.create_pool(
-            libpq_url(cfg.database_url), min_size=0, max_size=cfg.concurrency + 1
+        self._pool = await asyncpg.create_pool(  # see store.engine.CUSTOM_PLANS
+            libpq_url(cfg.database_url), min_size=0, max_size=cfg.concurrency + 1,
+            server_settings=CUSTOM_PLANS,
         )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=cfg.bootstrap, acks="all", enable_idempotence=cfg.idempotent_producer
