@@ -40,10 +40,12 @@ class RetentionSettings(BaseModel):
         "ingest_delay_bins, conversation_minutes). 0: keep forever.",
     )
     retention_hourly_sums_days: int = Field(
-        default=90, ge=0, description="Days of hourly sums kept (calibration_bins at 1h)."
+        default=90, ge=0,
+        description="Days of hourly sums kept (calibration_bins and escalation_bins at 1h).",
     )
     retention_daily_sums_days: int = Field(
-        default=400, ge=0, description="Days of daily sums kept (calibration_bins at 1d)."
+        default=400, ge=0,
+        description="Days of daily sums kept (calibration_bins and escalation_bins at 1d).",
     )
     retention_items_days: int = Field(
         default=90, ge=0, description="Days of items (scored assistant messages) kept, by ts."
@@ -51,9 +53,9 @@ class RetentionSettings(BaseModel):
     retention_conversations_days: int = Field(
         default=90, ge=0,
         description="Days a conversation's roll-up row is kept after its last event and its "
-        "last write (a replay of old traffic is kept; never fewer than retention_events_days)."
-        " An event arriving for a conversation already "
-        "removed starts a new row, counted again in the escalation sums. 0: keep forever.",
+        "last write (a replay of old traffic is kept; never fewer than retention_events_days). "
+        "An event arriving for a conversation already removed starts a new row, counted again "
+        "in the escalation sums. 0: keep forever.",
     )
     retention_dead_letters_days: int = Field(
         default=30, ge=0, description="Days dead letters are kept, by received_at. 0: forever."

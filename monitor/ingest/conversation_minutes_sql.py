@@ -14,13 +14,9 @@ changes nothing). Exact: counts; the confidence sum is in integer millionths
 
 from __future__ import annotations
 
-#: what the images must carry (the batch statement's ``esc_before`` and ``up`` RETURNING)
-IMAGE_NEEDS = ("first_ts", "agent_id", "domain", "tier", "escalated", "outcome_success",
-               "min_confidence", "tool_errors", "tool_results")  # fmt: skip
+from monitor.store.tables_rollups import CONVERSATION_MINUTE_SUMS as SUMS
 
 KEY = "minute, agent_id, domain, tier"
-SUMS = ("conversations", "escalated", "with_outcome", "succeeded", "with_confidence",
-        "confidence_micro", "tool_errors", "tool_results")  # fmt: skip
 
 
 def _values(x: str) -> str:
@@ -37,7 +33,8 @@ def _values(x: str) -> str:
 
 def upsert_deltas(after: str, before: str) -> str:
     """``INSERT ... ON CONFLICT`` adding the values of every row of ``after`` and subtracting
-    those of ``before`` (relations with :data:`IMAGE_NEEDS`) per key, in key order; keys whose
+    those of ``before`` (relations with the columns of
+    :data:`monitor.ingest.escalation_sql.IMAGE_COLUMNS`) per key, in key order; keys whose
     changes cancel are not written. Ends in ``RETURNING 1`` so it can be a CTE."""
     cols = f"{KEY}, {', '.join(SUMS)}"
     sums = ", ".join(f"sum(sign * {c})::bigint" for c in SUMS)

@@ -79,6 +79,12 @@ ingest_delay_bins = Table(
     PrimaryKeyConstraint("minute", "bucket", name="pk_ingest_delay_bins"),
 )
 
+#: the summed columns of ``conversation_minutes`` (monitor.ingest.conversation_minutes_sql)
+CONVERSATION_MINUTE_SUMS = (
+    "conversations", "escalated", "with_outcome", "succeeded", "with_confidence",
+    "confidence_micro", "tool_errors", "tool_results",
+)  # fmt: skip
+
 conversation_minutes = Table(
     "conversation_minutes",
     metadata,
@@ -86,9 +92,7 @@ conversation_minutes = Table(
     Column("agent_id", Text, nullable=False),
     Column("domain", Text, nullable=False),
     Column("tier", SmallInteger, nullable=False),
-    *(Column(name, BigInteger, nullable=False) for name in (
-        "conversations", "escalated", "with_outcome", "succeeded", "with_confidence",
-        "confidence_micro", "tool_errors", "tool_results")),
+    *(Column(name, BigInteger, nullable=False) for name in CONVERSATION_MINUTE_SUMS),
     PrimaryKeyConstraint("minute", "agent_id", "domain", "tier", name="pk_conversation_minutes"),
 )
 
