@@ -155,6 +155,7 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
         "conversations old": "SELECT count(*) FROM conversations WHERE last_ts < $1"
                              " AND conversation_id <> 'c-replayed'",
         "conversations kept": "SELECT count(*) FROM conversations WHERE last_ts >= $1",
+        "conv minutes old": "SELECT count(*) FROM conversation_minutes WHERE minute < $1",
         "dead letters old": "SELECT count(*) FROM dead_letters WHERE received_at < $1",
         "dead letters kept": "SELECT count(*) FROM dead_letters WHERE received_at >= $1",
         "verdicts old": "SELECT count(*) FROM verdicts WHERE created_at < $1",
@@ -200,7 +201,8 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         assert report.partitions_created == 2
         new = await counts(conn)
         zero = ("items old", "bins 1m old", "bins 1h old", "bins 1d old", "esc 1h old",
-                "esc 1d old", "conversations old", "dead letters old", "verdicts old",
+                "esc 1d old", "conversations old", "conv minutes old", "dead letters old",
+                "verdicts old",
                 "judge requests old")
         assert {k: new[k] for k in zero} == dict.fromkeys(zero, 0)
         assert new["events old"] == new["ids old"] == on_day  # that day's events and ids
