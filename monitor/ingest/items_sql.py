@@ -6,7 +6,8 @@ Runs in the ingest transaction, after the batch's events and conversation roll-u
 :data:`SYNC_ITEMS` takes ``$1`` = the conversation ids of the batch (every conversation of the
 staged rows) and ``$2`` = those of them whose label inputs may have changed (the ingest path:
 conversations with an outcome event in the batch; the judge path: the judged conversations),
-and, in one statement:
+and, in one statement (``$2`` must be a subset of ``$1``: the judges' labels are read for
+``$1``; the relabel step filters ``items`` by ``$2`` alone, see "Plans" below):
 
 1. inserts an item for every newly stored assistant message with a confidence (``ON CONFLICT
    DO NOTHING``: a replayed message changes nothing), with its conversation's sampling weight
@@ -26,6 +27,12 @@ the judges' (see ``_JUDGED``; ``label_source`` = ``judge:<names>``), else none.
 
 Callers take :data:`LOCK_CONVERSATIONS` first in the same transaction, so the ingest writer and
 the verdict writer never compute a label for one conversation from each other's stale view.
+
+Plans: the relabel step filters ``items`` by ``$2`` only. Both arrays on the same column made
+the planner multiply their selectivities (a few rows expected for ~1,300 found), so it read
+``items`` sequentially and nest-looped the conversations over them: ~210 ms per batch at 1M
+items, growing with the table; with one array it uses ``ix_items_conversation_id`` and merges
+with the conversations' primary key (~11 ms; docs/scaling.md "Query plans of the write path").
 
 Concurrency: rows are inserted and upserted in key order, so two workers writing the same bin
 rows queue on row locks instead of deadlocking in the common case; a deadlock that still
@@ -129,8 +136,7 @@ WITH judged AS ({_JUDGED}), new_items AS ({new_items}
   SELECT i.event_id, i.label AS y_old, coalesce(conv.y, j.y) AS y_new,
          CASE WHEN conv.y IS NOT NULL THEN conv.src ELSE j.src END AS src
   FROM items i JOIN {_CONV} USING (conversation_id) LEFT JOIN judged j ON j.item_id = i.event_id
-  WHERE i.conversation_id = ANY($2::text[]) AND i.conversation_id = ANY($1::text[])
-    AND conv.conversation_id = ANY($2::text[])
+  WHERE i.conversation_id = ANY($2::text[]) AND conv.conversation_id = ANY($2::text[])
     AND (i.label, i.label_source) IS DISTINCT FROM
         (coalesce(conv.y, j.y), CASE WHEN conv.y IS NOT NULL THEN conv.src ELSE j.src END)
   ORDER BY i.event_id
