@@ -321,3 +321,28 @@ async def test_time_to_escalation_panel_equals_percentile_cont(database_url: str
         assert compared >= 20
     finally:
         await conn.close()
+
+
+async def test_median_time_to_escalation_equals_percentile_cont(database_url: str) -> None:
+    """"Median time to escalation" computes percentile_cont from running counts of the values
+    (its earlier SQL expanded every row into one row per conversation: 9x slower at 10 times
+    the traffic); the answers are those of that earlier SQL, for several ranges."""
+    await fill(database_url)
+    expanded = """SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds_to_escalation),
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY turns_to_escalation)
+FROM escalation_bins_in($1, $2) CROSS JOIN LATERAL generate_series(1, conversations) AS n
+WHERE kind = 1"""
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        compared = 0
+        for hours in (1, 3, 7, 20, 49, 60):
+            lo, hi = NOW - timedelta(hours=hours), NOW + timedelta(minutes=1)
+            (want,) = await conn.fetch(expanded, lo, hi)
+            (got,) = await conn.fetch(new_panel("Median time to escalation"), lo, hi)
+            assert (got[0] is None) == (want[0] is None) and (got[1] is None) == (want[1] is None)
+            if want[0] is not None:
+                assert close(got[0], want[0]) and close(got[1], want[1]), (hours, got, want)
+                compared += 1
+        assert compared >= 4
+    finally:
+        await conn.close()
