@@ -79,9 +79,9 @@ def _traffic(sim: Simulator, n_conv: int, order: str) -> Iterator[AgentEvent]:
     """The simulator's events in global ts order (as a live stream), or conversation by
     conversation (each conversation's events together, conversations by start): the same rows
     in the end (every write is idempotent and order-free per conversation; checked by
-    bench/fill_order_check.py), but a batch then
-    touches ~batch/8 conversations whatever the density, not every conversation active in its
-    minutes (at 10M items ~3,000 per 5,000 events: the time-ordered fill ran at ~4k events/s)."""
+    bench/fill_order_check.py), but a batch then touches ~batch/8 conversations whatever the
+    density, not every conversation active in its minutes (at 10M items ~3,000 per 5,000
+    events: the time-ordered fill ran at ~4k events/s)."""
     if order == "time":
         yield from sim.events(n_conv)
         return

@@ -4,7 +4,10 @@ conversation ids, took 6.3 s per batch instead of ~0.1 s on a 1M-item store (doc
 
 from __future__ import annotations
 
+import asyncpg
+
 from monitor.ingest.items_sql import SYNC_ITEMS
+from monitor.ingest.rollup_sql import CREATE_STAGING
 from monitor.ingest.writer import EventWriter
 from monitor.store.engine import CUSTOM_PLANS, libpq_url
 
@@ -32,10 +35,6 @@ async def test_relabel_step_reads_items_by_index_on_a_large_store(database_url: 
     ``ix_items_conversation_id``: with both id arrays on ``items.conversation_id`` the planner
     expected a few rows, read ``items`` sequentially and nest-looped the conversations over
     them (~210 ms per batch at 1M items, growing with the table; monitor/ingest/items_sql.py)."""
-    import asyncpg
-
-    from monitor.ingest.rollup_sql import CREATE_STAGING
-
     conn = await asyncpg.connect(libpq_url(database_url), server_settings=CUSTOM_PLANS)
     try:  # 60,000 conversations with two items each, analyzed (as autovacuum would)
         await conn.execute(
