@@ -45,12 +45,9 @@ from monitor.alerts.rule_models import CALIBRATION_METRICS, GATE_METRICS, Metric
 from monitor.analytics import calibration as cal
 from monitor.analytics.alert_bounds import lower_bound
 from monitor.analytics.bins import BinSums
+from monitor.analytics.design_effect import design_effects
 from monitor.analytics.escalation import ConversationEscalation, inversion_test, time_to_escalation
-from monitor.analytics.repo import (
-    Segment,
-    bin_sums,
-    design_effects,
-)
+from monitor.analytics.repo import Segment, bin_sums
 from monitor.analytics.repo_escalation import escalation_conversations
 
 LagSource = Callable[[], float | None]

@@ -23,10 +23,11 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.analytics.bins import BinSums, sum_all
+from monitor.analytics.design_effect import design_effects
 from monitor.analytics.drift import DriftCheck, check_drift_sums
 from monitor.analytics.drift_policy import advance, reference_window
 from monitor.analytics.drift_state import load_references, save_reference
-from monitor.analytics.repo import Segment, bin_sums, design_effects
+from monitor.analytics.repo import Segment, bin_sums
 from monitor.analytics.reports import drift_windows
 from monitor.analytics.write import SegmentKey, save_drift
 from monitor.core.clock import Clock

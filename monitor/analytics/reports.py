@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from monitor.analytics.advisor import Advice, advise
 from monitor.analytics.bins import sum_all
 from monitor.analytics.calibration import DEFAULT_MIN_SAMPLES, CalibrationReport, calibration_report
+from monitor.analytics.design_effect import design_effects
 from monitor.analytics.drift import DriftCheck, check_drift_sums
 from monitor.analytics.escalation import (
     EscalationBin,
@@ -36,7 +37,6 @@ from monitor.analytics.repo import (
     Segment,
     bin_range,
     bin_sums,
-    design_effects,
     labelled_items,
     trials,
 )

@@ -17,7 +17,9 @@ and, in one statement (``$2`` must be a subset of ``$1``: the judges' labels are
    (a late outcome supersedes a judge label; the verdicts stay stored);
 3. adds to ``calibration_bins``, at every resolution, the *difference* each change makes:
    a new labelled item adds its contribution, a relabelled item subtracts its old contribution
-   and adds its new one. Items with weight 0 (not in the probability sample) add nothing.
+   and adds its new one. Items with weight 0 (not in the probability sample) add nothing;
+4. keeps ``item_hours`` and ``design_hours`` (labelled items per conversation-hour, for the
+   design effect) from the same changes: :mod:`monitor.ingest.design_sql`.
 
 Both steps compare stored state with wanted state, so running the statement again, or for a
 conversation that did not change, writes nothing: the sums are idempotent under replays and
@@ -42,6 +44,7 @@ happens fails the batch, which the ingest loop retries as a whole (idempotent).
 from __future__ import annotations
 
 from monitor.analytics.bins import DEFAULT_BINS
+from monitor.ingest.design_sql import DESIGN_CTES
 from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
 from monitor.ingest.rollup_sql import STAGING_TABLE
 from monitor.store.tables_analytics import RESOLUTIONS, SEGMENT_KEY
@@ -124,10 +127,12 @@ def _sync_sql(with_new_items: bool) -> str:
   WHERE s.type = 'message' AND s.role = 'assistant' AND s.confidence IS NOT NULL
   ORDER BY s.event_id
   ON CONFLICT (event_id) DO NOTHING
-  RETURNING ts, {_SEG}, confidence, weight, label AS y_new, NULL::smallint AS y_old""" if (
+  RETURNING conversation_id, ts, {_SEG}, confidence, weight, label AS y_new,
+            NULL::smallint AS y_old""" if (
         with_new_items
     ) else f"""
-  SELECT NULL::timestamptz AS ts, {", ".join(f"NULL::{t} AS {c}" for c, t in _SEG_TYPES)},
+  SELECT NULL::text AS conversation_id, NULL::timestamptz AS ts,
+         {", ".join(f"NULL::{t} AS {c}" for c, t in _SEG_TYPES)},
          NULL::float8 AS confidence, NULL::float8 AS weight, NULL::smallint AS y_new,
          NULL::smallint AS y_old WHERE FALSE"""
     return f"""
@@ -145,7 +150,8 @@ WITH judged AS ({_JUDGED}), new_items AS ({new_items}
   UPDATE items i SET label = old.y_new, label_source = old.src,
                      labelled_at = CASE WHEN old.y_new IS NULL THEN NULL ELSE now() END
   FROM old WHERE i.event_id = ANY(ARRAY(SELECT event_id FROM old)) AND i.event_id = old.event_id
-  RETURNING i.ts, {", ".join(f"i.{c}" for c in SEGMENT_KEY)}, i.confidence, i.weight,
+  RETURNING i.conversation_id, i.ts, {", ".join(f"i.{c}" for c in SEGMENT_KEY)},
+            i.confidence, i.weight,
             old.y_new, old.y_old
 ), changes AS (
   SELECT * FROM new_items WHERE y_new IS NOT NULL
@@ -170,10 +176,11 @@ WITH judged AS ({_JUDGED}), new_items AS ({new_items}
   ON CONFLICT (resolution, window_start, {_SEG}, bin) DO UPDATE SET
     {", ".join(f"{c} = b.{c} + EXCLUDED.{c}" for c in _SUMS)}
   RETURNING 1
-)
+){DESIGN_CTES}
 SELECT (SELECT count(*) FROM new_items) AS new_items,
        (SELECT count(*) FROM relabel) AS relabelled,
-       (SELECT count(*) FROM up) AS bin_rows
+       (SELECT count(*) FROM up) AS bin_rows,
+       (SELECT count(*) FROM hour_rows) AS hour_rows
 """
 
 

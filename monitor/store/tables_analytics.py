@@ -10,6 +10,15 @@
     :class:`monitor.analytics.bins.BinSums` (``count, weight, sum_conf, sum_y, sum_sq_err,
     sum_w2``). Resolutions ``1m``, ``1h``, ``1d``; windows start on UTC boundaries. Any time range
     aligned to a resolution, and any roll-up of segments, is the sum of its rows.
+``item_hours``
+    Labelled items with weight > 0 per (conversation, hour of ``ts``, segment): ``n``, kept with
+    the items' labels (a row whose items lost their label keeps ``n = 0``). ``multi`` is true on
+    every row of a conversation that has more than one row; a conversation with one row has
+    ``multi`` false. With ``design_hours`` it gives the design effect of any range of whole hours
+    without reading ``items`` (:mod:`monitor.analytics.design_effect`).
+``design_hours``
+    Per (hour, segment): ``items`` = the sum of ``item_hours.n``, ``conversations`` = the number
+    of its ``item_hours`` rows with ``n > 0``.
 ``calibration_maps``
     Versioned isotonic recalibration maps per (agent, domain) with their held-out evaluation.
 ``drift_checks``
@@ -38,6 +47,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -75,6 +85,28 @@ items = Table(
     Index(None, "agent_id", "ts"),
     # windows over every agent (design effects) and retention (migration 0018)
     Index(None, "ts"),
+)
+
+item_hours = Table(
+    "item_hours",
+    metadata,
+    Column("conversation_id", Text, nullable=False),
+    Column("hour", TS, nullable=False),
+    *_segment(),
+    Column("n", BigInteger, nullable=False),
+    Column("multi", Boolean, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "hour", *SEGMENT_KEY, name="pk_item_hours"),
+    Index("ix_item_hours_multi", "hour", postgresql_where=text("multi")),
+)
+
+design_hours = Table(
+    "design_hours",
+    metadata,
+    Column("hour", TS, nullable=False),
+    *_segment(),
+    Column("items", BigInteger, nullable=False),
+    Column("conversations", BigInteger, nullable=False),
+    PrimaryKeyConstraint("hour", *SEGMENT_KEY, name="pk_design_hours"),
 )
 
 calibration_bins = Table(

@@ -20,6 +20,7 @@ from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
+from tests.analytics.design_tables import assert_design_tables_match_items
 from tests.factories import event
 
 SUMS = "bin, weight, sum_conf, sum_y, sum_sq_err, sum_w2, count"
@@ -137,6 +138,11 @@ async def test_late_outcome_labels_items_and_relabel_moves_them(database_url, wr
     assert got.total_count == expected(flipped).total_count  # moved, not added
     await write(writer, gt + outcomes)  # re-delivery of both: nothing changes
     assert (await stored(database_url, "1h")).isclose(got, atol=1e-12)
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        assert await assert_design_tables_match_items(conn) == 60
+    finally:
+        await conn.close()
 
 
 async def test_sampling_weights(database_url):

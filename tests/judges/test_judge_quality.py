@@ -30,6 +30,7 @@ from monitor.judges.quality_repo import refresh_judge_quality
 from monitor.judges.worker import JudgeRunner
 from monitor.replay.tau2 import tau2_file_events
 from monitor.store.engine import libpq_url
+from tests.analytics.design_tables import assert_design_tables_match_items
 from tests.factories import event
 
 Z = 1.959963984540054
@@ -181,6 +182,8 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
         # q40, q41 stay labelled by det.good (its label 0), the other 8 lose their label
         assert [(c.judge, c.muted, c.relabelled) for c in changes] == [("det.noisy", True, 10)]
         assert await judge_labelled() == 2 and await bins() == (42, 24.0)
+        async with pool.acquire() as conn:  # 8 items lost their label: their hours shrank
+            assert await assert_design_tables_match_items(conn) == 42
         assert (await refresh_judge_quality(pool, 0.7, 30))[1] == []  # idempotent
         stored = await pool.fetch("SELECT judge, muted FROM judge_quality ORDER BY judge")
         assert [(r["judge"], r["muted"]) for r in stored] == [("det.good", False),

@@ -19,6 +19,7 @@ import asyncpg
 from typer.testing import CliRunner
 
 from monitor.analytics import repo, repo_escalation
+from monitor.analytics.design_effect import design_effects
 from monitor.cli.main import app
 from monitor.core.retention import RetentionSettings, midnight
 from monitor.ingest.rows import event_row
@@ -110,6 +111,12 @@ async def aggregates(url: str) -> dict[str, object]:
             assert repo.bin_range(lo, hi)[0] == (name if name != "past" else "1m")
             sums = await repo.bin_sums(engine, repo.Segment(), lo, hi, group_by=("agent_id",))
             out[f"bins {name}"] = sorted((k, repr(v)) for k, v in sums.items())
+        # inside the items' horizon (30 days), with and without partial hours, and past it
+        hour = NOW.replace(minute=0, second=0)
+        for name, (lo, hi) in {"1m": windows()["1m"], "1h": (hour - timedelta(days=29), hour),
+                               "past": windows()["past"]}.items():
+            deffs = await design_effects(engine, repo.Segment(), lo, hi, with_total=True)
+            out[f"design effects {name}"] = sorted(deffs.items())
         esc = await repo_escalation.escalation_conversations(
             engine, repo.Segment(), TODAY - timedelta(days=20), TODAY)
         out["escalation"] = sorted((k, repr(v)) for k, v in esc.items())
@@ -138,6 +145,8 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
         "events kept": "SELECT count(*) FROM events WHERE ts >= $1",
         "ids old": "SELECT count(*) FROM event_ids WHERE ts < $1",
         "items old": "SELECT count(*) FROM items WHERE ts < $1",
+        "item hours old": "SELECT count(*) FROM item_hours WHERE hour < $1",
+        "design hours old": "SELECT count(*) FROM design_hours WHERE hour < $1",
         "bins 1m old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1m'"
                        " AND window_start < $1",
         "bins 1h old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1h'"
@@ -200,10 +209,9 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         assert report.partitions_dropped == len([d for d in days_before if d < cut]) - 1
         assert report.partitions_created == 2
         new = await counts(conn)
-        zero = ("items old", "bins 1m old", "bins 1h old", "bins 1d old", "esc 1h old",
-                "esc 1d old", "conversations old", "conv minutes old", "dead letters old",
-                "verdicts old",
-                "judge requests old")
+        zero = ("items old", "item hours old", "design hours old", "bins 1m old", "bins 1h old",
+                "bins 1d old", "esc 1h old", "esc 1d old", "conversations old",
+                "conv minutes old", "dead letters old", "verdicts old", "judge requests old")
         assert {k: new[k] for k in zero} == dict.fromkeys(zero, 0)
         assert new["events old"] == new["ids old"] == on_day  # that day's events and ids
         assert new["events kept"] == old["events kept"]
@@ -235,6 +243,7 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
 
     after = await aggregates(database_url)
     assert after["bins past"] == [] != before["bins past"]  # past the horizon: gone
+    assert after["design effects past"] == [] != before["design effects past"]
     for key in before:
-        if key != "bins past":
+        if not key.endswith(" past"):
             assert after[key] == before[key], key

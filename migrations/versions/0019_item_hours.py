@@ -1,0 +1,82 @@
+"""labelled items per conversation-hour: ``item_hours`` and ``design_hours`` (issue 13)
+
+The design effect of a window (labelled items per distinct conversation: every calibration
+report, drift check and alert evaluation) read ``items`` for the whole window: 3.9 s of the
+``monitor calibration --since 7d`` command at 1M items. ``item_hours`` (per conversation, hour
+and segment: labelled items with weight > 0, and whether the conversation has several rows) and
+``design_hours`` (per hour and segment: their sums and non-empty rows) make whole hours a sum;
+``monitor.analytics.design_effect`` reads them. The upgrade back-fills both from the stored
+items (the items statement keeps them from then on, monitor/ingest/design_sql.py); the
+downgrade drops them.
+
+Revision ID: 0019
+Revises: 0018
+Create Date: 2026-11-26 15:30:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0019"
+down_revision: str | None = "0018"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+ROLE = "monitor_readonly"
+SEG = "agent_id, agent_version, domain, tier"
+# frozen copies of monitor.ingest.design_sql.backfill_*() as this revision was written
+BACKFILL_ITEM_HOURS = f"""
+INSERT INTO item_hours (conversation_id, hour, {SEG}, n, multi)
+SELECT conversation_id, hour, {SEG}, n, count(*) OVER (PARTITION BY conversation_id) > 1
+FROM (SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {SEG}, count(*) AS n
+      FROM items WHERE label IS NOT NULL AND weight > 0
+      GROUP BY conversation_id, hour, {SEG}) AS k"""
+BACKFILL_DESIGN_HOURS = f"""
+INSERT INTO design_hours (hour, {SEG}, items, conversations)
+SELECT hour, {SEG}, sum(n), count(*) FILTER (WHERE n > 0) FROM item_hours
+GROUP BY hour, {SEG}"""
+
+
+def _segment() -> list[sa.Column[object]]:
+    return [
+        sa.Column("agent_id", sa.Text(), nullable=False),
+        sa.Column("agent_version", sa.Text(), server_default="", nullable=False),
+        sa.Column("domain", sa.Text(), server_default="", nullable=False),
+        sa.Column("tier", sa.SmallInteger(), server_default="0", nullable=False),
+    ]
+
+
+def upgrade() -> None:
+    op.create_table(
+        "item_hours",
+        sa.Column("conversation_id", sa.Text(), nullable=False),
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        *_segment(),
+        sa.Column("n", sa.BigInteger(), nullable=False),
+        sa.Column("multi", sa.Boolean(), nullable=False),
+        sa.PrimaryKeyConstraint("conversation_id", "hour", "agent_id", "agent_version",
+                                "domain", "tier", name="pk_item_hours"),
+    )
+    op.create_index("ix_item_hours_multi", "item_hours", ["hour"],
+                    postgresql_where=sa.text("multi"))
+    op.create_table(
+        "design_hours",
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        *_segment(),
+        sa.Column("items", sa.BigInteger(), nullable=False),
+        sa.Column("conversations", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("hour", "agent_id", "agent_version", "domain", "tier",
+                                name="pk_design_hours"),
+    )
+    op.execute(BACKFILL_ITEM_HOURS)
+    op.execute(BACKFILL_DESIGN_HOURS)
+    op.execute(f"GRANT SELECT ON item_hours, design_hours TO {ROLE}")
+
+
+def downgrade() -> None:
+    op.drop_table("design_hours")
+    op.drop_table("item_hours")

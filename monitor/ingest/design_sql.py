@@ -1,0 +1,91 @@
+"""The SQL that keeps ``item_hours`` and ``design_hours`` in step with the items' labels (issue 13).
+
+The design effect of a window is labelled items (weight > 0) per *distinct* conversation with
+such items in it: not additive over hours, so it used to scan ``items``. These two tables make
+it a sum (:mod:`monitor.analytics.design_effect` reads them):
+
+- ``item_hours``: per (conversation, hour of ``ts``, segment) the count ``n`` of its labelled
+  items with weight > 0, and ``multi``: the conversation has more than one such row;
+- ``design_hours``: per (hour, segment) the sum of ``n`` and the number of rows with ``n > 0``.
+
+Over whole hours, a conversation with one row is counted once by ``design_hours``; only the
+``multi`` rows (conversations whose items span hours or segments: a minority) need reading to
+count each of their conversations once.
+
+:data:`DESIGN_CTES` continues the items statement (:mod:`monitor.ingest.items_sql`) from its
+``changes`` CTE (``conversation_id, ts, segment, confidence, weight, y_new, y_old`` of every new
+labelled item and every relabelled one): each change adds ``(y_new IS NOT NULL) - (y_old IS NOT
+NULL)`` to its row's ``n``, rows are upserted in key order, ``design_hours`` gets the row
+differences (``n`` before is ``n`` after minus the change; a row moving between ``0`` and
+positive changes ``conversations``), and when a conversation ends up with more than one row,
+all its rows are flagged ``multi`` (never unflagged: a flagged conversation is only read, never
+miscounted). Callers hold :data:`monitor.ingest.items_sql.LOCK_CONVERSATIONS` for the
+conversations, so no other transaction changes their rows meanwhile. Idempotent like the rest
+of the statement: no change, no write.
+"""
+
+from __future__ import annotations
+
+from monitor.store.tables_analytics import SEGMENT_KEY
+
+_SEG = ", ".join(SEGMENT_KEY)
+_KEY = f"conversation_id, hour, {_SEG}"
+_HAS = "((y_new IS NOT NULL)::int - (y_old IS NOT NULL)::int)"
+
+
+def _same_key(a: str, b: str) -> str:
+    return " AND ".join(f"{a}.{c} = {b}.{c}" for c in ("conversation_id", "hour", *SEGMENT_KEY))
+
+
+#: CTEs to append after ``changes`` (each starts with a comma); counted by ``hour_rows``.
+DESIGN_CTES = f""", hour_deltas AS (
+  SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {_SEG},
+         sum({_HAS})::bigint AS dn
+  FROM changes WHERE weight > 0
+  GROUP BY {_KEY} HAVING sum({_HAS}) <> 0
+), multi_convs AS (
+  SELECT conversation_id FROM (
+    SELECT {_KEY} FROM hour_deltas
+    UNION
+    SELECT {_KEY} FROM item_hours
+    WHERE conversation_id = ANY(ARRAY(SELECT DISTINCT conversation_id FROM hour_deltas))
+  ) AS k GROUP BY conversation_id HAVING count(*) > 1
+), hour_rows AS (
+  INSERT INTO item_hours AS h ({_KEY}, n, multi)
+  SELECT {_KEY}, dn, conversation_id IN (SELECT conversation_id FROM multi_convs)
+  FROM hour_deltas ORDER BY {_KEY}
+  ON CONFLICT ({_KEY}) DO UPDATE SET n = h.n + EXCLUDED.n, multi = h.multi OR EXCLUDED.multi
+  RETURNING h.conversation_id, h.hour, {", ".join(f"h.{c}" for c in SEGMENT_KEY)}, h.n
+), flag_multi AS (
+  UPDATE item_hours h SET multi = true
+  WHERE h.conversation_id = ANY(ARRAY(SELECT conversation_id FROM multi_convs)) AND NOT h.multi
+    AND NOT EXISTS (SELECT 1 FROM hour_deltas d WHERE {_same_key("d", "h")})
+  RETURNING 1
+), design_up AS (
+  INSERT INTO design_hours AS s (hour, {_SEG}, items, conversations)
+  SELECT r.hour, {", ".join(f"r.{c}" for c in SEGMENT_KEY)}, sum(d.dn),
+         sum((r.n > 0)::int - (r.n - d.dn > 0)::int)
+  FROM hour_rows r JOIN hour_deltas d ON {_same_key("d", "r")}
+  GROUP BY r.hour, {", ".join(f"r.{c}" for c in SEGMENT_KEY)}
+  ORDER BY 1, 2, 3, 4, 5
+  ON CONFLICT (hour, {_SEG}) DO UPDATE SET items = s.items + EXCLUDED.items,
+    conversations = s.conversations + EXCLUDED.conversations
+  RETURNING 1
+)"""
+
+
+def backfill_item_hours() -> str:
+    """``INSERT`` of ``item_hours`` from the stored items (into an empty table)."""
+    return f"""
+INSERT INTO item_hours ({_KEY}, n, multi)
+SELECT {_KEY}, n, count(*) OVER (PARTITION BY conversation_id) > 1
+FROM (SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {_SEG}, count(*) AS n
+      FROM items WHERE label IS NOT NULL AND weight > 0 GROUP BY {_KEY}) AS k"""
+
+
+def backfill_design_hours() -> str:
+    """``INSERT`` of ``design_hours`` from ``item_hours`` (into an empty table)."""
+    return f"""
+INSERT INTO design_hours (hour, {_SEG}, items, conversations)
+SELECT hour, {_SEG}, sum(n), count(*) FILTER (WHERE n > 0) FROM item_hours
+GROUP BY hour, {_SEG}"""
