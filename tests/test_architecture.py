@@ -44,7 +44,7 @@ EDGE_MODULES = frozenset({
     "monitor.ingest.rollup_sql", "monitor.ingest.offsets", "monitor.ingest.poison",
     "monitor.ingest.dlq_publish", "monitor.ingest.paused_retry", "monitor.ingest.rebalance",
     "monitor.ingest.escalation_sql", "monitor.ingest.conversation_minutes_sql",
-    "monitor.ingest.design_sql", "monitor.analytics.repo_escalation",
+    "monitor.ingest.design_sql", "monitor.ingest.label_sql", "monitor.analytics.repo_escalation",
     "monitor.analytics.design_effect",
     "monitor.judges.llm", "monitor.judges.repo", "monitor.judges.stats",
     "monitor.judges.worker", "monitor.judges.quality_repo", "monitor.judges.runner",

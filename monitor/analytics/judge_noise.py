@@ -24,8 +24,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from monitor.analytics.design_effect import whole_hours
 from monitor.analytics.repo import Segment
 from monitor.judges.quality import (
     CorrectedAccuracy,
@@ -59,17 +60,37 @@ class JudgeLabels:
     judges: list[JudgeCorrection] = field(default_factory=list)
 
 
+async def label_sources(
+    conn: AsyncConnection, segment: Segment, start: datetime, end: datetime
+) -> list[tuple[str, str, int]]:
+    """``(agent, label_source, labelled items)`` in ``[start, end)``, by agent and source: the
+    window's whole UTC hours from ``label_hours``, the rest from ``items`` (exact either way;
+    ``label_hours`` is kept by :mod:`monitor.ingest.label_sql`)."""
+    cond, params = segment.where()
+    p: dict[str, Any] = {"lo": start, "hi": end, **params}
+    items = (f"SELECT agent_id, coalesce(label_source, '') AS label_source, 1 AS n FROM items"
+             f" WHERE label IS NOT NULL AND {cond}")
+    hours = whole_hours(start, end)
+    if hours is None:
+        rows = f"{items} AND ts >= :lo AND ts < :hi"
+    else:
+        p["a"], p["b"] = hours
+        rows = (f"SELECT agent_id, label_source, items AS n FROM label_hours"
+                f" WHERE hour >= :a AND hour < :b AND {cond}"
+                f" UNION ALL {items} AND (ts >= :lo AND ts < :a OR ts >= :b AND ts < :hi)")
+    result = await conn.execute(text(
+        f"SELECT agent_id, label_source, sum(n) FROM ({rows}) AS t"
+        " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2"), p)
+    out: list[Any] = list(result.all())
+    return [(str(a), str(s), int(n)) for a, s, n in out]
+
+
 async def judge_labels(
     engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
 ) -> dict[str, JudgeLabels]:
     """Per agent with at least one judge-labelled item in ``[start, end)`` (see module doc)."""
-    cond, params = segment.where("i.")
-    p = {"lo": start, "hi": end, **params}
     async with engine.connect() as conn:
-        sources: list[Any] = list((await conn.execute(text(
-            "SELECT i.agent_id, i.label_source, count(*) FROM items i WHERE i.label IS NOT NULL"
-            f" AND i.ts >= :lo AND i.ts < :hi AND {cond} GROUP BY 1, 2 ORDER BY 1, 2"),
-            p)).all())  # fmt: skip
+        sources = await label_sources(conn, segment, start, end)
         vcond, vparams = Segment(segment.agent).where("v.")
         judged: list[Any] = list((await conn.execute(text(
             "SELECT v.agent_id, v.judge, v.judge_version, count(DISTINCT v.conversation_id),"

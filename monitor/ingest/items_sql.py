@@ -19,7 +19,8 @@ and, in one statement (``$2`` must be a subset of ``$1``: the judges' labels are
    a new labelled item adds its contribution, a relabelled item subtracts its old contribution
    and adds its new one. Items with weight 0 (not in the probability sample) add nothing;
 4. keeps ``item_hours`` and ``design_hours`` (labelled items per conversation-hour, for the
-   design effect) from the same changes: :mod:`monitor.ingest.design_sql`.
+   design effect) from the same changes: :mod:`monitor.ingest.design_sql`; and
+   ``label_hours`` (labelled items per hour and label source): :mod:`monitor.ingest.label_sql`.
 
 Both steps compare stored state with wanted state, so running the statement again, or for a
 conversation that did not change, writes nothing: the sums are idempotent under replays and
@@ -46,6 +47,7 @@ from __future__ import annotations
 from monitor.analytics.bins import DEFAULT_BINS
 from monitor.ingest.design_sql import DESIGN_CTES
 from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
+from monitor.ingest.label_sql import LABEL_CTES
 from monitor.ingest.rollup_sql import STAGING_TABLE
 from monitor.store.tables_analytics import RESOLUTIONS, SEGMENT_KEY
 
@@ -128,17 +130,17 @@ def _sync_sql(with_new_items: bool) -> str:
   ORDER BY s.event_id
   ON CONFLICT (event_id) DO NOTHING
   RETURNING conversation_id, ts, {_SEG}, confidence, weight, label AS y_new,
-            NULL::smallint AS y_old""" if (
+            NULL::smallint AS y_old, label_source AS src_new, NULL::text AS src_old""" if (
         with_new_items
     ) else f"""
   SELECT NULL::text AS conversation_id, NULL::timestamptz AS ts,
          {", ".join(f"NULL::{t} AS {c}" for c, t in _SEG_TYPES)},
          NULL::float8 AS confidence, NULL::float8 AS weight, NULL::smallint AS y_new,
-         NULL::smallint AS y_old WHERE FALSE"""
+         NULL::smallint AS y_old, NULL::text AS src_new, NULL::text AS src_old WHERE FALSE"""
     return f"""
 WITH judged AS ({_JUDGED}), new_items AS ({new_items}
 ), old AS (
-  SELECT i.event_id, i.label AS y_old, coalesce(conv.y, j.y) AS y_new,
+  SELECT i.event_id, i.label AS y_old, i.label_source AS src_old, coalesce(conv.y, j.y) AS y_new,
          CASE WHEN conv.y IS NOT NULL THEN conv.src ELSE j.src END AS src
   FROM items i JOIN {_CONV} USING (conversation_id) LEFT JOIN judged j ON j.item_id = i.event_id
   WHERE i.conversation_id = ANY($2::text[]) AND conv.conversation_id = ANY($2::text[])
@@ -152,7 +154,7 @@ WITH judged AS ({_JUDGED}), new_items AS ({new_items}
   FROM old WHERE i.event_id = ANY(ARRAY(SELECT event_id FROM old)) AND i.event_id = old.event_id
   RETURNING i.conversation_id, i.ts, {", ".join(f"i.{c}" for c in SEGMENT_KEY)},
             i.confidence, i.weight,
-            old.y_new, old.y_old
+            old.y_new, old.y_old, old.src AS src_new, old.src_old
 ), changes AS (
   SELECT * FROM new_items WHERE y_new IS NOT NULL
   UNION ALL
@@ -176,11 +178,12 @@ WITH judged AS ({_JUDGED}), new_items AS ({new_items}
   ON CONFLICT (resolution, window_start, {_SEG}, bin) DO UPDATE SET
     {", ".join(f"{c} = b.{c} + EXCLUDED.{c}" for c in _SUMS)}
   RETURNING 1
-){DESIGN_CTES}
+){DESIGN_CTES}{LABEL_CTES}
 SELECT (SELECT count(*) FROM new_items) AS new_items,
        (SELECT count(*) FROM relabel) AS relabelled,
        (SELECT count(*) FROM up) AS bin_rows,
-       (SELECT count(*) FROM hour_rows) AS hour_rows
+       (SELECT count(*) FROM hour_rows) AS hour_rows,
+       (SELECT count(*) FROM label_rows) AS label_rows
 """
 
 

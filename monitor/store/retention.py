@@ -16,10 +16,10 @@
    ``ingest_delay_bins`` by ``minute``, which is the minute of ``ingested_at``,
    ``conversation_minutes`` by its minute of ``first_ts``), the hourly and
    daily sums (``calibration_bins`` and ``escalation_bins`` at ``1h`` / ``1d``), ``items`` (by
-   ``ts``) with ``item_hours`` and ``design_hours`` (by ``hour``), ``conversations`` (by
-   ``last_ts``, the conversation's last event, once nothing was written into the row since
-   the horizon either: replayed old traffic is kept), ``dead_letters``
-   (by ``received_at``), ``verdicts`` and ``judge_requests`` (by ``created_at`` /
+   ``ts``) with ``item_hours``, ``design_hours`` and ``label_hours`` (by ``hour``),
+   ``conversations`` (by ``last_ts``, the conversation's last event, once nothing was written
+   into the row since the horizon either: replayed old traffic is kept), ``dead_letters`` (by
+   ``received_at``), ``verdicts`` and ``judge_requests`` (by ``created_at`` /
    ``requested_at``).
 
 Every step is its own transaction and idempotent (running it twice removes nothing more), so a
@@ -68,6 +68,7 @@ _DELETES: tuple[tuple[str, str, str], ...] = (
     # the cut is midnight, so whole hours go with their items
     ("item_hours", "items", "DELETE FROM item_hours WHERE hour < :cut"),
     ("design_hours", "items", "DELETE FROM design_hours WHERE hour < :cut"),
+    ("label_hours", "items", "DELETE FROM label_hours WHERE hour < :cut"),
     ("escalation_bins_1h", "hourly_sums",
      "DELETE FROM escalation_bins WHERE resolution = '1h' AND window_start < :cut"),
     ("escalation_bins_1d", "daily_sums",

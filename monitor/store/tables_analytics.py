@@ -19,6 +19,9 @@
 ``design_hours``
     Per (hour, segment): ``items`` = the sum of ``item_hours.n``, ``conversations`` = the number
     of its ``item_hours`` rows with ``n > 0``.
+``label_hours``
+    Labelled items (any weight) per (hour of ``ts``, segment, ``label_source``): how much of a
+    window's labels come from outcomes and how much from judges, without reading ``items``.
 ``calibration_maps``
     Versioned isotonic recalibration maps per (agent, domain) with their held-out evaluation.
 ``drift_checks``
@@ -107,6 +110,16 @@ design_hours = Table(
     Column("items", BigInteger, nullable=False),
     Column("conversations", BigInteger, nullable=False),
     PrimaryKeyConstraint("hour", *SEGMENT_KEY, name="pk_design_hours"),
+)
+
+label_hours = Table(
+    "label_hours",
+    metadata,
+    Column("hour", TS, nullable=False),
+    *_segment(),
+    Column("label_source", Text, nullable=False),
+    Column("items", BigInteger, nullable=False),
+    PrimaryKeyConstraint("hour", *SEGMENT_KEY, "label_source", name="pk_label_hours"),
 )
 
 calibration_bins = Table(

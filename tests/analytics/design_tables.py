@@ -1,5 +1,6 @@
-"""An invariant shared by the tests that change items' labels: ``item_hours`` and
-``design_hours`` (monitor/ingest/design_sql.py) equal what the stored ``items`` give now."""
+"""An invariant shared by the tests that change items' labels: ``item_hours``,
+``design_hours`` (monitor/ingest/design_sql.py) and ``label_hours`` (label_sql.py) equal what
+the stored ``items`` give now."""
 
 from __future__ import annotations
 
@@ -33,4 +34,10 @@ async def assert_design_tables_match_items(conn: asyncpg.Connection) -> int:
     stored = await conn.fetch(f"SELECT hour, {SEG}, items, conversations FROM design_hours"
                               " WHERE items <> 0 OR conversations <> 0")
     assert {tuple(r.values()) for r in stored} == {tuple(r.values()) for r in sums}
+    sources = await conn.fetch(
+        f"SELECT date_trunc('hour', ts, 'UTC') AS hour, {SEG}, label_source, count(*)"
+        f" FROM items WHERE label IS NOT NULL GROUP BY hour, {SEG}, label_source")
+    by_hour = await conn.fetch(f"SELECT hour, {SEG}, label_source, items FROM label_hours"
+                               " WHERE items <> 0")
+    assert {tuple(r.values()) for r in by_hour} == {tuple(r.values()) for r in sources}
     return len(want)

@@ -1,8 +1,8 @@
 """The design effect against real Postgres: labelled items (weight > 0) per conversation, per
 group and over all groups, equal to the same figure counted in Python from the items' rows;
-and the hourly roll-up path (``item_hours`` / ``design_hours``) equal to the scan of ``items``
-on windows with and without whole hours, after out-of-order batches, late outcomes, replays
-and conversations that span segments."""
+and the hourly roll-up path (``item_hours`` / ``design_hours``; ``label_hours`` for the labels
+by source) equal to the scan of ``items`` on windows with and without whole hours, after
+out-of-order batches, late outcomes, replays and conversations that span segments."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from monitor.analytics import design_effect, repo
+from monitor.analytics.judge_noise import label_sources
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
@@ -103,7 +104,10 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
         spanning += [event(f"{cid}-a0", cid, at=at, confidence=0.6),
                      event(f"{cid}-a1", cid, at=at + 200, confidence=0.7, agent=other),
                      event(f"{cid}-a2", cid, at=at + 250, confidence=0.9),
-                     event(f"{cid}-o", cid, "outcome", at=at + 300, success=k % 4 < 2)]
+                     event(f"{cid}-o", cid, "outcome", at=at + 300, success=k % 4 < 2,
+                           source="csat" if k % 4 == 3 else "ground_truth")]
+        if k % 8 == 3:  # a later ground truth relabels some of the csat-labelled items
+            late.append(event(f"{cid}-gt", cid, "outcome", at=at + 900, success=True))
     writer = EventWriter(database_url)
     engine = make_engine(database_url)
     conn = await asyncpg.connect(libpq_url(database_url))
@@ -118,11 +122,17 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
         multi = await conn.fetchval("SELECT count(DISTINCT conversation_id) FROM item_hours"
                                     " WHERE multi AND n > 0")
         assert multi >= 16  # the correction for conversations across hours is exercised
-        checked = 0
+        checked = sources = 0
         for lo, hi in [(NOW - timedelta(hours=10), NOW + timedelta(hours=1)),
                        (T0, T0 + timedelta(hours=13)),
                        *windows(rng, NOW - timedelta(hours=10), NOW, 24),
                        *windows(rng, T0, T0 + timedelta(hours=13), 16)]:
+            want_sources = [tuple(r) for r in await conn.fetch(
+                "SELECT agent_id, label_source, count(*) FROM items WHERE label IS NOT NULL"
+                " AND ts >= $1 AND ts < $2 GROUP BY 1, 2 ORDER BY 1, 2", lo, hi)]
+            async with engine.connect() as c:
+                assert await label_sources(c, repo.Segment(), lo, hi) == want_sources
+            sources += len({s for _, s, _ in want_sources}) > 1
             for keys in KEYS:
                 for seg in (repo.Segment(), repo.Segment(agent="other-*")):
                     for total in (False, True):
@@ -132,7 +142,7 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
                             engine, seg, lo, hi, group_by=keys, with_total=total)
                         assert got == want, (lo, hi, keys, seg, total)
                         checked += bool(want) and design_effect.whole_hours(lo, hi) is not None
-        assert checked >= 200
+        assert checked >= 200 and sources >= 10  # windows with outcome sources of two kinds
     finally:
         await conn.close()
         await engine.dispose()

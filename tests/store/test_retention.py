@@ -147,6 +147,7 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
         "items old": "SELECT count(*) FROM items WHERE ts < $1",
         "item hours old": "SELECT count(*) FROM item_hours WHERE hour < $1",
         "design hours old": "SELECT count(*) FROM design_hours WHERE hour < $1",
+        "label hours old": "SELECT count(*) FROM label_hours WHERE hour < $1",
         "bins 1m old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1m'"
                        " AND window_start < $1",
         "bins 1h old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1h'"
@@ -209,9 +210,10 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         assert report.partitions_dropped == len([d for d in days_before if d < cut]) - 1
         assert report.partitions_created == 2
         new = await counts(conn)
-        zero = ("items old", "item hours old", "design hours old", "bins 1m old", "bins 1h old",
-                "bins 1d old", "esc 1h old", "esc 1d old", "conversations old",
-                "conv minutes old", "dead letters old", "verdicts old", "judge requests old")
+        zero = ("items old", "item hours old", "design hours old", "label hours old",
+                "bins 1m old", "bins 1h old", "bins 1d old", "esc 1h old", "esc 1d old",
+                "conversations old", "conv minutes old", "dead letters old", "verdicts old",
+                "judge requests old")
         assert {k: new[k] for k in zero} == dict.fromkeys(zero, 0)
         assert new["events old"] == new["ids old"] == on_day  # that day's events and ids
         assert new["events kept"] == old["events kept"]

@@ -1,4 +1,4 @@
-"""labelled items per conversation-hour: ``item_hours`` and ``design_hours`` (issue 13)
+"""hourly roll-ups of the labelled items: ``item_hours``, ``design_hours``, ``label_hours``
 
 The design effect of a window (labelled items per distinct conversation: every calibration
 report, drift check and alert evaluation) read ``items`` for the whole window: 3.9 s of the
@@ -7,7 +7,9 @@ and segment: labelled items with weight > 0, and whether the conversation has se
 ``design_hours`` (per hour and segment: their sums and non-empty rows) make whole hours a sum;
 ``monitor.analytics.design_effect`` reads them. The upgrade back-fills both from the stored
 items (the items statement keeps them from then on, monitor/ingest/design_sql.py); the
-downgrade drops them.
+downgrade drops them. ``label_hours`` (labelled items per hour, segment and label source) does
+the same for the report's share of judge labels (``judge_noise.judge_labels``: 0.27 s of
+scanning at 1M items; monitor/ingest/label_sql.py). Issue 13.
 
 Revision ID: 0019
 Revises: 0018
@@ -35,6 +37,10 @@ SELECT conversation_id, hour, {SEG}, n, count(*) OVER (PARTITION BY conversation
 FROM (SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {SEG}, count(*) AS n
       FROM items WHERE label IS NOT NULL AND weight > 0
       GROUP BY conversation_id, hour, {SEG}) AS k"""
+BACKFILL_LABEL_HOURS = f"""
+INSERT INTO label_hours (hour, {SEG}, label_source, items)
+SELECT date_trunc('hour', ts, 'UTC'), {SEG}, coalesce(label_source, ''), count(*) FROM items
+WHERE label IS NOT NULL GROUP BY 1, 2, 3, 4, 5, 6"""
 BACKFILL_DESIGN_HOURS = f"""
 INSERT INTO design_hours (hour, {SEG}, items, conversations)
 SELECT hour, {SEG}, sum(n), count(*) FILTER (WHERE n > 0) FROM item_hours
@@ -72,11 +78,22 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("hour", "agent_id", "agent_version", "domain", "tier",
                                 name="pk_design_hours"),
     )
+    op.create_table(
+        "label_hours",
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        *_segment(),
+        sa.Column("label_source", sa.Text(), nullable=False),
+        sa.Column("items", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("hour", "agent_id", "agent_version", "domain", "tier",
+                                "label_source", name="pk_label_hours"),
+    )
     op.execute(BACKFILL_ITEM_HOURS)
     op.execute(BACKFILL_DESIGN_HOURS)
-    op.execute(f"GRANT SELECT ON item_hours, design_hours TO {ROLE}")
+    op.execute(BACKFILL_LABEL_HOURS)
+    op.execute(f"GRANT SELECT ON item_hours, design_hours, label_hours TO {ROLE}")
 
 
 def downgrade() -> None:
+    op.drop_table("label_hours")
     op.drop_table("design_hours")
     op.drop_table("item_hours")
