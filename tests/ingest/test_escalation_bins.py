@@ -314,7 +314,8 @@ async def test_time_to_escalation_panel_equals_percentile_cont(database_url: str
                                                   interval_ms=ms))
             got = await conn.fetch(grafana_sql.interpolate(sql, time_range=tr, interval_ms=ms,
                                                  variables=variables) + ", 2")
-            assert [tuple(r)[:2] for r in got] == [tuple(r)[:2] for r in want]
+            # the panel's time is a timestamptz (date_bin), the earlier SQL's epoch seconds
+            assert [(r[0].timestamp(), r[1]) for r in got] == [(float(r[0]), r[1]) for r in want]
             for a, b in zip(got, want, strict=True):
                 assert close(a[2], b[2]) and close(a[3], b[3]), (ms, tuple(a), tuple(b))
             compared += len(want)
