@@ -3,10 +3,10 @@
 Every function takes an ``AsyncEngine``, a :class:`Segment` filter and a half-open time range
 ``[start, end)`` (aware datetimes), opens one short connection, and returns plain values.
 
-Time ranges over ``calibration_bins`` are exact sums of rows: the coarsest resolution whose
-grid both bounds sit on is used (``1d``, ``1h``), otherwise ``1m`` with the range widened to
-whole minutes (:func:`bin_range`). Item and conversation queries filter on the item's ``ts``
-and the conversation's ``first_ts``.
+Time ranges over ``calibration_bins`` are exact sums of rows: the range, widened to whole
+minutes when a bound is not on one (:func:`bin_range`), is read as whole days, whole hours and
+the minutes at its edges (:func:`bin_pieces`). Item and conversation queries filter on the
+item's ``ts`` and the conversation's ``first_ts``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from monitor.analytics.bins import BinSums, FloatArray
 from monitor.analytics.passk import Trial
 
 _MINUTE = timedelta(minutes=1)
+_HOUR = timedelta(hours=1)
+_DAY = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,31 @@ def bin_range(start: datetime, end: datetime) -> tuple[str, datetime, datetime]:
     return "1m", lo, hi
 
 
+def bin_pieces(start: datetime, end: datetime) -> list[tuple[str, datetime, datetime]]:
+    """``(resolution, lo, hi)`` pieces covering the same windows as :func:`bin_range` with the
+    coarsest stored ones: whole UTC days in the middle, whole hours around them, minutes only
+    at the edges (a 7-day range: about 120 minutes, 46 hours and 6 days instead of 10,080
+    minutes). The sums are the same (every resolution holds the same items), and a range
+    longer than the minute sums' retention still counts the days and hours those keep."""
+    res, lo, hi = bin_range(start, end)
+    out: list[tuple[str, datetime, datetime]] = []
+    h_lo, h_hi = _ceil(lo, _HOUR), _floor(hi, _HOUR)
+    if h_lo >= h_hi:
+        return [(res, lo, hi)]
+    d_lo, d_hi = _ceil(lo, _DAY), _floor(hi, _DAY)
+    middle = ([("1h", h_lo, d_lo), ("1d", d_lo, d_hi), ("1h", d_hi, h_hi)] if d_lo < d_hi
+              else [("1h", h_lo, h_hi)])
+    for piece in [("1m", lo, h_lo), *middle, ("1m", h_hi, hi)]:
+        if piece[1] < piece[2]:
+            out.append(piece)
+    return out
+
+
+def _ceil(t: datetime, step: timedelta) -> datetime:
+    f = _floor(t, step)
+    return f if f == t else f + step
+
+
 def _floor(t: datetime, step: timedelta) -> datetime:
     epoch = datetime(1970, 1, 1, tzinfo=t.tzinfo)
     return epoch + ((t - epoch) // step) * step
@@ -101,17 +128,21 @@ async def bin_sums(
     bad = set(group_by) - {"agent_id", "agent_version", "domain", "tier"}
     if bad:
         raise ValueError(f"cannot group by {sorted(bad)}")
-    res, lo, hi = bin_range(start, end)
     cond, params = segment.where()
+    pieces = bin_pieces(start, end)
+    windows = " OR ".join(f"(resolution = :res{i} AND window_start >= :lo{i}"
+                          f" AND window_start < :hi{i})" for i in range(len(pieces)))
+    for i, (res, lo, hi) in enumerate(pieces):
+        params = {**params, f"res{i}": res, f"lo{i}": lo, f"hi{i}": hi}
     keys = ", ".join(group_by)
     sql = (
         f"SELECT {keys + ', ' if keys else ''}{_SUM_COLS} FROM calibration_bins "
-        f"WHERE resolution = :res AND window_start >= :lo AND window_start < :hi AND {cond} "
+        f"WHERE ({windows}) AND {cond} "
         f"GROUP BY {keys + ', ' if keys else ''}bin ORDER BY {keys + ', ' if keys else ''}bin"
     )
     out: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     async with engine.connect() as conn:
-        rows = (await conn.execute(text(sql), {"res": res, "lo": lo, "hi": hi, **params})).all()
+        rows = (await conn.execute(text(sql), params)).all()
     k = len(group_by)
     for row in rows:
         out.setdefault(tuple(row[:k]), []).append(tuple(row[k:]))
