@@ -1,6 +1,7 @@
 """``repo.bin_sums`` reads a range as whole days, whole hours and edge minutes
 (``repo.bin_pieces``): the pieces tile exactly the minute-widened range, and on real Postgres
-the sums equal those of the range's 1-minute rows alone."""
+the sums equal those of the range's 1-minute rows alone; so do the dashboards'
+``calibration_bins_in(lo, hi)`` (migration 0020)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from monitor.sim.traffic import Simulator
 from monitor.store.engine import libpq_url, make_engine
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+SUMS = ("sum(weight), sum(sum_conf), sum(sum_y), sum(sum_sq_err), sum(sum_w2),"
+        " sum(count) AS count")
 STEP = {"1m": timedelta(minutes=1), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
 
 
@@ -78,6 +81,18 @@ async def test_sums_equal_the_minute_rows(database_url: str) -> None:
                 assert got[key].isclose(expected), (start, end, key)
                 assert got[key].total_count == expected.total_count
             compared += len(want) * (len(repo.bin_pieces(start, end)) > 1)
+            # the dashboards' calibration_bins_in(lo, hi): windows starting in [lo, hi]
+            # ($__timeFilter), read as days, hours and edge minutes: the minute rows' sums
+            minute = await conn.fetch(
+                f"SELECT agent_id, bin, {SUMS} FROM calibration_bins WHERE resolution = '1m'"
+                " AND window_start BETWEEN $1 AND $2 GROUP BY 1, 2 ORDER BY 1, 2", start, end)
+            mixed = await conn.fetch(
+                f"SELECT agent_id, bin, {SUMS} FROM calibration_bins_in($1, $2)"
+                " GROUP BY 1, 2 ORDER BY 1, 2", start, end)
+            assert [(r[0], r[1], r["count"]) for r in mixed] == [
+                (r[0], r[1], r["count"]) for r in minute]
+            for a, b in zip(mixed, minute, strict=True):
+                assert all(abs(a[k] - b[k]) <= 1e-9 * max(1.0, abs(b[k])) for k in range(2, 7))
         assert compared >= 40
     finally:
         await conn.close()

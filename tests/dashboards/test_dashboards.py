@@ -44,7 +44,7 @@ VIEWS = {"v_calibration_bins", "v_calibration_windows", "v_calibration_maps",
          "v_escalation_conversations", "v_escalation_bins", "v_drift_checks", "v_verdicts",
          "v_alerts", "v_alert_annotations", "v_pipeline", "v_event_minutes", "v_gate_decisions"}
 # what panels may read: the views, and escalation_bins_in (a SQL function over v_escalation_bins)
-READABLE = VIEWS | {"escalation_bins_in"}
+READABLE = VIEWS | {"escalation_bins_in", "calibration_bins_in"}  # functions over views
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
