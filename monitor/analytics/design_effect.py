@@ -21,26 +21,16 @@ each, and once per group in the ``with_total`` figure (which is its own group wh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from monitor.analytics.repo import Segment
+from monitor.analytics.repo import Segment, whole_hours
 
-_HOUR = timedelta(hours=1)
 _RATIO = "sum(n)::float8 / NULLIF(sum(c), 0)::float8"
 _LABELLED = "label IS NOT NULL AND weight > 0"
-
-
-def whole_hours(start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
-    """``[a, b)``: the whole UTC hours inside ``[start, end)``, or ``None`` if there are none."""
-    a = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    if a < start:
-        a += _HOUR
-    b = end.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    return (a, b) if a < b else None
 
 
 async def design_effects(

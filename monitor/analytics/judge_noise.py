@@ -26,8 +26,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from monitor.analytics.design_effect import whole_hours
-from monitor.analytics.repo import Segment
+from monitor.analytics.repo import Segment, whole_hours
 from monitor.judges.quality import (
     CorrectedAccuracy,
     JudgeQuality,

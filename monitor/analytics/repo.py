@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,7 @@ def bin_pieces(start: datetime, end: datetime) -> list[tuple[str, datetime, date
     minutes). The sums are the same (every resolution holds the same items), and a range
     longer than the minute sums' retention still counts the days and hours those keep."""
     res, lo, hi = bin_range(start, end)
+    lo, hi = lo.astimezone(UTC), hi.astimezone(UTC)  # the stored hours and days are UTC's
     out: list[tuple[str, datetime, datetime]] = []
     h_lo, h_hi = _ceil(lo, _HOUR), _floor(hi, _HOUR)
     if h_lo >= h_hi:
@@ -98,6 +99,13 @@ def bin_pieces(start: datetime, end: datetime) -> list[tuple[str, datetime, date
         if piece[1] < piece[2]:
             out.append(piece)
     return out
+
+
+def whole_hours(start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """``[a, b)``: the whole UTC hours inside ``[start, end)``, or ``None`` if there are none
+    (the part of a window the hourly roll-ups of items can answer)."""
+    a, b = _ceil(start.astimezone(UTC), _HOUR), _floor(end.astimezone(UTC), _HOUR)
+    return (a, b) if a < b else None
 
 
 def _ceil(t: datetime, step: timedelta) -> datetime:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import asyncpg
 
@@ -47,6 +47,15 @@ def test_pieces_tile_the_range_with_aligned_windows() -> None:
         hours = sum((b - a for r, a, b in pieces if r == "1h"), timedelta())
         if res == "1m" and hi - lo >= timedelta(hours=2):
             assert minutes < timedelta(hours=2) and hours < timedelta(days=2)
+    # a range given in another time zone is tiled with UTC's hours and days
+    ist = timezone(timedelta(hours=5, minutes=30))
+    pieces = repo.bin_pieces(datetime(2026, 11, 18, 3, 10, tzinfo=ist),
+                             datetime(2026, 11, 20, 9, 45, tzinfo=ist))
+    assert all(repo._aligned(a.astimezone(UTC), STEP[r]) and a.utcoffset() == timedelta(0)
+               for r, a, _ in pieces)
+    assert repo.whole_hours(datetime(2026, 11, 18, 3, 10, tzinfo=ist),
+                            datetime(2026, 11, 18, 5, 10, tzinfo=ist)) == (
+        datetime(2026, 11, 17, 22, 0, tzinfo=UTC), datetime(2026, 11, 17, 23, 0, tzinfo=UTC))
     seven = repo.bin_pieces(NOW - timedelta(days=7, seconds=17), NOW + timedelta(seconds=297))
     assert [r for r, _, _ in seven] == ["1m", "1h", "1d", "1h", "1m"]
 

@@ -49,7 +49,7 @@ async def test_design_effects_equal_the_items_counted_in_python(database_url: st
         assert await assert_design_tables_match_items(conn) >= 200
         for lo, hi in ((NOW - timedelta(hours=7), NOW + timedelta(days=1)),
                        (NOW - timedelta(hours=3, minutes=7), NOW - timedelta(hours=1))):
-            assert design_effect.whole_hours(lo, hi) is not None  # the roll-up path
+            assert repo.whole_hours(lo, hi) is not None  # the roll-up path
             rows = await conn.fetch(
                 "SELECT agent_id, domain, conversation_id FROM items WHERE label IS NOT NULL"
                 " AND weight > 0 AND ts >= $1 AND ts < $2", lo, hi)
@@ -141,7 +141,7 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
                         got = await design_effect.design_effects(
                             engine, seg, lo, hi, group_by=keys, with_total=total)
                         assert got == want, (lo, hi, keys, seg, total)
-                        checked += bool(want) and design_effect.whole_hours(lo, hi) is not None
+                        checked += bool(want) and repo.whole_hours(lo, hi) is not None
         assert checked >= 200 and sources >= 10  # windows with outcome sources of two kinds
     finally:
         await conn.close()
