@@ -30,7 +30,7 @@ depends_on: str | Sequence[str] | None = None
 
 ROLE = "monitor_readonly"
 SEG = "agent_id, agent_version, domain, tier"
-# frozen copies of monitor.ingest.design_sql.backfill_*() as this revision was written
+# the back-fill; tests/analytics/test_design_effects.py checks it against the stored items
 BACKFILL_ITEM_HOURS = f"""
 INSERT INTO item_hours (conversation_id, hour, {SEG}, n, multi)
 SELECT conversation_id, hour, {SEG}, n, count(*) OVER (PARTITION BY conversation_id) > 1

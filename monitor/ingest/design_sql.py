@@ -77,20 +77,3 @@ DESIGN_CTES = f""", hour_deltas AS (
     conversations = s.conversations + EXCLUDED.conversations
   RETURNING 1
 )"""
-
-
-def backfill_item_hours() -> str:
-    """``INSERT`` of ``item_hours`` from the stored items (into an empty table)."""
-    return f"""
-INSERT INTO item_hours ({_KEY}, n, multi)
-SELECT {_KEY}, n, count(*) OVER (PARTITION BY conversation_id) > 1
-FROM (SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {_SEG}, count(*) AS n
-      FROM items WHERE label IS NOT NULL AND weight > 0 GROUP BY {_KEY}) AS k"""
-
-
-def backfill_design_hours() -> str:
-    """``INSERT`` of ``design_hours`` from ``item_hours`` (into an empty table)."""
-    return f"""
-INSERT INTO design_hours (hour, {_SEG}, items, conversations)
-SELECT hour, {_SEG}, sum(n), count(*) FILTER (WHERE n > 0) FROM item_hours
-GROUP BY hour, {_SEG}"""

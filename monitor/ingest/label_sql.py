@@ -33,11 +33,3 @@ LABEL_CTES = f""", label_deltas AS (
   ON CONFLICT (hour, {_SEG}, label_source) DO UPDATE SET items = l.items + EXCLUDED.items
   RETURNING 1
 )"""
-
-
-def backfill_label_hours() -> str:
-    """``INSERT`` of ``label_hours`` from the stored items (into an empty table)."""
-    return f"""
-INSERT INTO label_hours (hour, {_SEG}, label_source, items)
-SELECT {_HOUR}, {_SEG}, coalesce(label_source, ''), count(*) FROM items
-WHERE label IS NOT NULL GROUP BY 1, 2, 3, 4, 5, 6"""

@@ -6,6 +6,7 @@ out-of-order batches, late outcomes, replays and conversations that span segment
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from monitor.analytics.judge_noise import label_sources
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
-from monitor.store.engine import libpq_url, make_engine
+from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
 from tests.analytics.design_tables import assert_design_tables_match_items
 from tests.factories import T0, event
 
@@ -122,6 +123,10 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
         multi = await conn.fetchval("SELECT count(DISTINCT conversation_id) FROM item_hours"
                                     " WHERE multi AND n > 0")
         assert multi >= 16  # the correction for conversations across hours is exercised
+        want_total = await design_effect.design_effects_scan(
+            engine, repo.Segment(), NOW - timedelta(hours=8, minutes=13),
+            NOW - timedelta(minutes=21), with_total=True)
+        assert len(want_total) >= 2
         checked = sources = 0
         for lo, hi in [(NOW - timedelta(hours=10), NOW + timedelta(hours=1)),
                        (T0, T0 + timedelta(hours=13)),
@@ -143,6 +148,14 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
                         assert got == want, (lo, hi, keys, seg, total)
                         checked += bool(want) and repo.whole_hours(lo, hi) is not None
         assert checked >= 200 and sources >= 10  # windows with outcome sources of two kinds
+        # migration 0019's back-fill gives the tables the items statement kept
+        await asyncio.to_thread(downgrade, database_url, "0018")
+        assert not await conn.fetchval("SELECT to_regclass('item_hours') IS NOT NULL")
+        await asyncio.to_thread(upgrade, database_url)
+        assert await assert_design_tables_match_items(conn) >= 300
+        lo, hi = NOW - timedelta(hours=8, minutes=13), NOW - timedelta(minutes=21)
+        assert await design_effect.design_effects(engine, repo.Segment(), lo, hi,
+                                                  with_total=True) == want_total
     finally:
         await conn.close()
         await engine.dispose()
