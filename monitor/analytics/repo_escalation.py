@@ -45,7 +45,7 @@ _BINS = (
     " CASE outcome WHEN 1 THEN true WHEN 0 THEN false END, weight,"
     " CASE WHEN turns >= 0 THEN turns END, NULL::float8,"
     " CASE WHEN seconds_bucket >= 0 THEN seconds_bucket END, sum(conversations)::bigint, kind"
-    " FROM escalation_bins WHERE {cond}"
+    " FROM escalation_bins WHERE kind IN (0, 1) AND {cond}"  # 2, 3: kind 1's marginals
     " GROUP BY kind, 1, 2, 3, 4, 5, 6, 8 HAVING sum(conversations) > 0"
 )
 

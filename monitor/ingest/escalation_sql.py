@@ -24,7 +24,12 @@ Splitting them keeps the table small: the timing of escalated conversations woul
 make nearly every escalated conversation its own key. Nothing reads timing jointly with
 confidence or outcome (time to escalation is a quantile over escalated conversations), so the
 read pairs them back per (agent, weight) without changing any result
-(:mod:`monitor.analytics.repo_escalation`).
+(:mod:`monitor.analytics.repo_escalation`). Kinds 2 and 3 are the two marginals of kind 1
+(kind 2: ``turns`` -1, kind 3: ``seconds_bucket`` -1; migration 0021): the dashboards' time
+to escalation panels read one quantity at a time, and a marginal's hourly rows stop growing
+with traffic once its values are all seen (a few hundred seconds buckets, a few dozen turns),
+where kind 1's (turns x seconds) pairs keep growing: at 10 times the benchmark's traffic an
+hour held about 850 kind-1 rows per 385 + 24 of the marginals.
 
 Exactness (what a read gets back from a key):
 
@@ -42,6 +47,10 @@ Exactness (what a read gets back from a key):
 from __future__ import annotations
 
 from monitor.store.tables_rollups import SECONDS_BASE, SECONDS_PER_DOUBLING
+
+#: the kinds of rows: 0 the conversation, 1 its timing (turns and seconds), 2 its seconds
+#: alone, 3 its turns alone (module docstring)
+KINDS = (0, 1, 2, 3)
 
 #: resolutions kept, as in calibration_bins (name -> date_trunc unit)
 RESOLUTIONS = {"1h": "hour", "1d": "day"}
@@ -69,8 +78,8 @@ def seconds_bucket_sql(seconds: str) -> str:
 
 
 def key_select(x: str, kind: int) -> str:
-    """The escalation key of the row image ``x`` (a table alias) for row ``kind`` 0 (the
-    conversation) or 1 (its timing; only for escalated ones), in :data:`KEY_COLUMNS` order."""
+    """The escalation key of the row image ``x`` (a table alias) for row ``kind`` (see
+    :data:`KINDS`; 1-3 only for escalated ones), in :data:`KEY_COLUMNS` order."""
     secs = f"greatest(0, extract(epoch FROM {x}.escalated_at - {x}.first_ts))::float8"
     segment = [
         f"{x}.agent_id", f"coalesce({x}.agent_version, '')", f"coalesce({x}.domain, '')",
@@ -85,11 +94,13 @@ def key_select(x: str, kind: int) -> str:
             f"WHEN {x}.outcome_success THEN 1 ELSE 0 END)::smallint",
             f"{x}.sample_weight", "-1", "-1::smallint",
         ])
+    turns = f"coalesce({x}.escalation_turn - coalesce({x}.first_turn, 0), -1)"
+    bucket = (f"(CASE WHEN {x}.escalated_at IS NOT NULL "
+              f"THEN {seconds_bucket_sql(secs)} ELSE -1 END)::smallint")
     return ", ".join([
-        "1::smallint", *segment, "-1::smallint", "true", "-1::smallint", f"{x}.sample_weight",
-        f"coalesce({x}.escalation_turn - coalesce({x}.first_turn, 0), -1)",
-        f"(CASE WHEN {x}.escalated_at IS NOT NULL "
-        f"THEN {seconds_bucket_sql(secs)} ELSE -1 END)::smallint",
+        f"{kind}::smallint", *segment, "-1::smallint", "true", "-1::smallint",
+        f"{x}.sample_weight", turns if kind != 2 else "-1",
+        bucket if kind != 3 else "-1::smallint",
     ])  # fmt: skip
 
 
@@ -99,7 +110,7 @@ def image_rows(rel: str, x: str, sign: int) -> str:
     return " UNION ALL ".join(
         f"SELECT {sign}, {x}.first_ts, {key_select(x, kind)} FROM {rel} {x} "
         f"WHERE {x}.sample_weight > 0" + (f" AND {x}.escalated" if kind else "")
-        for kind in (0, 1)
+        for kind in KINDS
     )
 
 

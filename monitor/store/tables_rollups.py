@@ -15,10 +15,10 @@ rows it actually inserted (a replayed event changes nothing), in the same transa
     the upper edge of the bucket that holds it, at most 19 % above the exact value.
 ``escalation_bins``
     Sampled conversations (``sample_weight > 0``) counted per window (``1h`` / ``1d``) of
-    ``first_ts`` and escalation key: kind (0 conversation, 1 its timing), segment (``''`` /
-    ``0`` for a missing domain, version, tier), minimum confidence in thousandths, escalated,
-    outcome, sampling weight, turns and
-    seconds to escalation. Kept from the before/after image of every changed conversation
+    ``first_ts`` and escalation key: kind (0 conversation, 1 its timing, 2 / 3 its seconds /
+    turns alone), segment (``''`` / ``0`` for a missing domain, version, tier), minimum
+    confidence in thousandths, escalated, outcome, sampling weight, turns and seconds to
+    escalation. Kept from the before/after image of every changed conversation
     (:mod:`monitor.ingest.escalation_sql`, which also says what is exact); the escalation
     reads (CLI, alerts, dashboards) sum it instead of reading one row per conversation.
 ``conversation_minutes``

@@ -114,7 +114,18 @@ async def stored_and_direct(database_url: str) -> tuple[Counter[Any], Counter[An
         direct = Counter({tuple(r[:-1]): r[-1] for r in await conn.fetch(DIRECT)})
     finally:
         await conn.close()
-    return stored, direct
+    return stored, with_marginals(direct)
+
+
+def with_marginals(rows: Counter[Any]) -> Counter[Any]:
+    """``rows`` (kinds 0 and 1, keyed as STORED) plus kind 1's two marginals (migration 0021):
+    kind 2 without turns, kind 3 without seconds buckets."""
+    out = Counter(rows)
+    for key, n in rows.items():
+        if key[2] == 1:
+            out[(*key[:2], 2, *key[3:11], -1, key[12])] += n
+            out[(*key[:2], 3, *key[3:12], -1)] += n
+    return out
 
 
 def body(c: ConversationEscalation) -> tuple[Any, ...]:
@@ -164,7 +175,7 @@ async def test_rollup_equals_per_conversation_answers(database_url: str) -> None
     await fill(database_url, outcomes_unknown)
     stored, direct = await stored_and_direct(database_url)
     assert stored == direct
-    assert {k[2] for k in stored} == {0, 1}  # both kinds of rows
+    assert {k[2] for k in stored} == {0, 1, 2, 3}  # every kind of row
     assert {k[10] for k in stored} >= {2.0, 4.0}  # both sampling weights
     assert {k[9] for k in stored if k[2] == 0} >= {0, 1}  # failed, succeeded
     hour = NOW.replace(minute=0, second=0)
@@ -207,6 +218,11 @@ async def test_migration_backfills_escalation_bins(database_url: str) -> None:
     await fill(database_url)  # everything replayed after the back-fill: no double count
     again, _ = await stored_and_direct(database_url)
     assert again == before
+    await asyncio.to_thread(downgrade, database_url, "0020")  # kinds 2 and 3 deleted
+    two_kinds, _ = await stored_and_direct(database_url)
+    assert with_marginals(two_kinds) == before and {k[2] for k in two_kinds} == {0, 1}
+    await asyncio.to_thread(upgrade, database_url, "head")  # kinds 2, 3 from kind 1
+    assert (await stored_and_direct(database_url))[0] == before
 
 
 # the escalation panels before issue 13a (one row per conversation), as they were
