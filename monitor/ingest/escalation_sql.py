@@ -14,8 +14,10 @@ Maintained in the same two places as ``calibration_bins``' inputs:
   statement's snapshot, after image = ``RETURNING`` of the upsert. The writer takes the
   conversations' advisory lock (:data:`monitor.ingest.items_sql.LOCK_CONVERSATIONS`) *before*
   the statement, so no other writer changes those rows between the snapshot and the upsert;
-- the sampling decision (:data:`monitor.ingest.items_sql.SET_DECISIONS`): before image has no
-  weight (contributes nothing), after image adds the conversation.
+- the sampling decision: a new conversation row decided in the batch statement itself
+  (:mod:`monitor.ingest.decisions`) has no before image and its after image has its weight;
+  one decided afterwards (:data:`monitor.ingest.items_sql.SET_DECISIONS`) has a before image
+  without weight (contributes nothing) and an after image that adds the conversation.
 
 Each sampled conversation is counted in two kinds of rows: ``kind`` 0 holds its confidence,
 escalated flag, outcome and weight (``turns`` / ``seconds_bucket`` -1); an escalated one has

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from monitor.contract.limits import printable
+from monitor.ingest.decisions import provisional
 from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
 from monitor.ingest.rollup_sql import (
     CREATE_STAGING,
@@ -130,10 +131,13 @@ class EventWriter:
                 # rows (escalation_bins) must be the rows its upsert changes
                 cids = sorted({str(r[_CID]) for r in rows})
                 await conn.execute(LOCK_CONVERSATIONS, cids)
-                record = await conn.fetchrow(WRITE_BATCH)
+                # new conversation rows are decided in the statement (monitor.ingest.decisions)
+                record = await conn.fetchrow(
+                    WRITE_BATCH, *provisional(rows, self._policy), self._digest
+                )
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
-                decided = await self._decide(conn, cids)
+                decided = int(record["decided"]) + await self._decide(conn, cids)
                 relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
                 synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)
                 assert synced is not None
@@ -156,7 +160,9 @@ class EventWriter:
         )
 
     async def _decide(self, conn: asyncpg.Connection, cids: list[str]) -> int:
-        """Store the sampling decision of every conversation of ``cids`` not decided yet.
+        """Store the sampling decision of every conversation of ``cids`` not decided yet (the
+        batch statement decides the new rows whose segment the writer guessed right; this
+        decides the rest: rows that existed undecided, or whose events disagreed).
 
         Only the probability-sample part of the decision is stored (stratum, rate, by_rate,
         weight): it depends on the conversation id and its segment alone, so it is final when
