@@ -142,18 +142,23 @@ async def _analyze(dsn: str) -> None:
         await conn.close()
 
 
+def template_variables(specs: list[dict[str, Any]]) -> list[g.Variable]:
+    """A board's template variables with every value selected ("All" where offered)."""
+    return [
+        g.Variable(v["name"], multi=bool(v.get("multi")), include_all=bool(v.get("includeAll")),
+                   all_value=v.get("allValue") or None, options=("x",),
+                   selected=(g.ALL,) if v.get("includeAll") else ("x",))
+        for v in specs
+    ]
+
+
 def dashboard_queries(now: datetime) -> list[tuple[str, str, str]]:
     """(range, name, sql) of every variable query and panel target, as Grafana sends them."""
     out: list[tuple[str, str, str]] = []
     for path in sorted((REPO / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         specs = board.get("templating", {}).get("list", [])
-        variables = [
-            g.Variable(v["name"], multi=bool(v.get("multi")), include_all=bool(v.get("includeAll")),
-                       all_value=v.get("allValue") or None, options=("x",),
-                       selected=(g.ALL,) if v.get("includeAll") else ("x",))
-            for v in specs
-        ]
+        variables = template_variables(specs)
         for label, span in RANGES.items():
             tr = g.TimeRange(now - span, now)
             for v in specs if label == "7d" else []:

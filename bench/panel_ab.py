@@ -31,7 +31,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.metrics import RANGES, _panels
+from bench.metrics import RANGES, _panels, template_variables
 from tests.dashboards import grafana_sql as g
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,13 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def queries(board: dict[str, Any], now: datetime) -> dict[tuple[str, str], str]:
     """(range, panel title) -> the first target's SQL as Grafana sends it (all values)."""
-    specs = board.get("templating", {}).get("list", [])
-    variables = [
-        g.Variable(v["name"], multi=bool(v.get("multi")), include_all=bool(v.get("includeAll")),
-                   all_value=v.get("allValue") or None, options=("x",),
-                   selected=(g.ALL,) if v.get("includeAll") else ("x",))
-        for v in specs
-    ]
+    variables = template_variables(board.get("templating", {}).get("list", []))
     out: dict[tuple[str, str], str] = {}
     for label, span in RANGES.items():
         tr = g.TimeRange(now - span, now)
