@@ -7,6 +7,7 @@ duplicate, with another body a conflicting duplicate, and the first row stays.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime, timedelta
 
 import asyncpg
@@ -61,6 +62,30 @@ async def test_writer_creates_the_partition_of_any_day(database_url: str) -> Non
     ]
 
 
+async def test_two_writers_creating_the_same_day_both_succeed(database_url: str) -> None:
+    """Two transactions need the same missing day at once (two workers, or two batches in
+    flight): the second waits for the first's partition and uses it instead of failing with
+    "relation already exists" (its catalog view predates the first's commit)."""
+    first = await asyncpg.connect(libpq_url(database_url))
+    second = await asyncpg.connect(libpq_url(database_url))
+    day = date(2031, 5, 17)
+    try:
+        tx = first.transaction()
+        await tx.start()
+        assert await first.fetchval(partitions.ENSURE_DAYS, [day]) == 1
+        async with second.transaction():
+            waiting = asyncio.ensure_future(second.fetchval(partitions.ENSURE_DAYS, [day]))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # serialized behind the first's creation
+            await tx.commit()
+            assert await asyncio.wait_for(waiting, 10) == 0  # found it, created nothing
+    finally:
+        await first.close()
+        await second.close()
+    days, _ = await days_and_rows(database_url)
+    assert days == [day]
+
+
 async def test_duplicates_across_partitions(database_url: str) -> None:
     first = event("e1", "c1", at=10, content="first")
     same_other_day = first.model_copy(update={"ts": first.ts + timedelta(days=2)})
@@ -100,3 +125,24 @@ def test_partition_names_round_trip() -> None:
     assert partitions.ahead(date(2026, 12, 30), 2) == [
         date(2026, 12, 30), date(2026, 12, 31), date(2027, 1, 1)
     ]
+
+
+def test_migration_0022_downgrades_to_0015s_function() -> None:
+    """0022's downgrade re-creates ensure_event_partitions exactly as 0015 wrote it."""
+    import importlib.util
+    from pathlib import Path
+
+    versions = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+
+    def load(name: str) -> object:
+        spec = importlib.util.spec_from_file_location(name, versions / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    old = load("0015_partitioned_events").ENSURE  # type: ignore[attr-defined]
+    new = load("0022_concurrent_partition_creation").ensure  # type: ignore[attr-defined]
+    assert " ".join(new(tolerant=False).split()) == " ".join(
+        old.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").split())
+    assert "duplicate_table" in new(tolerant=True)
