@@ -1,0 +1,115 @@
+"""Two batch writes in flight against one: what overlapping consecutive batches would gain.
+
+The ingest loop writes one batch at a time (its commit order and rebalance contract,
+:mod:`monitor.ingest.loop`). This measures, in-process and without a broker, the real
+``EventWriter`` writing the same pre-decoded batches of simulated events into a fresh scratch
+database either *serially* (each write awaited) or *overlapped* (batch k+1's write starts once
+batch k's rows are copied to Postgres; at most two in flight, on the writer's two
+connections), alternating the two modes; prints events/s per run and the ratio overlapped /
+serial of the medians. The writes of two batches that share conversations still serialize on
+the conversations' advisory locks (taken before the batch statement), so this is the gain
+available without splitting the batch statement (docs/benchmarks.md "What would move it").
+Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
+
+    .venv/bin/python bench/write_overlap.py --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from aiokafka import ConsumerRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.harness import scratch_database
+from monitor.ingest.decoding import decode_records
+from monitor.ingest.rows import EventRow
+from monitor.ingest.writer import EventWriter
+from monitor.sim.traffic import Simulator
+from monitor.stack.postgres import EmbeddedPostgres
+
+
+def batches(n: int, size: int, seed: int) -> list[list[EventRow]]:
+    sim = Simulator(seed, datetime(2025, 1, 1, tzinfo=UTC))
+    values = [e.to_json() for e in itertools.islice(sim.events(None), n)]
+    records = [ConsumerRecord("t", i % 4, i // 4, 0, 0, None, v, None, 0, len(v), [])
+               for i, v in enumerate(values)]
+    return [decode_records(records[i : i + size])[0] for i in range(0, n, size)]
+
+
+async def write_all(writer: EventWriter, rows: list[list[EventRow]], overlapped: bool) -> None:
+    previous: asyncio.Task[object] | None = None
+    for batch in rows:
+        if not overlapped:
+            await writer.write(batch)
+            continue
+        copied = asyncio.Event()
+        task = asyncio.create_task(writer.write(batch, copied=copied.set))
+        waiting = asyncio.create_task(copied.wait())
+        await asyncio.wait((waiting, task), return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if task.done():
+            task.result()  # a failed write ends the run
+        if previous is not None:
+            await previous  # at most two in flight
+        previous = task
+    if previous is not None:
+        await previous
+
+
+async def one_run(admin_url: str, rows: list[list[EventRow]], overlapped: bool) -> float:
+    async with scratch_database(admin_url, "overlap") as dsn:
+        writer = EventWriter(dsn, pool_size=2)
+        await writer.start()
+        try:
+            started = time.perf_counter()
+            await write_all(writer, rows, overlapped)
+            return sum(map(len, rows)) / (time.perf_counter() - started)
+        finally:
+            await writer.close()
+
+
+async def main_async(args: argparse.Namespace, admin_url: str) -> None:
+    rows = batches(args.events, args.batch, args.seed)
+    rates: dict[str, list[float]] = {"serial": [], "overlapped": []}
+    for i in range(args.repeat):
+        for mode in ("serial", "overlapped"):
+            rate = await one_run(admin_url, rows, mode == "overlapped")
+            rates[mode].append(rate)
+            print(f"repeat {i + 1}/{args.repeat}: {mode:10} {rate:,.0f} events/s", flush=True)
+    serial, overlapped = (statistics.median(rates[m]) for m in ("serial", "overlapped"))
+    print(f"\nmedian: serial {serial:,.0f} events/s, overlapped {overlapped:,.0f} events/s, "
+          f"overlapped / serial = {overlapped / serial:.2f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="bench/write_overlap.py", description=__doc__.split("\n")[0])
+    p.add_argument("--events", type=int, default=50_000, help="events per run (50000)")
+    p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each mode (3)")
+    p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
+    args = p.parse_args()
+    server = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    with contextlib.ExitStack() as stack:
+        if server:
+            admin_url = server
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="overlap-")))
+            admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+        asyncio.run(main_async(args, admin_url))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
