@@ -5,7 +5,7 @@ A conversation's probability-sample decision is a function of its id and its seg
 writer makes it before the batch statement, from the batch's own rows, for every conversation
 of the batch, and the statement stores it only on a conversation row it *inserts* whose
 segment equals the one the decision was made from
-(:data:`monitor.ingest.rollup_sql.DECISION_PARAMS`). So the stored decision is the one the
+(:mod:`monitor.ingest.decision_sql`). So the stored decision is the one the
 stored row's segment gives, whatever segment this module guessed: a wrong guess (events of one
 conversation disagreeing on their segment, duplicates) only leaves the row undecided, and the
 writer decides it afterwards from the stored row (:data:`monitor.ingest.items_sql.UNDECIDED`).

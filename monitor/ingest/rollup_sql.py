@@ -37,6 +37,7 @@ column it needs to :data:`INSERTED`); :func:`batch_statement` builds the stateme
 from __future__ import annotations
 
 from monitor.ingest import conversation_minutes_sql
+from monitor.ingest.decision_sql import DEC, DECISION_COLS, DECISION_VALUES, SAME_SEGMENT
 from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
 from monitor.ingest.rows import EVENT_COLUMNS
 from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
@@ -181,26 +182,6 @@ _UPDATES = ",\n    ".join(
 # Every SET expression reads the pre-update row (c.*), so the CASE conditions above all compare
 # against the old values and the order of assignments does not matter.
 
-#: The batch statement's parameters: the sampling decision the writer made for each
-#: conversation of the batch (:func:`monitor.ingest.decisions.provisional`), with the segment
-#: (agent, domain, tier) it was made from, and the policy digest (``$9``).
-DECISION_PARAMS = (
-    "$1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::float8[], $7::bool[], "
-    "$8::float8[]"
-)
-_DEC = f"""SELECT * FROM unnest({DECISION_PARAMS})
-    AS d(conversation_id, d_agent, d_domain, d_tier, d_stratum, d_rate, d_by_rate, d_weight)"""
-# a decision is a function of the conversation id and (agent_id, domain, tier): it holds only
-# when the segment it was made from is the row's own
-_SAME_SEGMENT = ("d_agent = agg.agent_id AND d_domain IS NOT DISTINCT FROM agg.domain"
-                 " AND d_tier IS NOT DISTINCT FROM agg.tier")
-_DECISION_COLS = ("sample_stratum", "sample_rate", "sampled_by_rate", "sample_weight",
-                  "sample_policy")
-_DECISION_VALUES = ", ".join(
-    f"CASE WHEN k.ok THEN {v} END"
-    for v in ("d_stratum", "d_rate", "d_by_rate", "d_weight", "$9::text")
-)
-
 _MINUTE_KEY = "minute, type, agent_id, domain, tier"
 
 #: The roll-ups of the batch statement, in order: (CTE name, statement). Each reads ``ins`` or
@@ -224,9 +205,9 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
   WHERE conversation_id IN (SELECT conversation_id FROM agg)"""),
     # a new row takes the writer's decision when it was made from the row's own segment; the
     # update of an existing row leaves the sampling columns alone
-    ("up", f"""INSERT INTO conversations AS c ({", ".join((*_ROLLUP_COLS, *_DECISION_COLS))})
-  SELECT {", ".join(_ROLLUP_COLS)}, {_DECISION_VALUES}
-  FROM agg CROSS JOIN LATERAL (SELECT {_SAME_SEGMENT} AS ok) AS k ORDER BY conversation_id
+    ("up", f"""INSERT INTO conversations AS c ({", ".join((*_ROLLUP_COLS, *DECISION_COLS))})
+  SELECT {", ".join(_ROLLUP_COLS)}, {DECISION_VALUES}
+  FROM agg CROSS JOIN LATERAL (SELECT {SAME_SEGMENT} AS ok) AS k ORDER BY conversation_id
   ON CONFLICT (conversation_id) DO UPDATE SET
     {_UPDATES}
   RETURNING {", ".join(f"c.{col}" for col in IMAGE_COLUMNS)}, c.xmax = 0 AS fresh"""),
@@ -260,12 +241,13 @@ def batch_statement(rollups: tuple[tuple[str, str], ...] = ROLLUPS) -> str:
     """The batch statement: the idempotent event insert (``ins``, returning :data:`INSERTED`)
     followed by ``rollups``; its one row is ``inserted`` (new events), ``conversations``
     (conversation rows inserted or updated, from the ``up`` entry) and ``decided`` (new rows
-    that took their sampling decision from the parameters, :data:`DECISION_PARAMS`)."""
+    that took their sampling decision from the parameters,
+    :data:`monitor.ingest.decision_sql.DECISION_PARAMS`)."""
     returning = ", ".join(expr if expr == name else f"{expr} AS {name}" for name, expr in INSERTED)
     ctes = "".join(f", {name} AS (\n  {sql}\n)" for name, sql in rollups)
     return f"""
 WITH dec AS (
-  {_DEC}
+  {DEC}
 ), pick AS MATERIALIZED (
   SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
   ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST

@@ -1,0 +1,38 @@
+"""The SQL that stores a new conversation's sampling decision in the batch statement's insert.
+
+The writer decides every conversation of a batch before the statement
+(:func:`monitor.ingest.decisions.provisional`) and passes the decisions as the statement's
+parameters (:data:`DECISION_PARAMS`, with the policy digest as ``$9``). The ``conversations``
+upsert of :mod:`monitor.ingest.rollup_sql` joins them (:data:`DEC`) to its ``agg`` rows and
+inserts a new row with its decision only when :data:`SAME_SEGMENT` holds: a decision is a
+function of the conversation id and (agent_id, domain, tier), so it is the stored row's own
+only when it was made from the row's segment. The update of an existing row never touches the
+sampling columns; a row left undecided is decided afterwards from the stored row
+(:data:`monitor.ingest.items_sql.SET_DECISIONS`).
+"""
+
+from __future__ import annotations
+
+#: the parameter arrays, in ``provisional``'s order: conversation id, the agent, domain and tier
+#: the decision was made from, stratum, rate, by_rate, weight
+DECISION_PARAMS = (
+    "$1::text[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::float8[], $7::bool[], "
+    "$8::float8[]"
+)
+
+#: the decisions as a relation (a CTE of the batch statement, named ``dec``)
+DEC = f"""SELECT * FROM unnest({DECISION_PARAMS})
+    AS d(conversation_id, d_agent, d_domain, d_tier, d_stratum, d_rate, d_by_rate, d_weight)"""
+
+#: true when the decision joined to an ``agg`` row was made from that row's segment
+SAME_SEGMENT = ("d_agent = agg.agent_id AND d_domain IS NOT DISTINCT FROM agg.domain"
+                " AND d_tier IS NOT DISTINCT FROM agg.tier")
+
+_STORED = (("sample_stratum", "d_stratum"), ("sample_rate", "d_rate"),
+           ("sampled_by_rate", "d_by_rate"), ("sample_weight", "d_weight"),
+           ("sample_policy", "$9::text"))  # fmt: skip
+
+#: the ``conversations`` columns the insert fills, and their values (NULL unless ``k.ok``, the
+#: lateral :data:`SAME_SEGMENT` of the row)
+DECISION_COLS = tuple(col for col, _ in _STORED)
+DECISION_VALUES = ", ".join(f"CASE WHEN k.ok THEN {value} END" for _, value in _STORED)
