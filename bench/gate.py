@@ -45,9 +45,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import REPO, Worker, running, scratch_database, scratch_topic
+from bench.harness import REPO, Worker, postgres_server, running, scratch_database, scratch_topic
 from monitor.stack.broker import EmbeddedBroker
-from monitor.stack.postgres import EmbeddedPostgres
 
 TOKEN = "bench-gate"
 T = "2026-01-01T00:00:0{}+00:00"
@@ -227,14 +226,10 @@ def main() -> int:
                         help="Distinct conversations the requests cycle over.")  # fmt: skip
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-gate-"))
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
     try:
         with contextlib.ExitStack() as stack:
             broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
-            if server_url:
-                admin_url = server_url
-            else:
-                admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+            admin_url = postgres_server(stack, workdir)
             asyncio.run(bench(args, broker.bootstrap, admin_url, workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

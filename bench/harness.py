@@ -30,6 +30,18 @@ from monitor.stack.ports import free_port  # noqa: E402
 from monitor.store import engine  # noqa: E402
 
 
+def postgres_server(stack: contextlib.ExitStack, workdir: Path) -> str:
+    """The admin URL of the Postgres server a benchmark uses: ``DATABASE_URL``'s (or
+    ``MONITOR_DATABASE_URL``'s) when set, else a private embedded one in ``workdir / "pg"``,
+    stopped when ``stack`` closes."""
+    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    if server_url:
+        return server_url
+    from monitor.stack.postgres import EmbeddedPostgres  # only when no server is given
+
+    return stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+
+
 @contextlib.asynccontextmanager
 async def scratch_database(admin_url: str, tag: str, *, keep: bool = False) -> AsyncIterator[str]:
     """A freshly created and migrated database on the server (libpq URL), dropped afterwards

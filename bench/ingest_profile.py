@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import os
 import sys
 import tempfile
 import time
@@ -38,11 +37,10 @@ from aiokafka import ConsumerRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import scratch_database
+from bench.harness import postgres_server, scratch_database
 from monitor.ingest.decoding import decode_records
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
-from monitor.stack.postgres import EmbeddedPostgres
 
 STEPS = (  # (label, a fragment of the statement that identifies it), first match wins
     ("staging table", "CREATE TEMP TABLE"),
@@ -197,14 +195,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
     with contextlib.ExitStack() as stack:
-        if server_url:
-            admin_url = server_url
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="profile-")))
-            admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
-        asyncio.run(main_async(args, admin_url))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="profile-")))
+        asyncio.run(main_async(args, postgres_server(stack, workdir)))
     return 0
 
 

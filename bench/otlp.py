@@ -42,11 +42,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import REPO, Worker, running, scratch_database, scratch_topic
+from bench.harness import REPO, Worker, postgres_server, running, scratch_database, scratch_topic
 from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
 from monitor.stack.broker import EmbeddedBroker
-from monitor.stack.postgres import EmbeddedPostgres
 
 TOKEN = "bench-token"
 PARTITIONS = 4
@@ -154,14 +153,10 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="Concurrent HTTP posters.")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-otlp-"))
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
     try:
         with contextlib.ExitStack() as stack:
             broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
-            if server_url:
-                admin_url = server_url
-            else:
-                admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+            admin_url = postgres_server(stack, workdir)
             runs = asyncio.run(bench(args, broker.bootstrap, admin_url, workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

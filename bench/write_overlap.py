@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import os
 import statistics
 import sys
 import tempfile
@@ -32,12 +31,11 @@ from aiokafka import ConsumerRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import scratch_database
+from bench.harness import postgres_server, scratch_database
 from monitor.ingest.decoding import decode_records
 from monitor.ingest.rows import EventRow
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
-from monitor.stack.postgres import EmbeddedPostgres
 
 
 def batches(n: int, size: int, seed: int) -> list[list[EventRow]]:
@@ -100,14 +98,9 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="runs of each mode (3)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
     args = p.parse_args()
-    server = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
     with contextlib.ExitStack() as stack:
-        if server:
-            admin_url = server
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="overlap-")))
-            admin_url = stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
-        asyncio.run(main_async(args, admin_url))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="overlap-")))
+        asyncio.run(main_async(args, postgres_server(stack, workdir)))
     return 0
 
 
