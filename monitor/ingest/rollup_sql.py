@@ -240,9 +240,10 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
 def batch_statement(rollups: tuple[tuple[str, str], ...] = ROLLUPS) -> str:
     """The batch statement: the idempotent event insert (``ins``, returning :data:`INSERTED`)
     followed by ``rollups``; its one row is ``inserted`` (new events), ``conversations``
-    (conversation rows inserted or updated, from the ``up`` entry) and ``decided`` (new rows
+    (conversation rows inserted or updated, from the ``up`` entry), ``decided`` (new rows
     that took their sampling decision from the parameters,
-    :data:`monitor.ingest.decision_sql.DECISION_PARAMS`)."""
+    :data:`monitor.ingest.decision_sql.DECISION_PARAMS`) and ``undecided`` (rows of the batch
+    still without one)."""
     returning = ", ".join(expr if expr == name else f"{expr} AS {name}" for name, expr in INSERTED)
     ctes = "".join(f", {name} AS (\n  {sql}\n)" for name, sql in rollups)
     return f"""
@@ -262,7 +263,8 @@ WITH dec AS (
   RETURNING {returning}
 ){ctes}
 SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations,
-  (SELECT count(*) FROM up WHERE fresh AND sample_weight IS NOT NULL) AS decided
+  (SELECT count(*) FROM up WHERE fresh AND sample_weight IS NOT NULL) AS decided,
+  (SELECT count(*) FROM up WHERE sample_weight IS NULL) AS undecided
 """
 
 

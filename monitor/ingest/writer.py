@@ -137,7 +137,11 @@ class EventWriter:
                 )
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
-                decided = int(record["decided"]) + await self._decide(conn, cids)
+                decided = int(record["decided"])
+                # rows of this batch left undecided (a guess that missed, a row stored before
+                # decisions existed): decided from the stored row; none in the common case
+                if record["undecided"]:
+                    decided += await self._decide(conn, cids)
                 relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
                 synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)
                 assert synced is not None

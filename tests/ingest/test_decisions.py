@@ -112,3 +112,12 @@ async def test_a_decision_made_from_another_segment_is_not_stored(database_url: 
     got = await stored(database_url)
     assert tuple(got["right"])[4:] == want("right", "agent-a", "retail", 2)
     assert tuple(got["wrong"])[4:] == (None,) * 5
+    # the writer decides a row the statement left undecided, from the stored segment, in the
+    # next batch that touches it
+    w = EventWriter(database_url, policy=POLICY)
+    try:
+        later = await w.write([event_row(event("w-1", "wrong", at=9, context={}))])
+    finally:
+        await w.close()
+    assert later.decided == 1
+    assert tuple((await stored(database_url))["wrong"])[4:] == want("wrong", "agent-a", "retail", 2)
