@@ -5,9 +5,10 @@ serialized as the SDK sends them, then, batch by batch, decoded with the worker'
 ``decode_records`` and written with the real ``EventWriter`` into a freshly migrated scratch
 database. Every SQL statement the writer sends is timed with asyncpg's query logger (client-side
 elapsed time, which includes the server's work and the round trip), and grouped by what it does:
-staging COPY (the logger does not see it: the write time the logged statements leave), event
-insert + ``conversations`` roll-up, conversation locks, sampling decisions, items + calibration
-bins, transaction begin/commit. Prints one table (ms per batch, µs per event,
+the COPYs (the logger does not see them: the write time the logged statements leave), the
+direct path's id claim and roll-up statement (``monitor.ingest.direct_sql``) or the staging
+path's event insert + roll-up, conversation locks, sampling decisions, items + calibration
+bins, transaction begin/commit (and savepoint). Prints one table (ms per batch, µs per event,
 share of the batch) and, when the Postgres backend runs on this machine (its
 ``/proc/<pid>/schedstat`` is readable), the backend's CPU per step as well: CPU time is what
 a loaded, shared machine distorts least (wall times move 2x between identical runs).
@@ -44,7 +45,9 @@ from monitor.sim.traffic import Simulator
 
 STEPS = (  # (label, a fragment of the statement that identifies it), first match wins
     ("staging table", "CREATE TEMP TABLE"),
+    ("claim ids (direct)", "FROM unnest($1::text[], $2::timestamptz[], $3::text[])"),
     ("event insert + roll-up", "INSERT INTO events"),
+    ("roll-up (direct)", "FROM staging_rollup\n)"),
     ("conversation locks", "pg_advisory_xact_lock"),
     ("sampling decisions", "sample_rate IS NULL"),
     ("items + bins", "items"),
@@ -72,7 +75,7 @@ class Timings:
     """Accumulates asyncpg query-logger records per step, and the backend's CPU per step.
 
     CPU is attributed by marks: :meth:`mark` at the start of a write, :meth:`copied` when the
-    staging COPY is done (CPU since the mark: staging table + COPY), then each logged statement
+    COPYs are done (CPU since the mark: claim, temporary table, COPYs), then each logged statement
     gets the CPU since the previous mark (its own work: statements run one at a time)."""
 
     def __init__(self) -> None:
@@ -93,7 +96,7 @@ class Timings:
         self._last = now
 
     def copied(self) -> None:
-        self._charge("staging COPY (unlogged rest)")
+        self._charge("COPY (unlogged rest)")
 
     def __call__(self, record: Any) -> None:
         step = step_of(record.query)
@@ -102,7 +105,9 @@ class Timings:
             self._charge(step)
 
 
-async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, float], int]:
+async def profile(
+    dsn: str, n: int, batch: int, seed: int, direct: bool = True
+) -> tuple[dict[str, float], int]:
     sim = Simulator(seed, datetime(2025, 1, 1, tzinfo=UTC))
     values = [e.to_json() for e in itertools.islice(sim.events(None), n)]
     records = [
@@ -110,7 +115,7 @@ async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, fl
         for i, v in enumerate(values)
     ]
     timings = Timings()
-    writer = EventWriter(dsn, pool_size=1)
+    writer = EventWriter(dsn, pool_size=1, direct=direct)
     await writer.start()
     assert writer._pool is not None
     async with writer._pool.acquire() as conn:  # the pool holds one connection: this one
@@ -135,7 +140,7 @@ async def profile(dsn: str, n: int, batch: int, seed: int) -> tuple[dict[str, fl
     # the query logger does not see COPY: it is the write time no logged statement accounts for
     copy = seconds["write, total"] - sum(timings.seconds.values())
     cpu = {f"cpu:{k}": v for k, v in timings.cpu.items()}
-    return {**seconds, "staging COPY (unlogged rest)": copy, **timings.seconds, **cpu}, batches
+    return {**seconds, "COPY (unlogged rest)": copy, **timings.seconds, **cpu}, batches
 
 
 def table(seconds: dict[str, float], n: int, batches: int) -> str:
@@ -144,7 +149,7 @@ def table(seconds: dict[str, float], n: int, batches: int) -> str:
     head = "| step | ms per batch | µs per event | share of batch |"
     lines = [head + (" backend CPU µs per event |" if has_cpu else ""),
              "|---|---|---|---|" + ("---|" if has_cpu else "")]
-    order = ["decode (worker CPU)", "staging COPY (unlogged rest)",
+    order = ["decode (worker CPU)", "COPY (unlogged rest)",
              *[label for label, _ in STEPS], "other", "write, total"]
     for step in order:
         if step not in seconds:
@@ -165,7 +170,9 @@ def table(seconds: dict[str, float], n: int, batches: int) -> str:
 
 async def main_async(args: argparse.Namespace, admin_url: str) -> None:
     async with scratch_database(admin_url, "profile") as dsn:
-        seconds, batches = await profile(dsn, args.events, args.batch, args.seed)
+        seconds, batches = await profile(
+            dsn, args.events, args.batch, args.seed, direct=not args.staged
+        )
         conn = await asyncpg.connect(dsn)
         try:
             size = await conn.fetch(
@@ -178,7 +185,8 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
                       for t in ("events", "conversations", "items")}
         finally:
             await conn.close()
-    print(f"{args.events:,} events in {batches} batches of <= {args.batch}\n")
+    path = "staged (--staged)" if args.staged else "direct"
+    print(f"{args.events:,} events in {batches} batches of <= {args.batch}, {path} write\n")
     print(table(seconds, args.events, batches))
     print("\nrows:", ", ".join(f"{t} {c:,}" for t, c in counts.items()))
     print("largest tables (bytes per event):", ", ".join(
@@ -190,6 +198,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=50_000, help="events (50000)")
     p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
+    p.add_argument("--staged", action="store_true",
+                   help="stage every batch (the path of replays) instead of the direct write")
     return p.parse_args(argv)
 
 

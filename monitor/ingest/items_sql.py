@@ -115,7 +115,9 @@ _CONV = """(
   FROM conversations) AS conv"""
 
 
-def _sync_sql(with_new_items: bool) -> str:
+def sync_statement(new_items_from: str | None) -> str:
+    """The statement (module docstring); its new items are the assistant messages with a
+    confidence of the table ``new_items_from`` (the batch's events, staged), none when None."""
     new_items = f"""
   INSERT INTO items (event_id, conversation_id, ts, {_SEG}, confidence, weight,
                      label, label_source, labelled_at)
@@ -124,14 +126,14 @@ def _sync_sql(with_new_items: bool) -> str:
          s.confidence, conv.w, coalesce(conv.y, j.y), CASE WHEN conv.y IS NOT NULL
          THEN conv.src ELSE j.src END,
          CASE WHEN coalesce(conv.y, j.y) IS NULL THEN NULL ELSE now() END
-  FROM {STAGING_TABLE} s JOIN {_CONV} USING (conversation_id)
+  FROM {new_items_from} s JOIN {_CONV} USING (conversation_id)
   LEFT JOIN judged j ON j.item_id = s.event_id
   WHERE s.type = 'message' AND s.role = 'assistant' AND s.confidence IS NOT NULL
   ORDER BY s.event_id
   ON CONFLICT (event_id) DO NOTHING
   RETURNING conversation_id, ts, {_SEG}, confidence, weight, label AS y_new,
             NULL::smallint AS y_old, label_source AS src_new, NULL::text AS src_old""" if (
-        with_new_items
+        new_items_from is not None
     ) else f"""
   SELECT NULL::text AS conversation_id, NULL::timestamptz AS ts,
          {", ".join(f"NULL::{t} AS {c}" for c, t in _SEG_TYPES)},
@@ -191,9 +193,9 @@ _SEG_TYPES = (("agent_id", "text"), ("agent_version", "text"), ("domain", "text"
               ("tier", "smallint"))  # fmt: skip
 
 #: New items from the staged batch + relabel of the batch's conversations (ingest path).
-SYNC_ITEMS = _sync_sql(with_new_items=True)
+SYNC_ITEMS = sync_statement(STAGING_TABLE)
 #: Relabel only (after new verdicts); ``$1`` = ``$2`` = the judged conversation ids.
-RELABEL_ITEMS = _sync_sql(with_new_items=False)
+RELABEL_ITEMS = sync_statement(None)
 
 UNDECIDED = """
 SELECT conversation_id, agent_id, domain, tier FROM conversations

@@ -58,7 +58,7 @@ from monitor.ingest.offsets import OffsetTracking
 from monitor.ingest.paused_retry import PausedRetry, _Stopping
 from monitor.ingest.poison import write_isolating
 from monitor.ingest.rebalance import WaitForBatch
-from monitor.ingest.rows import DeadLetter, EventRow
+from monitor.ingest.rows import PARTITION, DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.store_errors import is_transient
 from monitor.worker.ops_metrics import OpsMetrics
@@ -92,7 +92,7 @@ class _Decoded:
         self.batch = {tp: recs for tp, recs in self.batch.items() if tp in assigned}
         kept = {tp.partition for tp in self.batch}
         self.records = [r for r in self.records if r.partition in kept]
-        self.rows = [r for r in self.rows if r[-2] in kept]
+        self.rows = [r for r in self.rows if r[PARTITION] in kept]
         self.dead = [d for d in self.dead if d.partition in kept]
 
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import ConsumerRecord
 
-from monitor.ingest.rows import DeadLetter, EventRow
+from monitor.ingest.rows import BODY, OFFSET, PARTITION, DeadLetter, EventRow
 from monitor.ingest.writer import WriteResult
 from monitor.store.store_errors import describe
 
@@ -38,9 +38,9 @@ def rejected_letter(
     exc: BaseException,
 ) -> DeadLetter:
     """The ``store_rejected`` dead letter of ``row`` (the original Kafka bytes when known)."""
-    partition, offset = row[-2], row[-1]
+    partition, offset = row[PARTITION], row[OFFSET]
     rec = records.get((partition, offset))
-    raw = rec.value if rec is not None and rec.value is not None else str(row[-3]).encode()
+    raw = rec.value if rec is not None and rec.value is not None else str(row[BODY]).encode()
     key = rec.key if rec is not None else None
     return DeadLetter(topic, partition, offset, "store_rejected", None, describe(exc), raw, key)
 

@@ -237,19 +237,9 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
 )
 
 
-def batch_statement(rollups: tuple[tuple[str, str], ...] = ROLLUPS) -> str:
-    """The batch statement: the idempotent event insert (``ins``, returning :data:`INSERTED`)
-    followed by ``rollups``; its one row is ``inserted`` (new events), ``conversations``
-    (conversation rows inserted or updated, from the ``up`` entry), ``decided`` (new rows
-    that took their sampling decision from the parameters,
-    :data:`monitor.ingest.decision_sql.DECISION_PARAMS`) and ``undecided`` (rows of the batch
-    still without one)."""
-    returning = ", ".join(expr if expr == name else f"{expr} AS {name}" for name, expr in INSERTED)
-    ctes = "".join(f", {name} AS (\n  {sql}\n)" for name, sql in rollups)
-    return f"""
-WITH dec AS (
-  {DEC}
-), pick AS MATERIALIZED (
+#: the CTEs that insert the staged batch (``pick``: one row per event id; ``ids``: the ids
+#: claimed in ``event_ids``, i.e. not stored yet; ``ins``: those events, stored)
+STAGED_INSERT = f"""pick AS MATERIALIZED (
   SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
   ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
 ), ids AS (
@@ -260,8 +250,24 @@ WITH dec AS (
 ), ins AS (
   INSERT INTO events ({_COLS})
   SELECT {_COLS} FROM pick WHERE event_id IN (SELECT event_id FROM ids)
-  RETURNING {returning}
-){ctes}
+  RETURNING {", ".join(e if e == n else f"{e} AS {n}" for n, e in INSERTED)}
+)"""
+
+
+def batch_statement(
+    rollups: tuple[tuple[str, str], ...] = ROLLUPS, inserted: str = STAGED_INSERT
+) -> str:
+    """The batch statement: ``inserted``, CTEs ending in ``ins`` (the events this batch
+    stored, with the :data:`INSERTED` columns; :data:`STAGED_INSERT` by default), followed by
+    ``rollups``; its one row is ``inserted`` (new events), ``conversations`` (conversation
+    rows inserted or updated, from the ``up`` entry), ``decided`` (new rows that took their
+    sampling decision from the parameters, :data:`monitor.ingest.decision_sql.DECISION_PARAMS`)
+    and ``undecided`` (rows of the batch still without one)."""
+    ctes = "".join(f", {name} AS (\n  {sql}\n)" for name, sql in rollups)
+    return f"""
+WITH dec AS (
+  {DEC}
+), {inserted}{ctes}
 SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations,
   (SELECT count(*) FROM up WHERE fresh AND sample_weight IS NOT NULL) AS decided,
   (SELECT count(*) FROM up WHERE sample_weight IS NULL) AS undecided
@@ -269,32 +275,3 @@ SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conv
 
 
 WRITE_BATCH = batch_statement()
-
-INSERT_DEAD_LETTER = """
-INSERT INTO dead_letters
-  (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
-VALUES ($1, $2, $3, $4, $5, $6, $7::bytea, md5($7::bytea))
-ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
-"""
-
-# staged events whose event_id is stored with a different body (the first stays): one dead
-# letter each, reason conflicting_duplicate; a re-delivered batch adds nothing (unique key).
-# The stored row is found through event_ids (its ts picks one partition); an id whose events
-# partition was already dropped by retention counts as a plain duplicate.
-INSERT_CONFLICTS = f"""
-WITH c AS (
-  SELECT s.event_id, s.kafka_partition, s.kafka_offset, convert_to(s.body::text, 'UTF8') AS raw
-  FROM {STAGING_TABLE} s JOIN event_ids i ON i.event_id = s.event_id
-  JOIN events e ON e.conversation_id = i.conversation_id AND e.ts = i.ts
-    AND e.event_id = i.event_id
-  WHERE s.body <> e.body
-)
-INSERT INTO dead_letters
-  (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)
-SELECT $1, kafka_partition, kafka_offset, 'conflicting_duplicate', 'event_id',
-  'event_id ' || event_id || ' is already stored with a different body; the first one stays',
-  raw, md5(raw)
-FROM c
-ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
-RETURNING 1
-"""

@@ -1,8 +1,10 @@
 """Pure event-to-row conversion for the write path (no I/O; snuba-style processing).
 
-``event_row`` flattens a validated ``AgentEvent`` into the tuple that is COPYed into the
-``events`` staging table, in ``EVENT_COLUMNS`` order. ``DeadLetter`` is one invalid input with
-its reason, as written to ``dead_letters`` and to the DLQ topic's headers.
+``event_row`` flattens a validated ``AgentEvent`` into the tuple the writer stores: the
+``events`` columns in ``EVENT_COLUMNS`` order, then the ``ROLLUP_FIELDS`` (payload fields the
+roll-ups read, taken from the event here so the database does not parse the body for them).
+``DeadLetter`` is one invalid input with its reason, as written to ``dead_letters`` and to the
+DLQ topic's headers.
 """
 
 from __future__ import annotations
@@ -22,15 +24,30 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "confidence", "tool_name", "tool_ok", "body", "kafka_partition", "kafka_offset",
 )
 
+#: after the ``EVENT_COLUMNS``: the number of tool calls of a message, the trigger of an
+#: escalation, the success, reward and source of an outcome (None for other event types)
+ROLLUP_FIELDS: tuple[str, ...] = (
+    "tool_calls", "escalation_trigger", "outcome_success", "outcome_reward", "outcome_source",
+)
+
+#: every field of an ``EventRow``, in order
+ROW_FIELDS: tuple[str, ...] = EVENT_COLUMNS + ROLLUP_FIELDS
+
 EventRow = tuple[Any, ...]
+
+#: positions in an ``EventRow`` of the stored body and of where the event came from
+BODY, PARTITION, OFFSET = (
+    EVENT_COLUMNS.index(c) for c in ("body", "kafka_partition", "kafka_offset")
+)
 
 
 def event_row(
     event: AgentEvent, partition: int | None = None, offset: int | None = None
 ) -> EventRow:
-    """The ``events`` row for ``event``; ``body`` is the event's canonical JSON (str)."""
+    """The row of ``event`` (``ROW_FIELDS``); ``body`` is the event's canonical JSON (str)."""
     ctx = event.context
-    role = event.message.role if event.message is not None else None
+    message, outcome = event.message, event.outcome
+    role = message.role if message is not None else None
     tool_name: str | None = None
     tool_ok: bool | None = None
     if event.tool_result is not None:
@@ -58,6 +75,11 @@ def event_row(
         event.to_json().decode(),
         partition,
         offset,
+        len(message.tool_calls) if message is not None else None,
+        event.escalation.trigger if event.escalation is not None else None,
+        outcome.success if outcome is not None else None,
+        outcome.reward if outcome is not None else None,
+        outcome.source if outcome is not None else None,
     )
 
 

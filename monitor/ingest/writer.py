@@ -1,4 +1,4 @@
-"""The batch writer of the ingest path: COPY into a staging table, then one idempotent statement.
+"""The batch writer of the ingest path: the events COPYed in, then one idempotent statement.
 
 Contract: ``write(rows, dead)`` either commits every row of the batch (events, roll-ups and
 dead letters in ONE transaction) and returns what it inserted, or raises and commits nothing.
@@ -15,6 +15,11 @@ Dead-letter text (source, reason, field, detail) is made storable first (NUL and
 surrogates escaped, detail cut to 4000 characters), so writing a dead letter cannot fail on
 its content.
 
+Two ways in, same rows stored: a batch whose event ids are all new (the common case) is
+COPYed straight into ``events`` (:mod:`monitor.ingest.direct_sql`); any other batch (a replay,
+a re-delivery, an id twice in the batch) goes through a staging table and the de-duplicating
+insert of :mod:`monitor.ingest.rollup_sql`.
+
 Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-bound.
 """
 
@@ -22,27 +27,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import asyncpg
 
 from monitor.contract.limits import printable
+from monitor.ingest.dead_letter_sql import INSERT_CONFLICTS, INSERT_DEAD_LETTER
 from monitor.ingest.decisions import provisional
-from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
-from monitor.ingest.rollup_sql import (
-    CREATE_STAGING,
-    INSERT_CONFLICTS,
-    INSERT_DEAD_LETTER,
-    STAGING_TABLE,
-    WRITE_BATCH,
+from monitor.ingest.direct_sql import (
+    CLAIM_IDS,
+    CREATE_ROLLUP_TABLE,
+    DIRECT_BATCH,
+    ROLLUP_COLUMNS,
+    ROLLUP_INDEXES,
+    ROLLUP_TABLE,
+    SYNC_ITEMS_DIRECT,
 )
+from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
+from monitor.ingest.rollup_sql import CREATE_STAGING, STAGING_TABLE, WRITE_BATCH
 from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import CUSTOM_PLANS, libpq_url
 from monitor.store.partitions import ENSURE_DAYS, days_of
 
+_ID = EVENT_COLUMNS.index("event_id")
 _CID = EVENT_COLUMNS.index("conversation_id")
 _TYPE = EVENT_COLUMNS.index("type")
 _TS = EVENT_COLUMNS.index("ts")
+_N = len(EVENT_COLUMNS)
+_ROLLUP = itemgetter(*ROLLUP_INDEXES)
+
+
+class _Taken(Exception):
+    """Some event id of the batch is stored already: the claim's savepoint is rolled back."""
 
 
 @dataclass(frozen=True)
@@ -71,28 +88,44 @@ def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
     return (printable(d.source), d.partition, d.offset, printable(d.reason), field, detail, d.raw)
 
 
+_COPY = list(EVENT_COLUMNS)
+
+
 class EventWriter:
     """Writes batches into Postgres through a small asyncpg pool (created by ``start``).
 
     ``policy`` decides which conversations are sampled and their weight in the metrics; each
     conversation is decided once, in the batch that first writes it, and the decision is stored
     with the policy's digest (a later policy change applies to new conversations only).
+
+    ``direct=False`` stages every batch (the path replays take; for comparisons and benchmarks).
+    ``direct_batches`` / ``staged_batches`` count the committed batches with rows by path.
     """
 
     def __init__(
-        self, database_url: str, pool_size: int = 2, policy: SamplingPolicy | None = None
+        self,
+        database_url: str,
+        pool_size: int = 2,
+        policy: SamplingPolicy | None = None,
+        direct: bool = True,
     ) -> None:
         self._dsn = libpq_url(database_url)
         self._pool_size = pool_size
         self._policy = policy if policy is not None else SamplingPolicy()
         self._digest = self._policy.digest()
         self._pool: asyncpg.Pool | None = None
+        self._direct = direct
+        self.direct_batches = 0
+        self.staged_batches = 0
 
     async def start(self) -> None:
         """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
         if self._pool is None:
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=0, max_size=self._pool_size, command_timeout=120,
+                self._dsn,
+                min_size=0,
+                max_size=self._pool_size,
+                command_timeout=120,
                 server_settings=CUSTOM_PLANS,
             )
 
@@ -118,13 +151,21 @@ class EventWriter:
             await self.start()
         assert self._pool is not None
         inserted = conversations = decided = new_items = relabelled = conflicting = 0
+        direct = False
         async with self._pool.acquire() as conn, conn.transaction():
             if rows:  # the day partitions of the rows first (created when missing)
                 await conn.fetchval(ENSURE_DAYS, days_of(r[_TS] for r in rows))
-                await conn.execute(CREATE_STAGING)
-                await conn.copy_records_to_table(
-                    STAGING_TABLE, records=rows, columns=list(EVENT_COLUMNS)
-                )
+                direct = self._direct and await self._claim(conn, rows)
+                events = [r[:_N] for r in rows]
+                if direct:  # every id is new and claimed: straight into events
+                    await conn.copy_records_to_table("events", records=events, columns=_COPY)
+                    await conn.execute(CREATE_ROLLUP_TABLE)
+                    await conn.copy_records_to_table(
+                        ROLLUP_TABLE, records=map(_ROLLUP, rows), columns=list(ROLLUP_COLUMNS)
+                    )
+                else:
+                    await conn.execute(CREATE_STAGING)
+                    await conn.copy_records_to_table(STAGING_TABLE, records=events, columns=_COPY)
                 if copied is not None:
                     copied()
                 # locked before the batch statement: its before images of the conversation
@@ -133,7 +174,9 @@ class EventWriter:
                 await conn.execute(LOCK_CONVERSATIONS, cids)
                 # new conversation rows are decided in the statement (monitor.ingest.decisions)
                 record = await conn.fetchrow(
-                    WRITE_BATCH, *provisional(rows, self._policy), self._digest
+                    DIRECT_BATCH if direct else WRITE_BATCH,
+                    *provisional(rows, self._policy),
+                    self._digest,
                 )
                 assert record is not None
                 inserted, conversations = int(record["inserted"]), int(record["conversations"])
@@ -143,7 +186,9 @@ class EventWriter:
                 if record["undecided"]:
                     decided += await self._decide(conn, cids)
                 relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
-                synced = await conn.fetchrow(SYNC_ITEMS, cids, relabel)
+                synced = await conn.fetchrow(
+                    SYNC_ITEMS_DIRECT if direct else SYNC_ITEMS, cids, relabel
+                )
                 assert synced is not None
                 new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
                 if len(rows) > inserted:  # some event_ids were already there: same body?
@@ -152,6 +197,11 @@ class EventWriter:
                 copied()
             if dead:
                 await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
+        if rows:
+            if direct:
+                self.direct_batches += 1
+            else:
+                self.staged_batches += 1
         return WriteResult(
             inserted,
             len(rows) - inserted - conflicting,
@@ -162,6 +212,24 @@ class EventWriter:
             relabelled,
             conflicting,
         )
+
+    @staticmethod
+    async def _claim(conn: asyncpg.Connection, rows: Sequence[EventRow]) -> bool:
+        """Claim every event id of ``rows`` in ``event_ids`` and return True, or claim none and
+        return False when one is there already or appears twice in ``rows``."""
+        ids = [r[_ID] for r in rows]
+        if len(set(ids)) < len(ids):
+            return False
+        try:
+            async with conn.transaction():  # a savepoint: all or nothing
+                claimed = await conn.fetchval(
+                    CLAIM_IDS, ids, [r[_TS] for r in rows], [r[_CID] for r in rows]
+                )
+                if claimed < len(ids):
+                    raise _Taken
+        except _Taken:
+            return False
+        return True
 
     async def _decide(self, conn: asyncpg.Connection, cids: list[str]) -> int:
         """Store the sampling decision of every conversation of ``cids`` not decided yet (the

@@ -15,7 +15,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from monitor.ingest.decoding import decode_records
 from monitor.ingest.loop import IngestConfig, IngestLoop, _Decoded
-from monitor.ingest.rows import DeadLetter, EventRow
+from monitor.ingest.rows import OFFSET, DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.engine import libpq_url
 from tests.factories import event_dict
@@ -155,5 +155,5 @@ def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
     decoded.keep({tp0})
     assert list(decoded.batch) == [tp0]
     assert [r.offset for r in decoded.records] == [0, 2]
-    assert [row[-1] for row in decoded.rows] == [0, 2]  # kafka_offset, in order
+    assert [row[OFFSET] for row in decoded.rows] == [0, 2]  # in order
     assert decoded.dead == []

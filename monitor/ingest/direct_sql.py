@@ -1,0 +1,79 @@
+"""The SQL of the direct batch write: the common case, a batch whose events are all new.
+
+The staging path (:mod:`monitor.ingest.rollup_sql`) COPYs every event, body included, into a
+temporary table and then inserts the ones whose id it could claim: every body is written twice
+and sorted once. When a batch holds no id twice, the writer first claims all its ids
+(:data:`CLAIM_IDS`, in a savepoint); if it got every one, none of the events is stored yet, so
+it COPYs them straight into ``events`` and only the columns the roll-ups read into the narrow
+temporary table :data:`ROLLUP_TABLE`, from which :data:`DIRECT_BATCH` (the same roll-ups,
+:data:`monitor.ingest.rollup_sql.ROLLUPS`) and :data:`SYNC_ITEMS_DIRECT` read. If it got fewer
+(a replay, a re-delivered batch, another worker's write of the same ids), it rolls the savepoint
+back and writes the batch through the staging path, which skips the stored ids and finds
+conflicting duplicates. Both paths store the same rows (tests/ingest/test_direct_write.py).
+
+:data:`CLAIM_IDS` inserts in id order, like the staging path, so two writers claiming the same
+ids queue on the key instead of deadlocking; the second sees the first's ids as taken once the
+first commits, and goes the staging way.
+"""
+
+from __future__ import annotations
+
+from monitor.ingest.items_sql import sync_statement
+from monitor.ingest.rollup_sql import INSERTED, batch_statement, delay_bucket_sql
+from monitor.ingest.rows import ROW_FIELDS
+
+ROLLUP_TABLE = "staging_rollup"
+
+#: the columns of :data:`ROLLUP_TABLE` with their types: what the roll-ups and the new items
+#: read of an event (the ``events`` types; the body fields as the roll-ups extract them)
+_TYPES: tuple[tuple[str, str], ...] = (
+    ("event_id", "text"), ("conversation_id", "text"), ("type", "text"),
+    ("ts", "timestamptz"), ("agent_id", "text"), ("agent_version", "text"),
+    ("agent_model", "text"), ("domain", "text"), ("tier", "smallint"), ("channel", "text"),
+    ("intent", "text"), ("segment", "text"), ("task_id", "text"), ("trial", "integer"),
+    ("turn", "integer"), ("role", "text"), ("confidence", "float8"), ("tool_ok", "boolean"),
+    ("tool_calls", "integer"), ("escalation_trigger", "text"), ("outcome_success", "boolean"),
+    ("outcome_reward", "float8"), ("outcome_source", "text"),
+)  # fmt: skip
+
+ROLLUP_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _TYPES)
+
+#: positions of :data:`ROLLUP_COLUMNS` in an ``EventRow`` (:data:`monitor.ingest.rows.ROW_FIELDS`)
+ROLLUP_INDEXES: tuple[int, ...] = tuple(ROW_FIELDS.index(c) for c in ROLLUP_COLUMNS)
+
+CREATE_ROLLUP_TABLE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {ROLLUP_TABLE} "
+    f"({', '.join(f'{name} {sql_type}' for name, sql_type in _TYPES)}) ON COMMIT DELETE ROWS"
+)
+
+#: ``$1`` event ids, ``$2`` their ts, ``$3`` their conversation ids (distinct ids): claims the
+#: ids not stored yet; its value is how many it claimed
+CLAIM_IDS = """
+WITH claimed AS (
+  INSERT INTO event_ids (event_id, ts, conversation_id)
+  SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[]) ORDER BY 1
+  ON CONFLICT (event_id) DO NOTHING
+  RETURNING 1
+)
+SELECT count(*) FROM claimed
+"""
+
+#: the :data:`~monitor.ingest.rollup_sql.INSERTED` columns that are not columns of
+#: :data:`ROLLUP_TABLE`, computed as the staging path's RETURNING computes them: every event of
+#: the batch was inserted, with ingested_at = now() (the column's default)
+COMPUTED = {
+    "minute": "date_trunc('minute', now(), 'UTC')",
+    "delay_bucket": delay_bucket_sql("extract(epoch FROM now() - ts)::float8"),
+}
+
+DIRECT_INSERT = f"""ins AS (
+  SELECT {", ".join(f"{COMPUTED[n]} AS {n}" if n in COMPUTED else n for n, _ in INSERTED)}
+  FROM {ROLLUP_TABLE}
+)"""
+
+#: the batch statement of the direct path: :data:`DIRECT_INSERT` then the roll-ups; same
+#: parameters and result as :data:`monitor.ingest.rollup_sql.WRITE_BATCH`
+DIRECT_BATCH = batch_statement(inserted=DIRECT_INSERT)
+
+#: :data:`monitor.ingest.items_sql.SYNC_ITEMS`, its new items from :data:`ROLLUP_TABLE`
+SYNC_ITEMS_DIRECT = sync_statement(ROLLUP_TABLE)
