@@ -54,6 +54,9 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
     # --- ingest ---------------------------------------------------------------------------
     batch_max_events: int = Field(default=5000, ge=1, description="Most events per write batch.")
     batch_max_wait_ms: int = Field(default=200, ge=1, description="Longest wait to fill a batch.")
+    writes_in_flight: int = Field(
+        default=2, ge=1, le=8, description="Batches written at once (offsets commit in order)."
+    )
     store_retry_initial_s: float = Field(default=0.5, gt=0)
     store_retry_max_s: float = Field(default=10.0, gt=0)
     max_future_skew_s: float = Field(

@@ -20,3 +20,4 @@ class IngestConfig:
     max_future_skew_s: float | None = 300.0
     stall_after_s: float = 120.0
     commit_timeout_s: float = 15.0
+    writes_in_flight: int = 2  # batches written at once (offsets still committed in order)

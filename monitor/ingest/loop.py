@@ -12,18 +12,20 @@ nothing more is fetched); any other one means the batch holds poison: the loop b
 writes every event the store takes and dead-letters each event it refuses alone (reason
 ``store_rejected``, the database's message as detail), so no single event stops ingest. The
 batch is never acknowledged before it is written. A crash at any point re-delivers at most the
-uncommitted batch, which the writer absorbs idempotently. On a rebalance, revocation waits for
-the batch in flight to commit.
+uncommitted batches, which the writer absorbs idempotently. On a rebalance, revocation waits
+for the batches in flight to commit (:mod:`monitor.ingest.rebalance`).
 
 Pipelining: steps 2-4 of batch k run in a task while the loop fetches and decodes batch k+1, so
-the worker's CPU (decode) and Postgres' (the insert, roll-ups, items and bins) overlap. At most
-one batch is being written: batch k+1's write starts only after batch k committed its offsets,
-so offsets are committed in order and only after their batch is durably written. The loop
-decodes k+1 only once k's rows reached Postgres (its COPY, which needs this process's CPU too,
-is done), in chunks of ``DECODE_CHUNK`` records with a yield between chunks, so that k's
-completion and commit are not held up; a decoded batch whose partitions were revoked meanwhile
-is dropped, like the consumer's own prefetched records. At most two batches are held in memory;
-while a write is retried (partitions paused), the next decoded batch waits.
+the worker's CPU (decode) and Postgres' (the insert, roll-ups, items and bins) overlap. Up to
+``writes_in_flight`` batches (default 2) are written at once, each on its own connection: batch
+k+1's write starts as soon as it is decoded, so its COPY and id claim run while k does its
+roll-ups (two batches sharing a conversation still serialize on its lock, in the writer).
+Offsets are committed in batch order all the same: k+1 commits only after k committed, and not
+at all if k did not (k's records would be skipped). Decoding runs in chunks of
+``DECODE_CHUNK`` records with a yield between chunks, so the writes in flight progress and
+commit meanwhile; a decoded batch whose partitions were revoked meanwhile is dropped, like the
+consumer's own prefetched records. At most ``writes_in_flight`` + 1 batches are held in memory;
+while a write is retried (partitions paused), no further batch starts.
 
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
@@ -39,8 +41,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections import Counter as Tally
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TypeAlias
 
@@ -49,6 +51,7 @@ from aiokafka.errors import KafkaError
 
 from monitor.core.clock import Clock, SystemClock
 from monitor.ingest.config import IngestConfig as IngestConfig
+from monitor.ingest.decoded import Decoded
 from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
@@ -57,8 +60,8 @@ from monitor.ingest.log_dedupe import dedupe_kafka_client_logs
 from monitor.ingest.offsets import OffsetTracking
 from monitor.ingest.paused_retry import PausedRetry, _Stopping
 from monitor.ingest.poison import write_isolating
-from monitor.ingest.rebalance import WaitForBatch
-from monitor.ingest.rows import PARTITION, DeadLetter, EventRow
+from monitor.ingest.rebalance import InFlight, WaitForBatch
+from monitor.ingest.rows import DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.store_errors import is_transient
 from monitor.worker.ops_metrics import OpsMetrics
@@ -72,28 +75,6 @@ KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutErro
 
 
 DECODE_CHUNK = 100  # records decoded between two yields to the event loop
-
-
-@dataclass
-class _Decoded:
-    """A fetched batch, decoded, waiting for (or in) its write."""
-
-    batch: dict[TopicPartition, list[Record]]
-    records: list[Record]
-    rows: list[EventRow]
-    dead: list[DeadLetter]
-    seconds: float  # decode time
-    copied: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def keep(self, assigned: set[TopicPartition]) -> None:
-        """Drop the records of partitions not in ``assigned`` (revoked since the fetch)."""
-        if set(self.batch) <= assigned:
-            return
-        self.batch = {tp: recs for tp, recs in self.batch.items() if tp in assigned}
-        kept = {tp.partition for tp in self.batch}
-        self.records = [r for r in self.records if r.partition in kept]
-        self.rows = [r for r in self.rows if r[PARTITION] in kept]
-        self.dead = [d for d in self.dead if d.partition in kept]
 
 
 class IngestLoop(OffsetTracking, PausedRetry):
@@ -113,7 +94,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
         self.health = IngestHealth(self.clock.monotonic, config.stall_after_s)
         self.metrics.since_write.set_function(self.health.seconds_since_write)
         self._stopping = asyncio.Event()
-        self._lock = asyncio.Lock()
+        self._in_flight = InFlight()
+        self._paused_by: Tally[TopicPartition] = Tally()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._positions: dict[TopicPartition, int] = {}
@@ -141,10 +123,10 @@ class IngestLoop(OffsetTracking, PausedRetry):
         )
         dedupe_kafka_client_logs(self.clock.monotonic)
         await self._producer.start()
-        pending: asyncio.Task[None] | None = None  # the batch being written and committed
+        pending: list[asyncio.Task[bool]] = []  # batches being written and committed, in order
         try:
             await self._consumer.start()
-            self._consumer.subscribe([cfg.topic], listener=WaitForBatch(self._lock))
+            self._consumer.subscribe([cfg.topic], listener=WaitForBatch(self._in_flight))
             self.ready.set()
             self.health.ready = True
             while not self._stopping.is_set():
@@ -154,22 +136,26 @@ class IngestLoop(OffsetTracking, PausedRetry):
                 if batch:
                     self._saw_records(batch, self.clock.monotonic())
                     decoded = await self._decode(batch)
-                    if pending is not None:
-                        await pending  # batches are written and committed one after the other
-                    pending = asyncio.create_task(self._write_and_commit(decoded))
-                    await self._until_copied(decoded, pending)
+                    cap = max(1, cfg.writes_in_flight)
+                    while pending and (len(pending) >= cap or self._paused_by):
+                        await pending[0]  # a write that failed ends the loop
+                        pending.pop(0)
+                    previous = pending[-1] if pending else None
+                    pending.append(asyncio.create_task(self._write_and_commit(decoded, previous)))
+                    await asyncio.sleep(0)  # the write starts (its COPY) before the next decode
                 await self._update_lag()
-                if pending is not None and pending.done():
-                    pending.result()  # a write that failed ends the loop, as unpipelined
-                if not batch and (pending is None or pending.done()):
+                while pending and pending[0].done():
+                    pending.pop(0).result()  # a write that failed ends the loop
+                if not batch and not pending:
                     self.health.idle()
-            if pending is not None:
-                await pending
+            while pending:
+                await pending[0]
+                pending.pop(0)
         finally:
-            if pending is not None and not pending.done():
-                pending.cancel()  # an error elsewhere: the batch stays uncommitted
+            for task in pending:  # an error elsewhere: these batches stay uncommitted
+                task.cancel()
                 with contextlib.suppress(BaseException):
-                    await pending
+                    await task
             self.ready.clear()  # /health must not report a loop that has ended
             self.health.ready = False
             await self._consumer.stop()
@@ -179,7 +165,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
         """Ask the loop to finish; a batch not yet written is left uncommitted (re-delivered)."""
         self._stopping.set()
 
-    async def _decode(self, batch: dict[TopicPartition, list[Record]]) -> _Decoded:
+    async def _decode(self, batch: dict[TopicPartition, list[Record]]) -> Decoded:
         """Decode ``batch`` in chunks of ``DECODE_CHUNK`` records, yielding to the event loop
         between chunks so that the write in flight completes and commits without waiting."""
         started = self.clock.monotonic()
@@ -194,45 +180,38 @@ class IngestLoop(OffsetTracking, PausedRetry):
             rows += chunk_rows
             dead += chunk_dead
             await asyncio.sleep(0)
-        return _Decoded(batch, records, rows, dead, self.clock.monotonic() - started)
+        return Decoded(batch, records, rows, dead, self.clock.monotonic() - started)
 
-    async def _until_copied(self, decoded: _Decoded, pending: asyncio.Task[None]) -> None:
-        """Return once ``decoded``'s rows are in Postgres (its COPY finished; the rest of its
-        write is the server's work) or its write ended, whichever comes first."""
-        copied = asyncio.create_task(decoded.copied.wait())
-        try:
-            await asyncio.wait((copied, pending), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            copied.cancel()
+    async def _write_and_commit(
+        self, decoded: Decoded, previous: asyncio.Task[bool] | None = None
+    ) -> bool:
+        """Publish the dead letters, write the batch, then, once ``previous`` (the batch before,
+        if still in flight) committed, commit its offsets (module contract); return whether it
+        committed (no: stopped, or ``previous`` did not commit, or nothing was left to write).
 
-    async def _write_and_commit(self, decoded: _Decoded) -> None:
-        """Publish the dead letters, write the batch, then commit its offsets (module contract).
-
-        Holds the rebalance lock throughout. Records of partitions revoked since they were
-        fetched are dropped, as the consumer drops its own prefetched records: their new owner
-        reads them from the last committed offset."""
-        async with self._lock:
+        Counts as in flight throughout (a revocation waits for it). Records of partitions
+        revoked since they were fetched are dropped, as the consumer drops its own prefetched
+        records: their new owner reads them from the last committed offset."""
+        async with self._in_flight.batch():
             started = self.clock.monotonic()
             assert self._consumer is not None
             decoded.keep(self._consumer.assignment())
             batch, rows, dead = decoded.batch, decoded.rows, decoded.dead
             if not batch:  # every partition of the batch was revoked
-                decoded.copied.set()
-                return
+                return False
             partitions = list(batch)
             try:
                 if dead:
                     await self._publish(dead, partitions)
                 if rows or dead:
-                    result = await self._store(rows, dead, decoded.records, partitions,
-                                               decoded.copied.set)  # fmt: skip
+                    result = await self._store(rows, dead, decoded.records, partitions)
                 else:
                     result = WriteResult(0, 0, 0, 0)
             except _Stopping:
-                return  # leave the batch uncommitted: it is re-delivered after a restart
-            finally:
-                decoded.copied.set()
+                return False  # leave the batch uncommitted: it is re-delivered after a restart
             self.health.wrote()
+            if previous is not None and not await previous:
+                return False  # committing past an uncommitted batch would skip its records
             offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
             for tp, recs in batch.items():
                 self._delivered_below(tp, recs[0].offset)  # from a topic the broker recreated
@@ -245,6 +224,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
                 self.metrics.events_invalid.labels(d.reason).inc()
             self.metrics.batches.inc()
             self.metrics.batch_latency.observe(decoded.seconds + self.clock.monotonic() - started)
+            return True
 
     async def _publish(self, dead: Sequence[DeadLetter], partitions: list[TopicPartition]) -> None:
         pending = DlqBatch(dead, self.config.dlq_topic)
@@ -264,10 +244,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
         dead: list[DeadLetter],
         records: list[Record],
         partitions: list[TopicPartition],
-        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
-        """Write the batch; on a non-transient error, isolate the poison (module contract).
-        ``copied`` is called when the rows reached Postgres (``EventWriter.write``)."""
+        """Write the batch; on a non-transient error, isolate the poison (module contract)."""
 
         async def publish(rejected: DeadLetter) -> None:
             await self._publish([rejected], partitions)
@@ -278,7 +256,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             dead,
             records,
             self.config.topic,
-            lambda r, d: self._write(r, d, partitions, copied),
+            lambda r, d: self._write(r, d, partitions),
             publish,
             _Stopping,
         )
@@ -288,11 +266,10 @@ class IngestLoop(OffsetTracking, PausedRetry):
         rows: list[EventRow],
         dead: Sequence[DeadLetter],
         partitions: list[TopicPartition],
-        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
         topic = self.config.topic
         return await self._retry(
-            lambda: self.writer.write(rows, dead, source=topic, copied=copied),
+            lambda: self.writer.write(rows, dead, source=topic),
             "store write",
             is_transient,
             self.metrics.store_errors,

@@ -3,7 +3,8 @@
 A mixin of :class:`monitor.ingest.loop.IngestLoop` (see its module contract): ``_retry`` runs
 a store write or a DLQ publish until it succeeds, pausing the batch's partitions while it fails
 transiently so that nothing more is fetched, and gives up with ``_Stopping`` when the loop is
-asked to stop (the caller then leaves the batch uncommitted).
+asked to stop (the caller then leaves the batch uncommitted). Two batches in flight may retry
+at once: a partition stays paused until no retry that paused it is still failing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -40,6 +42,26 @@ class PausedRetry:
     health: IngestHealth
     _consumer: AIOKafkaConsumer | None
     _stopping: asyncio.Event
+    _paused_by: Tally[TopicPartition]  # partition -> retries that paused it and still fail
+
+    def _pause(self, partitions: list[TopicPartition]) -> None:
+        self._paused_by.update(partitions)
+        if self._consumer is not None:
+            self._consumer.pause(*partitions)
+        self.metrics.paused.set(1)
+        self.health.paused = True
+
+    def _resume(self, partitions: list[TopicPartition]) -> None:
+        self._paused_by.subtract(partitions)
+        free = [tp for tp in partitions if self._paused_by[tp] <= 0]
+        for tp in free:
+            del self._paused_by[tp]
+        if self._consumer is not None and free:
+            self._consumer.resume(*free)
+        if not self._paused_by:
+            self.metrics.paused.set(0)
+            self.health.paused = False
+            self.health.last_error = ""
 
     async def _retry(
         self,
@@ -66,10 +88,9 @@ class PausedRetry:
                         raise
                     failures.inc()
                     self.health.last_error = f"{what}: {describe(exc)}"[:300]
-                    if not paused and self._consumer is not None:
-                        self._consumer.pause(*partitions)
-                        self.metrics.paused.set(1)
-                        self.health.paused = paused = True
+                    if not paused:
+                        self._pause(partitions)
+                        paused = True
                     log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
                     try:
                         pause_s = delay * random.uniform(0.5, 1.0)
@@ -79,8 +100,5 @@ class PausedRetry:
                         pass
                     delay = min(delay * 2, self.config.retry_max_s)
         finally:
-            if paused and self._consumer is not None:
-                self._consumer.resume(*partitions)
-                self.metrics.paused.set(0)
-                self.health.paused = False
-                self.health.last_error = ""
+            if paused:
+                self._resume(partitions)

@@ -53,7 +53,11 @@ class IngestService(Service):
     def __init__(self, settings: Settings, metrics: OpsMetrics, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         assert settings.kafka_bootstrap and settings.database_url
-        self.writer = EventWriter(settings.database_url, policy=load_sampling_policy(settings))
+        self.writer = EventWriter(
+            settings.database_url,
+            pool_size=settings.writes_in_flight,  # a connection per batch in flight
+            policy=load_sampling_policy(settings),
+        )
         self.loop_ = IngestLoop(
             IngestConfig(
                 bootstrap=settings.kafka_bootstrap,
@@ -68,6 +72,7 @@ class IngestService(Service):
                 max_future_skew_s=settings.max_future_skew_s,
                 stall_after_s=settings.health_stall_s,
                 commit_timeout_s=settings.commit_timeout_s,
+                writes_in_flight=settings.writes_in_flight,
             ),
             self.writer,
             metrics,

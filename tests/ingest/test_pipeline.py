@@ -1,20 +1,22 @@
-"""The ingest loop decodes the next batch while the previous one is being written (issue 13),
-and still commits every batch's offsets only after its rows are stored, in order."""
+"""The ingest loop decodes the next batch while the previous one is being written, and writes
+up to ``writes_in_flight`` batches at once (issue 13), and still commits every batch's offsets
+only after its rows are stored, in batch order, and never past a batch that did not commit."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
+import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
+from monitor.ingest.decoded import Decoded
 from monitor.ingest.decoding import decode_records
-from monitor.ingest.loop import IngestConfig, IngestLoop, _Decoded
+from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.rows import OFFSET, DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.engine import libpq_url
@@ -92,8 +94,9 @@ def latest(commits: list[dict[TopicPartition, int]]) -> dict[TopicPartition, int
     return out
 
 
+@pytest.mark.parametrize("in_flight", [1, 2])
 async def test_decode_overlaps_the_write_and_commits_stay_ordered(
-    broker, topic_name: str, database_url: str
+    broker, topic_name: str, database_url: str, in_flight: int
 ) -> None:
     await create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     events = [event_dict(f"e-{i}", f"c-{i % 50}", at=i, turn=i // 50) for i in range(N)]
@@ -102,7 +105,8 @@ async def test_decode_overlaps_the_write_and_commits_stay_ordered(
     timeline = Timeline()
     writer = HoldingWriter(database_url, timeline)
     config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          batch_max_events=BATCH, idempotent_producer=False)  # fmt: skip
+                          batch_max_events=BATCH, idempotent_producer=False,
+                          writes_in_flight=in_flight)  # fmt: skip
     loop = RecordingLoop(config, writer)
     loop.timeline, loop.dsn = timeline, libpq_url(database_url)
     loop.commits, loop.violations = [], []
@@ -128,11 +132,14 @@ async def test_decode_overlaps_the_write_and_commits_stay_ordered(
     decodes = [(s, e) for what, s, e in timeline.spans if what == "decode"]
     assert len(writes) >= N // BATCH and len(decodes) >= N // BATCH
     # the pipeline: some batch was decoded while the previous write was still in progress
-    # (the writes never overlap each other: one write in flight at a time)
     overlapping = [d for d in decodes if any(ws < d[0] and d[1] < we for ws, we in writes)]
     assert len(overlapping) >= 3
-    ordered = sorted(writes)
-    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
+    # writes overlap each other up to in_flight at once (each is held open HOLD_S after it
+    # committed, so with two in flight the next one starts meanwhile)
+    at_once = [sum(ws <= s < we for ws, we in writes) for s, _ in writes]
+    assert max(at_once) == in_flight
+    if in_flight == 2:
+        assert sum(n == 2 for n in at_once) >= 3
 
 
 def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
@@ -149,7 +156,7 @@ def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
     batch = {tp0: [r for r in records if r.partition == 0],
              tp1: [r for r in records if r.partition == 1]}  # fmt: skip
     rows, dead = decode_records(records)
-    decoded = _Decoded(batch, records, rows, dead, 0.0)
+    decoded = Decoded(batch, records, rows, dead, 0.0)
     decoded.keep({tp0, tp1})
     assert (len(decoded.rows), len(decoded.dead)) == (4, 1)
     decoded.keep({tp0})
@@ -157,3 +164,65 @@ def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
     assert [r.offset for r in decoded.records] == [0, 2]
     assert [row[OFFSET] for row in decoded.rows] == [0, 2]  # in order
     assert decoded.dead == []
+
+
+class StallingWriter(EventWriter):
+    """The real writer whose first batch reaches Postgres and then fails like a lost server,
+    at every attempt; every other batch is written."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.stalled: Sequence[EventRow] | None = None
+        self.stored = 0
+        self.second_stored = asyncio.Event()
+
+    async def write(
+        self,
+        rows: Sequence[EventRow],
+        dead: Sequence[DeadLetter] = (),
+        source: str = "kafka",
+        copied: Callable[[], None] | None = None,
+    ) -> WriteResult:
+        if self.stalled is None:
+            self.stalled = rows  # the loop retries with the same list
+        if rows is self.stalled:
+            if copied is not None:
+                copied()  # the next batch may start its write
+            await asyncio.sleep(0.3)
+            raise ConnectionResetError("server closed the connection")
+        result = await super().write(rows, dead, source, copied)
+        self.stored += result.inserted
+        self.second_stored.set()
+        return result
+
+
+async def test_no_offset_is_committed_past_a_batch_that_did_not_commit(
+    broker, topic_name: str, database_url: str
+) -> None:
+    """Batch 1 reaches Postgres, then fails transiently at every attempt; batch 2, in flight
+    beside it, is stored, but when the loop stops (batch 1 still unwritten) batch 2's offsets
+    are not committed: committing them would skip batch 1's records for good."""
+    await create_topic(broker.bootstrap, topic_name, partitions=1)
+    events = [event_dict(f"s-{i}", f"c-{i % 5}", at=i) for i in range(2 * BATCH)]
+    await produce(broker.bootstrap, topic_name,
+                  [(b"k", json.dumps(e).encode()) for e in events])  # fmt: skip
+    writer = StallingWriter(database_url)
+    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
+                          batch_max_events=BATCH, idempotent_producer=False,
+                          retry_initial_s=0.05, retry_max_s=0.1)  # fmt: skip
+    loop = RecordingLoop(config, writer)
+    loop.timeline, loop.dsn = Timeline(), libpq_url(database_url)
+    loop.commits, loop.violations = [], []
+    task = asyncio.create_task(loop.run())
+    try:
+        await asyncio.wait_for(writer.second_stored.wait(), 30)
+        await asyncio.sleep(0.5)  # batch 2 is stored; batch 1 keeps failing
+        assert loop.health.paused
+    finally:
+        await loop.stop()
+        await task
+        await writer.close()
+    assert writer.stored > 0
+    assert loop.commits == []  # batch 2 is stored, its offsets are not committed
+    count = await wait_count(database_url, "SELECT count(*) FROM events", writer.stored)
+    assert count == writer.stored
