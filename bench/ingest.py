@@ -137,13 +137,14 @@ async def baseline(
         assigned = _Assigned(meter)
         consumer.subscribe([topic], listener=assigned)
         written, columns = 0, list(EVENT_COLUMNS)
+        width = len(columns)
         ts_at = columns.index("ts")
         while written < n:
             got = await consumer.getmany(timeout_ms=200, max_records=batch)
             if not got:
                 continue
-            rows = [
-                event_row(decode_event(rec.value or b""), rec.partition, rec.offset)
+            rows = [  # the events columns of the row (the roll-up fields are the writer's)
+                event_row(decode_event(rec.value or b""), rec.partition, rec.offset)[:width]
                 for recs in got.values() for rec in recs
             ]
             async with conn.transaction():  # the day partitions first, as the writer does

@@ -1,17 +1,18 @@
-"""Two batch writes in flight against one: what overlapping consecutive batches would gain.
+"""Two batch writes in flight against one: what overlapping consecutive batches gains.
 
-The ingest loop writes one batch at a time (its commit order and rebalance contract,
-:mod:`monitor.ingest.loop`). This measures, in-process and without a broker, the real
-``EventWriter`` writing the same pre-decoded batches of simulated events into a fresh scratch
-database either *serially* (each write awaited) or *overlapped* (batch k+1's write starts once
-batch k's rows are copied to Postgres; at most two in flight, on the writer's two
-connections), alternating the two modes; prints events/s per run and the ratio overlapped /
-serial of the medians. The writes of two batches that share conversations still serialize on
-the conversations' advisory locks (taken before the batch statement), so this is the gain
-available without splitting the batch statement (docs/benchmarks.md "What would move it").
+The ingest loop writes up to ``writes_in_flight`` batches at once (:mod:`monitor.ingest.loop`).
+This measures, in-process and without a broker or decoding, the real ``EventWriter`` writing
+the same pre-decoded batches of simulated events into a fresh scratch database either
+*serially* (each write awaited) or *overlapped* (batch k+1's write starts once batch k's rows
+are copied to Postgres; at most two in flight, on the writer's two connections), alternating
+the two modes; prints events/s per run and the ratio overlapped / serial of the medians. The
+writes of two batches that share conversations still serialize on the conversations' advisory
+locks (taken after the COPY, before the batch statement): on the direct path (default) the id
+claim and the COPYs of batch k+1 overlap batch k's roll-ups; with ``--staged`` (every batch
+through the staging table, as replays go) only the staging COPY does.
 Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
 
-    .venv/bin/python bench/write_overlap.py --repeat 3
+    .venv/bin/python bench/write_overlap.py --repeat 3 [--staged]
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ async def write_all(writer: EventWriter, rows: list[list[EventRow]], overlapped:
         await previous
 
 
-async def one_run(admin_url: str, rows: list[list[EventRow]], overlapped: bool) -> float:
+async def one_run(
+    admin_url: str, rows: list[list[EventRow]], overlapped: bool, direct: bool
+) -> float:
     async with scratch_database(admin_url, "overlap") as dsn:
-        writer = EventWriter(dsn, pool_size=2)
+        writer = EventWriter(dsn, pool_size=2, direct=direct)
         await writer.start()
         try:
             started = time.perf_counter()
@@ -83,7 +86,7 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
     rates: dict[str, list[float]] = {"serial": [], "overlapped": []}
     for i in range(args.repeat):
         for mode in ("serial", "overlapped"):
-            rate = await one_run(admin_url, rows, mode == "overlapped")
+            rate = await one_run(admin_url, rows, mode == "overlapped", not args.staged)
             rates[mode].append(rate)
             print(f"repeat {i + 1}/{args.repeat}: {mode:10} {rate:,.0f} events/s", flush=True)
     serial, overlapped = (statistics.median(rates[m]) for m in ("serial", "overlapped"))
@@ -97,6 +100,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each mode (3)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
+    p.add_argument("--staged", action="store_true",
+                   help="stage every batch (the path of replays) instead of the direct write")
     args = p.parse_args()
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="overlap-")))
