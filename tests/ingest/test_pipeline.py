@@ -188,7 +188,7 @@ class StallingWriter(EventWriter):
         if rows is self.stalled:
             if copied is not None:
                 copied()  # the next batch may start its write
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(1.0)  # batch 2 is fetched, decoded and written meanwhile
             raise ConnectionResetError("server closed the connection")
         result = await super().write(rows, dead, source, copied)
         self.stored += result.inserted
@@ -216,7 +216,7 @@ async def test_no_offset_is_committed_past_a_batch_that_did_not_commit(
     task = asyncio.create_task(loop.run())
     try:
         await asyncio.wait_for(writer.second_stored.wait(), 30)
-        await asyncio.sleep(0.5)  # batch 2 is stored; batch 1 keeps failing
+        await asyncio.sleep(1.5)  # batch 2 is stored; batch 1 keeps failing
         assert loop.health.paused
     finally:
         await loop.stop()
