@@ -83,17 +83,30 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-async def database_url(pg_admin_url: str) -> AsyncIterator[str]:
-    """A fresh, migrated database on the session server, dropped after the test."""
+async def _fresh_database(admin_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database on the server of ``admin_url``, dropped afterwards."""
     import asyncio
 
     from monitor.store.engine import drop_database, ensure_database, upgrade, with_database
 
-    url = with_database(pg_admin_url, f"mon_test_{uuid.uuid4().hex[:10]}")
+    url = with_database(admin_url, f"mon_test_{uuid.uuid4().hex[:10]}")
     await ensure_database(url)
     await asyncio.to_thread(upgrade, url)
     try:
         yield url
     finally:
         await drop_database(url)
+
+
+@pytest.fixture
+async def database_url(pg_admin_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database on the session server, dropped after the test."""
+    async for url in _fresh_database(pg_admin_url):
+        yield url
+
+
+@pytest.fixture
+async def second_database_url(pg_admin_url: str) -> AsyncIterator[str]:
+    """Another fresh, migrated database beside ``database_url`` (comparisons of two stores)."""
+    async for url in _fresh_database(pg_admin_url):
+        yield url

@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-import pytest
 
 from monitor.ingest.direct_sql import COMPUTED, ROLLUP_COLUMNS
 from monitor.ingest.rollup_sql import INSERTED, delay_bucket_sql
 from monitor.ingest.rows import ROLLUP_FIELDS, ROW_FIELDS, event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
-from monitor.store.engine import drop_database, ensure_database, libpq_url, upgrade, with_database
+from monitor.store.engine import libpq_url
 
 TOOL_CALLS = ROW_FIELDS.index("tool_calls")
 WRITE_TIMES = {"ingested_at", "updated_at", "labelled_at", "created_at"}
@@ -54,17 +51,6 @@ RECOMPUTED = {  # (stored, recomputed from events)
         " count(*) FROM events GROUP BY 1, 2",
     ),
 }
-
-
-@pytest.fixture
-async def second_url(pg_admin_url: str) -> AsyncIterator[str]:
-    url = with_database(pg_admin_url, f"mon_test_{uuid.uuid4().hex[:10]}")
-    await ensure_database(url)
-    await asyncio.to_thread(upgrade, url)
-    try:
-        yield url
-    finally:
-        await drop_database(url)
 
 
 def _norm(value: object) -> object:
@@ -113,13 +99,13 @@ def test_the_direct_statement_has_every_column_the_roll_ups_read() -> None:
 
 
 async def test_direct_and_staged_writes_store_the_same_rows(
-    database_url: str, second_url: str
+    database_url: str, second_database_url: str
 ) -> None:
     batches = traffic(seed=23, n=2500)
     kinds = {r[2] for b in batches for r in b}
     assert {"message", "tool_result", "escalation", "outcome"} <= kinds
     assert any(r[TOOL_CALLS] for b in batches for r in b)  # messages with tool calls
-    direct, staged = EventWriter(database_url), EventWriter(second_url, direct=False)
+    direct, staged = EventWriter(database_url), EventWriter(second_database_url, direct=False)
     try:
         for batch in batches:
             a, b = await direct.write(batch), await staged.write(batch)
@@ -129,7 +115,7 @@ async def test_direct_and_staged_writes_store_the_same_rows(
         await staged.close()
     assert (direct.direct_batches, direct.staged_batches) == (len(batches), 0)
     assert (staged.direct_batches, staged.staged_batches) == (0, len(batches))
-    got, want = await dump(database_url), await dump(second_url)
+    got, want = await dump(database_url), await dump(second_database_url)
     assert len(got["events"]) == sum(map(len, batches))
     assert len(got["escalation_bins"]) > 20 and len(got["calibration_bins"]) > 20
     for table in want:
