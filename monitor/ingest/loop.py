@@ -220,6 +220,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             self.metrics.events_written.inc(result.inserted)
             self.metrics.events_duplicate.inc(result.duplicates)
             self.metrics.events_conflicting.inc(result.conflicting)
+            self.metrics.batches_staged.inc(result.staged)
             for d in dead:
                 self.metrics.events_invalid.labels(d.reason).inc()
             self.metrics.batches.inc()

@@ -74,6 +74,7 @@ class WriteResult:
     new_items: int = 0  # new rows in items
     relabelled: int = 0  # items whose label changed
     conflicting: int = 0  # duplicates with a different body, dead-lettered (first one stays)
+    staged: int = 0  # 1 when the rows went through the staging table (not the direct path)
 
 
 MAX_DETAIL_CHARS = 4000
@@ -197,11 +198,9 @@ class EventWriter:
                 copied()
             if dead:
                 await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
-        if rows:
-            if direct:
-                self.direct_batches += 1
-            else:
-                self.staged_batches += 1
+        staged = int(bool(rows) and not direct)
+        self.direct_batches += int(bool(rows) and direct)
+        self.staged_batches += staged
         return WriteResult(
             inserted,
             len(rows) - inserted - conflicting,
@@ -211,6 +210,7 @@ class EventWriter:
             new_items,
             relabelled,
             conflicting,
+            staged,
         )
 
     @staticmethod

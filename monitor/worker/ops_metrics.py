@@ -35,6 +35,12 @@ class OpsMetrics:
             "monitor_events_duplicate", "Events skipped as already stored", registry=r
         )
         self.batches = Counter("monitor_batches", "Batches committed", registry=r)
+        self.batches_staged = Counter(
+            "monitor_batches_staged",
+            "Writes through the staging table: a batch holding a stored or repeated event_id"
+            " (replay, re-delivery); the others are COPYed straight into events",
+            registry=r,
+        )
         self.batch_latency = Histogram(
             "monitor_batch_latency_seconds",
             "Decode + write + offset commit time per batch",

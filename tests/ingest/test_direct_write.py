@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -109,7 +110,8 @@ async def test_direct_and_staged_writes_store_the_same_rows(
     try:
         for batch in batches:
             a, b = await direct.write(batch), await staged.write(batch)
-            assert a == b
+            assert (a.staged, b.staged) == (0, 1)
+            assert replace(a, staged=1) == b
     finally:
         await direct.close()
         await staged.close()
@@ -131,9 +133,9 @@ async def test_a_batch_with_a_stored_id_claims_nothing_and_is_staged(database_ur
     try:
         assert (await writer.write(first)).inserted == len(first)
         result = await writer.write(again)
-        assert (result.inserted, result.duplicates) == (len(second), 1)
+        assert (result.inserted, result.duplicates, result.staged) == (len(second), 1, 1)
         result = await writer.write(twice)
-        assert (result.inserted, result.duplicates) == (len(twice) - 1, 1)
+        assert (result.inserted, result.duplicates, result.staged) == (len(twice) - 1, 1, 1)
     finally:
         await writer.close()
     assert (writer.direct_batches, writer.staged_batches) == (1, 2)
