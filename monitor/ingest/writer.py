@@ -145,9 +145,9 @@ class EventWriter:
         """Commit ``rows`` and ``dead`` atomically (see the module contract); ``source`` names
         where the rows came from (the topic) in conflicting-duplicate dead letters.
 
-        ``copied`` is called once the rows have been sent to Postgres (the staging COPY is
-        done; right away when there are no rows): from then on the rest of the write is the
-        server's work, so the caller's CPU is free (the ingest loop decodes the next batch)."""
+        ``copied`` is called once the rows have been sent to Postgres (the COPYs are done;
+        right away when there are no rows): from then on the rest of the write is the server's
+        work, so the caller's CPU is free (``bench/write_overlap.py`` starts the next write)."""
         if self._pool is None:
             await self.start()
         assert self._pool is not None
