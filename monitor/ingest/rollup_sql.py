@@ -10,7 +10,8 @@ Merge rules (order-independent across batches):
 - segment columns: first non-null value wins;
 - first_ts / last_ts: LEAST / GREATEST; counts: added;
 - min_confidence: LEAST over assistant messages (NULLs ignored);
-- last_confidence: the assistant confidence with the latest ts (ties: the later batch);
+- last_confidence: the assistant confidence with the latest ts (ties: the batch whose statement
+  runs later, which with two writes in flight need not be the later one in the topic);
 - escalation: the earliest escalation event gives escalated_at, its turn and trigger;
   first_turn: LEAST (turns to escalation = escalation_turn - first_turn, without reading events);
 - outcome: ranked by source, ``ground_truth`` > ``ticket``/``csat``/``other`` > ``human_review``
