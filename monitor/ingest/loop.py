@@ -44,14 +44,13 @@ import logging
 from collections import Counter as Tally
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TypeAlias
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from monitor.core.clock import Clock, SystemClock
 from monitor.ingest.config import IngestConfig as IngestConfig
-from monitor.ingest.decoded import Decoded
+from monitor.ingest.decoded import Decoded, Record
 from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
@@ -67,9 +66,6 @@ from monitor.store.store_errors import is_transient
 from monitor.worker.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.ingest")
-
-Record: TypeAlias = ConsumerRecord[bytes, bytes]
-
 
 KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutError)
 
@@ -186,8 +182,10 @@ class IngestLoop(OffsetTracking, PausedRetry):
         self, decoded: Decoded, previous: asyncio.Task[bool] | None = None
     ) -> bool:
         """Publish the dead letters, write the batch, then, once ``previous`` (the batch before,
-        if still in flight) committed, commit its offsets (module contract); return whether it
-        committed (no: stopped, or ``previous`` did not commit, or nothing was left to write).
+        if still in flight) committed, commit its offsets (module contract). Returns False when
+        records of the batch were left uncommitted (the loop stopped first, or ``previous`` left
+        some): no later batch may commit then; True otherwise, also when every partition of
+        the batch was revoked (nothing of it is ours to commit, so nothing to skip past).
 
         Counts as in flight throughout (a revocation waits for it). Records of partitions
         revoked since they were fetched are dropped, as the consumer drops its own prefetched
@@ -197,8 +195,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
             assert self._consumer is not None
             decoded.keep(self._consumer.assignment())
             batch, rows, dead = decoded.batch, decoded.rows, decoded.dead
-            if not batch:  # every partition of the batch was revoked
-                return False
+            if not batch:  # every partition of the batch was revoked: the new owner reads it
+                return True
             partitions = list(batch)
             try:
                 if dead:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 import pytest
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from monitor.ingest.decoded import Decoded
 from monitor.ingest.decoding import decode_records
@@ -226,3 +226,42 @@ async def test_no_offset_is_committed_past_a_batch_that_did_not_commit(
     assert loop.commits == []  # batch 2 is stored, its offsets are not committed
     count = await wait_count(database_url, "SELECT count(*) FROM events", writer.stored)
     assert count == writer.stored
+
+
+async def test_a_batch_whose_partitions_were_all_revoked_does_not_hold_back_later_commits(
+    broker, topic_name: str, database_url: str
+) -> None:
+    """Batch k was fetched from a partition the worker lost before k's write started: k writes
+    and commits nothing (the new owner reads it), and batch k+1, of a partition still owned,
+    is written and committed as usual; so is every batch after it."""
+    await create_topic(broker.bootstrap, topic_name, partitions=2)
+    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
+                          idempotent_producer=False)  # fmt: skip
+    writer = EventWriter(database_url)
+    loop = IngestLoop(config, writer)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=config.group_id,
+                                enable_auto_commit=False)  # fmt: skip
+    await consumer.start()
+    try:
+        consumer.assign([tp0])  # tp1 is no longer ours
+        loop._consumer = consumer
+
+        def decoded(tp: TopicPartition, first: int) -> Decoded:
+            values = [json.dumps(event_dict(f"r-{tp.partition}-{i}", "c", at=i)).encode()
+                      for i in range(first, first + 3)]  # fmt: skip
+            records = [ConsumerRecord(topic_name, tp.partition, first + i, 0, 0, None, v, None,
+                                      0, len(v), []) for i, v in enumerate(values)]  # fmt: skip
+            rows, dead = decode_records(records)
+            return Decoded({tp: records}, records, rows, dead, 0.0)
+
+        revoked = asyncio.create_task(loop._write_and_commit(decoded(tp1, 0)))
+        kept = asyncio.create_task(loop._write_and_commit(decoded(tp0, 0), revoked))
+        after = asyncio.create_task(loop._write_and_commit(decoded(tp0, 3), kept))
+        assert list(await asyncio.gather(revoked, kept, after)) == [True, True, True]
+        assert await consumer.committed(tp0) == 6
+        assert await consumer.committed(tp1) is None
+    finally:
+        await consumer.stop()
+        await writer.close()
+    assert await wait_count(database_url, "SELECT count(*) FROM events", 6) == 6
