@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -15,13 +16,14 @@ Record: TypeAlias = ConsumerRecord[bytes, bytes]
 @dataclass
 class Decoded:
     """A fetched batch, decoded: its records by partition, the rows and dead letters decoded
-    from them, and how long that took."""
+    from them, how long that took, and whether its write checked it against the assignment."""
 
     batch: dict[TopicPartition, list[Record]]
     records: list[Record]
     rows: list[EventRow]
     dead: list[DeadLetter]
     seconds: float  # decode time
+    kept: asyncio.Event = field(default_factory=asyncio.Event)  # set once checked by ``keep``
 
     def keep(self, assigned: set[TopicPartition]) -> None:
         """Drop the records of partitions not in ``assigned`` (revoked since the fetch)."""

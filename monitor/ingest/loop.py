@@ -24,7 +24,8 @@ Offsets are committed in batch order all the same: k+1 commits only after k comm
 at all if k did not (k's records would be skipped). Decoding runs in chunks of
 ``DECODE_CHUNK`` records with a yield between chunks, so the writes in flight progress and
 commit meanwhile; a decoded batch whose partitions were revoked meanwhile is dropped, like the
-consumer's own prefetched records. At most ``writes_in_flight`` + 1 batches are held in memory;
+consumer's own prefetched records, and the next batch is fetched only once the last one was
+checked so (as its write starts: at once, or after a revocation drained). At most ``writes_in_flight`` + 1 batches are held in memory;
 while a write is retried (partitions paused), no further batch starts.
 
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
@@ -138,7 +139,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
                         pending.pop(0)
                     previous = pending[-1] if pending else None
                     pending.append(asyncio.create_task(self._write_and_commit(decoded, previous)))
-                    await asyncio.sleep(0)  # the write starts (its COPY) before the next decode
+                    await self._until_kept(decoded, pending[-1])
                 await self._update_lag()
                 while pending and pending[0].done():
                     pending.pop(0).result()  # a write that failed ends the loop
@@ -178,6 +179,18 @@ class IngestLoop(OffsetTracking, PausedRetry):
             await asyncio.sleep(0)
         return Decoded(batch, records, rows, dead, self.clock.monotonic() - started)
 
+    async def _until_kept(self, decoded: Decoded, task: asyncio.Task[bool]) -> None:
+        """Return once ``task`` checked ``decoded`` against the assignment (at once, unless a
+        revocation is draining) or ended: the next batch is fetched only then, so at most one
+        fetched batch at a time has not been checked (two could drop and keep the records of a
+        partition revoked and assigned back in between, and the later commit skip the earlier
+        batch's records)."""
+        kept = asyncio.create_task(decoded.kept.wait())
+        try:
+            await asyncio.wait((kept, task), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            kept.cancel()
+
     async def _write_and_commit(
         self, decoded: Decoded, previous: asyncio.Task[bool] | None = None
     ) -> bool:
@@ -194,6 +207,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             started = self.clock.monotonic()
             assert self._consumer is not None
             decoded.keep(self._consumer.assignment())
+            decoded.kept.set()
             batch, rows, dead = decoded.batch, decoded.rows, decoded.dead
             if not batch:  # every partition of the batch was revoked: the new owner reads it
                 return True

@@ -265,3 +265,51 @@ async def test_a_batch_whose_partitions_were_all_revoked_does_not_hold_back_late
         await consumer.stop()
         await writer.close()
     assert await wait_count(database_url, "SELECT count(*) FROM events", 6) == 6
+
+
+async def test_the_next_batch_is_fetched_only_after_the_last_one_was_checked(
+    broker, topic_name: str, database_url: str
+) -> None:
+    """While a revocation drains the batches in flight, a batch created meanwhile waits at the
+    gate, and the loop does not fetch the next one (``_until_kept`` does not return) until that
+    batch was checked against the assignment: at most one fetched batch waits through it."""
+    await create_topic(broker.bootstrap, topic_name, partitions=2)
+    tp0 = TopicPartition(topic_name, 0)
+    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
+                          idempotent_producer=False)  # fmt: skip
+    writer = EventWriter(database_url)
+    loop = IngestLoop(config, writer)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=config.group_id,
+                                enable_auto_commit=False)  # fmt: skip
+    await consumer.start()
+    release = asyncio.Event()
+
+    async def in_flight() -> None:
+        async with loop._in_flight.batch():
+            await release.wait()
+
+    try:
+        consumer.assign([tp0])
+        loop._consumer = consumer
+        values = [json.dumps(event_dict(f"g-{i}", "c", at=i)).encode() for i in range(3)]
+        records = [ConsumerRecord(topic_name, 0, i, 0, 0, None, v, None, 0, len(v), [])
+                   for i, v in enumerate(values)]  # fmt: skip
+        rows, dead = decode_records(records)
+        decoded = Decoded({tp0: records}, records, rows, dead, 0.0)
+        holder = asyncio.create_task(in_flight())
+        await asyncio.sleep(0.01)
+        drain = asyncio.create_task(loop._in_flight.drain())
+        await asyncio.sleep(0.01)
+        task = asyncio.create_task(loop._write_and_commit(decoded))
+        waiting = asyncio.create_task(loop._until_kept(decoded, task))
+        await asyncio.sleep(0.2)
+        assert not waiting.done() and not decoded.kept.is_set()  # held behind the revocation
+        release.set()
+        await asyncio.wait_for(waiting, 10)
+        assert decoded.kept.is_set() and drain.done()
+        assert await task is True
+        await holder
+        assert await consumer.committed(tp0) == 3
+    finally:
+        await consumer.stop()
+        await writer.close()
