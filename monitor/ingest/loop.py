@@ -25,8 +25,9 @@ at all if k did not (k's records would be skipped). Decoding runs in chunks of
 ``DECODE_CHUNK`` records with a yield between chunks, so the writes in flight progress and
 commit meanwhile; a decoded batch whose partitions were revoked meanwhile is dropped, like the
 consumer's own prefetched records, and the next batch is fetched only once the last one was
-checked so (as its write starts: at once, or after a revocation drained). At most ``writes_in_flight`` + 1 batches are held in memory;
-while a write is retried (partitions paused), no further batch starts.
+checked so (as its write starts: at once, or after a revocation drained). At most
+``writes_in_flight`` + 1 batches are held in memory; while a write is retried (partitions
+paused), no further batch starts.
 
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
