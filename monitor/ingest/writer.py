@@ -100,7 +100,7 @@ class EventWriter:
     with the policy's digest (a later policy change applies to new conversations only).
 
     ``direct=False`` stages every batch (the path replays take; for comparisons and benchmarks).
-    ``direct_batches`` / ``staged_batches`` count the committed batches with rows by path.
+    ``WriteResult.staged`` says which path a write took.
     """
 
     def __init__(
@@ -116,8 +116,6 @@ class EventWriter:
         self._digest = self._policy.digest()
         self._pool: asyncpg.Pool | None = None
         self._direct = direct
-        self.direct_batches = 0
-        self.staged_batches = 0
 
     async def start(self) -> None:
         """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
@@ -199,8 +197,6 @@ class EventWriter:
             if dead:
                 await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
         staged = int(bool(rows) and not direct)
-        self.direct_batches += int(bool(rows) and direct)
-        self.staged_batches += staged
         return WriteResult(
             inserted,
             len(rows) - inserted - conflicting,
