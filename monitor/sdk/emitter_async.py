@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -20,6 +19,7 @@ from monitor.sdk.base import (
     EventHelpers,
     describe,
 )
+from monitor.sdk.batches import Batches, BufferFull
 from monitor.sdk.gate_client import GateAnswer, GateClient, body_for
 
 _IDEMPOTENCE_HINT = (
@@ -30,7 +30,9 @@ _IDEMPOTENCE_HINT = (
 
 class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
     """Sends agent-event/v1 events to Kafka: key = ``conversation_id`` (UTF-8), value =
-    ``event.to_json()``, ``acks="all"``, batched by ``linger_ms``/``max_batch_size``.
+    ``event.to_json()``, ``acks="all"``, batched by ``linger_ms``/``max_batch_size`` into record
+    batches of its own (``monitor.sdk.batches``: the partition aiokafka's and Java's default
+    partitioners pick for the key, a quarter of ``AIOKafkaProducer.send``'s CPU per event).
 
     Lifecycle: ``await start()`` (or ``async with``), then ``send``/helpers, then ``close()``.
     Use it from one event loop (the one that called ``start``); for threads use
@@ -58,6 +60,7 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         idempotent: bool = True,
         linger_ms: int = 20,
         max_batch_size: int = 256 * 1024,
+        buffer_bytes: int = 32 * 1024 * 1024,
         agent: Agent | None = None,
         context: Context | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -75,6 +78,8 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
                 Tansu broker (memory storage) rejects InitProducerId, so against it this must be
                 ``False``; ``start()`` otherwise fails with ``EmitterError``.
             linger_ms, max_batch_size: batching; a batch leaves when full or ``linger_ms`` old.
+            buffer_bytes: events not yet acknowledged may hold this many bytes; ``send`` waits
+                for space beyond it (like Java's ``buffer.memory``).
             agent, context: defaults for the helpers (each call can override them).
             clock: returns the aware "now" for ``ts`` (default: system clock, UTC).
             request_timeout_ms: how long a send may wait for buffer space and a batch may wait
@@ -90,17 +95,19 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             "bootstrap_servers": bootstrap_servers,
             "acks": "all",
             "enable_idempotence": idempotent,
-            "linger_ms": linger_ms,
+            "linger_ms": 0,  # our batches are closed when shipped: aiokafka sends them at once
             "max_batch_size": max_batch_size,
             "request_timeout_ms": request_timeout_ms,
             "client_id": "agent-monitor-sdk",
         }
+        self._linger_s = linger_ms / 1000
+        self._buffer_bytes = buffer_bytes
+        self._timeout_s = request_timeout_ms / 1000
         self._gate_config = (gate_url, gate_token, gate_timeout_s)
         self._gate: GateClient | None = None
         self._producer: Any = None  # AIOKafkaProducer once started
+        self._batches: Batches | None = None
         self._state: Literal["new", "running", "closing", "closed"] = "new"
-        self._pending: set[asyncio.Future[Any]] = set()
-        self._failed: list[tuple[AgentEvent, BaseException]] = []
         self._enqueuing = 0
         self._idle: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
@@ -108,7 +115,7 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
     @property
     def pending(self) -> int:
         """Events queued or in flight, not yet acknowledged nor failed."""
-        return len(self._pending)
+        return 0 if self._batches is None else self._batches.pending
 
     async def start(self) -> None:
         """Connect the producer. A no-op when already running.
@@ -133,6 +140,10 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
                 f"{describe(exc)}{hint}"
             ) from exc
         self._producer = producer
+        self._batches = Batches(
+            producer, self.topic, linger_s=self._linger_s, buffer_bytes=self._buffer_bytes,
+            timeout_s=self._timeout_s,
+        )
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = asyncio.Event()
@@ -141,12 +152,13 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
     async def send(self, event: AgentEvent) -> None:
         """Queue one event for delivery (see the class docstring for what is guaranteed when).
 
-        Waits only while the producer's buffer is full (up to ``request_timeout_ms``).
+        Waits only while ``buffer_bytes`` are unacknowledged (up to ``request_timeout_ms``).
 
         Raises:
             TypeError: ``event`` is not an ``AgentEvent``.
             EmitterNotRunning: called before ``start()`` or after ``close()``.
             InvalidEvent: the serialized event exceeds 256 KiB (reason ``oversize``).
+            EmitterError: the buffer stayed full for ``request_timeout_ms`` (event not queued).
         """
         if not isinstance(event, AgentEvent):
             raise TypeError(f"send() takes an AgentEvent, got {type(event).__name__}")
@@ -160,26 +172,17 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             raise InvalidEvent(
                 "oversize", None, f"event is {len(value)} bytes, limit is {MAX_EVENT_BYTES}"
             )
-        assert self._idle is not None
+        assert self._idle is not None and self._batches is not None
         self._enqueuing += 1
         self._idle.clear()
         try:
-            future = await self._producer.send(
-                self.topic, value=value, key=event.conversation_id.encode("utf-8")
-            )
+            await self._batches.add(event, event.conversation_id.encode("utf-8"), value)
+        except BufferFull as exc:
+            raise EmitterError(f"event not queued: {exc} (is the broker reachable?)") from exc
         finally:
             self._enqueuing -= 1
             if self._enqueuing == 0:
                 self._idle.set()
-        self._pending.add(future)
-        future.add_done_callback(functools.partial(self._delivered, event))
-
-    def _delivered(self, event: AgentEvent, future: asyncio.Future[Any]) -> None:
-        self._pending.discard(future)
-        if future.cancelled():
-            self._failed.append((event, asyncio.CancelledError("delivery cancelled")))
-        elif (exc := future.exception()) is not None:
-            self._failed.append((event, exc))
 
     async def _emit_and_return(self, event: AgentEvent) -> AgentEvent:
         await self.send(event)
@@ -198,23 +201,14 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         Raises:
             DeliveryError: some events failed since the last report; ``failed`` counts them.
         """
-        waiting = set(self._pending)
-        if waiting:
-            await self._expedite()
+        if self._batches is not None and (waiting := self._batches.ship_all()):
             await asyncio.wait(waiting)
         self._raise_failures()
 
-    async def _expedite(self) -> None:
-        # Like Java's flush(): make lingering batches ready to send now instead of waiting out
-        # linger_ms. aiokafka only offers this as flush_for_commit (closes the open batches and
-        # wakes the sender); when it is missing we simply wait for the linger to expire.
-        accumulator = getattr(self._producer, "_message_accumulator", None)
-        expedite = getattr(accumulator, "flush_for_commit", None)
-        if callable(expedite):
-            await expedite()
-
     def _raise_failures(self) -> None:
-        failed, self._failed = self._failed, []
+        if self._batches is None:
+            return
+        failed, self._batches.failures = self._batches.failures, []
         if failed:
             raise DeliveryError([e for e, _ in failed], [x for _, x in failed])
 

@@ -37,6 +37,7 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         idempotent: bool = True,
         linger_ms: int = 20,
         max_batch_size: int = 256 * 1024,
+        buffer_bytes: int = 32 * 1024 * 1024,
         agent: Agent | None = None,
         context: Context | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -49,8 +50,8 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         super().__init__(agent, context, clock)
         self._async = EventEmitter(
             bootstrap_servers, topic, idempotent=idempotent, linger_ms=linger_ms,
-            max_batch_size=max_batch_size, agent=agent, context=context, clock=clock,
-            request_timeout_ms=request_timeout_ms,
+            max_batch_size=max_batch_size, buffer_bytes=buffer_bytes, agent=agent,
+            context=context, clock=clock, request_timeout_ms=request_timeout_ms,
         )
         self._gate_config = (gate_url, gate_token, gate_timeout_s)
         self._gate: SyncGateClient | None = None

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.partitioner import DefaultPartitioner
 
 from monitor.contract.events import AgentEvent, decode_event
 from monitor.core.clock import FixedClock
@@ -134,6 +135,8 @@ async def test_events_round_trip_with_keys_partitions_and_order(
         partitions[event.conversation_id].add(rec.partition)
         turns[event.conversation_id].append(event.turn or 0)
     assert all(len(p) == 1 for p in partitions.values())  # one conversation, one partition
+    for rec in records:  # the partition aiokafka's (and Java's) default partitioner picks
+        assert rec.partition == DefaultPartitioner()(rec.key, list(range(PARTITIONS)), [])
     assert len(set().union(*partitions.values())) > 1  # and the keys do spread
     assert all(t == [0, 1, 2, 3, 4] for t in turns.values())  # in send order
     first = decode_event(records[0].value)
@@ -159,6 +162,40 @@ async def test_flush_waits_for_broker_acknowledgement(broker: EmbeddedBroker, to
     finally:
         await consumer.stop()
     assert_round_trip(records, sent)
+
+
+async def test_full_batches_keep_each_conversations_order(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    # 1 KiB batches: each holds a few events, so every partition ships many, back to back
+    # (shipped when full, not lingering), and a conversation's events span batches.
+    async with emitter(broker, topic, max_batch_size=1024, linger_ms=2000) as em:
+        sent = [await em.message(f"c{i % 5}", "user", f"{i} " + "x" * 200, turn=i // 5)
+                for i in range(300)]
+        await asyncio.sleep(0.5)
+        assert 0 < em.pending < 20  # full batches left at once; the last, open ones linger
+        await em.flush()
+    records = await consume(broker.bootstrap, topic, len(sent))
+    assert_round_trip(records, sent)
+    turns: dict[str, list[int]] = defaultdict(list)
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        event = decode_event(rec.value)
+        turns[event.conversation_id].append(event.turn or 0)
+    assert all(t == list(range(60)) for t in turns.values())
+
+
+async def test_a_full_buffer_holds_sends_back_until_acknowledged(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    peak = 0
+    async with emitter(broker, topic, buffer_bytes=4096, linger_ms=5) as em:
+        sent = []
+        for i in range(200):
+            sent.append(await em.message(f"c{i % 9}", "user", "y" * 300))
+            peak = max(peak, em.pending)
+        await em.flush()
+    assert peak <= 4096 // 300 + 1  # never more unacknowledged bytes than the buffer (+1 event)
+    assert_round_trip(await consume(broker.bootstrap, topic, len(sent)), sent)
 
 
 async def test_close_flushes_is_idempotent_and_rejects_sends(
@@ -267,6 +304,21 @@ async def test_failed_deliveries_are_counted_once(tmp_path: Path) -> None:
     assert len(failed.value.errors) == 3
     await em.flush()  # already reported: does not raise again
     await em.close()
+
+
+async def test_a_buffer_that_never_drains_fails_the_send_clearly(tmp_path: Path) -> None:
+    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as doomed:
+        em = EventEmitter(doomed.bootstrap, "t", idempotent=False, agent=AGENT,
+                          request_timeout_ms=800, buffer_bytes=1)
+        await em.start()
+        await em.message("c0", "user", "delivered")
+        await em.flush()
+    queued = await em.message("c0", "user", "fills the buffer")
+    with pytest.raises(EmitterError, match="not queued.*unacknowledged after 0.8 s"):
+        await em.message("c0", "user", "no room")
+    with pytest.raises(DeliveryError, match="1 event") as failed:
+        await em.close()
+    assert [e.event_id for e in failed.value.events] == [queued.event_id]
 
 
 def run_threads(em: SyncEventEmitter, per_thread: int) -> list[AgentEvent]:
