@@ -58,7 +58,7 @@ EDGE_MODULES = frozenset({
     "monitor.alerts.sinks.alertmanager", "monitor.alerts.sinks.slack",
     "monitor.alerts.sinks.registry",
     "monitor.dashboards.push", "monitor.replay.send", "monitor.sdk", "monitor.sdk.emitter_async",
-    "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.gate.state",
+    "monitor.sdk.batches", "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.gate.state",
     "monitor.gate.effect_repo", "monitor.sdk.gate_client", "monitor.gate.buffer",
     "monitor.gate.producer",
 })
