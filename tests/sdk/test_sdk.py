@@ -314,7 +314,7 @@ async def test_a_buffer_that_never_drains_fails_the_send_clearly(tmp_path: Path)
         await em.message("c0", "user", "delivered")
         await em.flush()
     queued = await em.message("c0", "user", "fills the buffer")
-    with pytest.raises(EmitterError, match="not queued.*unacknowledged after 0.8 s"):
+    with pytest.raises(EmitterError, match=r"not queued.*unacknowledged after 0\.8 s"):
         await em.message("c0", "user", "no room")
     with pytest.raises(DeliveryError, match="1 event") as failed:
         await em.close()
