@@ -5,13 +5,15 @@ serialized as the SDK sends them, then, batch by batch, decoded with the worker'
 ``decode_records`` and written with the real ``EventWriter`` into a freshly migrated scratch
 database. Every SQL statement the writer sends is timed with asyncpg's query logger (client-side
 elapsed time, which includes the server's work and the round trip), and grouped by what it does:
-the COPYs (the logger does not see them: the write time the logged statements leave), the
-direct path's id claim and roll-up statement (``monitor.ingest.direct_sql``) or the staging
-path's event insert + roll-up, conversation locks, sampling decisions, items + calibration
-bins, transaction begin/commit (and savepoint). Prints one table (ms per batch, µs per event,
-share of the batch) and, when the Postgres backend runs on this machine (its
-``/proc/<pid>/schedstat`` is readable), the backend's CPU per step as well: CPU time is what
-a loaded, shared machine distorts least (wall times move 2x between identical runs).
+each COPY (the logger does not see them: timed around asyncpg's ``copy_records_to_table``, per
+table: the direct path's id claim, events and narrow table, the staging table), what is left of
+the write time (client-side work between statements), the direct path's roll-up statement
+(``monitor.ingest.direct_sql``) or the staging path's event insert + roll-up, conversation
+locks, sampling decisions, items + calibration bins, transaction begin/commit (and savepoint).
+Prints one table (ms per batch, µs per event, share of the batch) and, when the Postgres backend
+runs on this machine (its ``/proc/<pid>/schedstat`` is readable), the backend's CPU per step as
+well: CPU time is what a loaded, shared machine distorts least (wall times move 2x between
+identical runs).
 Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
 
     .venv/bin/python bench/ingest_profile.py                 # 50,000 events, batches of 5000
@@ -45,7 +47,6 @@ from monitor.sim.traffic import Simulator
 
 STEPS = (  # (label, a fragment of the statement that identifies it), first match wins
     ("staging table", "CREATE TEMP TABLE"),
-    ("claim ids (direct)", "FROM unnest($1::text[], $2::timestamptz[], $3::text[])"),
     ("event insert + roll-up", "INSERT INTO events"),
     ("roll-up (direct)", "FROM staging_rollup\n)"),
     ("conversation locks", "pg_advisory_xact_lock"),
@@ -54,6 +55,30 @@ STEPS = (  # (label, a fragment of the statement that identifies it), first matc
     ("conflict check", "conflicting_duplicate"),
     ("begin / commit", ""),
 )
+
+
+#: the COPYs the query logger does not see, timed by :func:`time_copies` per table
+COPY_STEPS = {
+    "event_ids": "claim ids (direct: COPY)",
+    "events": "COPY events (direct)",
+    "staging_rollup": "COPY narrow table (direct)",
+    "staging_events": "COPY staging table",
+}
+
+
+def time_copies(timings: Timings) -> None:
+    """Time every ``copy_records_to_table`` of this process per table (client-side elapsed,
+    and the backend CPU since the last mark, as the logged statements are)."""
+    original = asyncpg.connection.Connection.copy_records_to_table
+
+    async def timed(self: Any, table_name: str, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await original(self, table_name, **kwargs)
+        finally:
+            timings.copy_done(table_name, time.perf_counter() - t0)
+
+    asyncpg.connection.Connection.copy_records_to_table = timed  # type: ignore[method-assign]
 
 
 def step_of(query: str) -> str:
@@ -96,7 +121,12 @@ class Timings:
         self._last = now
 
     def copied(self) -> None:
-        self._charge("COPY (unlogged rest)")
+        self._charge("rest (client, between statements)")
+
+    def copy_done(self, table: str, elapsed: float) -> None:
+        step = COPY_STEPS.get(table, f"COPY {table}")
+        self.seconds[step] += elapsed
+        self._charge(step)
 
     def __call__(self, record: Any) -> None:
         step = step_of(record.query)
@@ -115,6 +145,7 @@ async def profile(
         for i, v in enumerate(values)
     ]
     timings = Timings()
+    time_copies(timings)
     writer = EventWriter(dsn, pool_size=1, direct=direct)
     await writer.start()
     assert writer._pool is not None
@@ -137,10 +168,10 @@ async def profile(
             batches += 1
     finally:
         await writer.close()
-    # the query logger does not see COPY: it is the write time no logged statement accounts for
+    # the write time no logged statement nor timed COPY accounts for (client-side encoding)
     copy = seconds["write, total"] - sum(timings.seconds.values())
     cpu = {f"cpu:{k}": v for k, v in timings.cpu.items()}
-    return {**seconds, "COPY (unlogged rest)": copy, **timings.seconds, **cpu}, batches
+    return {**seconds, "rest (client, between statements)": copy, **timings.seconds, **cpu}, batches
 
 
 def table(seconds: dict[str, float], n: int, batches: int) -> str:
@@ -149,7 +180,7 @@ def table(seconds: dict[str, float], n: int, batches: int) -> str:
     head = "| step | ms per batch | µs per event | share of batch |"
     lines = [head + (" backend CPU µs per event |" if has_cpu else ""),
              "|---|---|---|---|" + ("---|" if has_cpu else "")]
-    order = ["decode (worker CPU)", "COPY (unlogged rest)",
+    order = ["decode (worker CPU)", *COPY_STEPS.values(), "rest (client, between statements)",
              *[label for label, _ in STEPS], "other", "write, total"]
     for step in order:
         if step not in seconds:

@@ -3,17 +3,21 @@
 The staging path (:mod:`monitor.ingest.rollup_sql`) COPYs every event, body included, into a
 temporary table and then inserts the ones whose id it could claim: every body is written twice
 and sorted once. When a batch holds no id twice, the writer first claims all its ids
-(:data:`CLAIM_IDS`, in a savepoint); if it got every one, none of the events is stored yet, so
-it COPYs them straight into ``events`` and only the columns the roll-ups read into the narrow
-temporary table :data:`ROLLUP_TABLE`, from which :data:`DIRECT_BATCH` (the same roll-ups,
-:data:`monitor.ingest.rollup_sql.ROLLUPS`) and :data:`SYNC_ITEMS_DIRECT` read. If it got fewer
-(a replay, a re-delivered batch, another worker's write of the same ids), it rolls the savepoint
-back and writes the batch through the staging path, which skips the stored ids and finds
-conflicting duplicates. Both paths store the same rows (tests/ingest/test_direct_write.py).
+(a COPY into :data:`CLAIM_TABLE`, in a savepoint); if it got every one, none of the events is
+stored yet, so it COPYs them straight into ``events`` and only the columns the roll-ups read
+into the narrow temporary table :data:`ROLLUP_TABLE`, from which :data:`DIRECT_BATCH` (the same
+roll-ups, :data:`monitor.ingest.rollup_sql.ROLLUPS`) and :data:`SYNC_ITEMS_DIRECT` read. If one
+id was stored already (a replay, a re-delivered batch, another worker's write of the same ids),
+it rolls the savepoint back and writes the batch through the staging path, which skips the
+stored ids and finds conflicting duplicates. Both paths store the same rows
+(tests/ingest/test_direct_write.py).
 
-:data:`CLAIM_IDS` inserts in id order, like the staging path, so two writers claiming the same
-ids queue on the key instead of deadlocking; the second sees the first's ids as taken once the
-first commits, and goes the staging way.
+The claim COPYs in id order, like the staging path inserts, so two writers claiming the same
+ids queue on the key instead of deadlocking; the second gets a unique violation once the first
+commits (a COPY has no ``ON CONFLICT``: one stored id fails the whole COPY, which is the
+all-or-nothing the claim wants), rolls its savepoint back and goes the staging way. A COPY
+costs Postgres about half an ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING``
+(docs/benchmarks.md, "The SDK's own batches and a COPY claim").
 """
 
 from __future__ import annotations
@@ -46,17 +50,9 @@ CREATE_ROLLUP_TABLE = (
     f"({', '.join(f'{name} {sql_type}' for name, sql_type in _TYPES)}) ON COMMIT DELETE ROWS"
 )
 
-#: ``$1`` event ids, ``$2`` their ts, ``$3`` their conversation ids (distinct ids): claims the
-#: ids not stored yet; its value is how many it claimed
-CLAIM_IDS = """
-WITH claimed AS (
-  INSERT INTO event_ids (event_id, ts, conversation_id)
-  SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[]) ORDER BY 1
-  ON CONFLICT (event_id) DO NOTHING
-  RETURNING 1
-)
-SELECT count(*) FROM claimed
-"""
+#: the table and columns the claim COPYs a batch's (event id, ts, conversation id) into
+CLAIM_TABLE = "event_ids"
+CLAIM_COLUMNS: tuple[str, ...] = ("event_id", "ts", "conversation_id")
 
 #: the :data:`~monitor.ingest.rollup_sql.INSERTED` columns that are not columns of
 #: :data:`ROLLUP_TABLE`, computed as the staging path's RETURNING computes them: every event of

@@ -25,6 +25,7 @@ Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-boun
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -35,7 +36,8 @@ from monitor.contract.limits import printable
 from monitor.ingest.dead_letter_sql import INSERT_CONFLICTS, INSERT_DEAD_LETTER
 from monitor.ingest.decisions import provisional
 from monitor.ingest.direct_sql import (
-    CLAIM_IDS,
+    CLAIM_COLUMNS,
+    CLAIM_TABLE,
     CREATE_ROLLUP_TABLE,
     DIRECT_BATCH,
     ROLLUP_COLUMNS,
@@ -56,10 +58,6 @@ _TYPE = EVENT_COLUMNS.index("type")
 _TS = EVENT_COLUMNS.index("ts")
 _N = len(EVENT_COLUMNS)
 _ROLLUP = itemgetter(*ROLLUP_INDEXES)
-
-
-class _Taken(Exception):
-    """Some event id of the batch is stored already: the claim's savepoint is rolled back."""
 
 
 @dataclass(frozen=True)
@@ -213,17 +211,15 @@ class EventWriter:
     async def _claim(conn: asyncpg.Connection, rows: Sequence[EventRow]) -> bool:
         """Claim every event id of ``rows`` in ``event_ids`` and return True, or claim none and
         return False when one is there already or appears twice in ``rows``."""
-        ids = [r[_ID] for r in rows]
-        if len(set(ids)) < len(ids):
+        claims = sorted((r[_ID], r[_TS], r[_CID]) for r in rows)  # id order: see direct_sql
+        if any(a[0] == b[0] for a, b in itertools.pairwise(claims)):
             return False
         try:
             async with conn.transaction():  # a savepoint: all or nothing
-                claimed = await conn.fetchval(
-                    CLAIM_IDS, ids, [r[_TS] for r in rows], [r[_CID] for r in rows]
+                await conn.copy_records_to_table(
+                    CLAIM_TABLE, records=claims, columns=CLAIM_COLUMNS
                 )
-                if claimed < len(ids):
-                    raise _Taken
-        except _Taken:
+        except asyncpg.UniqueViolationError:
             return False
         return True
 
