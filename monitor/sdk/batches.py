@@ -15,8 +15,9 @@ Contract (what ``EventEmitter`` relies on):
     partition are stored in ``add`` order;
   * every event added is, exactly once, either acknowledged or recorded in ``failures`` with
     the error that failed its batch; ``pending`` counts the events in between;
-  * ``add`` waits while ``buffer_bytes`` or more are unacknowledged, and raises
-    ``BufferFull`` when no space freed within ``timeout_s``.
+  * ``add`` waits while ``buffer_bytes`` or more are unacknowledged (shipping the open batches
+    at once: only acknowledgements free space), and raises ``BufferFull`` when no space freed
+    within ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class BufferFull(Exception):
     """No buffer space freed within the timeout: the broker is not acknowledging."""
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=4096)  # about 1 MB; conversations in flight per process
 def key_hash(key: bytes) -> int:
     """murmur2 of the key as the default partitioners use it (cached: events of one
     conversation share their key)."""
@@ -76,6 +77,7 @@ class Batches:
     async def add(self, event: AgentEvent, key: bytes, value: bytes) -> None:
         """Append one serialized event to its partition's open batch (see the module)."""
         while self._buffered >= self._buffer_bytes:
+            self.ship_all()  # no point lingering: only acknowledgements free space
             self._space.clear()
             try:
                 await asyncio.wait_for(self._space.wait(), self._timeout_s)

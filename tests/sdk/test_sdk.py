@@ -187,13 +187,15 @@ async def test_full_batches_keep_each_conversations_order(
 async def test_a_full_buffer_holds_sends_back_until_acknowledged(
     broker: EmbeddedBroker, topic: str
 ) -> None:
-    peak = 0
-    async with emitter(broker, topic, buffer_bytes=4096, linger_ms=5) as em:
+    peak, started = 0, time.monotonic()
+    # a 10 s linger: a full buffer ships its open batches at once instead of waiting it out
+    async with emitter(broker, topic, buffer_bytes=4096, linger_ms=10_000) as em:
         sent = []
         for i in range(200):
             sent.append(await em.message(f"c{i % 9}", "user", "y" * 300))
             peak = max(peak, em.pending)
         await em.flush()
+    assert time.monotonic() - started < 5
     assert peak <= 4096 // 300 + 1  # never more unacknowledged bytes than the buffer (+1 event)
     assert_round_trip(await consume(broker.bootstrap, topic, len(sent)), sent)
 
