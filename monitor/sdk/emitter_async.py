@@ -32,7 +32,7 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
     """Sends agent-event/v1 events to Kafka: key = ``conversation_id`` (UTF-8), value =
     ``event.to_json()``, ``acks="all"``, batched by ``linger_ms``/``max_batch_size`` into record
     batches of its own (``monitor.sdk.batches``: the partition aiokafka's and Java's default
-    partitioners pick for the key, a quarter of ``AIOKafkaProducer.send``'s CPU per event).
+    partitioners pick for the key, a fifth of ``AIOKafkaProducer.send``'s CPU per event).
 
     Lifecycle: ``await start()`` (or ``async with``), then ``send``/helpers, then ``close()``.
     Use it from one event loop (the one that called ``start``); for threads use
