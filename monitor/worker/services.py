@@ -34,7 +34,7 @@ from monitor.gate.outbox import DecisionOutbox
 from monitor.gate.producer import DecisionProducer
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
-from monitor.judges.worker import build_loop as build_judge_loop
+from monitor.judges.assembly import build_loop as build_judge_loop
 from monitor.sdk import EventEmitter
 from monitor.store.engine import make_engine
 from monitor.store.retention import RetentionReport, run_retention
