@@ -5,9 +5,10 @@ only after its rows are stored, in batch order, and never past a batch that did 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -228,14 +229,23 @@ async def test_no_offset_is_committed_past_a_batch_that_did_not_commit(
     assert count == writer.stored
 
 
-async def test_a_batch_whose_partitions_were_all_revoked_does_not_hold_back_later_commits(
-    broker, topic_name: str, database_url: str
-) -> None:
-    """Batch k was fetched from a partition the worker lost before k's write started: k writes
-    and commits nothing (the new owner reads it), and batch k+1, of a partition still owned,
-    is written and committed as usual; so is every batch after it."""
+def decoded_batch(tp: TopicPartition, first: int, n: int = 3) -> Decoded:
+    """``n`` valid events at offsets ``first``.. of ``tp``, decoded as the loop decodes them."""
+    values = [json.dumps(event_dict(f"r-{tp.partition}-{i}", "c", at=i)).encode()
+              for i in range(first, first + n)]  # fmt: skip
+    records = [ConsumerRecord(tp.topic, tp.partition, first + i, 0, 0, None, v, None, 0, len(v),
+                              []) for i, v in enumerate(values)]  # fmt: skip
+    rows, dead = decode_records(records)
+    return Decoded({tp: records}, records, rows, dead, 0.0)
+
+
+@contextlib.asynccontextmanager
+async def loop_owning(
+    broker, topic_name: str, database_url: str, owned: TopicPartition
+) -> AsyncIterator[tuple[IngestLoop, AIOKafkaConsumer]]:
+    """An ``IngestLoop`` on a 2-partition topic whose real consumer is assigned ``owned`` only
+    (the other partition counts as lost); the consumer and the writer are closed after."""
     await create_topic(broker.bootstrap, topic_name, partitions=2)
-    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
     config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
                           idempotent_producer=False)  # fmt: skip
     writer = EventWriter(database_url)
@@ -244,26 +254,28 @@ async def test_a_batch_whose_partitions_were_all_revoked_does_not_hold_back_late
                                 enable_auto_commit=False)  # fmt: skip
     await consumer.start()
     try:
-        consumer.assign([tp0])  # tp1 is no longer ours
+        consumer.assign([owned])
         loop._consumer = consumer
-
-        def decoded(tp: TopicPartition, first: int) -> Decoded:
-            values = [json.dumps(event_dict(f"r-{tp.partition}-{i}", "c", at=i)).encode()
-                      for i in range(first, first + 3)]  # fmt: skip
-            records = [ConsumerRecord(topic_name, tp.partition, first + i, 0, 0, None, v, None,
-                                      0, len(v), []) for i, v in enumerate(values)]  # fmt: skip
-            rows, dead = decode_records(records)
-            return Decoded({tp: records}, records, rows, dead, 0.0)
-
-        revoked = asyncio.create_task(loop._write_and_commit(decoded(tp1, 0)))
-        kept = asyncio.create_task(loop._write_and_commit(decoded(tp0, 0), revoked))
-        after = asyncio.create_task(loop._write_and_commit(decoded(tp0, 3), kept))
-        assert list(await asyncio.gather(revoked, kept, after)) == [True, True, True]
-        assert await consumer.committed(tp0) == 6
-        assert await consumer.committed(tp1) is None
+        yield loop, consumer
     finally:
         await consumer.stop()
         await writer.close()
+
+
+async def test_a_batch_whose_partitions_were_all_revoked_does_not_hold_back_later_commits(
+    broker, topic_name: str, database_url: str
+) -> None:
+    """Batch k was fetched from a partition the worker lost before k's write started: k writes
+    and commits nothing (the new owner reads it), and batch k+1, of a partition still owned,
+    is written and committed as usual; so is every batch after it."""
+    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    async with loop_owning(broker, topic_name, database_url, tp0) as (loop, consumer):
+        revoked = asyncio.create_task(loop._write_and_commit(decoded_batch(tp1, 0)))
+        kept = asyncio.create_task(loop._write_and_commit(decoded_batch(tp0, 0), revoked))
+        after = asyncio.create_task(loop._write_and_commit(decoded_batch(tp0, 3), kept))
+        assert list(await asyncio.gather(revoked, kept, after)) == [True, True, True]
+        assert await consumer.committed(tp0) == 6
+        assert await consumer.committed(tp1) is None  # tp1 is no longer ours
     assert await wait_count(database_url, "SELECT count(*) FROM events", 6) == 6
 
 
@@ -273,29 +285,15 @@ async def test_the_next_batch_is_fetched_only_after_the_last_one_was_checked(
     """While a revocation drains the batches in flight, a batch created meanwhile waits at the
     gate, and the loop does not fetch the next one (``_until_kept`` does not return) until that
     batch was checked against the assignment: at most one fetched batch waits through it."""
-    await create_topic(broker.bootstrap, topic_name, partitions=2)
     tp0 = TopicPartition(topic_name, 0)
-    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          idempotent_producer=False)  # fmt: skip
-    writer = EventWriter(database_url)
-    loop = IngestLoop(config, writer)
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=config.group_id,
-                                enable_auto_commit=False)  # fmt: skip
-    await consumer.start()
     release = asyncio.Event()
+    async with loop_owning(broker, topic_name, database_url, tp0) as (loop, consumer):
 
-    async def in_flight() -> None:
-        async with loop._in_flight.batch():
-            await release.wait()
+        async def in_flight() -> None:
+            async with loop._in_flight.batch():
+                await release.wait()
 
-    try:
-        consumer.assign([tp0])
-        loop._consumer = consumer
-        values = [json.dumps(event_dict(f"g-{i}", "c", at=i)).encode() for i in range(3)]
-        records = [ConsumerRecord(topic_name, 0, i, 0, 0, None, v, None, 0, len(v), [])
-                   for i, v in enumerate(values)]  # fmt: skip
-        rows, dead = decode_records(records)
-        decoded = Decoded({tp0: records}, records, rows, dead, 0.0)
+        decoded = decoded_batch(tp0, 0)
         holder = asyncio.create_task(in_flight())
         await asyncio.sleep(0.01)
         drain = asyncio.create_task(loop._in_flight.drain())
@@ -310,6 +308,3 @@ async def test_the_next_batch_is_fetched_only_after_the_last_one_was_checked(
         assert await task is True
         await holder
         assert await consumer.committed(tp0) == 3
-    finally:
-        await consumer.stop()
-        await writer.close()
