@@ -8,8 +8,10 @@ fifth of the producer CPU per event (``bench/sdk_produce.py``: 6.9 against 30.8 
 
 Contract (what ``EventEmitter`` relies on):
   * partition = murmur2(key) & 0x7fffffff mod the topic's partition count, over the sorted
-    partition ids: what aiokafka's and Java's default partitioners choose for a keyed record,
-    so one conversation stays on one partition whichever client produced it;
+    partition ids (read again whenever a batch is opened, so partitions added to the topic are
+    used once the client's metadata knows them): what aiokafka's and Java's default
+    partitioners choose for a keyed record, so one conversation stays on one partition
+    whichever client produced it;
   * a batch is shipped when it is full, ``linger_s`` after its first event, or on ``ship_all``;
     batches of one partition reach aiokafka in the order they were opened, so events of one
     partition are stored in ``add`` order;
@@ -85,12 +87,14 @@ class Batches:
                 raise BufferFull(
                     f"{self._buffered} bytes still unacknowledged after {self._timeout_s:g} s"
                 ) from None
-        if not self._open or not self._partitions:
+        if not self._partitions:
             self._partitions = sorted(await self._producer.partitions_for(self._topic))
         partition = self._partitions[key_hash(key) % len(self._partitions)]
         batch = self._open.get(partition)
-        if batch is None:
-            batch = self._opened(partition)
+        if batch is None:  # a new batch reads the partitions again: metadata refreshes reach it
+            self._partitions = sorted(await self._producer.partitions_for(self._topic))
+            partition = self._partitions[key_hash(key) % len(self._partitions)]
+            batch = self._open.get(partition) or self._opened(partition)
         if batch.builder.append(timestamp=None, key=key, value=value) is None:  # full
             self._ship(partition)
             batch = self._opened(partition)
