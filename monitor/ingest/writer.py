@@ -4,9 +4,14 @@ Contract: ``write(rows, dead)`` either commits every row of the batch (events, r
 dead letters in ONE transaction) and returns what it inserted, or raises and commits nothing.
 Re-writing the same batch is harmless: duplicates on ``event_id`` (kept in ``event_ids``) are
 skipped and do not touch the roll-up, dead letters are unique per (source, partition, offset).
-An event whose UTC day has no ``events`` partition yet gets one, in the same transaction
-(:mod:`monitor.store.partitions`): no event is refused for its age. The caller commits Kafka
-offsets only after ``write`` returned.
+An event whose UTC day has no ``events`` partition yet gets one (:mod:`monitor.store.partitions`):
+no event is refused for its age. A day the writer has not seen stored yet is created first in a
+short transaction of its own, committed before the batch's: a partition created inside the
+batch transaction would be invisible to every other write until that transaction commits, so
+the other write in flight would queue behind the whole batch (the creation's advisory lock)
+instead of running its COPY beside it. The batch transaction still ensures its days (a
+retention run may have dropped one since; it also holds them against a drop until the commit).
+The caller commits Kafka offsets only after ``write`` returned.
 
 A duplicate ``event_id`` with a different body (a conflicting duplicate) is not stored: the
 first body stays, and the later one becomes a dead letter with reason
@@ -28,6 +33,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from operator import itemgetter
 
 import asyncpg
@@ -76,6 +82,7 @@ class WriteResult:
 
 
 MAX_DETAIL_CHARS = 4000
+MAX_KNOWN_DAYS = 4096  # days the writer remembers as having a partition (then it forgets all)
 
 
 def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
@@ -114,6 +121,7 @@ class EventWriter:
         self._digest = self._policy.digest()
         self._pool: asyncpg.Pool | None = None
         self._direct = direct
+        self._days: set[date] = set()  # days whose partition this writer saw committed
 
     async def start(self) -> None:
         """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
@@ -149,9 +157,16 @@ class EventWriter:
         assert self._pool is not None
         inserted = conversations = decided = new_items = relabelled = conflicting = 0
         direct = False
+        days = days_of(r[_TS] for r in rows)
+        if not self._days.issuperset(days):  # created apart first: see the module contract
+            async with self._pool.acquire() as conn:
+                await conn.fetchval(ENSURE_DAYS, days)
+            if len(self._days) > MAX_KNOWN_DAYS:
+                self._days.clear()
+            self._days.update(days)
         async with self._pool.acquire() as conn, conn.transaction():
             if rows:  # the day partitions of the rows first (created when missing)
-                await conn.fetchval(ENSURE_DAYS, days_of(r[_TS] for r in rows))
+                await conn.fetchval(ENSURE_DAYS, days)
                 direct = self._direct and await self._claim(conn, rows)
                 events = [r[:_N] for r in rows]
                 if direct:  # every id is new and claimed: straight into events

@@ -8,8 +8,11 @@ the table metadata declares). Policy:
   every retention run (:mod:`monitor.store.retention`);
 - the writer never fails on a day without a partition: it runs :data:`ENSURE_DAYS` for the
   days of its batch first, in the batch's transaction, which creates any missing one (an old
-  replayed event, or one ahead of the pre-created range within the accepted clock skew). There
-  is no default partition (rows in it would block creating their day's partition later);
+  replayed event, or one ahead of the pre-created range within the accepted clock skew). A day
+  it has not seen yet it creates before, in a short transaction of its own, so that a partition
+  made for one batch is not invisible to the other batch in flight until the first commits
+  (:mod:`monitor.ingest.writer`). There is no default partition (rows in it would block
+  creating their day's partition later);
 - the database function also takes ROW EXCLUSIVE on ``events`` for the rest of the
   transaction, so a partition it found cannot be dropped by a concurrent retention run before
   the insert (the drop waits for the commit);

@@ -86,6 +86,37 @@ async def test_two_writers_creating_the_same_day_both_succeed(database_url: str)
     assert days == [day]
 
 
+async def test_a_write_does_not_queue_behind_another_writes_new_day(database_url: str) -> None:
+    """Two batches in flight need the same day that has no partition: the first creates it in a
+    short transaction of its own, so the second runs while the first's transaction is still
+    open. (Created inside the first's transaction, the partition stayed invisible to the second
+    until that commit, and the second waited for the whole first write.)"""
+    holder = await asyncpg.connect(libpq_url(database_url))
+    writer = EventWriter(database_url)
+    day_later = 86400 * 400  # a day no test created
+    try:
+        # the first write stops at its conversation lock, after its day and COPYs, held here
+        await holder.execute("SELECT pg_advisory_lock(7301, hashtext('c-held'))")
+        first = asyncio.ensure_future(
+            writer.write([event_row(event("held", "c-held", at=day_later + 1))])
+        )
+        await asyncio.sleep(0.5)
+        assert not first.done()
+        second = await asyncio.wait_for(
+            writer.write([event_row(event("free", "c-free", at=day_later + 2))]), 10
+        )
+        assert second.inserted == 1
+        assert not first.done()  # the second finished while the first was still in flight
+        await holder.execute("SELECT pg_advisory_unlock(7301, hashtext('c-held'))")
+        assert (await asyncio.wait_for(first, 10)).inserted == 1
+    finally:
+        await holder.close()
+        await writer.close()
+    days, rows = await days_and_rows(database_url)
+    assert days == [T0_DAY + timedelta(days=400)]
+    assert [r[0] for r in rows] == ["free", "held"]
+
+
 async def test_duplicates_across_partitions(database_url: str) -> None:
     first = event("e1", "c1", at=10, content="first")
     same_other_day = first.model_copy(update={"ts": first.ts + timedelta(days=2)})
