@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TypeAlias
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.rows import PARTITION, DeadLetter, EventRow
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
+
+DECODE_CHUNK = 100  # records decoded between two yields to the event loop
 
 
 @dataclass
@@ -24,6 +29,28 @@ class Decoded:
     dead: list[DeadLetter]
     seconds: float  # decode time
     kept: asyncio.Event = field(default_factory=asyncio.Event)  # set once checked by ``keep``
+    copied: asyncio.Event = field(default_factory=asyncio.Event)  # set once its rows are sent
+
+    @classmethod
+    async def of(
+        cls,
+        batch: dict[TopicPartition, list[Record]],
+        now: datetime,
+        max_skew: timedelta | None,
+        monotonic: Callable[[], float],
+    ) -> Decoded:
+        """Decode ``batch`` (``decode_records``) in chunks of ``DECODE_CHUNK`` records, yielding
+        to the event loop between chunks so that the writes in flight progress and commit."""
+        started = monotonic()
+        records = [rec for recs in batch.values() for rec in recs]
+        rows: list[EventRow] = []
+        dead: list[DeadLetter] = []
+        for chunk in chunks(records, DECODE_CHUNK):
+            chunk_rows, chunk_dead = decode_records(chunk, now, max_skew)
+            rows += chunk_rows
+            dead += chunk_dead
+            await asyncio.sleep(0)
+        return cls(batch, records, rows, dead, monotonic() - started)
 
     def keep(self, assigned: set[TopicPartition]) -> None:
         """Drop the records of partitions not in ``assigned`` (revoked since the fetch)."""

@@ -21,13 +21,20 @@ the worker's CPU (decode) and Postgres' (the insert, roll-ups, items and bins) o
 k+1's write starts as soon as it is decoded, so its COPY and id claim run while k does its
 roll-ups (two batches sharing a conversation still serialize on its lock, in the writer).
 Offsets are committed in batch order all the same: k+1 commits only after k committed, and not
-at all if k did not (k's records would be skipped). Decoding runs in chunks of
-``DECODE_CHUNK`` records with a yield between chunks, so the writes in flight progress and
-commit meanwhile; a decoded batch whose partitions were revoked meanwhile is dropped, like the
-consumer's own prefetched records, and the next batch is fetched only once the last one was
-checked so (as its write starts: at once, or after a revocation drained). At most
+at all if k did not (k's records would be skipped). Decoding runs in chunks (``DECODE_CHUNK``
+records, :mod:`monitor.ingest.decoded`) with a yield between chunks, so the writes in flight
+progress and commit meanwhile; a decoded batch whose partitions were revoked meanwhile is
+dropped, like the consumer's own prefetched records, and the next batch is fetched only once the
+last one was checked so (as its write starts: at once, or after a revocation drained). At most
 ``writes_in_flight`` + 1 batches are held in memory; while a write is retried (partitions
 paused), no further batch starts.
+
+Start-up and idle: with no write in flight, Postgres has nothing to do until a batch is decoded
+and sent. So a batch fetched then holds at most ``batch_max_events // FIRST_BATCH_DIVISOR``
+records, and the next one is fetched only once its rows are sent to Postgres (its COPYs done,
+or its write ended): Postgres starts on the first events after a fraction of a full batch's
+decode, and their COPY is not slowed by decoding the next batch in between. With a write in
+flight, batches are full-size and decoded while the writes run, as above.
 
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
@@ -44,7 +51,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter as Tally
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -53,7 +60,6 @@ from aiokafka.errors import KafkaError
 from monitor.core.clock import Clock, SystemClock
 from monitor.ingest.config import IngestConfig as IngestConfig
 from monitor.ingest.decoded import Decoded, Record
-from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
 from monitor.ingest.health import IngestHealth
@@ -72,7 +78,7 @@ log = logging.getLogger("monitor.ingest")
 KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutError)
 
 
-DECODE_CHUNK = 100  # records decoded between two yields to the event loop
+FIRST_BATCH_DIVISOR = 8  # a batch fetched with no write in flight: this fraction of a full one
 
 
 class IngestLoop(OffsetTracking, PausedRetry):
@@ -128,8 +134,10 @@ class IngestLoop(OffsetTracking, PausedRetry):
             self.ready.set()
             self.health.ready = True
             while not self._stopping.is_set():
+                first = not pending  # nothing in flight: start Postgres soon (module contract)
+                most = max(1, cfg.batch_max_events // FIRST_BATCH_DIVISOR) if first else None
                 batch = await self._consumer.getmany(
-                    timeout_ms=cfg.batch_max_wait_ms, max_records=cfg.batch_max_events
+                    timeout_ms=cfg.batch_max_wait_ms, max_records=most or cfg.batch_max_events
                 )
                 if batch:
                     self._saw_records(batch, self.clock.monotonic())
@@ -140,7 +148,9 @@ class IngestLoop(OffsetTracking, PausedRetry):
                         pending.pop(0)
                     previous = pending[-1] if pending else None
                     pending.append(asyncio.create_task(self._write_and_commit(decoded, previous)))
-                    await self._until_kept(decoded, pending[-1])
+                    await self._until_set(decoded.kept, pending[-1])
+                    if first:
+                        await self._until_set(decoded.copied, pending[-1])
                 await self._update_lag()
                 while pending and pending[0].done():
                     pending.pop(0).result()  # a write that failed ends the loop
@@ -164,33 +174,27 @@ class IngestLoop(OffsetTracking, PausedRetry):
         self._stopping.set()
 
     async def _decode(self, batch: dict[TopicPartition, list[Record]]) -> Decoded:
-        """Decode ``batch`` in chunks of ``DECODE_CHUNK`` records, yielding to the event loop
-        between chunks so that the write in flight completes and commits without waiting."""
-        started = self.clock.monotonic()
-        records = [rec for recs in batch.values() for rec in recs]
-        self.metrics.events_in.inc(len(records))
+        """``batch`` decoded (:meth:`Decoded.of`), its records counted in ``events_in``."""
+        self.metrics.events_in.inc(sum(len(recs) for recs in batch.values()))
         skew = self.config.max_future_skew_s
-        now, max_skew = self.clock.now(), None if skew is None else timedelta(seconds=skew)
-        rows: list[EventRow] = []
-        dead: list[DeadLetter] = []
-        for chunk in chunks(records, DECODE_CHUNK):
-            chunk_rows, chunk_dead = decode_records(chunk, now, max_skew)
-            rows += chunk_rows
-            dead += chunk_dead
-            await asyncio.sleep(0)
-        return Decoded(batch, records, rows, dead, self.clock.monotonic() - started)
+        max_skew = None if skew is None else timedelta(seconds=skew)
+        return await Decoded.of(batch, self.clock.now(), max_skew, self.clock.monotonic)
 
-    async def _until_kept(self, decoded: Decoded, task: asyncio.Task[bool]) -> None:
-        """Return once ``task`` checked ``decoded`` against the assignment (at once, unless a
-        revocation is draining) or ended: the next batch is fetched only then, so at most one
+    @staticmethod
+    async def _until_set(event: asyncio.Event, task: asyncio.Task[bool]) -> None:
+        """Return once ``event`` of the batch ``task`` writes is set, or ``task`` ended.
+
+        With ``Decoded.kept`` the next batch is fetched only once the write checked its batch
+        against the assignment (at once, unless a revocation is draining), so at most one
         fetched batch at a time has not been checked (two could drop and keep the records of a
         partition revoked and assigned back in between, and the later commit skip the earlier
-        batch's records)."""
-        kept = asyncio.create_task(decoded.kept.wait())
+        batch's records). With ``Decoded.copied``: once its rows are sent (start-up, module
+        contract)."""
+        waiting = asyncio.create_task(event.wait())
         try:
-            await asyncio.wait((kept, task), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((waiting, task), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            kept.cancel()
+            waiting.cancel()
 
     async def _write_and_commit(
         self, decoded: Decoded, previous: asyncio.Task[bool] | None = None
@@ -217,7 +221,9 @@ class IngestLoop(OffsetTracking, PausedRetry):
                 if dead:
                     await self._publish(dead, partitions)
                 if rows or dead:
-                    result = await self._store(rows, dead, decoded.records, partitions)
+                    result = await self._store(
+                        rows, dead, decoded.records, partitions, decoded.copied.set
+                    )
                 else:
                     result = WriteResult(0, 0, 0, 0)
             except _Stopping:
@@ -258,8 +264,10 @@ class IngestLoop(OffsetTracking, PausedRetry):
         dead: list[DeadLetter],
         records: list[Record],
         partitions: list[TopicPartition],
+        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
-        """Write the batch; on a non-transient error, isolate the poison (module contract)."""
+        """Write the batch; on a non-transient error, isolate the poison (module contract).
+        ``copied`` is called when a write sent its rows (``EventWriter.write``)."""
 
         async def publish(rejected: DeadLetter) -> None:
             await self._publish([rejected], partitions)
@@ -270,7 +278,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             dead,
             records,
             self.config.topic,
-            lambda r, d: self._write(r, d, partitions),
+            lambda r, d: self._write(r, d, partitions, copied),
             publish,
             _Stopping,
         )
@@ -280,10 +288,11 @@ class IngestLoop(OffsetTracking, PausedRetry):
         rows: list[EventRow],
         dead: Sequence[DeadLetter],
         partitions: list[TopicPartition],
+        copied: Callable[[], None] | None = None,
     ) -> WriteResult:
         topic = self.config.topic
         return await self._retry(
-            lambda: self.writer.write(rows, dead, source=topic),
+            lambda: self.writer.write(rows, dead, source=topic, copied=copied),
             "store write",
             is_transient,
             self.metrics.store_errors,

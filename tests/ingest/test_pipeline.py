@@ -283,8 +283,9 @@ async def test_the_next_batch_is_fetched_only_after_the_last_one_was_checked(
     broker, topic_name: str, database_url: str
 ) -> None:
     """While a revocation drains the batches in flight, a batch created meanwhile waits at the
-    gate, and the loop does not fetch the next one (``_until_kept`` does not return) until that
-    batch was checked against the assignment: at most one fetched batch waits through it."""
+    gate, and the loop does not fetch the next one (``_until_set(decoded.kept, ...)`` does not
+    return) until that batch was checked against the assignment: at most one fetched batch waits
+    through it."""
     tp0 = TopicPartition(topic_name, 0)
     release = asyncio.Event()
     async with loop_owning(broker, topic_name, database_url, tp0) as (loop, consumer):
@@ -299,7 +300,7 @@ async def test_the_next_batch_is_fetched_only_after_the_last_one_was_checked(
         drain = asyncio.create_task(loop._in_flight.drain())
         await asyncio.sleep(0.01)
         task = asyncio.create_task(loop._write_and_commit(decoded))
-        waiting = asyncio.create_task(loop._until_kept(decoded, task))
+        waiting = asyncio.create_task(loop._until_set(decoded.kept, task))
         await asyncio.sleep(0.2)
         assert not waiting.done() and not decoded.kept.is_set()  # held behind the revocation
         release.set()

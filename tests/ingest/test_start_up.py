@@ -1,0 +1,89 @@
+"""Start-up and idle in the ingest loop (issue 13): with no write in flight, the loop fetches a
+small batch and sends it to Postgres before it fetches the next, so Postgres starts on the
+first events without waiting for a whole batch's decode; with writes in flight, batches are
+full-size again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+
+from aiokafka import TopicPartition
+
+from monitor.ingest.decoded import Decoded
+from monitor.ingest.loop import FIRST_BATCH_DIVISOR, IngestConfig, IngestLoop
+from monitor.ingest.rows import DeadLetter, EventRow
+from monitor.ingest.writer import EventWriter, WriteResult
+from tests.factories import event_dict
+from tests.ingest.test_ingest_loop import produce, wait_count
+from tests.servers.worker import create_topic
+
+N, BATCH = 1200, 240
+LATE_COPY_S = 0.4  # the first write sends its rows this long after it started
+
+
+class LateCopyWriter(EventWriter):
+    """The real writer; its first write waits before it sends its rows (a slow link), and every
+    write records when its rows were sent."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.copied_at: list[float] = []
+
+    async def write(
+        self,
+        rows: Sequence[EventRow],
+        dead: Sequence[DeadLetter] = (),
+        source: str = "kafka",
+        copied: Callable[[], None] | None = None,
+    ) -> WriteResult:
+        if not self.copied_at:
+            await asyncio.sleep(LATE_COPY_S)
+
+        def sent() -> None:
+            self.copied_at.append(time.monotonic())
+            if copied is not None:
+                copied()
+
+        return await super().write(rows, dead, source, sent)
+
+
+class SizingLoop(IngestLoop):
+    """The real loop; records when each batch's decode started and how many records it had."""
+
+    decodes: list[tuple[float, int]]
+
+    async def _decode(self, batch: dict[TopicPartition, list]) -> Decoded:  # type: ignore[type-arg]
+        self.decodes.append((time.monotonic(), sum(len(r) for r in batch.values())))
+        return await super()._decode(batch)
+
+
+async def test_a_small_first_batch_is_sent_before_the_next_is_fetched(
+    broker, topic_name: str, database_url: str
+) -> None:
+    await create_topic(broker.bootstrap, topic_name, partitions=2)
+    events = [event_dict(f"e-{i}", f"c-{i % 40}", at=i, turn=i // 40) for i in range(N)]
+    await produce(broker.bootstrap, topic_name,
+                  [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
+    writer = LateCopyWriter(database_url)
+    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
+                          batch_max_events=BATCH, idempotent_producer=False)  # fmt: skip
+    loop = SizingLoop(config, writer)
+    loop.decodes = []
+    task = asyncio.create_task(loop.run())
+    try:
+        assert await wait_count(database_url, "SELECT count(*) FROM events", N) == N
+    finally:
+        await loop.stop()
+        await task
+        await writer.close()
+
+    sizes = [n for _, n in loop.decodes]
+    assert sum(sizes) == N
+    assert 0 < sizes[0] <= BATCH // FIRST_BATCH_DIVISOR  # nothing in flight: a small batch
+    # the next fetch waited for the first batch's rows to reach Postgres (sent >= 0.4 s late)
+    assert loop.decodes[1][0] >= writer.copied_at[0]
+    # with writes in flight the batches are full-size again
+    assert max(sizes) == BATCH
