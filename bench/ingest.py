@@ -63,6 +63,7 @@ from bench.harness import (
     scratch_topic,
 )
 from monitor.contract.events import AgentEvent, decode_event
+from monitor.ingest.config import IngestConfig
 from monitor.ingest.rows import EVENT_COLUMNS, event_row
 from monitor.sdk import EventEmitter
 from monitor.sim.traffic import Simulator
@@ -133,6 +134,7 @@ async def baseline(
         bootstrap_servers=bootstrap, group_id=f"g-{topic}", enable_auto_commit=False,
         auto_offset_reset="earliest", max_poll_records=batch,
         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024,
+        fetch_max_wait_ms=IngestConfig.fetch_max_wait_ms,
     )  # the same consumer settings as monitor.ingest.loop.IngestLoop
     await consumer.start()
     try:

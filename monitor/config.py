@@ -54,6 +54,13 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
     # --- ingest ---------------------------------------------------------------------------
     batch_max_events: int = Field(default=5000, ge=1, description="Most events per write batch.")
     batch_max_wait_ms: int = Field(default=200, ge=1, description="Longest wait to fill a batch.")
+    fetch_max_wait_ms: int = Field(
+        default=100,
+        ge=1,
+        description="Longest the broker may hold the ingest consumer's fetch (Kafka's "
+        "fetch.max.wait.ms, 500 there): Tansu sometimes holds a fetch this long while a "
+        "partition in it still has records, which stalls draining a backlog.",
+    )
     writes_in_flight: int = Field(
         default=2, ge=1, le=8, description="Batches written at once (offsets commit in order)."
     )

@@ -14,6 +14,7 @@ class IngestConfig:
     group_id: str = "monitor-ingest"
     batch_max_events: int = 5000
     batch_max_wait_ms: int = 200
+    fetch_max_wait_ms: int = 100  # the consumer's fetch.max.wait.ms (Settings.fetch_max_wait_ms)
     retry_initial_s: float = 0.5
     retry_max_s: float = 10.0
     idempotent_producer: bool = True

@@ -111,9 +111,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
     async def run(self) -> None:
         cfg = self.config
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.bootstrap,
-            acks="all",
-            enable_idempotence=cfg.idempotent_producer,
+            bootstrap_servers=cfg.bootstrap, acks="all", enable_idempotence=cfg.idempotent_producer,
             linger_ms=5,
         )
         self._consumer = AIOKafkaConsumer(
@@ -124,6 +122,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             max_poll_records=cfg.batch_max_events,
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
+            fetch_max_wait_ms=cfg.fetch_max_wait_ms,  # not Kafka's 500: see Settings
         )
         dedupe_kafka_client_logs(self.clock.monotonic)
         await self._producer.start()

@@ -66,6 +66,7 @@ class IngestService(Service):
                 group_id=settings.consumer_group,
                 batch_max_events=settings.batch_max_events,
                 batch_max_wait_ms=settings.batch_max_wait_ms,
+                fetch_max_wait_ms=settings.fetch_max_wait_ms,
                 retry_initial_s=settings.store_retry_initial_s,
                 retry_max_s=settings.store_retry_max_s,
                 idempotent_producer=settings.kafka_idempotent,

@@ -87,3 +87,32 @@ async def test_a_small_first_batch_is_sent_before_the_next_is_fetched(
     assert loop.decodes[1][0] >= writer.copied_at[0]
     # with writes in flight the batches are full-size again
     assert max(sizes) == BATCH
+
+
+async def test_the_worker_fetches_with_the_configured_wait(
+    broker, topic_name: str, database_url: str, monkeypatch
+) -> None:
+    """The worker's ingest consumer lets the broker hold a fetch at most
+    ``MONITOR_FETCH_MAX_WAIT_MS`` (default 100 ms, not Kafka's 500: Tansu sometimes holds a
+    fetch that long while a partition in it still has records, which stalled draining a
+    backlog; docs/benchmarks.md)."""
+    from monitor.config import Settings
+    from monitor.worker.ops_metrics import OpsMetrics
+    from monitor.worker.services import IngestService
+
+    assert Settings.model_fields["fetch_max_wait_ms"].default == 100
+    await create_topic(broker.bootstrap, topic_name, partitions=1)
+    monkeypatch.setenv("MONITOR_FETCH_MAX_WAIT_MS", "123")
+    settings = Settings(kafka_bootstrap=broker.bootstrap, topic_events=topic_name,
+                        database_url=database_url, kafka_idempotent=False)  # fmt: skip
+    service = IngestService(settings, OpsMetrics())
+    loop = service.loop_
+    task = asyncio.create_task(loop.run())
+    try:
+        await asyncio.wait_for(loop.ready.wait(), 30)
+        assert loop._consumer is not None
+        assert loop._consumer._fetcher._fetch_max_wait_ms == 123
+    finally:
+        await loop.stop()
+        await task
+        await loop.writer.close()
