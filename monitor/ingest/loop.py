@@ -32,9 +32,10 @@ paused), no further batch starts.
 Start-up and idle: with no write in flight, Postgres has nothing to do until a batch is decoded
 and sent. So a batch fetched then holds at most ``batch_max_events // FIRST_BATCH_DIVISOR``
 records, and the next one is fetched only once its rows are sent to Postgres (its COPYs done,
-or its write ended): Postgres starts on the first events after a fraction of a full batch's
-decode, and their COPY is not slowed by decoding the next batch in between. With a write in
-flight, batches are full-size and decoded while the writes run, as above.
+its write ended, or at most ``batch_max_wait_ms`` later, so that a write retried through an
+outage does not hold the loop): Postgres starts after a fraction of a batch's decode, on a COPY
+not slowed by decoding the next batch. With a write in flight, batches are full-size and decoded
+while the writes run, as above.
 
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
@@ -76,8 +77,6 @@ from monitor.worker.ops_metrics import OpsMetrics
 log = logging.getLogger("monitor.ingest")
 
 KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutError)
-
-
 FIRST_BATCH_DIVISOR = 8  # a batch fetched with no write in flight: this fraction of a full one
 
 
@@ -148,8 +147,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
                     previous = pending[-1] if pending else None
                     pending.append(asyncio.create_task(self._write_and_commit(decoded, previous)))
                     await self._until_set(decoded.kept, pending[-1])
-                    if first:
-                        await self._until_set(decoded.copied, pending[-1])
+                    if first:  # bounded: a write retried through an outage must not hold us
+                        await self._until_set(decoded.copied, pending[-1], cfg.batch_max_wait_ms)
                 await self._update_lag()
                 while pending and pending[0].done():
                     pending.pop(0).result()  # a write that failed ends the loop
@@ -180,18 +179,19 @@ class IngestLoop(OffsetTracking, PausedRetry):
         return await Decoded.of(batch, self.clock.now(), max_skew, self.clock.monotonic)
 
     @staticmethod
-    async def _until_set(event: asyncio.Event, task: asyncio.Task[bool]) -> None:
-        """Return once ``event`` of the batch ``task`` writes is set, or ``task`` ended.
+    async def _until_set(event: asyncio.Event, task: asyncio.Task[bool], ms: int = 0) -> None:
+        """Return once ``event`` of the batch ``task`` writes is set, ``task`` ended, or ``ms``
+        milliseconds passed (``ms`` > 0).
 
         With ``Decoded.kept`` the next batch is fetched only once the write checked its batch
         against the assignment (at once, unless a revocation is draining), so at most one
         fetched batch at a time has not been checked (two could drop and keep the records of a
         partition revoked and assigned back in between, and the later commit skip the earlier
-        batch's records). With ``Decoded.copied``: once its rows are sent (start-up, module
-        contract)."""
+        batch's records). With ``Decoded.copied``: its rows sent (start-up, module contract)."""
         waiting = asyncio.create_task(event.wait())
         try:
-            await asyncio.wait((waiting, task), return_when=asyncio.FIRST_COMPLETED)
+            done = (waiting, task)
+            await asyncio.wait(done, timeout=ms / 1000 or None, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiting.cancel()
 

@@ -69,7 +69,8 @@ async def test_a_small_first_batch_is_sent_before_the_next_is_fetched(
                   [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
     writer = LateCopyWriter(database_url)
     config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          batch_max_events=BATCH, idempotent_producer=False)  # fmt: skip
+                          batch_max_events=BATCH, batch_max_wait_ms=2000,
+                          idempotent_producer=False)  # fmt: skip
     loop = SizingLoop(config, writer)
     loop.decodes = []
     task = asyncio.create_task(loop.run())
@@ -116,3 +117,67 @@ async def test_the_worker_fetches_with_the_configured_wait(
         await loop.stop()
         await task
         await loop.writer.close()
+
+
+class OutageWriter(EventWriter):
+    """The real writer, failing like an unreachable server until ``up`` is set."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.up = asyncio.Event()
+        self.failed = 0
+
+    async def write(
+        self,
+        rows: Sequence[EventRow],
+        dead: Sequence[DeadLetter] = (),
+        source: str = "kafka",
+        copied: Callable[[], None] | None = None,
+    ) -> WriteResult:
+        if not self.up.is_set():
+            self.failed += 1
+            raise ConnectionRefusedError("the server is down")  # transient: retried
+        return await super().write(rows, dead, source, copied)
+
+
+class LagCheckingLoop(IngestLoop):
+    """The real loop; counts its consumer-lag updates (what /health's stall check reads)."""
+
+    lag_checks = 0
+
+    async def _update_lag(self) -> None:
+        self.lag_checks += 1
+        await super()._update_lag()
+
+
+async def test_a_first_batch_retried_through_an_outage_does_not_hold_the_loop(
+    broker, topic_name: str, database_url: str
+) -> None:
+    """The wait for a first batch's rows to be sent is bounded (``batch_max_wait_ms``): while
+    its write is retried through an outage, the loop goes on and keeps the lag (and so
+    /health) current; once the server is back, every event is stored."""
+    await create_topic(broker.bootstrap, topic_name, partitions=2)
+    events = [event_dict(f"o-{i}", f"c-{i % 10}", at=i) for i in range(100)]
+    await produce(broker.bootstrap, topic_name,
+                  [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
+    writer = OutageWriter(database_url)
+    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
+                          batch_max_events=800, batch_max_wait_ms=100, retry_initial_s=0.2,
+                          retry_max_s=0.2, idempotent_producer=False)  # fmt: skip
+    loop = LagCheckingLoop(config, writer)
+    task = asyncio.create_task(loop.run())
+    try:
+        deadline = time.monotonic() + 30
+        while not writer.failed and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert writer.failed
+        before = loop.lag_checks
+        await asyncio.sleep(1.0)
+        assert loop.lag_checks - before >= 3  # the loop went on during the outage
+        assert loop.health.paused
+        writer.up.set()
+        assert await wait_count(database_url, "SELECT count(*) FROM events", 100) == 100
+    finally:
+        await loop.stop()
+        await task
+        await writer.close()
