@@ -270,6 +270,21 @@ def cpu_table(runs: list[Run], has_pg: bool) -> str:
     return "\n".join(lines)
 
 
+def cpu_line(runs: list[Run]) -> str:
+    """CPU per event of every measured process together (medians over runs), and the same
+    ratios in CPU instead of wall time: steadier on a shared machine than the wall-clock ratios
+    (a phase that waits costs no CPU), and not what the goals are stated in."""
+
+    def us(*phases: str) -> float:
+        return _median([sum(sum(r.cpu[p].values()) for p in phases) / r.n * 1e6 for r in runs])
+
+    base, both = us("baseline"), us("produce", "baseline")
+    consume, e2e = us("consume"), us("e2e")
+    return (f"CPU per event, all processes: baseline {base:.0f} µs, consume {consume:.0f} µs "
+            f"(baseline / consume = {base / consume:.2f}); produce + baseline {both:.0f} µs, "
+            f"e2e {e2e:.0f} µs ({both / e2e:.2f}).")
+
+
 def docs_section(args: argparse.Namespace, runs: list[Run], command: str, pg: str,
                  has_pg: bool) -> str:
     e2e = _median([r.ratio("e2e") for r in runs])
@@ -292,6 +307,8 @@ def docs_section(args: argparse.Namespace, runs: list[Run], command: str, pg: st
         f"**End-to-end: {e2e:.2f} of the raw baseline** (goal >= {E2E_GOAL}: "
         f"{'met' if e2e >= E2E_GOAL else 'missed'}); consume-only: {consume:.2f} (goal >= "
         f"{CONSUME_GOAL}: {'met' if consume >= CONSUME_GOAL else 'missed'}).",
+        "",
+        cpu_line(runs),
         "",
         f"Where the time goes (medians; CPU seconds for {args.events:,} events; \"cores busy\""
         " = all listed CPU / wall; worker batches = committed batches x mean batch latency):",
@@ -399,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     consume = _median([r.ratio("consume") for r in runs])
     print(f"median e2e / baseline = {e2e:.2f} (goal >= {E2E_GOAL}); "
           f"consume / baseline = {consume:.2f} (goal >= {CONSUME_GOAL})")
+    print(cpu_line(runs))
     if args.write_docs:
         write_docs(docs_section(args, runs, command, pg, has_pg))
         print(f"wrote {DOCS.relative_to(REPO)}")
