@@ -23,45 +23,38 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
+from bench.harness import scratch_topic
 from monitor.ingest.config import IngestConfig
 from monitor.stack.broker import EmbeddedBroker
 
-TOPIC, PARTITIONS, RECORD_BYTES = "backlog", 4, 900
+PARTITIONS, RECORD_BYTES = 4, 900
 WAITS = (500, IngestConfig.fetch_max_wait_ms)
 
 
-async def fill(bootstrap: str, n: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
-    finally:
-        await admin.close()
+async def fill(bootstrap: str, topic: str, n: int) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
         payload = b"x" * RECORD_BYTES
         for i in range(n):
-            await producer.send(TOPIC, key=str(i % 997).encode(), value=payload)
+            await producer.send(topic, key=str(i % 997).encode(), value=payload)
         await producer.flush()
     finally:
         await producer.stop()
 
 
 async def drain(
-    bootstrap: str, n: int, wait_ms: int, work_s: float, group: str
+    bootstrap: str, topic: str, n: int, wait_ms: int, work_s: float, group: str
 ) -> tuple[float, float]:
     """Seconds from the first batch to the last record, and the largest gap between batches."""
-    batch = IngestConfig.batch_max_events
-    consumer = AIOKafkaConsumer(
-        TOPIC, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-        enable_auto_commit=False, max_poll_records=batch, fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_wait_ms=wait_ms,
-    )  # the ingest loop's settings (monitor.ingest.loop)
+    config = IngestConfig(bootstrap, fetch_max_wait_ms=wait_ms)
+    batch = config.batch_max_events
+    consumer = AIOKafkaConsumer(  # the ingest loop's settings but the wait
+        topic, bootstrap_servers=bootstrap, group_id=group, **config.consumer_settings()
+    )
     await consumer.start()
     try:
         got, first, last, gap = 0, 0.0, 0.0, 0.0
@@ -82,17 +75,25 @@ async def drain(
 
 
 async def bench(bootstrap: str, args: argparse.Namespace) -> None:
-    await fill(bootstrap, args.records)
-    seconds: dict[int, list[float]] = {w: [] for w in WAITS}
-    for i in range(args.repeat):
-        for wait in WAITS:
-            s, gap = await drain(bootstrap, args.records, wait, args.work_ms / 1000, f"g{i}-{wait}")
-            seconds[wait].append(s)
-            print(f"repeat {i + 1}/{args.repeat}: fetch_max_wait_ms={wait:3d}  drain {s:.2f} s, "
-                  f"largest gap between batches {gap:.2f} s")
+    async with scratch_topic(bootstrap, "fetch-wait", PARTITIONS) as topic:
+        await fill(bootstrap, topic, args.records)
+        seconds = await drains(bootstrap, topic, args)
     old, new = (statistics.median(seconds[w]) for w in WAITS)
     print(f"\nmedian drain: {WAITS[0]} ms {old:.2f} s, {WAITS[1]} ms {new:.2f} s; "
           f"{WAITS[1]} ms / {WAITS[0]} ms = {new / old:.2f}")
+
+
+async def drains(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[int, list[float]]:
+    """Drain seconds per wait, the waits alternated ``args.repeat`` times."""
+    seconds: dict[int, list[float]] = {w: [] for w in WAITS}
+    work_s = args.work_ms / 1000
+    for i in range(args.repeat):
+        for wait in WAITS:
+            s, gap = await drain(bootstrap, topic, args.records, wait, work_s, f"g{i}-{wait}")
+            seconds[wait].append(s)
+            print(f"repeat {i + 1}/{args.repeat}: fetch_max_wait_ms={wait:3d}  drain {s:.2f} s, "
+                  f"largest gap between batches {gap:.2f} s")
+    return seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -130,12 +130,10 @@ async def baseline(
     """getmany -> decode -> COPY into events (its day partitions ensured first, in the same
     transaction, as the writer does) -> commit; (seconds, CPU) from the assignment."""
     conn = await asyncpg.connect(dsn)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=f"g-{topic}", enable_auto_commit=False,
-        auto_offset_reset="earliest", max_poll_records=batch,
-        fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024,
-        fetch_max_wait_ms=IngestConfig.fetch_max_wait_ms,
-    )  # the same consumer settings as monitor.ingest.loop.IngestLoop
+    consumer = AIOKafkaConsumer(  # the same consumer settings as monitor.ingest.loop.IngestLoop
+        bootstrap_servers=bootstrap, group_id=f"g-{topic}",
+        **IngestConfig(bootstrap, batch_max_events=batch).consumer_settings(),
+    )
     await consumer.start()
     try:
         assigned = _Assigned(meter)

@@ -114,14 +114,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
             linger_ms=5,
         )
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap,
-            group_id=cfg.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=cfg.batch_max_events,
-            fetch_max_bytes=64 * 1024 * 1024,
-            max_partition_fetch_bytes=16 * 1024 * 1024,
-            fetch_max_wait_ms=cfg.fetch_max_wait_ms,  # not Kafka's 500: see Settings
+            bootstrap_servers=cfg.bootstrap, group_id=cfg.group_id, **cfg.consumer_settings()
         )
         dedupe_kafka_client_logs(self.clock.monotonic)
         await self._producer.start()
