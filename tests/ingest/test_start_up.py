@@ -24,12 +24,18 @@ N, BATCH = 1200, 240
 LATE_COPY_S = 0.4  # the first write sends its rows this long after it started
 
 
-class LateCopyWriter(EventWriter):
-    """The real writer; its first write waits before it sends its rows (a slow link), and every
-    write records when its rows were sent."""
+class ScriptedWriter(EventWriter):
+    """The real writer, recording when each write sent its rows. ``late_first_s``: the first
+    write waits that long before it sends them (a slow link); while ``up`` is not set, every
+    write fails like an unreachable server (a transient error: the loop retries it)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, late_first_s: float = 0.0, up: bool = True) -> None:
         super().__init__(url)
+        self.late_first_s = late_first_s
+        self.up = asyncio.Event()
+        if up:
+            self.up.set()
+        self.failed = 0
         self.copied_at: list[float] = []
 
     async def write(
@@ -39,8 +45,11 @@ class LateCopyWriter(EventWriter):
         source: str = "kafka",
         copied: Callable[[], None] | None = None,
     ) -> WriteResult:
+        if not self.up.is_set():
+            self.failed += 1
+            raise ConnectionRefusedError("the server is down")
         if not self.copied_at:
-            await asyncio.sleep(LATE_COPY_S)
+            await asyncio.sleep(self.late_first_s)
 
         def sent() -> None:
             self.copied_at.append(time.monotonic())
@@ -67,7 +76,7 @@ async def test_a_small_first_batch_is_sent_before_the_next_is_fetched(
     events = [event_dict(f"e-{i}", f"c-{i % 40}", at=i, turn=i // 40) for i in range(N)]
     await produce(broker.bootstrap, topic_name,
                   [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
-    writer = LateCopyWriter(database_url)
+    writer = ScriptedWriter(database_url, late_first_s=LATE_COPY_S)
     config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
                           batch_max_events=BATCH, batch_max_wait_ms=2000,
                           idempotent_producer=False)  # fmt: skip
@@ -119,27 +128,6 @@ async def test_the_worker_fetches_with_the_configured_wait(
         await loop.writer.close()
 
 
-class OutageWriter(EventWriter):
-    """The real writer, failing like an unreachable server until ``up`` is set."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.up = asyncio.Event()
-        self.failed = 0
-
-    async def write(
-        self,
-        rows: Sequence[EventRow],
-        dead: Sequence[DeadLetter] = (),
-        source: str = "kafka",
-        copied: Callable[[], None] | None = None,
-    ) -> WriteResult:
-        if not self.up.is_set():
-            self.failed += 1
-            raise ConnectionRefusedError("the server is down")  # transient: retried
-        return await super().write(rows, dead, source, copied)
-
-
 class LagCheckingLoop(IngestLoop):
     """The real loop; counts its consumer-lag updates (what /health's stall check reads)."""
 
@@ -160,7 +148,7 @@ async def test_a_first_batch_retried_through_an_outage_does_not_hold_the_loop(
     events = [event_dict(f"o-{i}", f"c-{i % 10}", at=i) for i in range(100)]
     await produce(broker.bootstrap, topic_name,
                   [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
-    writer = OutageWriter(database_url)
+    writer = ScriptedWriter(database_url, up=False)
     config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
                           batch_max_events=800, batch_max_wait_ms=100, retry_initial_s=0.2,
                           retry_max_s=0.2, idempotent_producer=False)  # fmt: skip
