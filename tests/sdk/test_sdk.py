@@ -184,6 +184,22 @@ async def test_full_batches_keep_each_conversations_order(
     assert all(t == list(range(60)) for t in turns.values())
 
 
+async def test_a_tight_send_loop_has_its_batches_delivered_while_it_sends(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    # a caller awaiting nothing but send() (a replay, a backfill): full batches must leave while
+    # it sends. Before send() yielded once per shipped batch, none did until flush (or a full
+    # buffer): 0 events were acknowledged inside this loop
+    async with emitter(broker, topic, max_batch_size=4096, linger_ms=10_000) as em:
+        sent, acknowledged = [], 0
+        for i in range(3000):
+            sent.append(await em.message(f"c{i % 7}", "user", "z" * 200))
+            acknowledged = max(acknowledged, len(sent) - em.pending)
+        await em.flush()
+    assert acknowledged > 0
+    assert_round_trip(await consume(broker.bootstrap, topic, len(sent)), sent)
+
+
 async def test_a_full_buffer_holds_sends_back_until_acknowledged(
     broker: EmbeddedBroker, topic: str
 ) -> None:
