@@ -7,7 +7,20 @@ id is stored with a different body into dead letters with reason ``conflicting_d
 
 from __future__ import annotations
 
+from monitor.contract.limits import printable
 from monitor.ingest.rollup_sql import STAGING_TABLE
+from monitor.ingest.rows import DeadLetter
+
+MAX_DETAIL_CHARS = 4000
+
+
+def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
+    """The :data:`INSERT_DEAD_LETTER` arguments of ``d``, with every text made storable."""
+    detail = printable(d.detail)
+    if len(detail) > MAX_DETAIL_CHARS:
+        detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
+    field = printable(d.field) if d.field is not None else None
+    return (printable(d.source), d.partition, d.offset, printable(d.reason), field, detail, d.raw)
 
 INSERT_DEAD_LETTER = """
 INSERT INTO dead_letters

@@ -2,20 +2,20 @@
 
 The staging path (:mod:`monitor.ingest.rollup_sql`) COPYs every event, body included, into a
 temporary table and then inserts the ones whose id it could claim: every body is written twice
-and sorted once. When a batch holds no id twice, the writer first claims all its ids
-(a COPY into :data:`CLAIM_TABLE`, in a savepoint); if it got every one, none of the events is
+and sorted once. When a batch holds no id twice, the writer first claims all its ids (a COPY
+into :data:`CLAIM_TABLE`, first in the transaction); if it got every one, none of the events is
 stored yet, so it COPYs them straight into ``events`` and only the columns the roll-ups read
 into the narrow temporary table :data:`ROLLUP_TABLE`, from which :data:`DIRECT_BATCH` (the same
 roll-ups, :data:`monitor.ingest.rollup_sql.ROLLUPS`) and :data:`SYNC_ITEMS_DIRECT` read. If one
 id was stored already (a replay, a re-delivered batch, another worker's write of the same ids),
-it rolls the savepoint back and writes the batch through the staging path, which skips the
-stored ids and finds conflicting duplicates. Both paths store the same rows
+it rolls the transaction back and writes the batch again through the staging path, which skips
+the stored ids and finds conflicting duplicates. Both paths store the same rows
 (tests/ingest/test_direct_write.py).
 
 The claim COPYs in id order, like the staging path inserts, so two writers claiming the same
 ids queue on the key instead of deadlocking; the second gets a unique violation once the first
 commits (a COPY has no ``ON CONFLICT``: one stored id fails the whole COPY, which is the
-all-or-nothing the claim wants), rolls its savepoint back and goes the staging way. A COPY
+all-or-nothing the claim wants), rolls its transaction back and goes the staging way. A COPY
 costs Postgres about half an ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING``
 (docs/benchmarks.md, "The SDK's own batches and a COPY claim").
 """

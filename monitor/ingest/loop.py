@@ -29,13 +29,14 @@ last one was checked so (as its write starts: at once, or after a revocation dra
 ``writes_in_flight`` + 1 batches are held in memory; while a write is retried (partitions
 paused), no further batch starts.
 
-Start-up and idle: with no write in flight, Postgres has nothing to do until a batch is decoded
-and sent. So a batch fetched then holds at most ``batch_max_events // FIRST_BATCH_DIVISOR``
-records, and the next one is fetched only once its rows are sent to Postgres (its COPYs done,
-its write ended, or at most ``batch_max_wait_ms`` later, so that a write retried through an
-outage does not hold the loop): Postgres starts after a fraction of a batch's decode, on a COPY
-not slowed by decoding the next batch. With a write in flight, batches are full-size and decoded
-while the writes run, as above.
+Start-up and idle: the writer's connections are opened and its statements prepared before the
+consumer starts (``EventWriter.warm``, best effort). With no write in flight, Postgres has
+nothing to do until a batch is decoded and sent. So a batch fetched then holds at most
+``batch_max_events // FIRST_BATCH_DIVISOR`` records, and the next one is fetched only once its
+rows are sent to Postgres (its COPYs done, its write ended, or at most ``batch_max_wait_ms``
+later, so that a write retried through an outage does not hold the loop): Postgres starts after
+a fraction of a batch's decode, on a COPY not slowed by decoding the next batch. With a write in
+flight, batches are full-size and decoded while the writes run, as above.
 
 An offset commit is bounded by ``commit_timeout_s`` (the Kafka client's own retry lines are cut
 to one per minute per template, :mod:`monitor.ingest.log_dedupe`); a failed one is logged once
@@ -120,6 +121,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
         await self._producer.start()
         pending: list[asyncio.Task[bool]] = []  # batches being written and committed, in order
         try:
+            if (why := await self.writer.warm()) is not None:  # before the first batch
+                log.warning("store connections not warmed up (%s); the first write opens them", why)
             await self._consumer.start()
             self._consumer.subscribe([cfg.topic], listener=WaitForBatch(self._in_flight))
             self.ready.set()

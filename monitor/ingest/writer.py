@@ -30,7 +30,7 @@ Uses asyncpg directly (not the SQLAlchemy ORM) because the hot path is COPY-boun
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -39,7 +39,11 @@ from operator import itemgetter
 import asyncpg
 
 from monitor.contract.limits import printable
-from monitor.ingest.dead_letter_sql import INSERT_CONFLICTS, INSERT_DEAD_LETTER
+from monitor.ingest.dead_letter_sql import (
+    INSERT_CONFLICTS,
+    INSERT_DEAD_LETTER,
+    storable_dead_letter,
+)
 from monitor.ingest.decisions import provisional
 from monitor.ingest.direct_sql import (
     CLAIM_COLUMNS,
@@ -54,6 +58,7 @@ from monitor.ingest.direct_sql import (
 from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
 from monitor.ingest.rollup_sql import CREATE_STAGING, STAGING_TABLE, WRITE_BATCH
 from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
+from monitor.ingest.warm_up import WARM_TIMEOUT_S, warm
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import CUSTOM_PLANS, libpq_url
 from monitor.store.partitions import ENSURE_DAYS, days_of
@@ -81,20 +86,30 @@ class WriteResult:
     staged: int = 0  # 1 when the rows went through the staging table (not the direct path)
 
 
-MAX_DETAIL_CHARS = 4000
 MAX_KNOWN_DAYS = 4096  # days the writer remembers as having a partition (then it forgets all)
-
-
-def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
-    """The ``INSERT_DEAD_LETTER`` arguments of ``d``, with every text made storable."""
-    detail = printable(d.detail)
-    if len(detail) > MAX_DETAIL_CHARS:
-        detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
-    field = printable(d.field) if d.field is not None else None
-    return (printable(d.source), d.partition, d.offset, printable(d.reason), field, detail, d.raw)
-
-
 _COPY = list(EVENT_COLUMNS)
+
+
+class _Claimed(Exception):
+    """An id of a direct write's batch was stored already (its transaction is failed)."""
+
+
+def _distinct_ids(rows: Sequence[EventRow]) -> bool:
+    """Whether no event id appears twice in ``rows`` (else the batch is staged)."""
+    return len({r[_ID] for r in rows}) == len(rows)
+
+
+async def _session(conn: asyncpg.Connection) -> None:
+    """A new pool connection: its two temporary tables, kept for the session (their rows
+    go at every commit), so a write does not create them."""
+    await conn.execute(f"{CREATE_ROLLUP_TABLE}; {CREATE_STAGING}")
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Released to the pool: nothing to reset. The writer takes transaction-level advisory
+    locks only and sets nothing, and asyncpg rolls back an open transaction before this;
+    the default reset (unlock all, CLOSE ALL, UNLISTEN, RESET ALL) would cost a round trip
+    per write."""
 
 
 class EventWriter:
@@ -132,7 +147,20 @@ class EventWriter:
                 max_size=self._pool_size,
                 command_timeout=120,
                 server_settings=CUSTOM_PLANS,
+                init=_session,
+                reset=_keep_session,
             )
+
+    async def warm(self, timeout_s: float = WARM_TIMEOUT_S) -> str | None:
+        """Open the pool's connections and rehearse the direct write's statements on each
+        (:mod:`monitor.ingest.warm_up`: best effort, at most ``timeout_s``); returns None when
+        done, else why it stopped."""
+        await self.start()
+        assert self._pool is not None
+        no_rows = (*provisional([], self._policy), self._digest)
+        statements = [(ENSURE_DAYS, ([],)), (LOCK_CONVERSATIONS, ([],)),
+                      (DIRECT_BATCH, no_rows), (SYNC_ITEMS_DIRECT, ([], []))]  # fmt: skip
+        return await warm(self._pool, self._pool_size, statements, timeout_s)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -155,8 +183,6 @@ class EventWriter:
         if self._pool is None:
             await self.start()
         assert self._pool is not None
-        inserted = conversations = decided = new_items = relabelled = conflicting = 0
-        direct = False
         days = days_of(r[_TS] for r in rows)
         if not self._days.issuperset(days):  # created apart first: see the module contract
             async with self._pool.acquire() as conn:
@@ -164,52 +190,70 @@ class EventWriter:
             if len(self._days) > MAX_KNOWN_DAYS:
                 self._days.clear()
             self._days.update(days)
-        async with self._pool.acquire() as conn, conn.transaction():
-            if rows:  # the day partitions of the rows first (created when missing)
-                await conn.fetchval(ENSURE_DAYS, days)
-                direct = self._direct and await self._claim(conn, rows)
-                events = [r[:_N] for r in rows]
-                if direct:  # every id is new and claimed: straight into events
-                    await conn.copy_records_to_table("events", records=events, columns=_COPY)
-                    await conn.execute(CREATE_ROLLUP_TABLE)
-                    await conn.copy_records_to_table(
-                        ROLLUP_TABLE, records=map(_ROLLUP, rows), columns=list(ROLLUP_COLUMNS)
-                    )
-                else:
-                    await conn.execute(CREATE_STAGING)
-                    await conn.copy_records_to_table(STAGING_TABLE, records=events, columns=_COPY)
-                if copied is not None:
-                    copied()
-                # locked before the batch statement: its before images of the conversation
-                # rows (escalation_bins) must be the rows its upsert changes
-                cids = sorted({str(r[_CID]) for r in rows})
-                await conn.execute(LOCK_CONVERSATIONS, cids)
-                # new conversation rows are decided in the statement (monitor.ingest.decisions)
-                record = await conn.fetchrow(
-                    DIRECT_BATCH if direct else WRITE_BATCH,
-                    *provisional(rows, self._policy),
-                    self._digest,
+        async with self._pool.acquire() as conn:
+            if rows and self._direct and _distinct_ids(rows):
+                with contextlib.suppress(_Claimed):  # an id stored already: rolled back
+                    async with conn.transaction():
+                        return await self._write_in(conn, rows, dead, source, copied, days, True)
+            async with conn.transaction():
+                return await self._write_in(conn, rows, dead, source, copied, days, False)
+
+    async def _write_in(
+        self,
+        conn: asyncpg.Connection,
+        rows: Sequence[EventRow],
+        dead: Sequence[DeadLetter],
+        source: str,
+        copied: Callable[[], None] | None,
+        days: list[date],
+        direct: bool,
+    ) -> WriteResult:
+        """The body of ``write`` in ``conn``'s transaction: the direct path when ``direct``
+        (raises ``_Claimed`` when an id was stored already: the caller rolls back and stages),
+        else the staging path."""
+        inserted = conversations = decided = new_items = relabelled = conflicting = 0
+        if rows:  # the day partitions of the rows first (created when missing)
+            await conn.fetchval(ENSURE_DAYS, days)
+            events = [r[:_N] for r in rows]
+            if direct:  # every id is new: claimed, then straight into events
+                await self._claim(conn, rows)
+                await conn.copy_records_to_table("events", records=events, columns=_COPY)
+                await conn.copy_records_to_table(
+                    ROLLUP_TABLE, records=map(_ROLLUP, rows), columns=list(ROLLUP_COLUMNS)
                 )
-                assert record is not None
-                inserted, conversations = int(record["inserted"]), int(record["conversations"])
-                decided = int(record["decided"])
-                # rows of this batch left undecided (a guess that missed, a row stored before
-                # decisions existed): decided from the stored row; none in the common case
-                if record["undecided"]:
-                    decided += await self._decide(conn, cids)
-                relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
-                synced = await conn.fetchrow(
-                    SYNC_ITEMS_DIRECT if direct else SYNC_ITEMS, cids, relabel
-                )
-                assert synced is not None
-                new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
-                if len(rows) > inserted:  # some event_ids were already there: same body?
-                    conflicting = len(await conn.fetch(INSERT_CONFLICTS, printable(source)))
-            elif copied is not None:
+            else:
+                await conn.copy_records_to_table(STAGING_TABLE, records=events, columns=_COPY)
+            if copied is not None:
                 copied()
-            if dead:
-                await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
-        staged = int(bool(rows) and not direct)
+            # locked before the batch statement: its before images of the conversation
+            # rows (escalation_bins) must be the rows its upsert changes
+            cids = sorted({str(r[_CID]) for r in rows})
+            await conn.execute(LOCK_CONVERSATIONS, cids)
+            # new conversation rows are decided in the statement (monitor.ingest.decisions)
+            record = await conn.fetchrow(
+                DIRECT_BATCH if direct else WRITE_BATCH,
+                *provisional(rows, self._policy),
+                self._digest,
+            )
+            assert record is not None
+            inserted, conversations = int(record["inserted"]), int(record["conversations"])
+            decided = int(record["decided"])
+            # rows of this batch left undecided (a guess that missed, a row stored before
+            # decisions existed): decided from the stored row; none in the common case
+            if record["undecided"]:
+                decided += await self._decide(conn, cids)
+            relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
+            synced = await conn.fetchrow(
+                SYNC_ITEMS_DIRECT if direct else SYNC_ITEMS, cids, relabel
+            )
+            assert synced is not None
+            new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
+            if len(rows) > inserted:  # some event_ids were already there: same body?
+                conflicting = len(await conn.fetch(INSERT_CONFLICTS, printable(source)))
+        elif copied is not None:
+            copied()
+        if dead:
+            await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
         return WriteResult(
             inserted,
             len(rows) - inserted - conflicting,
@@ -219,24 +263,19 @@ class EventWriter:
             new_items,
             relabelled,
             conflicting,
-            staged,
+            int(bool(rows) and not direct),
         )
 
     @staticmethod
-    async def _claim(conn: asyncpg.Connection, rows: Sequence[EventRow]) -> bool:
-        """Claim every event id of ``rows`` in ``event_ids`` and return True, or claim none and
-        return False when one is there already or appears twice in ``rows``."""
-        claims = sorted((r[_ID], r[_TS], r[_CID]) for r in rows)  # id order: see direct_sql
-        if any(a[0] == b[0] for a, b in itertools.pairwise(claims)):
-            return False
+    async def _claim(conn: asyncpg.Connection, rows: Sequence[EventRow]) -> None:
+        """Claim every event id of ``rows`` (distinct) in ``event_ids``, in id order (see
+        :mod:`monitor.ingest.direct_sql`), or raise ``_Claimed`` when one is stored already:
+        the COPY has failed the transaction then, which the caller rolls back whole."""
+        claims = sorted((r[_ID], r[_TS], r[_CID]) for r in rows)
         try:
-            async with conn.transaction():  # a savepoint: all or nothing
-                await conn.copy_records_to_table(
-                    CLAIM_TABLE, records=claims, columns=CLAIM_COLUMNS
-                )
-        except asyncpg.UniqueViolationError:
-            return False
-        return True
+            await conn.copy_records_to_table(CLAIM_TABLE, records=claims, columns=CLAIM_COLUMNS)
+        except asyncpg.UniqueViolationError as exc:
+            raise _Claimed from exc
 
     async def _decide(self, conn: asyncpg.Connection, cids: list[str]) -> int:
         """Store the sampling decision of every conversation of ``cids`` not decided yet (the
