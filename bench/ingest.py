@@ -63,6 +63,7 @@ from bench.harness import (
     scratch_topic,
 )
 from monitor.contract.events import AgentEvent, decode_event
+from monitor.core.gc_tuning import tune_gc
 from monitor.ingest.config import IngestConfig
 from monitor.ingest.rows import EVENT_COLUMNS, event_row
 from monitor.sdk import EventEmitter
@@ -344,6 +345,10 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     sim = Simulator(args.seed, datetime(2025, 1, 1, tzinfo=UTC))
     events = list(itertools.islice(sim.events(None), args.events))
+    # the worker's collector settings here too: without them a gen-2 collection walking the
+    # events held for the producer paused the in-process baseline consumer (0.3 s in every
+    # second repeat: baseline 35k against 45k events/s; docs/benchmarks.md)
+    tune_gc()
     runs: list[Run] = []
     for i in range(1, args.repeat + 1):
         run = await one_repeat(args, bootstrap, admin_url, meter, events, workdir, i)
