@@ -172,3 +172,28 @@ def test_copy_columns_are_the_events_table_in_order() -> None:
     from monitor.store.tables import events
 
     assert tuple(c.name for c in events.c if c.name != "ingested_at") == EVENT_COLUMNS
+
+
+async def test_segment_columns_take_the_first_value_by_ts_when_a_batch_mixes_them(
+    writer: EventWriter, database_url: str
+) -> None:
+    # one batch, events out of ts order: the earliest event's value wins (the earliest non-null
+    # for the segment columns but agent_id), whatever order or sort order the values have
+    rows = [
+        event("m2", "mix", at=2, agent="agent-a", context={"domain": "airline", "channel": "chat",
+                                                           "tier": 1}),
+        event("m0", "mix", at=0, agent="agent-z", context={"channel": "web"}),
+        event("m1", "mix", at=1, agent="agent-a", context={"domain": "retail", "tier": 3}),
+        event("s0", "same", at=0, context={"domain": "telecom", "channel": "voice"}),
+        event("s1", "same", at=1, context={"domain": "telecom"}),
+        event("x0", "esc", "escalation", at=3, turn=7, trigger="policy"),
+        event("x1", "esc", "escalation", at=1, turn=4, trigger="threshold"),
+    ]
+    await writer.write([event_row(e) for e in rows])
+    mix = await fetch_conv(database_url, "mix")
+    assert (mix["agent_id"], mix["domain"], mix["channel"], mix["tier"]) == (
+        "agent-z", "retail", "web", 3)
+    same = await fetch_conv(database_url, "same")
+    assert (same["domain"], same["channel"], same["tier"]) == ("telecom", "voice", None)
+    esc = await fetch_conv(database_url, "esc")
+    assert (esc["escalation_turn"], esc["escalation_trigger"]) == (4, "threshold")
