@@ -39,6 +39,7 @@ from operator import itemgetter
 import asyncpg
 
 from monitor.contract.limits import printable
+from monitor.ingest.connections import WARM_TIMEOUT_S, open_pool, warm
 from monitor.ingest.dead_letter_sql import (
     INSERT_CONFLICTS,
     INSERT_DEAD_LETTER,
@@ -48,7 +49,6 @@ from monitor.ingest.decisions import provisional
 from monitor.ingest.direct_sql import (
     CLAIM_COLUMNS,
     CLAIM_TABLE,
-    CREATE_ROLLUP_TABLE,
     DIRECT_BATCH,
     ROLLUP_COLUMNS,
     ROLLUP_INDEXES,
@@ -56,11 +56,10 @@ from monitor.ingest.direct_sql import (
     SYNC_ITEMS_DIRECT,
 )
 from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
-from monitor.ingest.rollup_sql import CREATE_STAGING, STAGING_TABLE, WRITE_BATCH
+from monitor.ingest.rollup_sql import STAGING_TABLE, WRITE_BATCH
 from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
-from monitor.ingest.warm_up import WARM_TIMEOUT_S, warm
 from monitor.sampling.policy import SamplingPolicy, hash_unit
-from monitor.store.engine import CUSTOM_PLANS, libpq_url
+from monitor.store.engine import libpq_url
 from monitor.store.partitions import ENSURE_DAYS, days_of
 
 _ID = EVENT_COLUMNS.index("event_id")
@@ -99,19 +98,6 @@ def _distinct_ids(rows: Sequence[EventRow]) -> bool:
     return len({r[_ID] for r in rows}) == len(rows)
 
 
-async def _session(conn: asyncpg.Connection) -> None:
-    """A new pool connection: its two temporary tables, kept for the session (their rows
-    go at every commit), so a write does not create them."""
-    await conn.execute(f"{CREATE_ROLLUP_TABLE}; {CREATE_STAGING}")
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Released to the pool: nothing to reset. The writer takes transaction-level advisory
-    locks only and sets nothing, and asyncpg rolls back an open transaction before this;
-    the default reset (unlock all, CLOSE ALL, UNLISTEN, RESET ALL) would cost a round trip
-    per write."""
-
-
 class EventWriter:
     """Writes batches into Postgres through a small asyncpg pool (created by ``start``).
 
@@ -141,19 +127,11 @@ class EventWriter:
     async def start(self) -> None:
         """Create the pool. Raises OSError / asyncpg errors when the server is unreachable."""
         if self._pool is None:
-            self._pool = await asyncpg.create_pool(
-                self._dsn,
-                min_size=0,
-                max_size=self._pool_size,
-                command_timeout=120,
-                server_settings=CUSTOM_PLANS,
-                init=_session,
-                reset=_keep_session,
-            )
+            self._pool = await open_pool(self._dsn, self._pool_size)
 
     async def warm(self, timeout_s: float = WARM_TIMEOUT_S) -> str | None:
         """Open the pool's connections and rehearse the direct write's statements on each
-        (:mod:`monitor.ingest.warm_up`: best effort, at most ``timeout_s``); returns None when
+        (:mod:`monitor.ingest.connections`: best effort, at most ``timeout_s``); returns None when
         done, else why it stopped."""
         await self.start()
         assert self._pool is not None

@@ -1,4 +1,12 @@
-"""Warming the batch writer's connections before the first batch.
+"""The batch writer's connections: how they are opened, kept and warmed before the first batch.
+
+:func:`open_pool` makes the writer's asyncpg pool. A new connection gets the write's two
+temporary tables once (``ON COMMIT DELETE ROWS``: their rows go at every commit), so a write
+does not create them; a released one is not reset (asyncpg still rolls back an open
+transaction): the writer takes transaction-level advisory locks only and sets nothing, and the
+default reset (``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``) cost a round
+trip per write. Connections plan every execution with its parameters
+(:data:`monitor.store.engine.CUSTOM_PLANS`).
 
 A worker's first batches otherwise pay, inside the ingest path, for what later ones do not: the
 pool's connections opened (TCP, authentication, the session's temporary tables), every batch
@@ -22,12 +30,39 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from monitor.ingest.direct_sql import CREATE_ROLLUP_TABLE
+from monitor.ingest.rollup_sql import CREATE_STAGING
+from monitor.store.engine import CUSTOM_PLANS
+
 #: a statement and the (empty) arguments it is rehearsed with
 Rehearsal = tuple[str, tuple[object, ...]]
 
 WARM_TIMEOUT_S = 5.0
 
 _STORE_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+
+
+async def _session(conn: asyncpg.Connection) -> None:
+    await conn.execute(f"{CREATE_ROLLUP_TABLE}; {CREATE_STAGING}")
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Nothing to reset (module docstring)."""
+
+
+async def open_pool(dsn: str, size: int) -> asyncpg.Pool:
+    """The writer's pool of at most ``size`` connections to ``dsn`` (module docstring); opens
+    none yet (:func:`warm` does)."""
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn,
+        min_size=0,
+        max_size=size,
+        command_timeout=120,
+        server_settings=CUSTOM_PLANS,
+        init=_session,
+        reset=_keep_session,
+    )
+    return pool
 
 
 class _RolledBack(Exception):
