@@ -255,3 +255,23 @@ def postmaster_pid(data_dir: Path) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int((data_dir / "postmaster.pid").read_text().split()[0])
     return None
+
+
+async def local_postmaster(admin_url: str) -> int | None:
+    """The postmaster's pid of the server at ``admin_url`` when it runs on this machine (its
+    backend's ``/proc`` entry is readable), else None (a remote server: its CPU is not metered).
+
+    A server of the machine is shared: :class:`CpuMeter` then counts whatever else it runs during
+    a phase too (nothing else should, while a benchmark runs)."""
+    import asyncpg  # only the benchmarks that meter a server need it
+
+    conn = await asyncpg.connect(engine.libpq_url(admin_url))
+    try:
+        backend = int(await conn.fetchval("SELECT pg_backend_pid()"))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if Path(f"/proc/{parent}/stat").exists():
+                return parent
+        return None
+    finally:
+        await conn.close()

