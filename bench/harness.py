@@ -217,14 +217,19 @@ def cpu_seconds(pid: int, with_children: bool = False) -> float:
     return (utime + stime + ((cutime + cstime) if with_children else 0)) / _TICK
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent pid of process ``pid`` from ``/proc``, None when it cannot be read."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
+
+
 def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
-                    out.append(int(entry.name))
-    return out
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and parent_of(int(entry.name)) == pid
+    ]
 
 
 class CpuMeter:
@@ -266,12 +271,13 @@ async def local_postmaster(admin_url: str) -> int | None:
     import asyncpg  # only the benchmarks that meter a server need it
 
     conn = await asyncpg.connect(engine.libpq_url(admin_url))
-    try:
+    try:  # read while the backend lives: it exits with the connection
         backend = int(await conn.fetchval("SELECT pg_backend_pid()"))
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            parent = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            if Path(f"/proc/{parent}/stat").exists():
-                return parent
+        # its pid names a local process only if that process is a Postgres one (a server on
+        # another host, or in another pid namespace, reports pids of its own)
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{backend}/comm").read_text().strip() in ("postgres", "postmaster"):
+                return parent_of(backend)
         return None
     finally:
         await conn.close()
