@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck bench schema clean
+.PHONY: install demo test check lint typecheck bench schema clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
@@ -17,8 +17,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/monitor up --duration $${DEMO_SECONDS:-60}
 
+# The suite mostly waits on brokers, servers and timeouts, so it runs in TEST_WORKERS processes
+# (pytest-xdist), each with its own broker and Postgres (or databases on DATABASE_URL's server).
+TEST_WORKERS ?= 4
+
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The inner loop: lint, types and the tests that need no broker or Postgres (marked by
+# tests/conftest.py), slow statistical cases left to `make test`.
+check: lint
+	$(PY) -m pytest -q -n 2 -m "not stack and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check monitor tests bench

@@ -110,3 +110,18 @@ async def second_database_url(pg_admin_url: str) -> AsyncIterator[str]:
     """Another fresh, migrated database beside ``database_url`` (comparisons of two stores)."""
     async for url in _fresh_database(pg_admin_url):
         yield url
+
+
+# --- markers ------------------------------------------------------------------------------
+
+STACK_FIXTURES = frozenset({"broker", "pg_admin_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that starts or reaches a real broker or Postgres ``stack``, so that
+    ``make check`` can run the pure core alone (``-m "not stack and not slow"``)."""
+    stack_dir = REPO / "tests" / "stack"  # `monitor up` and the demo: a whole stack each
+    for item in items:
+        in_stack_dir = stack_dir in Path(str(item.fspath)).parents
+        if in_stack_dir or STACK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)

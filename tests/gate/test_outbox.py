@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 
 from monitor.contract.events import AgentEvent, decode_event, validate_event
@@ -122,6 +123,7 @@ async def test_a_record_refused_for_good_is_dropped_counted_and_does_not_block_t
     assert [e.event_id for e in got] == ["gate:0", "gate:1"]
 
 
+@pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 async def test_a_graceful_stop_writes_the_events_in_flight_to_disk(tmp_path: Path) -> None:
     own = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
     producer = DecisionProducer(own.bootstrap, "decisions", idempotent=False,

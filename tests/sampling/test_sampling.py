@@ -393,6 +393,7 @@ def _population(scale: float, seed: int) -> list[tuple[ConversationFacts, float]
     return out
 
 
+@pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 def test_weighted_estimate_is_unbiased_and_naive_mean_is_not() -> None:
     population = _population(1.0, seed=11)
     assert len(population) == 200_000
@@ -425,6 +426,7 @@ def test_weighted_estimate_is_unbiased_and_naive_mean_is_not() -> None:
     assert true_mean - wrong > 15 * est.std_error
 
 
+@pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 def test_estimates_average_to_the_truth_over_independent_draws() -> None:
     """Re-draw the sample with 40 salts: the mean estimate converges on the population mean."""
     population = _population(0.1, seed=5)

@@ -307,6 +307,7 @@ async def test_idempotent_producer_against_tansu_fails_clearly(broker: EmbeddedB
         await em.message("c", "user", "x")
 
 
+@pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 async def test_failed_deliveries_are_counted_once(tmp_path: Path) -> None:
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as doomed:
         em = EventEmitter(doomed.bootstrap, "t", idempotent=False, agent=AGENT,
@@ -324,6 +325,7 @@ async def test_failed_deliveries_are_counted_once(tmp_path: Path) -> None:
     await em.close()
 
 
+@pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 async def test_a_buffer_that_never_drains_fails_the_send_clearly(tmp_path: Path) -> None:
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as doomed:
         em = EventEmitter(doomed.bootstrap, "t", idempotent=False, agent=AGENT,
