@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.analytics.bins import DEFAULT_BINS, bin_index
+from monitor.analytics.calibration import wilson_interval
 from monitor.core.lazy import lazy_module
 
 stats = lazy_module("scipy.stats")  # imported at first use (slow to import)
@@ -70,17 +71,6 @@ class ConversationEscalation:
 def _kish(w: FloatArray) -> float:
     s2 = float((w * w).sum())
     return float(w.sum()) ** 2 / s2 if s2 > 0 else 0.0
-
-
-def wilson_interval(p: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a proportion ``p`` in [0, 1] on ``n`` > 0 (possibly effective,
-    fractional) observations.  Raises ValueError otherwise."""
-    if not (0.0 <= p <= 1.0 and n > 0 and 0.0 < confidence < 1.0):
-        raise ValueError("wilson_interval needs p in [0, 1], n > 0, confidence in (0, 1)")
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def weighted_quantile(values: npt.ArrayLike, q: float, weights: npt.ArrayLike | None = None

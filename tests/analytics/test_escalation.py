@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from monitor.analytics.calibration import wilson_interval
 from monitor.analytics.escalation import (
     ConversationEscalation as Conv,
 )
@@ -18,7 +19,6 @@ from monitor.analytics.escalation import (
     missed_escalations,
     time_to_escalation,
     weighted_quantile,
-    wilson_interval,
 )
 from monitor.analytics.thresholds import threshold_table
 
