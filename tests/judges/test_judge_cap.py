@@ -8,7 +8,9 @@ import asyncio
 import json
 
 import asyncpg
+from typer.testing import CliRunner
 
+from monitor.cli.main import app
 from monitor.config import Settings
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
@@ -135,3 +137,32 @@ async def test_the_store_loads_cap_events_and_summarises_the_rest(database_url: 
     assert (missing.bodies, missing.omitted) == ([], None)
     conv = Conversation.of(judge_repo.parse_bodies(stored.bodies), False, stored.omitted)
     assert conv.gap == 500
+
+
+async def test_monitor_judges_counts_the_conversations_judged_on_capped_events(
+    database_url: str,
+) -> None:
+    long, short = long_conversation(3000, "c-capped"), long_conversation(300, "c-short")
+    writer = EventWriter(database_url)
+    try:
+        await writer.write([event_row(e) for e in long + short])
+    finally:
+        await writer.close()
+    runner = JudgeRunner(deterministic_judges())
+    verdicts = await runner.run(Conversation.capped(long, 1000), set())
+    verdicts += await runner.run(Conversation.capped(short, 1000), set())
+    pool = await asyncpg.create_pool(libpq_url(database_url), min_size=1, max_size=2)
+    try:
+        agents = {"c-capped": "agent-long", "c-short": "agent-long"}
+        await judge_repo.write_verdicts(pool, agents, verdicts)
+    finally:
+        await pool.close()
+    args = ["judges", "--from", "2000-01-01T00:00:00+00:00"]
+    env = {"MONITOR_DATABASE_URL": database_url, "COLUMNS": "300"}
+    res = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    volumes = {v["judge"]: v for v in json.loads(res.output)["judges"]}
+    assert volumes["det.authorization"]["truncated"] == 1  # c-short is under the cap
+    assert volumes["det.repeated_call"]["truncated"] == 1
+    text = await asyncio.to_thread(CliRunner().invoke, app, args, env=env)
+    assert "det.authorization 2: 1 conversation(s) above the cap" in text.output
