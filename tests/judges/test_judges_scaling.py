@@ -17,7 +17,8 @@ from monitor.judges.deterministic import (
     deterministic_judges,
 )
 from monitor.judges.evidence import EVIDENCE_KEEP
-from monitor.judges.figures import SourceIndex, extract_figures
+from monitor.judges.figures import SourceIndex, _terms, extract_figures
+from monitor.judges.lexicon import _claims
 from tests.judges.long_conversation import long_conversation
 from tests.judges.test_judges_deterministic import Conv
 
@@ -26,17 +27,24 @@ SIZES = (2000, 4000, 8000)
 RATIO_BOUND = 3.0
 
 
+def cold() -> None:
+    """Empty the judges' memo caches (a new conversation's texts are not in them) and collect."""
+    _terms.cache_clear()
+    _claims.cache_clear()
+    gc.collect()
+
+
 def _cost(conv: Conversation) -> tuple[float, int, int]:
     """(CPU seconds, peak traced bytes, verdicts) of every deterministic judge on ``conv``;
     the CPU time is the best of three runs (the machine is shared)."""
     judges = deterministic_judges(domain().references)
     cpu = []
     for _ in range(3):
-        gc.collect()
+        cold()
         started = time.process_time()
         verdicts = [v for j in judges for v in j.judge(conv)]
         cpu.append(time.process_time() - started)
-    gc.collect()
+    cold()
     tracemalloc.start()
     try:
         verdicts = [v for j in judges for v in j.judge(conv)]
