@@ -8,6 +8,8 @@
   INSIDE the transaction: when the publish fails, nothing is recorded and they are picked
   again later; when the commit fails after a publish, a request is sent twice and the judge
   worker absorbs it (verdicts are unique per item and judge version).
+- :func:`load_for_judging` reads at most the cap's events of a conversation (its first and last
+  ones) and has Postgres summarise the others without sending them (:mod:`.truncation`).
 - :func:`write_verdicts` stores verdicts (``ON CONFLICT DO NOTHING``), marks the request judged
   and relabels the conversation's items and calibration sums, in one transaction.
 """
