@@ -25,8 +25,10 @@ check fails, ``label=1`` when it passes (so agreement with ground truth can be m
 classes). ``label=1`` means "this check passed", not "the message is right". A message with
 nothing to check (no claim, no tool call, no preceding error, no figure) gets no verdict.
 ``score`` equals the label except for figures (share of supported figures). Evidence names
-``message_event_id`` and the (earlier, or the message's own) tool calls involved. A judge never
-raises for content: an unexpected exception becomes one ``status="error"`` verdict.
+``message_event_id`` and the (earlier, or the message's own) tool calls involved; a list of
+earlier items cites at most the first and last few, with their total (:mod:`~.evidence`), so
+every judge is linear in the conversation's length. A judge never raises for content: an
+unexpected exception becomes one ``status="error"`` verdict.
 """
 
 from __future__ import annotations
