@@ -82,7 +82,9 @@ async def test_a_100k_event_conversation_is_judged_while_the_worker_keeps_answer
         deadline = time.monotonic() + 300
         i = 0
         async with httpx.AsyncClient(timeout=10) as client:
-            while await count(database_url, JUDGED) < 1:
+            # until it is judged, and at least 20 rounds (the worker's stall gauge covers the
+            # last 60 s, its whole life here, should the judging end before the first round)
+            while await count(database_url, JUDGED) < 1 or i < 20:
                 assert time.monotonic() < deadline, worker.log_tail()
                 started = time.monotonic()
                 gate = await client.post(f"{worker.url}/v1/gate", json=ask(i))
@@ -105,7 +107,6 @@ async def test_a_100k_event_conversation_is_judged_while_the_worker_keeps_answer
         code = await asyncio.to_thread(worker.stop, 30)
     finally:
         worker.kill()
-    assert latencies, "the conversation was judged before the first request"
     assert max(latencies) < 2 * LOOP_BUDGET_S + 1.0, max(latencies)
     assert stall < LOOP_BUDGET_S, stall
     assert memory < MEMORY_BOUND_BYTES, memory
