@@ -172,6 +172,17 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
         "at least judge_floor_min_pairs flagged conversations) stops labelling items.",
     )
     judge_floor_min_pairs: int = Field(default=30, ge=1)
+    judge_max_events: int = Field(
+        default=2000, ge=2,
+        description="Most events judged per conversation: a longer one is judged on its first "
+        "and last judge_max_events / 2 events, the others summarised (counts, time span, tool "
+        "results by tool); every verdict on it states the cap (evidence.truncated).",
+    )
+    judge_time_budget_s: float = Field(
+        default=30.0, gt=0,
+        description="Judging time budget per conversation: no judge starts after it (each one "
+        "left gets an error verdict). Judging runs in a worker thread, off the event loop.",
+    )
     judge_quality_interval_s: float = Field(
         default=300.0, gt=0, description="How often the worker re-measures the judges."
     )

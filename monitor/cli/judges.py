@@ -1,7 +1,8 @@
 """``monitor judges``: what the judges produced and how precise they are against ground truth.
 
 Per judge (name and version): verdicts, errors with their reasons, failures found (label 0),
-latency p50/p90, failure categories; then the **quality report** at the conversation level
+latency p50/p90, failure categories, conversations judged on capped events (above
+``MONITOR_JUDGE_MAX_EVENTS``); then the **quality report** at the conversation level
 (:mod:`monitor.judges.quality`): per judge and per category, precision and recall of
 "the judge flagged the conversation" against "the conversation failed" with Wilson intervals and
 the number of pairs, the confusion counts and Cohen's kappa, and whether the judge labels items
@@ -101,6 +102,14 @@ def register(app: typer.Typer) -> None:
                       f"{ac.fmt(v.latency_p50_ms, 1)}/{ac.fmt(v.latency_p90_ms, 1)}",
                       cats or "-")  # fmt: skip
         ac.print_table(console, t)
+        for v in volumes:
+            if v.truncated:
+                console.print(
+                    f"{v.judge} {v.judge_version}: {v.truncated} conversation(s) above the cap, "
+                    "judged on their first and last events only (each verdict's "
+                    "evidence.truncated; MONITOR_JUDGE_MAX_EVENTS is now "
+                    f"{settings.judge_max_events})"
+                )
         a = Table(title="quality against ground truth, per conversation with an outcome the "
                   "judge applied to (flagged = it found a failure; positive = the conversation "
                   "failed; 95 % Wilson intervals)", title_justify="left")  # fmt: skip

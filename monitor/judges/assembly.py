@@ -47,6 +47,8 @@ def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules
         precision_floor=settings.judge_precision_floor,
         floor_min_pairs=settings.judge_floor_min_pairs,
         quality_interval_s=settings.judge_quality_interval_s,
+        max_events=settings.judge_max_events,
+        time_budget_s=settings.judge_time_budget_s,
     )
     domains = load_domains(settings.domains_dir)
     log.info("judge domains: %s", ", ".join(f"{n} ({len(d.references)} references)"

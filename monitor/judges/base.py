@@ -26,6 +26,7 @@ from itertools import pairwise
 from typing import Any, Literal, Protocol
 
 from monitor.contract.events import AgentEvent
+from monitor.judges.truncation import Omitted, split, summarise
 
 VerdictStatus = Literal["ok", "error"]
 
@@ -68,16 +69,29 @@ def _time_key(e: AgentEvent) -> tuple[Any, int]:
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """The input of every judge: one conversation's events in (ts, turn, event_id) order, the
-    event ids compared with their digit runs as numbers (``c:9`` before ``c:10``)."""
+    event ids compared with their digit runs as numbers (``c:9`` before ``c:10``).
+
+    A conversation above the cap on events judged (:mod:`~monitor.judges.truncation`) holds its
+    first and last events only: ``omitted`` summarises the ones between them, and ``gap`` is
+    the index in ``events`` of the first event after them (both None when nothing is left out).
+    """
 
     conversation_id: str
     events: tuple[AgentEvent, ...]
     agent_uses_tools: bool = False  # the agent called tools in other conversations
+    omitted: Omitted | None = None
+    gap: int | None = None
 
     @classmethod
-    def of(cls, events: Sequence[AgentEvent], agent_uses_tools: bool = False) -> Conversation:
+    def of(
+        cls,
+        events: Sequence[AgentEvent],
+        agent_uses_tools: bool = False,
+        omitted: Omitted | None = None,
+    ) -> Conversation:
         """Order ``events`` (one conversation, any order, duplicates by event_id dropped).
         ``agent_uses_tools``: the agent is known to call tools elsewhere (from the store).
+        ``omitted``: the events left out between the ones given (the store's summary).
 
         Raises ValueError when ``events`` is empty or spans several conversations.
         """
@@ -86,11 +100,30 @@ class Conversation:
         cids = {e.conversation_id for e in events}
         if len(cids) != 1:
             raise ValueError(f"events of {len(cids)} conversations given, expected one")
-        unique = {e.event_id: e for e in events}.values()
-        ordered = sorted(unique, key=_time_key)  # the ids decide ties only: rarely needed
-        if any(_time_key(a) == _time_key(b) for a, b in pairwise(ordered)):
-            ordered = sorted(unique, key=lambda e: (*_time_key(e), _natural(e.event_id)))
-        return cls(next(iter(cids)), tuple(ordered), agent_uses_tools)
+        ordered = _ordered(events)
+        gap = None
+        if omitted is not None:
+            ids = [e.event_id for e in ordered]
+            gap = ids.index(omitted.resume_at) if omitted.resume_at in ids else len(ids)
+        return cls(next(iter(cids)), ordered, agent_uses_tools, omitted, gap)
+
+    @classmethod
+    def capped(
+        cls, events: Sequence[AgentEvent], max_events: int, agent_uses_tools: bool = False
+    ) -> Conversation:
+        """:meth:`of`, keeping the first and last events within ``max_events`` and summarising
+        the others (:func:`~monitor.judges.truncation.split`): what the store loads for a
+        long conversation, for events already in memory."""
+        if not events:
+            raise ValueError("a conversation needs at least one event")
+        ordered = _ordered(events)
+        head, tail = split(len(ordered), max_events)
+        if not tail:
+            return cls.of(ordered, agent_uses_tools)
+        kept, rest = ordered[:head] + ordered[-tail:], ordered[head:-tail]
+        resume_at = ordered[-tail].event_id
+        omitted = summarise(rest, len(ordered), max_events, resume_at)
+        return cls.of(kept, agent_uses_tools, omitted)
 
     def domain(self) -> str | None:
         """The first ``context.domain`` among the events (None when no event names one)."""
@@ -108,6 +141,14 @@ class Conversation:
     def assistant_messages(self) -> list[AgentEvent]:
         """The assistant ``message`` events, in order."""
         return [e for e in self.events if e.message is not None and e.message.role == "assistant"]
+
+
+def _ordered(events: Sequence[AgentEvent]) -> tuple[AgentEvent, ...]:
+    unique = {e.event_id: e for e in events}.values()
+    ordered = sorted(unique, key=_time_key)  # the ids decide ties only: rarely needed
+    if any(_time_key(a) == _time_key(b) for a, b in pairwise(ordered)):
+        ordered = sorted(unique, key=lambda e: (*_time_key(e), _natural(e.event_id)))
+    return tuple(ordered)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,10 @@ check fails, ``label=1`` when it passes (so agreement with ground truth can be m
 classes). ``label=1`` means "this check passed", not "the message is right". A message with
 nothing to check (no claim, no tool call, no preceding error, no figure) gets no verdict.
 ``score`` equals the label except for figures (share of supported figures). Evidence names
-``message_event_id`` and the (earlier, or the message's own) tool calls involved. A judge never
-raises for content: an unexpected exception becomes one ``status="error"`` verdict.
+``message_event_id`` and the (earlier, or the message's own) tool calls involved; a list of
+earlier items cites at most the first and last few, with their total (:mod:`~.evidence`), so
+every judge is linear in the conversation's length. A judge never raises for content: an
+unexpected exception becomes one ``status="error"`` verdict.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from monitor.judges.det_base import TOOL_USING as TOOL_USING
 from monitor.judges.det_base import VERSION as VERSION
 from monitor.judges.det_base import DeterministicJudge, call_ref
 from monitor.judges.det_base import canonical_arguments as canonical_arguments
+from monitor.judges.evidence import Bounded
 from monitor.judges.figure_judge import UnsupportedFigureJudge
 from monitor.judges.lexicon import (
+    FAMILY_TOOLS,
     acknowledges_problem,
     find_claims,
     is_transient,
@@ -77,14 +81,24 @@ class AuthorizationFabricationJudge(DeterministicJudge):
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         calls: dict[str, ToolCall] = {}
-        succeeded: list[tuple[AgentEvent, ToolCall]] = []  # (result event, call), in order
+        backing: dict[str, Bounded[dict[str, Any]]] = {}  # family -> its successful calls
+        families: dict[str, tuple[str, ...]] = {}  # tool name -> the families it backs
         out: list[Verdict] = []
-        for e in conv.events:
+
+        def backs(name: str, ref: dict[str, Any]) -> None:
+            if name not in families:
+                families[name] = tuple(f for f in FAMILY_TOOLS if tool_backs(name, f))
+            for family in families[name]:
+                backing.setdefault(family, Bounded()).append(ref)
+
+        for i, e in enumerate(conv.events):
+            if i == conv.gap and conv.omitted is not None:  # the tools that succeeded in the gap
+                for name, n in conv.omitted.tool_successes.items():
+                    backs(name, {"name": name, "omitted_successes": n})
             if e.tool_result is not None and e.tool_result.ok:
-                call = calls.get(e.tool_result.call_id)
-                succeeded.append(
-                    (e, call or ToolCall(id=e.tool_result.call_id, name=e.tool_result.name))
-                )
+                tr = e.tool_result
+                call = calls.get(tr.call_id) or ToolCall(id=tr.call_id, name=tr.name)
+                backs(call.name, {**call_ref(call), "result_event_id": e.event_id})
             if e.message is None:
                 continue
             if (
@@ -94,13 +108,9 @@ class AuthorizationFabricationJudge(DeterministicJudge):
             ):
                 entries, missing = [], []
                 for claim in claims:
-                    backing = [
-                        {**call_ref(c), "result_event_id": r.event_id}
-                        for r, c in succeeded
-                        if tool_backs(c.name, claim.family)
-                    ]
-                    entries.append({**asdict(claim), "supported_by": backing})
-                    if not backing:
+                    found = backing.get(claim.family) or Bounded()
+                    entries.append(found.cite("supported_by", asdict(claim)))
+                    if not found:
                         missing.append(claim.family)
                 rationale = (
                     f"claims {', '.join(sorted(set(missing)))} done with no successful matching "
@@ -178,34 +188,33 @@ class IgnoredToolErrorJudge(DeterministicJudge):
     name = "det.ignored_error"
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
-        pending: list[AgentEvent] = []  # failed results not yet answered in text
+        pending: dict[str, AgentEvent] = {}  # failed results not yet answered in text, by id
+        by_tool: dict[str, list[str]] = {}  # tool name -> ids of its pending failures
         out: list[Verdict] = []
         for e in conv.events:
             tr = e.tool_result
             if tr is not None:
-                if tr.ok:  # a later success of the same tool supersedes its failure
-                    pending = [
-                        p for p in pending if p.tool_result and p.tool_result.name != tr.name
-                    ]
+                if tr.ok:  # a later success of the same tool supersedes its failures
+                    for event_id in by_tool.pop(tr.name, ()):
+                        pending.pop(event_id, None)
                 else:
-                    pending.append(e)
+                    pending[e.event_id] = e
+                    by_tool.setdefault(tr.name, []).append(e.event_id)
                 continue
             msg = e.message
             if not pending or msg is None or msg.role != "assistant" or not msg.content:
                 continue
             if only is not None and e.event_id != only:  # answered in text: no verdict wanted
-                pending = []
+                pending, by_tool = {}, {}
                 continue
             acknowledged = acknowledges_problem(msg.content)
             success = speaks_of_success(msg.content)
             ok = acknowledged or not success
             rationale = _IGNORED_WHY[0 if acknowledged else 1 if success else 2]
-            evidence = {
-                "failed_calls": [_failure(p) for p in pending],
-                "acknowledged": acknowledged,
-            }
+            failed = Bounded(items=(_failure(p) for p in pending.values()))
+            evidence = failed.cite("failed_calls", {"acknowledged": acknowledged})
             out.append(self._verdict(conv, e, ok, ("wrong_information",), evidence, rationale))
-            pending = []
+            pending, by_tool = {}, {}
         return out
 
 

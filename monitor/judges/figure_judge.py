@@ -5,7 +5,9 @@ and user/system messages, and the ``reference`` texts of the conversation's doma
 price list: :mod:`monitor.judges.domains`), indexed before the first event. An amount the
 message derives from its own supported amounts ("$174 each, $348 in all") passes. Categories:
 ``fabrication`` + ``fabrication:pricing`` (amounts) / ``:history`` (dates) / ``:account`` (ids).
-Applies to tool-using conversations only (see :mod:`~.det_base`).
+Applies to tool-using conversations only (see :mod:`~.det_base`). On a conversation cut by the
+cap (:mod:`~.truncation`), a figure after the gap that no kept source supports is unverified
+(listed under ``unverified``, not counted); a message with only such figures gets no verdict.
 """
 
 from __future__ import annotations
@@ -32,23 +34,38 @@ class UnsupportedFigureJudge(DeterministicJudge):
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         out: list[Verdict] = []
+        gap = conv.gap if conv.omitted is not None else None
+        after_gap = {e.event_id for e in conv.events[gap:]} if gap is not None else set()
         for e, figures, sources in check_figures(conv.events, self._index, only):
             supported = [f for f in figures if sources[f.text] is not None]
             unsupported = [f for f in figures if sources[f.text] is None]
             derived = {f.text: d for f in unsupported if (d := derivation(f, supported))}
             missing = [f for f in unsupported if f.text not in derived]
+            unverified = missing if e.event_id in after_gap else []  # may be in the gap
+            if unverified:
+                figures = [f for f in figures if f not in unverified]
+                missing = []
+                if not figures:
+                    continue  # nothing this check can decide
             types = {f"fabrication:{_FIGURE_TYPES[f.kind]}" for f in missing}
             evidence = {
                 "unsupported": [{"kind": f.kind, "text": f.text, "key": f.key} for f in missing],
                 "source_event_ids": {t: s for t, s in sources.items() if s is not None},
                 "derived": derived,
             }
+            if unverified:
+                evidence["unverified"] = [f.text for f in unverified]
             rationale = (
                 f"{len(missing)} of {len(figures)} figures appear in no earlier tool result, "
                 "tool call, user message or reference: " + ", ".join(f.text for f in missing)
                 if missing
                 else f"all {len(figures)} figures appear in earlier sources"
             )
+            if unverified:
+                rationale += (
+                    f"; {len(unverified)} not found in the events judged may be in the "
+                    "omitted ones (not checked)"
+                )
             score, cats = 1.0 - len(missing) / len(figures), ("fabrication", *sorted(types))
             out.append(self._verdict(conv, e, not missing, cats, evidence, rationale, score))
         return out

@@ -167,6 +167,7 @@ class SourceIndex:
         self._base = base
         self._numbers: dict[str, str] = {}
         self._dates: dict[str, str] = {}
+        self._month_days: dict[str, str] = {}  # "MM-DD" of every date -> its first source
         self._tokens: dict[str, str] = {}
 
     def add(self, text: str | None, source: str = "") -> None:
@@ -177,15 +178,18 @@ class SourceIndex:
         found = found or _terms.__wrapped__(text)
         numbers: dict[str, str] | _Behind = self._numbers
         dates: dict[str, str] | _Behind = self._dates
+        month_days: dict[str, str] | _Behind = self._month_days
         tokens: dict[str, str] | _Behind = self._tokens
         if b is not None:  # the base came first: its keys keep their sources
             numbers = _Behind(b._numbers, self._numbers)
             dates = _Behind(b._dates, self._dates)
+            month_days = _Behind(b._month_days, self._month_days)
             tokens = _Behind(b._tokens, self._tokens)
         for key in found[0]:
             numbers.setdefault(key, source)
         for key in found[1]:
             dates.setdefault(key, source)
+            month_days.setdefault(key.split("-", 1)[1], source)
         for key in found[2]:
             tokens.setdefault(key, source)
 
@@ -204,15 +208,10 @@ class SourceIndex:
         if figure.kind == "identifier":
             return self._get("_tokens", figure.key)
         year, month_day = figure.key.split("-", 1)
-        if year == "*":
-            return next((s for d, s in self._all_dates() if d.endswith(month_day)), None)
+        if year == "*":  # any year: the first source of that month and day
+            return self._get("_month_days", month_day)
         found = self._get("_dates", figure.key)
         return found if found is not None else self._get("_dates", f"*-{month_day}")
-
-    def _all_dates(self) -> Iterator[tuple[str, str]]:
-        if self._base is not None:
-            yield from self._base._all_dates()
-        yield from self._dates.items()
 
     def supports(self, figure: Figure) -> bool:
         """True when ``figure`` occurs in the indexed sources."""

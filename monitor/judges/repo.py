@@ -8,6 +8,8 @@
   INSIDE the transaction: when the publish fails, nothing is recorded and they are picked
   again later; when the commit fails after a publish, a request is sent twice and the judge
   worker absorbs it (verdicts are unique per item and judge version).
+- :func:`load_for_judging` reads at most the cap's events of a conversation (its first and last
+  ones) and has Postgres summarise the others without sending them (:mod:`.truncation`).
 - :func:`write_verdicts` stores verdicts (``ON CONFLICT DO NOTHING``), marks the request judged
   and relabels the conversation's items and calibration sums, in one transaction.
 """
@@ -15,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +27,7 @@ import asyncpg
 from monitor.contract.events import AgentEvent, validate_event
 from monitor.ingest.items_sql import LOCK_CONVERSATIONS, RELABEL_ITEMS
 from monitor.judges.base import Verdict
+from monitor.judges.truncation import MAX_TOOL_NAMES, Omitted, split
 from monitor.sampling.rules import AlwaysSampleRules
 
 
@@ -147,13 +150,79 @@ async def claim_candidates(
 
 
 async def load_conversation(pool: asyncpg.Pool, conversation_id: str) -> list[AgentEvent]:
-    """The stored events of one conversation (empty when none is stored)."""
+    """The stored events of one conversation (empty when none is stored), all of them: the
+    judges read :func:`load_for_judging` instead, which the cap bounds."""
     async with pool.acquire() as conn:
         rows = await conn.fetch(
             "SELECT body FROM events WHERE conversation_id = $1 ORDER BY ts, event_id",
             conversation_id,
         )
-    return [validate_event(json.loads(r["body"])) for r in rows]
+    return parse_bodies([r["body"] for r in rows])
+
+
+@dataclass(frozen=True)
+class StoredConversation:
+    """What the judges read of one stored conversation: the JSON bodies of the events judged
+    (in (ts, event_id) order; parse them with :func:`parse_bodies`, off the event loop) and,
+    when the conversation is above the cap, the summary of the events left out."""
+
+    bodies: list[str]
+    omitted: Omitted | None = None
+
+
+_COUNT = "SELECT count(*) FROM events WHERE conversation_id = $1"
+_HEAD = """
+SELECT body, ts, event_id FROM events WHERE conversation_id = $1
+ORDER BY ts, event_id LIMIT $2
+"""
+_TAIL = """
+SELECT body, ts, event_id FROM events WHERE conversation_id = $1
+ORDER BY ts DESC, event_id DESC LIMIT $2
+"""
+_GAP = "conversation_id = $1 AND (ts, event_id) > ($2, $3) AND (ts, event_id) < ($4, $5)"
+_GAP_TYPES = f"SELECT type, count(*) AS n, min(ts) AS lo, max(ts) AS hi FROM events WHERE {_GAP}"
+_GAP_TYPES += " GROUP BY type"
+_GAP_TOOLS = f"""
+SELECT tool_name, tool_ok, count(*) AS n FROM events WHERE {_GAP} AND type = 'tool_result'
+GROUP BY tool_name, tool_ok ORDER BY n DESC, tool_name LIMIT {2 * MAX_TOOL_NAMES}
+"""
+
+
+async def load_for_judging(
+    pool: asyncpg.Pool, conversation_id: str, max_events: int
+) -> StoredConversation:
+    """The events of one conversation the judges read: all of them up to ``max_events``, else
+    the first and last ones (:func:`~monitor.judges.truncation.split`) and a summary of the
+    others computed by Postgres (they are never loaded). One repeatable-read snapshot."""
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        total = int(await conn.fetchval(_COUNT, conversation_id) or 0)
+        head, tail = split(total, max_events)
+        first = await conn.fetch(_HEAD, conversation_id, head)
+        if not tail:
+            return StoredConversation([r["body"] for r in first])
+        last = list(reversed(await conn.fetch(_TAIL, conversation_id, tail)))
+        bounds = (first[-1]["ts"], first[-1]["event_id"], last[0]["ts"], last[0]["event_id"])
+        types = await conn.fetch(_GAP_TYPES, conversation_id, *bounds)
+        tools = await conn.fetch(_GAP_TOOLS, conversation_id, *bounds)
+    ok = {r["tool_name"]: int(r["n"]) for r in tools if r["tool_ok"]}
+    failed = {r["tool_name"]: int(r["n"]) for r in tools if not r["tool_ok"]}
+    omitted = Omitted(
+        events=sum(int(r["n"]) for r in types),
+        total=len(first) + len(last) + sum(int(r["n"]) for r in types),
+        max_events=max_events,
+        resume_at=str(last[0]["event_id"]),
+        first_ts=min((r["lo"] for r in types), default=None),
+        last_ts=max((r["hi"] for r in types), default=None),
+        by_type={str(r["type"]): int(r["n"]) for r in types},
+        tool_successes=dict(list(ok.items())[:MAX_TOOL_NAMES]),
+        tool_failures=dict(list(failed.items())[:MAX_TOOL_NAMES]),
+    )
+    return StoredConversation([r["body"] for r in first + last], omitted)
+
+
+def parse_bodies(bodies: Sequence[str]) -> list[AgentEvent]:
+    """Stored JSON bodies -> events (CPU only: the judge loop runs it in its worker thread)."""
+    return [validate_event(json.loads(b)) for b in bodies]
 
 
 async def agent_uses_tools(pool: asyncpg.Pool, agent_id: str) -> bool:
@@ -187,14 +256,15 @@ ON CONFLICT ON CONSTRAINT uq_verdicts_item_judge DO NOTHING
 """
 
 
-async def write_verdicts(
-    pool: asyncpg.Pool, agent_by_conversation: dict[str, str], verdicts: Sequence[Verdict]
-) -> tuple[int, int]:
-    """Store ``verdicts``, mark their conversations judged, relabel their items.
+#: verdict rows per INSERT statement (one transaction still covers them all)
+VERDICT_CHUNK = 2000
 
-    Returns ``(verdicts offered, items relabelled)``. One transaction: all or nothing.
-    """
-    cids = sorted(agent_by_conversation)
+
+def verdict_columns(
+    agent_by_conversation: Mapping[str, str], verdicts: Sequence[Verdict]
+) -> list[list[Any]]:
+    """The 13 columns of ``verdicts`` as :func:`write_verdict_columns` inserts them (CPU only:
+    the evidence serialised to JSON; the judge loop runs it in its worker thread)."""
     cols: list[list[Any]] = [[] for _ in range(13)]
     for v in verdicts:
         values = (
@@ -204,14 +274,35 @@ async def write_verdicts(
         )  # fmt: skip
         for col, value in zip(cols, values, strict=True):
             col.append(value)
+    return cols
+
+
+async def write_verdicts(
+    pool: asyncpg.Pool, agent_by_conversation: dict[str, str], verdicts: Sequence[Verdict]
+) -> tuple[int, int]:
+    """Store ``verdicts``, mark their conversations judged, relabel their items.
+
+    Returns ``(verdicts offered, items relabelled)``. One transaction: all or nothing.
+    """
+    cols = verdict_columns(agent_by_conversation, verdicts)
+    return await write_verdict_columns(pool, sorted(agent_by_conversation), cols)
+
+
+async def write_verdict_columns(
+    pool: asyncpg.Pool, conversation_ids: Sequence[str], cols: list[list[Any]]
+) -> tuple[int, int]:
+    """:func:`write_verdicts` with the columns already built (:func:`verdict_columns`);
+    ``conversation_ids``: every conversation judged (those without a verdict included)."""
+    cids = sorted(conversation_ids)
+    rows = len(cols[0])
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(LOCK_CONVERSATIONS, cids)
-        if verdicts:
-            await conn.execute(_INSERT_VERDICTS, *cols)
+        for lo in range(0, rows, VERDICT_CHUNK):
+            await conn.execute(_INSERT_VERDICTS, *(c[lo : lo + VERDICT_CHUNK] for c in cols))
         await conn.execute(
             "UPDATE judge_requests SET judged_at = now() WHERE conversation_id = ANY($1::text[])",
             cids,
         )
         row = await conn.fetchrow(RELABEL_ITEMS, cids, cids)
     assert row is not None
-    return len(verdicts), int(row["relabelled"])
+    return rows, int(row["relabelled"])

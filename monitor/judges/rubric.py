@@ -159,9 +159,18 @@ def render_conversation(conversation: Conversation) -> str:
     """The conversation as compact text, one entry per event, assistant messages tagged
     ``[item <event_id>]``. Outcome and feedback events are left out (they are the ground truth
     the judge is measured against). Each content, error or argument text longer than
-    :data:`MAX_CONTENT_CHARS` characters is cut with a ``…[truncated N chars]`` marker."""
+    :data:`MAX_CONTENT_CHARS` characters is cut with a ``…[truncated N chars]`` marker; the
+    events a conversation above the cap leaves out are one ``[... N events omitted ...]`` line."""
     lines = [f"conversation {conversation.conversation_id}"]
-    lines.extend(t for t in map(_render_event, conversation.events) if t is not None)
+    omitted, gap = conversation.omitted, conversation.gap
+    for i, event in enumerate(conversation.events):
+        if i == gap and omitted is not None:
+            lines.append(
+                f"[... {omitted.events} events omitted (judged: the first and last "
+                f"{omitted.total - omitted.events} of {omitted.total}) ...]"
+            )
+        if (text := _render_event(event)) is not None:
+            lines.append(text)
     return "\n".join(lines)
 
 

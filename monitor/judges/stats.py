@@ -33,6 +33,7 @@ class JudgeVolume:
     latency_p90_ms: float | None
     error_reasons: dict[str, int] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)
+    truncated: int = 0  # conversations judged on their first and last events only (the cap)
 
 
 # the verdict's conversation started in [lo, hi)
@@ -61,7 +62,8 @@ async def judge_volumes(
         "SELECT judge, judge_version, count(*), count(*) FILTER (WHERE status = 'error'),"
         " count(*) FILTER (WHERE status = 'ok' AND label = 0),"
         " percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),"
-        " percentile_cont(0.9) WITHIN GROUP (ORDER BY latency_ms)"
+        " percentile_cont(0.9) WITHIN GROUP (ORDER BY latency_ms),"
+        " count(DISTINCT conversation_id) FILTER (WHERE evidence ? 'truncated')"
         f" FROM verdicts v WHERE {rng} GROUP BY 1, 2 ORDER BY 1, 2"), p)
     errors = await _rows(engine, (
         "SELECT judge, judge_version, coalesce(error, '?'), count(*) FROM verdicts v"
@@ -70,7 +72,8 @@ async def judge_volumes(
         "SELECT judge, judge_version, c, count(*) FROM verdicts v,"
         f" jsonb_array_elements_text(v.categories) AS c WHERE {rng} GROUP BY 1, 2, 3"), p)
     out = {
-        (r[0], r[1]): JudgeVolume(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows
+        (r[0], r[1]): JudgeVolume(r[0], r[1], r[2], r[3], r[4], r[5], r[6], truncated=r[7])
+        for r in rows
     }
     for j, v, reason, n in errors:
         out[(j, v)].error_reasons[str(reason).split(":")[0]] = int(n)

@@ -17,6 +17,12 @@ that fails yields ``status='error'`` verdicts (the judges never raise); a reques
 twice, or re-delivered after a crash, runs only the judges that have no verdict on the
 conversation yet, and verdicts are unique per (item, judge, version): nothing is judged twice.
 A store outage is retried with backoff; the batch stays uncommitted meanwhile.
+
+Bounded work per conversation: at most ``max_events`` events of a conversation are loaded and
+judged (the first and last ones; the rest is summarised by Postgres, :mod:`.truncation`), and
+the CPU-bound work (parsing the stored events, the deterministic judges, serialising the
+verdicts) runs in ``threads`` worker threads, never on the event loop that serves HTTP,
+ingest and the gate; no judge starts after the conversation's ``time_budget_s``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -36,6 +43,8 @@ from monitor.judges import repo as judge_repo
 from monitor.judges.base import Conversation, Verdict
 from monitor.judges.quality_repo import FloorChange, refresh_judge_quality
 from monitor.judges.runner import JudgeRunner as JudgeRunner
+from monitor.judges.runner import mark_truncated
+from monitor.judges.truncation import DEFAULT_MAX_EVENTS
 from monitor.sampling.rules import AlwaysSampleRules
 from monitor.store.engine import CUSTOM_PLANS, libpq_url
 from monitor.worker.ops_metrics import OpsMetrics
@@ -71,6 +80,9 @@ class JudgeConfig:
     precision_floor: float = 0.7
     floor_min_pairs: int = 30
     quality_interval_s: float = 300.0
+    max_events: int = DEFAULT_MAX_EVENTS  # events judged per conversation (the cap)
+    time_budget_s: float = 30.0  # per conversation: no judge starts after it
+    threads: int = 1  # worker threads of the CPU-bound judging (parse, judges, serialise)
 
 
 class JudgeLoop:
@@ -94,6 +106,7 @@ class JudgeLoop:
         self._pool: asyncpg.Pool | None = None
         self._producer: AIOKafkaProducer | None = None
         self._tool_agents: dict[str, tuple[bool, float]] = {}  # agent -> (uses tools, when)
+        self._executor = ThreadPoolExecutor(config.threads, thread_name_prefix="judge")
 
     async def start(self) -> None:
         cfg = self.config
@@ -111,6 +124,7 @@ class JudgeLoop:
         self._stopping.set()
 
     async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
         if self.runner.llm is not None:
             await self.runner.llm.aclose()
         if self._producer is not None:
@@ -206,7 +220,9 @@ class JudgeLoop:
         pool, done = self._pool, [j for j in judged if j is not None]
         agents = {j.conversation_id: j.agent_id for j in done}
         verdicts = [v for j in done for v in j.verdicts]
-        if await self._store(lambda: judge_repo.write_verdicts(pool, agents, verdicts)) is None:
+        cols = await self._off_loop(lambda: judge_repo.verdict_columns(agents, verdicts))
+        write = judge_repo.write_verdict_columns
+        if await self._store(lambda: write(pool, list(agents), cols)) is None:
             return False
         now = self.clock.monotonic()
         for v in verdicts:
@@ -220,21 +236,34 @@ class JudgeLoop:
         """Judge one conversation (its verdicts are stored by :meth:`_write`); None only when
         stopping."""
         assert self._pool is not None
-        pool = self._pool
+        pool, cid, cap = self._pool, request.conversation_id, self.config.max_events
         async with self._sem:
             started = self.clock.monotonic()
-            events = await self._store(lambda: judge_repo.load_conversation(
-                pool, request.conversation_id))  # fmt: skip
-            if events is None:
+            stored = await self._store(lambda: judge_repo.load_for_judging(pool, cid, cap))
+            if stored is None:
                 return None
-            done = await self._store(lambda: judge_repo.judged_by(pool, request.conversation_id))
+            done = await self._store(lambda: judge_repo.judged_by(pool, cid))
             tools = await self._uses_tools(request.agent_id)
             if done is None or tools is None:
                 return None
-            verdicts = (
-                await self.runner.run(Conversation.of(events, tools), done) if events else []
-            )
-            return _Judged(request.conversation_id, request.agent_id, verdicts, started)
+            if not stored.bodies:
+                return _Judged(cid, request.agent_id, [], started)
+            budget, runner, now = self.config.time_budget_s, self.runner, self.clock.monotonic
+
+            def judge() -> tuple[Conversation, list[Verdict]]:  # in the judge thread
+                deadline = now() + budget
+                events = judge_repo.parse_bodies(stored.bodies)
+                conv = Conversation.of(events, tools, stored.omitted)
+                return conv, runner.deterministic(conv, done, deadline, now)
+
+            conv, verdicts = await self._off_loop(judge)
+            verdicts += await runner.llm_verdicts(conv, done)
+            return _Judged(cid, request.agent_id, mark_truncated(conv, verdicts), started)
+
+    async def _off_loop(self, work: Callable[[], T]) -> T:
+        """``work()`` in the judge thread(s): CPU-bound work never holds the event loop that
+        serves HTTP, ingest and the gate."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     async def _uses_tools(self, agent_id: str) -> bool | None:
         """Whether ``agent_id`` is a tool-using agent (True is remembered for good, False for

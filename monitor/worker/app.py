@@ -55,6 +55,7 @@ from monitor.worker.services import (
     GateOutboxService,
     IngestService,
     JudgeService,
+    LoopLagService,
     RetentionService,
 )
 
@@ -91,6 +92,7 @@ def create_app(settings: Settings) -> faust.App:
                                     beacon=app.beacon)  # fmt: skip
     outbox = gate_outbox.outbox  # decision events: disk buffer when the broker does not ack
     app.service(cast(Any, gate_outbox))
+    app.service(cast(Any, LoopLagService(metrics, loop=app.loop, beacon=app.beacon)))
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
     if settings.topic_traces:

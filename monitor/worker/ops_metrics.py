@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from monitor.store.retention import RetentionReport
+from monitor.worker.loop_lag import LoopLag
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -129,6 +130,18 @@ class OpsMetrics:
             buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=r,
         )
+        # the event loop
+        self.event_loop_stall = Gauge(
+            "monitor_event_loop_stall_seconds",
+            "Longest event-loop stall in the last minute: how late a 50 ms wake-up came",
+            registry=r,
+        )
+        self.event_loop_lag = Histogram(
+            "monitor_event_loop_lag_seconds",
+            "How late each 50 ms wake-up of the event-loop probe came (the loop held that long)",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
 
         self.retention_runs = Counter(
             "monitor_retention_runs",
@@ -167,6 +180,12 @@ class OpsMetrics:
         self.gate_buffer_oldest.set(status["oldest_age_s"] or 0.0)
         for reason in ("full", "corrupt", "write_error", "refused"):
             self.gate_dropped.labels(reason).set(status["dropped_by_reason"].get(reason, 0))
+
+    def watch_loop(self, lag: LoopLag) -> None:
+        """Export ``lag``: its recent longest stall as the gauge (read at scrape time), each
+        wake-up's lag into the histogram."""
+        lag.observe = self.event_loop_lag.observe
+        self.event_loop_stall.set_function(lag.recent_max)
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""

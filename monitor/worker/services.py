@@ -2,6 +2,7 @@
 
 - :class:`IngestService`: the batched ingest loop and the HTTP-ingest producer;
 - :class:`JudgeService`: the judge scheduler and consumer;
+- :class:`LoopLagService`: the event-loop probe (the loop's longest stall, on /metrics);
 - :class:`AnalyticsService`: periodic drift checks;
 - :class:`RetentionService`: partitions ahead and retention (one worker at a time);
 - :class:`AlertingService`: alert evaluation (one leader) and outbox delivery (every worker);
@@ -38,6 +39,7 @@ from monitor.judges.assembly import build_loop as build_judge_loop
 from monitor.sdk import EventEmitter
 from monitor.store.engine import make_engine
 from monitor.store.retention import RetentionReport, run_retention
+from monitor.worker.loop_lag import LoopLag
 from monitor.worker.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.worker.services")
@@ -120,6 +122,24 @@ class JudgeService(Service):
     async def on_stop(self) -> None:
         await self.judging.stop()
         await self.judging.close()
+
+
+class LoopLagService(Service):
+    """The event-loop probe (:mod:`monitor.worker.loop_lag`): how long the loop is held,
+    exported on /metrics (``monitor_event_loop_stall_seconds`` and the lag histogram)."""
+
+    def __init__(self, metrics: OpsMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lag = LoopLag(SystemClock().monotonic)
+        metrics.watch_loop(self.lag)
+        self.stopping = asyncio.Event()
+
+    @Service.task
+    async def _probe(self) -> None:
+        await self.lag.run(self.stopping)
+
+    async def on_stop(self) -> None:
+        self.stopping.set()
 
 
 class AnalyticsService(Service):
