@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from monitor.cli import analytics_common as ac
 from monitor.config import load_settings
-from monitor.judges.quality import ANY_DETERMINISTIC, JudgeQuality, Proportion
+from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, JudgeQuality, Proportion
 from monitor.judges.quality import judge_quality as measure
 from monitor.judges.stats import JudgeVolume, conversation_judgements, judge_volumes
 
@@ -42,7 +42,7 @@ def _p(p: Proportion) -> str:
 
 
 def _status(row: JudgeQuality, muted: set[tuple[str, str]], floor: float, min_pairs: int) -> str:
-    if row.category is not None or row.judge == ANY_DETERMINISTIC:
+    if row.category is not None or row.judge in (ANY_DETERMINISTIC, ANY_JUDGE):
         return ""
     if row.below_floor or row.key in muted:
         return (f"[red]precision below the floor {floor:g}: stops labelling items[/]"
