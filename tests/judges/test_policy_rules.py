@@ -173,6 +173,11 @@ FIRES = [
 ]
 QUIET = [
     ("airline.cancel.eligibility", "tau2:582fffc6-3e37-457c-a2dd-8e109b14c62c"),
+    # insured, and the user "feels unwell": a covered reason
+    ("airline.cancel.eligibility", "tau2:9c22177a-433f-478a-81e3-b19497cb5a29"),
+    ("airline.cancel.eligibility", "tau2:05a60bc6-d508-45f6-9908-debde01e6787"),
+    ("airline.cancel.eligibility", "tau2:264b4be5-666f-4acc-80ed-f692a1252ea8"),
+    ("airline.cancel.eligibility", "tau2:34dcb9e6-a211-424e-9040-c7099286f781"),
     ("airline.compensation.amount", "tau2:bba0f089-e0b6-4095-bd5b-fc9d0f3a8fe4"),
     ("airline.compensation.eligibility", "tau2:bba0f089-e0b6-4095-bd5b-fc9d0f3a8fe4"),
     ("airline.compensation.asked", "tau2:bba0f089-e0b6-4095-bd5b-fc9d0f3a8fe4"),

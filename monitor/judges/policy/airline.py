@@ -70,7 +70,8 @@ WRITES = frozenset(
     }
 )
 COVERED_REASON = re.compile(
-    r"\b(health|sick|ill|illness|medical|hospital\w*|injur\w*|surgery|doctor|emergency|"
+    r"\b(health|sick|ill|illness|unwell|not feeling well|fever|flu|covid|medical|hospital\w*|"
+    r"injur\w*|surgery|doctor|emergency|"
     r"weather|storm\w*|hurricane|snow\w*|flood\w*)\b"
 )
 AIRLINE_CANCELLED = re.compile(
