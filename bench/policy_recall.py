@@ -14,6 +14,7 @@ assistant message that calls a tool, ``only=`` that message). Run from the repos
 
     .venv/bin/python bench/policy_recall.py
     .venv/bin/python bench/policy_recall.py --json
+    .venv/bin/python bench/policy_recall.py other/results/*.json   # any tau2 results files
 """
 
 from __future__ import annotations
@@ -117,9 +118,16 @@ def timing(convs: list[Conversation], runner: JudgeRunner) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        help="tau2 results files (.json or .json.gz); default: the committed ones",
+    )
     args = ap.parse_args()
-    files = sorted((ROOT / "tests/data/tau2").glob("*.json"))
-    files += sorted((ROOT / "bench/data/tau2").glob("*.json.gz"))
+    files = list(args.files) or sorted((ROOT / "tests/data/tau2").glob("*.json"))
+    if not args.files:
+        files += sorted((ROOT / "bench/data/tau2").glob("*.json.gz"))
     convs = load(files)
     domains = {"airline": airline.domain(), "retail": retail.domain()}
     runner = JudgeRunner(deterministic_judges(), domains=domains)
