@@ -140,7 +140,7 @@ def main() -> None:
     lines = [f"{out['date']}  {out['machine']}  {len(files)} files, {len(convs)} conversations"]
     for name in domains:
         mine = [e for e in convs.values() if e[0].context and e[0].context.domain == name]
-        rows = judge_quality(offline_judgements(mine, runner))
+        rows = judge_quality(offline_judgements(mine, runner.judges_for))
         failed = sum(1 for e in mine if any(x.outcome and not x.outcome.success for x in e))
         out["domains"][name] = {"conversations": len(mine), "failed": failed, "quality": rows}
         lines.append(f"{name}: {len(mine)} conversations, {failed} failed (reward < 1)")

@@ -1,7 +1,7 @@
 """Judge recorded conversations without the store and compare with their outcomes (pure).
 
-:func:`offline_judgements` runs the synchronous judges a :class:`~monitor.judges.runner.
-JudgeRunner` picks for each conversation (its domain's) on conversations given as events, and
+:func:`offline_judgements` runs the synchronous judges picked for each conversation (e.g.
+``JudgeRunner.judges_for``: its domain's) on conversations given as events, and
 returns the :class:`~monitor.judges.quality.ConversationJudgement` rows that
 :func:`~monitor.judges.quality.judge_quality` measures: the same rows ``monitor judges`` builds
 from stored verdicts (a judge counts on a conversation when it gave an ok verdict with a label;
@@ -12,12 +12,11 @@ out. The benchmark ``bench/policy_recall.py`` and the tests use it on tau2-bench
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from monitor.contract.events import AgentEvent
-from monitor.judges.base import Conversation
+from monitor.judges.base import Conversation, Judge
 from monitor.judges.quality import ConversationJudgement
-from monitor.judges.runner import JudgeRunner
 
 
 def by_conversation(events: Iterable[AgentEvent]) -> dict[str, list[AgentEvent]]:
@@ -29,10 +28,11 @@ def by_conversation(events: Iterable[AgentEvent]) -> dict[str, list[AgentEvent]]
 
 
 def offline_judgements(
-    conversations: Iterable[list[AgentEvent]], runner: JudgeRunner
+    conversations: Iterable[list[AgentEvent]],
+    judges_for: Callable[[Conversation], Sequence[Judge]],
 ) -> list[ConversationJudgement]:
     """One row per (judge, conversation with an outcome) the judge applied to (module
-    docstring); the runner's LLM judge, if any, is not run."""
+    docstring); ``judges_for`` gives each conversation's judges."""
     out: list[ConversationJudgement] = []
     for events in conversations:
         outcome = next((e.outcome for e in events if e.outcome is not None), None)
@@ -40,7 +40,7 @@ def offline_judgements(
             continue
         conv = Conversation.of(events)
         per: dict[tuple[str, str], tuple[bool, set[str]]] = {}
-        for judge in runner.judges_for(conv):
+        for judge in judges_for(conv):
             for v in judge.judge(conv):
                 if v.status != "ok" or v.label is None:
                     continue

@@ -57,7 +57,8 @@ async def test_monitor_judges_reports_policy_rules_and_any_judge(database_url: s
     assert res.exit_code == 0, res.output
     rows = {(r["judge"], r["category"]): r for r in json.loads(res.output)["quality"]}
     expected = {
-        (r.judge, r.category): r for r in judge_quality(offline_judgements(convs.values(), runner))
+        (r.judge, r.category): r
+        for r in judge_quality(offline_judgements(convs.values(), runner.judges_for))
     }
     cancel = rows[("policy.airline.cancel.eligibility", None)]
     want = expected[("policy.airline.cancel.eligibility", None)]

@@ -19,7 +19,6 @@ output once.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -33,7 +32,6 @@ ENTITY_SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "order": ("order_id", ("items", "status")),
     "product": ("product_id", ("variants",)),
 }
-_WORD = re.compile(r"[a-z']+")
 
 
 @lru_cache(maxsize=4096)
@@ -64,7 +62,6 @@ class Facts:
     results: dict[str, AgentEvent] = field(default_factory=dict)
     entities: dict[tuple[str, str], Known] = field(default_factory=dict)
     flight_status: dict[tuple[str, str], tuple[AgentEvent, str]] = field(default_factory=dict)
-    last_assistant_text: AgentEvent | None = None
     _call_by_id: dict[str, ToolCall] = field(default_factory=dict)
 
     def get(self, kind: str, key: object) -> Known | None:
@@ -105,8 +102,6 @@ class Facts:
                 for call in msg.tool_calls:
                     self.calls.append((event, call))
                     self._call_by_id[call.id] = call
-                if msg.content and msg.content.strip():
-                    self.last_assistant_text = event
             return
         tr = event.tool_result
         if tr is None:
@@ -129,8 +124,3 @@ class Facts:
                 self.entities.pop((kind, str(value[key])), None)  # re-insert: newest last
                 self.entities[(kind, str(value[key]))] = Known(event, value)
                 return
-
-
-def words(text: str | None) -> list[str]:
-    """Lower-case words of ``text`` (apostrophes kept)."""
-    return _WORD.findall((text or "").lower())

@@ -1,10 +1,10 @@
 """The policy-rule format: one rule guards one kind of tool call (pure; no I/O imports).
 
 A :class:`Rule` is data: which tool calls it guards (``guards``), which earlier tool results and
-user turns it reads (``reads``, documentation the tests check against what the condition used),
-the policy sentence it enforces (``clause``, quoted verbatim from the domain's policy text), the
-failure category, and its condition (``check``): a typed function of the guarded call and the
-:class:`~monitor.judges.policy.facts.Facts` known before the call.
+user turns it reads (``reads``: tool names, and "user turns"), the policy sentence it enforces
+(``clause``, quoted verbatim from the domain's policy text), the failure category, and its
+condition (``check``): a typed function of the guarded call, the assistant message making it
+and the :class:`~monitor.judges.policy.facts.Facts` known before that message.
 
 Why Python and not YAML: a condition reads parsed tool results (a reservation's cabin and
 creation time, a member tier's bag allowance table, a gift card's balance) and does arithmetic on
@@ -24,7 +24,7 @@ A condition returns a :class:`Check`:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from monitor.contract.events import AgentEvent, ToolCall
@@ -101,7 +101,6 @@ class Rule:
     clause: str
     check: Condition
     category: str = "policy_violation"
-    summary: str = field(default="")
 
     def guards_call(self, call: ToolCall) -> bool:
         """True when this rule checks calls of ``call.name``."""
