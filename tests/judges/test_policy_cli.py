@@ -77,3 +77,24 @@ async def test_monitor_judges_reports_policy_rules_and_any_judge(database_url: s
     )
     assert text.exit_code == 0 and "policy.airline.cancel.eligibility" in text.output
     assert ANY_JUDGE in text.output
+    # --flags quotes what was wrong: the call, the reason, the clause, the evidence's events
+    args = ["judges", "--since", "3650d", "--flags", "50", "--flags-of", "policy.*", "--json"]
+    res = await asyncio.to_thread(CliRunner().invoke, app, args, env=env)
+    assert res.exit_code == 0, res.output
+    flags = json.loads(res.output)["flags"]
+    policy_failures = [v for v in verdicts if v.judge.startswith("policy.") and v.label == 0]
+    assert len(flags) == len(policy_failures) >= 3
+    assert all(f["judge"].startswith("policy.") for f in flags)
+    cancel_flag = next(f for f in flags if f["judge"] == "policy.airline.cancel.eligibility")
+    assert cancel_flag["rationale"].startswith("cancel_reservation: ")
+    assert (
+        '(policy: "The API does not check that cancellation rules are met'
+        in (cancel_flag["rationale"])
+    )
+    cited = cancel_flag["evidence"]["evidence"][0]
+    assert cited["kind"] == "tool_result" and cited["tool"] == "get_reservation_details"
+    assert cited["event_id"].startswith(cancel_flag["conversation_id"] + ":")
+    text = await asyncio.to_thread(
+        CliRunner().invoke, app, args[:-1], env={**env, "COLUMNS": "300"}
+    )
+    assert "latest failures" in text.output and cited["event_id"] in text.output
