@@ -29,8 +29,12 @@ Rules (id: the call it guards -> what it checks):
   insurance in (basic) economy.
 - ``airline.compensation.amount``: ``send_certificate`` -> $100 or $50 per passenger.
 - ``airline.compensation.asked``: ``send_certificate`` -> the user asked for compensation.
-- ``airline.confirmation``: every booking-database update -> an explicit yes just before.
-- ``airline.one_action``: every tool call -> one call per message, no text with it.
+- ``airline.transfer.passenger_count``: ``transfer_to_human_agents`` -> not for a change of
+  the number of passengers (the policy: even a human agent cannot make it); other transfers
+  are not judged.
+- ``airline.confirmation``: every booking-database update -> an explicit yes in the user turn
+  just before.
+- ``airline.one_action``: every booking-database update -> the only tool call of its message.
 """
 
 from __future__ import annotations
