@@ -549,3 +549,12 @@ def test_any_judge_row_counts_labelling_judges_only() -> None:
     assert anyj.recall.value is not None and anyj.recall.value >= 0.4
     cancel = by[("policy.airline.cancel.eligibility", None)]
     assert cancel.true_pos >= 20 and cancel.precision.value >= 0.8  # type: ignore[operator]
+
+
+def test_a_user_whose_profile_was_not_fetched_is_not_judged_against_another() -> None:
+    cid = "tau2:d82da758-cd94-4f2f-b9ce-b4b9496a3fd4"
+    target = f"{cid}:26"
+    before = verdicts("airline.payment.in_profile", conversations()[cid])
+    assert [(v.item_id, v.label) for v in before] == [(target, 1)]
+    events = edited(conversations()[cid], target, arguments={"user_id": "someone_else_1"})
+    assert verdicts("airline.payment.in_profile", events) == []

@@ -87,9 +87,9 @@ def payment_source(user: Known | None, payment_id: str) -> str:
 
 
 def the_user(facts: Facts, user_id: object) -> Known | None:
-    """The user ``user_id`` when known, else the only user known (None otherwise)."""
-    found = facts.get("user", user_id)
-    if found is not None:
-        return found
+    """The user ``user_id`` (None when its details were not fetched); without a user id, the
+    only user whose details were fetched (None when there are none or several)."""
+    if user_id is not None:
+        return facts.get("user", user_id)
     users = facts.all("user")
     return users[0] if len(users) == 1 else None
