@@ -6,7 +6,10 @@ latency p50/p90, failure categories, conversations judged on capped events (abov
 (:mod:`monitor.judges.quality`): per judge and per category, precision and recall of
 "the judge flagged the conversation" against "the conversation failed" with Wilson intervals and
 the number of pairs, the confusion counts and Cohen's kappa, and whether the judge labels items
-or is below the precision floor (then it stops labelling items; its verdicts stay shown).
+or is below the precision floor (then it stops labelling items; its verdicts stay shown). With
+``--flags N``, the N latest failures (``--flags-of``: of which judges) with what was wrong and
+the events they rest on: for a domain policy rule, the tool call, the reason, the clause and the
+tool results / user turns cited.
 """
 
 from __future__ import annotations
@@ -19,21 +22,28 @@ from sqlalchemy import text
 
 from monitor.cli import analytics_common as ac
 from monitor.config import load_settings
-from monitor.judges.quality import ANY_DETERMINISTIC, JudgeQuality, Proportion
+from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, JudgeQuality, Proportion
 from monitor.judges.quality import judge_quality as measure
-from monitor.judges.stats import JudgeVolume, conversation_judgements, judge_volumes
+from monitor.judges.stats import (
+    Flag,
+    JudgeVolume,
+    conversation_judgements,
+    judge_volumes,
+    recent_flags,
+)
 
 
 async def _collect(
-    engine: ac.AsyncEngine, q: ac.Query, floor: float, min_pairs: int
-) -> tuple[list[JudgeVolume], list[JudgeQuality], list[dict[str, Any]]]:
+    engine: ac.AsyncEngine, q: ac.Query, floor: float, min_pairs: int, flags: int, like: str
+) -> tuple[list[JudgeVolume], list[JudgeQuality], list[dict[str, Any]], list[Flag]]:
     volumes = await judge_volumes(engine, q.segment, q.start, q.end)
+    found = await recent_flags(engine, q.segment, q.start, q.end, flags, like) if flags else []
     judgements = await conversation_judgements(engine, q.segment, q.start, q.end)
     async with engine.connect() as conn:
         stored = (await conn.execute(text(
             "SELECT judge, judge_version, muted, precision, flagged, computed_at"
             " FROM judge_quality ORDER BY 1, 2"))).mappings().all()  # fmt: skip
-    return volumes, measure(judgements, floor, min_pairs), [dict(r) for r in stored]
+    return volumes, measure(judgements, floor, min_pairs), [dict(r) for r in stored], found
 
 
 def _p(p: Proportion) -> str:
@@ -43,7 +53,7 @@ def _p(p: Proportion) -> str:
 
 
 def _status(row: JudgeQuality, muted: set[tuple[str, str]], floor: float, min_pairs: int) -> str:
-    if row.category is not None or row.judge == ANY_DETERMINISTIC:
+    if row.category is not None or row.judge in (ANY_DETERMINISTIC, ANY_JUDGE):
         return ""
     if row.below_floor or row.key in muted:
         return (f"[red]precision below the floor {floor:g}: stops labelling items[/]"
@@ -66,6 +76,11 @@ def register(app: typer.Typer) -> None:
         min_pairs: int | None = typer.Option(
             None, "--min-pairs", min=1,
             help="Flagged conversations needed to test the floor (default 30)."),
+        flags: int = typer.Option(
+            0, "--flags", min=0, max=1000,
+            help="Also list the N latest failures with what was wrong and their evidence."),
+        flags_of: str = typer.Option(
+            "*", "--flags-of", help="Judges whose failures --flags lists (* wildcard)."),
         as_json: bool = ac.JSON,
     ) -> None:
         """Judge volumes, errors, latency, failure categories, and each judge's precision and
@@ -79,12 +94,14 @@ def register(app: typer.Typer) -> None:
         fl = settings.judge_precision_floor if floor is None else floor
         mp = settings.judge_floor_min_pairs if min_pairs is None else min_pairs
         q = ac.query(agent, None, None, None, since, start, end)
-        volumes, quality, stored = ac.run_with_engine(
-            console, lambda eng: _collect(eng, q, fl, mp))
+        like = flags_of.replace("%", r"\%").replace("_", r"\_").replace("*", "%")
+        volumes, quality, stored, found = ac.run_with_engine(
+            console, lambda eng: _collect(eng, q, fl, mp, flags, like))
         muted = {(r["judge"], r["judge_version"]) for r in stored if r["muted"]}
         if as_json:
             ac.print_json({"scope": q.describe(), "judges": volumes, "quality": quality,
-                           "floor": {"precision": fl, "min_pairs": mp}, "stored": stored})
+                           "floor": {"precision": fl, "min_pairs": mp}, "stored": stored,
+                           "flags": found})
             return
         if not volumes:
             console.print(f"no verdicts for {q.describe()}")
@@ -124,3 +141,26 @@ def register(app: typer.Typer) -> None:
                       f"{r.true_pos}/{r.false_pos}/{r.false_neg}/{r.true_neg}",
                       _status(r, muted, fl, mp))  # fmt: skip
         console.print(a)
+        if found:
+            console.print(_flags_table(found))
+
+
+def _flags_table(found: list[Flag]) -> Table:
+    """The latest failures: judge, conversation and message, what was wrong (the rationale:
+    for a policy rule the call, the reason and the clause) and the evidence's event ids."""
+    t = Table(
+        title="latest failures (what was wrong, and the events it rests on)", title_justify="left"
+    )
+    for col in ("judge", "conversation / message", "what was wrong", "evidence"):
+        t.add_column(col, justify="left", overflow="fold")
+    for f in found:
+        cited = [
+            str(e.get("event_id")) for e in f.evidence.get("evidence") or [] if isinstance(e, dict)
+        ]
+        t.add_row(
+            f.judge,
+            f"{f.conversation_id}\n{f.item_id or '-'}",
+            f.rationale or "-",
+            ", ".join(cited) or "-",
+        )
+    return t

@@ -36,6 +36,7 @@ from monitor.judges.agreement import agreement
 DEFAULT_PRECISION_FLOOR = 0.7
 DEFAULT_FLOOR_MIN_PAIRS = 30
 ANY_DETERMINISTIC = "any deterministic (det.*)"
+ANY_JUDGE = "any judge (labelling)"
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,10 @@ def judge_quality(
     min_pairs: int = DEFAULT_FLOOR_MIN_PAIRS,
 ) -> list[JudgeQuality]:
     """Per judge (and version): one row for the judge, then one per category it used, ordered
-    by judge, version, category; last, when any ``det.*`` judge is present, one row
+    by judge, version, category; then, when any ``det.*`` judge is present, one row
     :data:`ANY_DETERMINISTIC` ("any deterministic judge flagged the conversation", over the
-    conversations at least one of them applied to; never below the floor)."""
+    conversations at least one of them applied to; never below the floor); last, when judges
+    other than ``det.*`` are present too, one row :data:`ANY_JUDGE` (:func:`_any_judge`)."""
     by_judge: dict[tuple[str, str], list[ConversationJudgement]] = {}
     any_det: dict[str, tuple[bool, bool]] = {}
     for j in judgements:
@@ -141,7 +143,24 @@ def judge_quality(
             out.append(_quality(name, version, cat, pairs, floor, min_pairs))
     if any_det:
         out.append(_quality(ANY_DETERMINISTIC, "", None, list(any_det.values()), 0.0, 1))
+    if any(not name.startswith("det.") for name, _ in by_judge):
+        muted = {r.key for r in out if r.category is None and r.below_floor}
+        out.append(_any_judge(by_judge, muted))
     return out
+
+
+def _any_judge(
+    by_judge: dict[tuple[str, str], list[ConversationJudgement]], muted: set[tuple[str, str]]
+) -> JudgeQuality:
+    """The row "a judge that labels items flagged the conversation", over the conversations any
+    judge applied to; a judge in ``muted`` (below the floor: it stops labelling items) counts as
+    not flagging."""
+    pairs: dict[str, tuple[bool, bool]] = {}
+    for key, js in by_judge.items():
+        for j in js:
+            flagged, failed = pairs.get(j.conversation_id, (False, j.failed))
+            pairs[j.conversation_id] = (flagged or (j.flagged and key not in muted), failed)
+    return _quality(ANY_JUDGE, "", None, list(pairs.values()), 0.0, 1)
 
 
 @dataclass(frozen=True)

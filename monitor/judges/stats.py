@@ -104,3 +104,43 @@ async def conversation_judgements(
                               not ok)
         for j, ver, cid, flagged, cats, ok in rows
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One failure verdict as ``monitor judges --flags`` quotes it: what was wrong
+    (``rationale``: for a policy rule, the tool call, the reason and the clause) and the events
+    it rests on (``evidence``: for a policy rule, the calls and the tool results / user turns)."""
+
+    judge: str
+    conversation_id: str
+    item_id: str | None
+    rationale: str | None
+    evidence: dict[str, Any]
+
+
+async def recent_flags(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    limit: int,
+    judge_like: str = "%",
+) -> list[Flag]:
+    """The ``limit`` latest failure verdicts (label 0) of judges whose name is ``LIKE
+    judge_like``, newest first."""
+    cond, params = _agent(segment)
+    rows = await _rows(
+        engine,
+        (
+            "SELECT v.judge, v.conversation_id, v.item_id, v.rationale, v.evidence"
+            " FROM verdicts v WHERE v.status = 'ok' AND v.label = 0 AND v.judge LIKE :like"
+            f" AND {IN_RANGE} AND {cond} ORDER BY v.created_at DESC, v.judge, v.item_id"
+            " LIMIT :n"
+        ),
+        {"lo": start, "hi": end, "like": judge_like, "n": limit, **params},
+    )
+    return [
+        Flag(str(j), str(c), None if i is None else str(i), r, e if isinstance(e, dict) else {})
+        for j, c, i, r, e in rows
+    ]
