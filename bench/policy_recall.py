@@ -1,8 +1,8 @@
 """Precision and recall of the judges against tau2-bench rewards, and what the policy rules cost.
 
 Reads tau2-bench results files (``tests/data/tau2/*.json`` and the trimmed
-``bench/data/tau2/*.json.gz``; sources and licences in ``bench/data/tau2/SOURCE.md``), turns
-them into agent-event/v1 conversations (:mod:`monitor.replay.tau2`, one per simulation id,
+``tests/data/tau2-results/*.json.gz``; sources and licences in
+``tests/data/tau2-results/SOURCE.md``), turns them into agent-event/v1 conversations (:mod:`monitor.replay.tau2`, one per simulation id,
 duplicates dropped), runs the deterministic judges and the shipped domains' policy rules
 (:mod:`monitor.judges.airline`, :mod:`monitor.judges.retail`) on each, and prints, per domain,
 the quality report of ``monitor judges`` (:func:`monitor.judges.quality.judge_quality`: per
@@ -127,7 +127,7 @@ def main() -> None:
     args = ap.parse_args()
     files = list(args.files) or sorted((ROOT / "tests/data/tau2").glob("*.json"))
     if not args.files:
-        files += sorted((ROOT / "bench/data/tau2").glob("*.json.gz"))
+        files += sorted((ROOT / "tests/data/tau2-results").glob("*.json.gz"))
     convs = load(files)
     domains = {"airline": airline.domain(), "retail": retail.domain()}
     runner = JudgeRunner(deterministic_judges(), domains=domains)

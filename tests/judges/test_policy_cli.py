@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 async def test_monitor_judges_reports_policy_rules_and_any_judge(database_url: str) -> None:
     files = sorted((ROOT / "tests/data/tau2").glob("*.json"))
     files.append(
-        ROOT / "bench/data/tau2/blakeelias_2025-10-05T22-50-14.083933_airline_llm_agent_"
+        ROOT / "tests/data/tau2-results/blakeelias_2025-10-05T22-50-14.083933_airline_llm_agent_"
         "grok-3_user_simulator_grok-3.json.gz"
     )
     convs = load(files)

@@ -1,8 +1,8 @@
 """Domain policy rules on real tau2-bench conversations: each rule fires where the policy is
 broken and stays quiet where it is kept; flags quote the clause, the call and the evidence.
 
-Conversations come from ``tests/data/tau2`` and ``bench/data/tau2`` (public tau2-bench runs; see
-the SOURCE/README files there). A rule that breaks on no real conversation of those is shown
+Conversations come from ``tests/data/tau2`` and ``tests/data/tau2-results`` (public tau2-bench
+runs; see the SOURCE/README files there). A rule that breaks on no real conversation of those is shown
 firing on a real conversation with one value edited (``edited``: the call's arguments, a tool
 result's field or a user turn), and quiet on the same conversation unedited.
 """
@@ -37,7 +37,7 @@ RETAIL_EXCHANGE = f"{RETAIL_CONV}:16"
 @cache
 def conversations() -> dict[str, list[AgentEvent]]:
     paths = sorted((ROOT / "tests/data/tau2").glob("*.json"))
-    return load(paths + sorted((ROOT / "bench/data/tau2").glob("*.json.gz")))
+    return load(paths + sorted((ROOT / "tests/data/tau2-results").glob("*.json.gz")))
 
 
 @cache
