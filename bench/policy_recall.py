@@ -3,9 +3,10 @@
 Reads tau2-bench results files (``tests/data/tau2/*.json`` and the trimmed
 ``tests/data/tau2-results/*.json.gz``; sources and licences in
 ``tests/data/tau2-results/SOURCE.md``), turns them into agent-event/v1 conversations
-(:mod:`monitor.replay.tau2`, one per simulation id, duplicates dropped), runs the
-deterministic judges and the shipped domains' policy rules (:mod:`monitor.judges.airline`, :mod:`monitor.judges.retail`) on each, and prints, per domain,
-the quality report of ``monitor judges`` (:func:`monitor.judges.quality.judge_quality`: per
+(:mod:`monitor.replay.tau2`, one per simulation id, duplicates dropped), runs the deterministic
+judges and the shipped domains' policy rules (:mod:`monitor.judges.airline`,
+:mod:`monitor.judges.retail`) on each, and prints, per domain, the quality report of ``monitor
+judges`` (:func:`monitor.judges.quality.judge_quality`: per
 judge, precision and recall of "flagged" against "failed" = reward < 1, 95 % Wilson intervals,
 and the "any judge (labelling)" row). Then the cost: the policy rules' wall time per
 conversation as a ratio to the four deterministic judges on the same conversations (both

@@ -1,9 +1,9 @@
 """Domain policy rules on real tau2-bench conversations: each rule fires where the policy is
 broken and stays quiet where it is kept; flags quote the clause, the call and the evidence.
 
-Conversations come from ``tests/data/tau2`` and ``tests/data/tau2-results`` (public tau2-bench
-runs; see the SOURCE/README files there). A rule that breaks on no real conversation of those
-is shown firing on a real conversation with one value edited (``edited``: the call's arguments, a tool
+Conversations come from ``tests/data/tau2`` and ``tests/data/tau2-results`` (public tau2-bench runs;
+see the SOURCE/README files there). A rule that breaks on no real conversation of those is shown
+firing on a real conversation with one value edited (``edited``: the call's arguments, a tool
 result's field or a user turn), and quiet on the same conversation unedited.
 """
 
