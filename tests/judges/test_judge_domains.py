@@ -38,15 +38,15 @@ def test_airline_domain_is_registered_by_entry_point(tau2_files: list[Path]) -> 
 def test_directory_domains_merge_with_plugins(tmp_path: Path) -> None:
     (tmp_path / "airline").mkdir()
     (tmp_path / "airline" / "fees.md").write_text("Seat selection costs $25.")
-    (tmp_path / "retail").mkdir()
-    (tmp_path / "retail" / "b.txt").write_text("Shipping is $7.")
-    (tmp_path / "retail" / "a.md").write_text("Returns within 30 days.")
-    (tmp_path / "retail" / "ignored.json").write_text("{}")
+    (tmp_path / "telecom").mkdir()  # a domain no plugin ships
+    (tmp_path / "telecom" / "b.txt").write_text("Shipping is $7.")
+    (tmp_path / "telecom" / "a.md").write_text("Returns within 30 days.")
+    (tmp_path / "telecom" / "ignored.json").write_text("{}")
     domains = load_domains(tmp_path)
     assert domains["airline"].references[1:] == ("Seat selection costs $25.",)
-    assert domains["retail"].references == ("Returns within 30 days.", "Shipping is $7.")
+    assert domains["telecom"].references == ("Returns within 30 days.", "Shipping is $7.")
     only_dir = load_domains(tmp_path, plugins=dict)
-    assert set(only_dir) == {"airline", "retail"} and len(only_dir["airline"].references) == 1
+    assert set(only_dir) == {"airline", "telecom"} and len(only_dir["airline"].references) == 1
     with pytest.raises(ConfigError):
         load_domains(tmp_path / "missing")
     assert _from_entry_point("bad", lambda: "not a domain") is None
