@@ -109,13 +109,13 @@ class GuardedFetch:
         assigned = sorted(consumer.assignment())
         starts = {tp: await self._restart_point(tp) for tp in assigned}
         for tp, at in starts.items():
-            consumer.seek(tp, at)
+            self._seek(tp, at)
         for tp, at in starts.items():
             found = scan(tp, at, await self._fetch_raw(tp, at), max_records)
             if found.bad is None and len(found.records) < max_records:
                 continue  # every batch of this partition decodes
             assert found.resume is not None
-            consumer.seek(tp, found.resume)
+            self._seek(tp, found.resume)
             self._fetched[tp] = found.resume
             if (bad := found.bad) is not None:
                 log.error(
@@ -133,9 +133,16 @@ class GuardedFetch:
         log.error("no assigned partition holds an undecodable batch; %s is not one", what)
         raise exc
 
+    def _seek(self, tp: TopicPartition, offset: int) -> None:
+        """Seek ``tp`` to ``offset`` unless it was revoked meanwhile (the records returned for
+        it are then dropped by the write, ``Decoded.keep``)."""
+        assert self._consumer is not None
+        if tp in self._consumer.assignment():
+            self._consumer.seek(tp, offset)
+
     async def _fetch_raw(self, tp: TopicPartition, offset: int) -> bytes:
         """The record set the broker returns for ``tp`` at ``offset`` (one partition fetch of
-        the consumer's size), undecoded."""
+        the consumer's size), undecoded; empty when the broker answers with an error."""
         consumer = self._consumer
         assert consumer is not None
         client = consumer._client  # the consumer's connections and broker versions
@@ -152,7 +159,9 @@ class GuardedFetch:
             for partition, error_code, _highwater, *data in partitions:
                 if partition != tp.partition:
                     continue
-                if error_code:
-                    raise for_code(error_code)(f"fetch of {tp} at {offset}")
+                if error_code:  # not readable now: not the partition that failed to decode
+                    why = for_code(error_code).__name__
+                    log.warning("raw fetch of %s at %d failed (%s)", tp, offset, why)
+                    return b""
                 return bytes(data[-1] or b"")
         return b""
