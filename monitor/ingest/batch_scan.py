@@ -1,5 +1,6 @@
 """Walking a partition's raw fetched log the way the consumer does, to find the record batch it
-cannot decode (pure: bytes in, records and a description out).
+cannot decode (no I/O: bytes in, records and a description out, through aiokafka's record
+classes).
 
 The consumer decodes a fetched partition batch by batch: it checks each batch's CRC, skips
 control batches, decompresses the batch (gzip, snappy, lz4, zstd) and parses its records,

@@ -12,6 +12,7 @@ import struct
 from collections import Counter
 
 import asyncpg
+import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.fetch import FetchRequest
@@ -136,12 +137,13 @@ async def create_topics(bootstrap: str, topic: str, partitions: int) -> None:
         await admin.close()
 
 
-def loop_for(bootstrap: str, topic: str, database_url: str) -> tuple[IngestLoop, EventWriter]:
+def loop_for(
+    bootstrap: str, topic: str, database_url: str, batch_max_events: int = 500
+) -> tuple[IngestLoop, EventWriter]:
     writer = EventWriter(database_url)
-    config = IngestConfig(
-        bootstrap, topic, f"{topic}.dlq", f"g-{topic}", batch_max_events=500,
-        idempotent_producer=False,
-    )  # fmt: skip
+    dlq, group = f"{topic}.dlq", f"g-{topic}"
+    config = IngestConfig(bootstrap, topic, dlq, group, batch_max_events=batch_max_events)
+    config.idempotent_producer = False
     return IngestLoop(config, writer), writer
 
 
@@ -188,8 +190,9 @@ async def test_every_codec_between_uncompressed_events(broker, topic_name: str, 
     assert not [line for line in text.splitlines() if line.startswith("monitor_undecodable")]
 
 
+@pytest.mark.parametrize("batch_max_events", [500, 16])  # 16: fewer than the good records
 async def test_undecodable_batches_are_dead_lettered_between_good_events(
-    broker, topic_name: str, database_url
+    broker, topic_name: str, database_url, batch_max_events: int
 ):
     bootstrap = broker.bootstrap
     # partitions 1-3 hold good events only: those the consumer drained before it failed on
@@ -210,7 +213,7 @@ async def test_undecodable_batches_are_dead_lettered_between_good_events(
             await produce_with(bootstrap, topic_name, vals[5:], "snappy", partition=p)
         assert [c for _, c in await raw.batches()] == ["none", "zstd", "gzip", "lz4", "none"]
 
-    loop, writer = loop_for(bootstrap, topic_name, database_url)
+    loop, writer = loop_for(bootstrap, topic_name, database_url, batch_max_events)
     task = asyncio.create_task(loop.run())
     good = before + middle + after + [v for vals in other.values() for v in vals]
     try:
