@@ -42,11 +42,9 @@ class Decoded:
         now: datetime,
         max_skew: timedelta | None,
         monotonic: Callable[[], float],
-        bad: list[Undecodable] | None = None,
     ) -> Decoded:
         """Decode ``batch`` (``decode_records``) in chunks of ``DECODE_CHUNK`` records, yielding
-        to the event loop between chunks so that the writes in flight progress and commit;
-        each of ``bad`` adds its dead letter."""
+        to the event loop between chunks so that the writes in flight progress and commit."""
         started = monotonic()
         records = [rec for recs in batch.values() for rec in recs]
         rows: list[EventRow] = []
@@ -56,9 +54,13 @@ class Decoded:
             rows += chunk_rows
             dead += chunk_dead
             await asyncio.sleep(0)
-        bad = bad or []
-        dead += [b.dead_letter() for b in bad]
-        return cls(batch, records, rows, dead, monotonic() - started, bad)
+        return cls(batch, records, rows, dead, monotonic() - started)
+
+    def skip(self, bad: list[Undecodable]) -> None:
+        """Add the undecodable record batches ``bad``, each after the records of its partition:
+        its dead letter is written and its offsets committed with the batch."""
+        self.bad += bad
+        self.dead += [b.dead_letter() for b in bad]
 
     def ends(self) -> dict[TopicPartition, int]:
         """The offsets to commit: per partition, the one after its last record or after its

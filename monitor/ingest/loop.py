@@ -1,7 +1,9 @@
 """The firehose: a batched aiokafka consumer that writes agent events into Postgres.
 
 Commit contract (arroyo-style): for each batch returned by ``getmany`` the loop
-1. decodes every record (invalid -> dead letter with reason, never raises),
+1. decodes every record (invalid -> dead letter with reason, never raises); a record batch
+   the consumer cannot decode is one dead letter, its offsets committed past
+   (:mod:`monitor.ingest.guarded_fetch`),
 2. publishes the dead letters to the DLQ topic and waits for the broker's acks
    (:mod:`monitor.ingest.dlq_publish`: per record, a retry re-sends only the unacknowledged),
 3. writes events + roll-ups + dead letters in ONE Postgres transaction (``EventWriter``),
@@ -60,7 +62,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from monitor.core.clock import Clock, SystemClock
-from monitor.ingest.batch_scan import Undecodable
 from monitor.ingest.config import IngestConfig as IngestConfig
 from monitor.ingest.decoded import Decoded, Record
 from monitor.ingest.dlq_publish import DlqBatch
@@ -137,7 +138,8 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
                 batch, bad = await self._fetch(cfg.batch_max_wait_ms, most or cfg.batch_max_events)
                 if batch or bad:
                     self._saw_records([*batch, *(b.tp for b in bad)], self.clock.monotonic())
-                    decoded = await self._decode(batch, bad)
+                    decoded = await self._decode(batch)
+                    decoded.skip(bad)
                     cap = max(1, cfg.writes_in_flight)
                     while pending and (len(pending) >= cap or self._paused_by):
                         await pending[0]  # a write that failed ends the loop
@@ -169,16 +171,12 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
         """Ask the loop to finish; a batch not yet written is left uncommitted (re-delivered)."""
         self._stopping.set()
 
-    async def _decode(
-        self, batch: dict[TopicPartition, list[Record]], bad: list[Undecodable]
-    ) -> Decoded:
-        """``batch`` decoded (:meth:`Decoded.of`), its records counted in ``events_in``;
-        ``bad`` the undecodable record batches that follow it."""
+    async def _decode(self, batch: dict[TopicPartition, list[Record]]) -> Decoded:
+        """``batch`` decoded (:meth:`Decoded.of`), its records counted in ``events_in``."""
         self.metrics.events_in.inc(sum(len(recs) for recs in batch.values()))
         skew = self.config.max_future_skew_s
         max_skew = None if skew is None else timedelta(seconds=skew)
-        now, monotonic = self.clock.now(), self.clock.monotonic
-        return await Decoded.of(batch, now, max_skew, monotonic, bad)
+        return await Decoded.of(batch, self.clock.now(), max_skew, self.clock.monotonic)
 
     @staticmethod
     async def _until_set(event: asyncio.Event, task: asyncio.Task[bool], ms: int = 0) -> None:
