@@ -9,18 +9,28 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+import zlib
 from collections import Counter
 
 import asyncpg
+import cramjam
 import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import (
+    ConsumerStoppedError,
+    CorruptRecordException,
+    KafkaConnectionError,
+    RecordTooLargeError,
+    UnsupportedCodecError,
+)
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.record.default_records import DefaultRecordBase, DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from monitor.ingest.batch_scan import codec_of, scan
+from monitor.ingest.guarded_fetch import may_be_undecodable
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
 from monitor.store.engine import libpq_url
@@ -317,3 +327,16 @@ def test_scan_stops_at_the_first_undecodable_batch() -> None:
 def rebased(batch: bytes, base: int) -> bytes:
     """``batch`` with base offset ``base`` (outside the CRC, which covers attributes on)."""
     return struct.pack(">q", base) + batch[8:]
+
+
+def test_which_fetch_errors_are_looked_into() -> None:
+    codec_errors = [
+        UnsupportedCodecError("Unknown compression codec 0x06"),
+        CorruptRecordException("Invalid CRC"),
+        cramjam.DecompressionError("lz4: ERROR_reservedFlag_set"),
+        zlib.error("invalid stored block lengths"),
+        EOFError("Compressed file ended before the end-of-stream marker was reached"),
+    ]
+    assert all(may_be_undecodable(e) for e in codec_errors)
+    other = [KafkaConnectionError(), ConsumerStoppedError(), RecordTooLargeError()]
+    assert not any(may_be_undecodable(e) for e in other)
