@@ -46,6 +46,7 @@ EDGE_MODULES = frozenset({
     "monitor.ingest.escalation_sql", "monitor.ingest.conversation_minutes_sql",
     "monitor.ingest.design_sql", "monitor.ingest.label_sql", "monitor.ingest.direct_sql",
     "monitor.ingest.dead_letter_sql", "monitor.ingest.decoded", "monitor.ingest.connections",
+    "monitor.ingest.guarded_fetch", "monitor.ingest.batch_scan",
     "monitor.analytics.repo_escalation",
     "monitor.analytics.design_effect",
     "monitor.judges.llm", "monitor.judges.repo", "monitor.judges.stats",

@@ -10,6 +10,7 @@ from typing import TypeAlias
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from monitor.ingest.batch_scan import Undecodable
 from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.rows import PARTITION, DeadLetter, EventRow
 
@@ -21,13 +22,16 @@ DECODE_CHUNK = 100  # records decoded between two yields to the event loop
 @dataclass
 class Decoded:
     """A fetched batch, decoded: its records by partition, the rows and dead letters decoded
-    from them, how long that took, and whether its write checked it against the assignment."""
+    from them (with one per undecodable record batch in ``bad``, which follows the records of
+    its partition), how long that took, and whether its write checked it against the
+    assignment."""
 
     batch: dict[TopicPartition, list[Record]]
     records: list[Record]
     rows: list[EventRow]
     dead: list[DeadLetter]
     seconds: float  # decode time
+    bad: list[Undecodable] = field(default_factory=list)
     kept: asyncio.Event = field(default_factory=asyncio.Event)  # set once checked by ``keep``
     copied: asyncio.Event = field(default_factory=asyncio.Event)  # set once its rows are sent
 
@@ -52,12 +56,27 @@ class Decoded:
             await asyncio.sleep(0)
         return cls(batch, records, rows, dead, monotonic() - started)
 
+    def skip(self, bad: list[Undecodable]) -> None:
+        """Add the undecodable record batches ``bad``, each after the records of its partition:
+        its dead letter is written and its offsets committed with the batch."""
+        self.bad += bad
+        self.dead += [b.dead_letter() for b in bad]
+
+    def ends(self) -> dict[TopicPartition, int]:
+        """The offsets to commit: per partition, the one after its last record or after its
+        undecodable batch."""
+        ends = {tp: recs[-1].offset + 1 for tp, recs in self.batch.items() if recs}
+        for b in self.bad:
+            ends[b.tp] = max(ends.get(b.tp, 0), b.next)
+        return ends
+
     def keep(self, assigned: set[TopicPartition]) -> None:
         """Drop the records of partitions not in ``assigned`` (revoked since the fetch)."""
-        if set(self.batch) <= assigned:
+        if set(self.ends()) <= assigned:
             return
         self.batch = {tp: recs for tp, recs in self.batch.items() if tp in assigned}
-        kept = {tp.partition for tp in self.batch}
+        self.bad = [b for b in self.bad if b.tp in assigned]
+        kept = {tp.partition for tp in self.batch} | {b.tp.partition for b in self.bad}
         self.records = [r for r in self.records if r.partition in kept]
         self.rows = [r for r in self.rows if r[PARTITION] in kept]
         self.dead = [d for d in self.dead if d.partition in kept]

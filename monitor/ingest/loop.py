@@ -1,7 +1,9 @@
 """The firehose: a batched aiokafka consumer that writes agent events into Postgres.
 
 Commit contract (arroyo-style): for each batch returned by ``getmany`` the loop
-1. decodes every record (invalid -> dead letter with reason, never raises),
+1. decodes every record (invalid -> dead letter with reason, never raises); a record batch
+   the consumer cannot decode is one dead letter, its offsets committed past
+   (:mod:`monitor.ingest.guarded_fetch`),
 2. publishes the dead letters to the DLQ topic and waits for the broker's acks
    (:mod:`monitor.ingest.dlq_publish`: per record, a retry re-sends only the unacknowledged),
 3. writes events + roll-ups + dead letters in ONE Postgres transaction (``EventWriter``),
@@ -64,6 +66,7 @@ from monitor.ingest.config import IngestConfig as IngestConfig
 from monitor.ingest.decoded import Decoded, Record
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
+from monitor.ingest.guarded_fetch import GuardedFetch
 from monitor.ingest.health import IngestHealth
 from monitor.ingest.log_dedupe import dedupe_kafka_client_logs
 from monitor.ingest.offsets import OffsetTracking
@@ -81,7 +84,7 @@ KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutErro
 FIRST_BATCH_DIVISOR = 8  # a batch fetched with no write in flight: this fraction of a full one
 
 
-class IngestLoop(OffsetTracking, PausedRetry):
+class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
     """Consumes ``config.topic`` in batches until ``stop()``; see the module contract."""
 
     def __init__(
@@ -106,6 +109,7 @@ class IngestLoop(OffsetTracking, PausedRetry):
         self._lost: set[TopicPartition] = set()
         self._arrived: dict[TopicPartition, float] = {}
         self._sought: dict[TopicPartition, int] = {}
+        self._fetched: dict[TopicPartition, int | None] = {}
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
@@ -124,18 +128,18 @@ class IngestLoop(OffsetTracking, PausedRetry):
             if (why := await self.writer.warm()) is not None:  # before the first batch
                 log.warning("store connections not warmed up (%s); the first write opens them", why)
             await self._consumer.start()
-            self._consumer.subscribe([cfg.topic], listener=WaitForBatch(self._in_flight))
+            listener = WaitForBatch(self._in_flight, self._forget)
+            self._consumer.subscribe([cfg.topic], listener=listener)
             self.ready.set()
             self.health.ready = True
             while not self._stopping.is_set():
                 first = not pending  # nothing in flight: start Postgres soon (module contract)
                 most = max(1, cfg.batch_max_events // FIRST_BATCH_DIVISOR) if first else None
-                batch = await self._consumer.getmany(
-                    timeout_ms=cfg.batch_max_wait_ms, max_records=most or cfg.batch_max_events
-                )
-                if batch:
-                    self._saw_records(batch, self.clock.monotonic())
+                batch, bad = await self._fetch(cfg.batch_max_wait_ms, most or cfg.batch_max_events)
+                if batch or bad:
+                    self._saw_records([*batch, *(b.tp for b in bad)], self.clock.monotonic())
                     decoded = await self._decode(batch)
+                    decoded.skip(bad)
                     cap = max(1, cfg.writes_in_flight)
                     while pending and (len(pending) >= cap or self._paused_by):
                         await pending[0]  # a write that failed ends the loop
@@ -209,9 +213,10 @@ class IngestLoop(OffsetTracking, PausedRetry):
             decoded.keep(self._consumer.assignment())
             decoded.kept.set()
             batch, rows, dead = decoded.batch, decoded.rows, decoded.dead
-            if not batch:  # every partition of the batch was revoked: the new owner reads it
+            offsets = decoded.ends()
+            if not offsets:  # every partition of the batch was revoked: the new owner reads it
                 return True
-            partitions = list(batch)
+            partitions = list(offsets)
             try:
                 if dead:
                     await self._publish(dead, partitions)
@@ -226,7 +231,6 @@ class IngestLoop(OffsetTracking, PausedRetry):
             self.health.wrote()
             if previous is not None and not await previous:
                 return False  # committing past an uncommitted batch would skip its records
-            offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
             for tp, recs in batch.items():
                 self._delivered_below(tp, recs[0].offset)  # from a topic the broker recreated
             await self._commit(offsets)
@@ -237,6 +241,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
             self.metrics.batches_staged.inc(result.staged)
             for d in dead:
                 self.metrics.events_invalid.labels(d.reason).inc()
+            for b in decoded.bad:
+                self.metrics.undecodable_batches.labels(b.codec).inc()
             self.metrics.batches.inc()
             self.metrics.batch_latency.observe(decoded.seconds + self.clock.monotonic() - started)
             return True

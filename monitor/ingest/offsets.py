@@ -55,6 +55,7 @@ class OffsetTracking:
     _lost: set[TopicPartition]
     _arrived: dict[TopicPartition, float]
     _sought: dict[TopicPartition, int]
+    _fetched: dict[TopicPartition, int | None]
 
     def _saw_records(self, tps: Iterable[TopicPartition], now: float) -> None:
         """Note that records of ``tps`` arrived at monotonic time ``now``."""
@@ -145,6 +146,7 @@ class OffsetTracking:
             if self._lost_data(tp, now):
                 await consumer.seek_to_beginning(tp)
                 del self._positions[tp]
+                self._fetched[tp] = None  # read on from the log start
                 continue
             high, pos = consumer.highwater(tp), self._positions.get(tp)
             if high is not None and pos is not None:

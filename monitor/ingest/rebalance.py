@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiokafka import TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -57,11 +57,19 @@ class InFlight:
 
 
 class WaitForBatch(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, in_flight: InFlight) -> None:
+    """Waits for the batches in flight on a revocation, then calls ``forget`` (if any) with
+    the revoked partitions."""
+
+    def __init__(
+        self, in_flight: InFlight, forget: Callable[[set[TopicPartition]], None] | None = None
+    ) -> None:
         self._in_flight = in_flight
+        self._forget = forget
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self._in_flight.drain()  # the batches in flight commit before partitions move
+        if self._forget is not None:
+            self._forget(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         log.info("assigned partitions: %s", sorted(tp.partition for tp in assigned))

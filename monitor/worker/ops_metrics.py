@@ -75,6 +75,13 @@ class OpsMetrics:
         self.commit_errors = Counter(
             "monitor_offset_commit_errors", "Offset commits that failed or timed out", registry=r
         )
+        self.undecodable_batches = Counter(
+            "monitor_undecodable_batches",
+            "Record batches the ingest consumer could not decode, by codec (dead-lettered as"
+            " undecodable_batch and skipped)",
+            ["codec"],
+            registry=r,
+        )
         self.broker_data_loss = Counter(
             "monitor_broker_data_loss",
             "Partitions found with a log end below the consumer position (broker lost data)",
