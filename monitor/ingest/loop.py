@@ -237,6 +237,8 @@ class IngestLoop(OffsetTracking, PausedRetry):
             self.metrics.batches_staged.inc(result.staged)
             for d in dead:
                 self.metrics.events_invalid.labels(d.reason).inc()
+            if result.mismatched:  # dead-lettered by the write (monitor.ingest.owner_sql)
+                self.metrics.events_invalid.labels("agent_mismatch").inc(result.mismatched)
             self.metrics.batches.inc()
             self.metrics.batch_latency.observe(decoded.seconds + self.clock.monotonic() - started)
             return True
