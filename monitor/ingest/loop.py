@@ -172,7 +172,9 @@ class IngestLoop(OffsetTracking, PausedRetry):
         self.metrics.events_in.inc(sum(len(recs) for recs in batch.values()))
         skew = self.config.max_future_skew_s
         max_skew = None if skew is None else timedelta(seconds=skew)
-        return await Decoded.of(batch, self.clock.now(), max_skew, self.clock.monotonic)
+        return await Decoded.of(
+            batch, self.clock.now(), max_skew, self.clock.monotonic, self.config.origin_key
+        )
 
     @staticmethod
     async def _until_set(event: asyncio.Event, task: asyncio.Task[bool], ms: int = 0) -> None:

@@ -45,12 +45,17 @@ def _stray(source: str, columns: str, claimed: str = "TRUE") -> str:
 
 #: the staging path's ``owner`` and ``stray`` (``pick``: the staged batch; only the ids the
 #: batch claimed, i.e. not stored before) and ``refused``; goes after ``ids``
-STAGED_STRAY = ", ".join((
-    _owner("pick"),
-    _stray("pick", ", s.kafka_partition, s.kafka_offset, s.body",
-           "s.event_id IN (SELECT event_id FROM ids)"),
-    "refused AS (SELECT * FROM stray)",
-))  # fmt: skip
+STAGED_STRAY = ", ".join(
+    (
+        _owner("pick"),
+        _stray(
+            "pick",
+            ", s.kafka_partition, s.kafka_offset, s.body",
+            "s.event_id IN (SELECT event_id FROM ids)",
+        ),
+        "refused AS (SELECT * FROM stray)",
+    )
+)
 
 
 def direct_stray(table: str) -> str:
