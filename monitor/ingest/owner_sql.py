@@ -11,7 +11,7 @@ The conversation's agent (``owner``) is the stored row's ``agent_id``; for a con
 batch creates, the agent of its earliest event that is neither an outcome nor feedback (else
 its earliest event). The writer holds the conversations' advisory lock before the statement
 runs, so a row another write in flight creates is committed (and seen) first. Only the
-conversations with an outcome or feedback event in the batch are looked up.
+conversations of the batch's outcome and feedback events are looked up.
 
 Both ways in define ``stray`` (the refused events' ids, to leave out of ``ins``) and
 ``refused`` (their rows for the dead letters): the staging path before it inserts
@@ -24,44 +24,36 @@ from __future__ import annotations
 TRUTH_TYPES = "('outcome', 'feedback')"
 
 
-def _owner(source: str) -> str:
-    return f"""owner AS (
-  SELECT b.conversation_id, coalesce(c.agent_id, b.agent_id) AS agent_id FROM (
-    SELECT DISTINCT ON (conversation_id) conversation_id, agent_id FROM {source}
-    WHERE conversation_id IN (
-      SELECT conversation_id FROM {source} WHERE type IN {TRUTH_TYPES})
-    ORDER BY conversation_id, type IN {TRUTH_TYPES}, ts
-  ) AS b LEFT JOIN conversations c USING (conversation_id)
-)"""
-
-
-def _stray(source: str, columns: str, claimed: str = "TRUE") -> str:
+def _stray(source: str) -> str:
+    """The refused events of ``source``: one pass (a window over the batch's narrow columns,
+    no join of the batch with itself), then the stored rows of their conversations only."""
     return f"""stray AS (
-  SELECT s.event_id, s.conversation_id, s.ts, s.agent_id, o.agent_id AS owner{columns}
-  FROM {source} s JOIN owner o USING (conversation_id)
-  WHERE s.type IN {TRUTH_TYPES} AND s.agent_id <> o.agent_id AND {claimed}
+  SELECT b.event_id, b.conversation_id, b.ts, b.agent_id,
+    coalesce(c.agent_id, b.first_agent) AS owner
+  FROM (
+    SELECT event_id, conversation_id, ts, agent_id, type,
+      first_value(agent_id) OVER (
+        PARTITION BY conversation_id ORDER BY type IN {TRUTH_TYPES}, ts) AS first_agent
+    FROM {source}
+  ) AS b LEFT JOIN conversations c USING (conversation_id)
+  WHERE b.type IN {TRUTH_TYPES} AND b.agent_id <> coalesce(c.agent_id, b.first_agent)
 )"""
 
 
-#: the staging path's ``owner`` and ``stray`` (``pick``: the staged batch; only the ids the
-#: batch claimed, i.e. not stored before) and ``refused``; goes after ``ids``
-STAGED_STRAY = ", ".join(
-    (
-        _owner("pick"),
-        _stray(
-            "pick",
-            ", s.kafka_partition, s.kafka_offset, s.body",
-            "s.event_id IN (SELECT event_id FROM ids)",
-        ),
-        "refused AS (SELECT * FROM stray)",
-    )
-)
+#: the staging path's ``stray`` (from ``pick``, the staged batch) and ``refused`` (those the
+#: batch claimed, i.e. not stored before: a re-delivered one is a plain duplicate); goes after
+#: ``ids``
+STAGED_STRAY = f"""{_stray("pick")}, refused AS (
+  SELECT s.conversation_id, s.agent_id, s.owner, p.kafka_partition, p.kafka_offset, p.body
+  FROM stray s JOIN pick p USING (event_id)
+  WHERE s.event_id IN (SELECT event_id FROM ids)
+)"""
 
 
 def direct_stray(table: str) -> str:
-    """The direct path's ``owner``, ``stray`` (from ``table``, the batch's roll-up columns) and
+    """The direct path's ``stray`` (from ``table``, the batch's roll-up columns) and
     ``refused`` (the stray events deleted from ``events``, where the COPY put them)."""
-    return f"""{_owner(table)}, {_stray(table, "")}, refused AS (
+    return f"""{_stray(table)}, refused AS (
   DELETE FROM events e USING stray s
   WHERE e.conversation_id = s.conversation_id AND e.ts = s.ts AND e.event_id = s.event_id
   RETURNING s.conversation_id, s.agent_id, s.owner, e.kafka_partition, e.kafka_offset, e.body
