@@ -8,10 +8,12 @@ event id stays claimed in ``event_ids``, so a re-delivery is a plain duplicate a
 letter is written once.
 
 The conversation's agent (``owner``) is the stored row's ``agent_id``; for a conversation the
-batch creates, the agent of its earliest event that is neither an outcome nor feedback (else
-its earliest event). The writer holds the conversations' advisory lock before the statement
-runs, so a row another write in flight creates is committed (and seen) first. Only the
-conversations of the batch's outcome and feedback events are looked up.
+batch creates, the agent of its other events in the batch (an outcome or feedback event whose
+conversation's other events name several agents is refused; one whose conversation has no
+other event yet is accepted, and its agent becomes the conversation's). The writer holds the
+conversations' advisory lock before the statement runs, so a row another write in flight
+creates is committed (and seen) first. Only the conversations of the batch's outcome and
+feedback events are looked up.
 
 Both ways in define ``stray`` (the refused events' ids, to leave out of ``ins``) and
 ``refused`` (their rows for the dead letters): the staging path before it inserts
@@ -25,18 +27,20 @@ TRUTH_TYPES = "('outcome', 'feedback')"
 
 
 def _stray(source: str) -> str:
-    """The refused events of ``source``: one pass (a window over the batch's narrow columns,
-    no join of the batch with itself), then the stored rows of their conversations only."""
+    """The refused events of ``source``: its outcome and feedback rows, against the stored
+    conversation row, else the agent of every other event of their conversation in the batch
+    (``lo`` = ``hi``: a hashed aggregate, no sort of the batch)."""
     return f"""stray AS (
-  SELECT b.event_id, b.conversation_id, b.ts, b.agent_id,
-    coalesce(c.agent_id, b.first_agent) AS owner
-  FROM (
-    SELECT event_id, conversation_id, ts, agent_id, type,
-      first_value(agent_id) OVER (
-        PARTITION BY conversation_id ORDER BY type IN {TRUTH_TYPES}, ts) AS first_agent
-    FROM {source}
-  ) AS b LEFT JOIN conversations c USING (conversation_id)
-  WHERE b.type IN {TRUTH_TYPES} AND b.agent_id <> coalesce(c.agent_id, b.first_agent)
+  SELECT t.event_id, t.conversation_id, t.ts, t.agent_id,
+    coalesce(c.agent_id, CASE WHEN t.agent_id <> g.lo THEN g.lo ELSE g.hi END) AS owner
+  FROM {source} t
+  LEFT JOIN (
+    SELECT conversation_id, min(agent_id) AS lo, max(agent_id) AS hi FROM {source}
+    WHERE type NOT IN {TRUTH_TYPES} GROUP BY conversation_id
+  ) AS g USING (conversation_id)
+  LEFT JOIN conversations c USING (conversation_id)
+  WHERE t.type IN {TRUTH_TYPES} AND CASE WHEN c.agent_id IS NOT NULL
+    THEN t.agent_id <> c.agent_id ELSE coalesce(t.agent_id <> g.lo OR t.agent_id <> g.hi, false) END
 )"""
 
 
