@@ -123,8 +123,8 @@ def handle_gate(
             history_cache=history_cache,
         )  # fmt: skip
         if isinstance(grant, Grant) and not grant.allows(req.agent.id):
-            return GateReply(403, {"error": out_of_scope(grant, req.agent.id),
-                                   "reason": "out_of_scope"})  # fmt: skip
+            refused = {"error": out_of_scope(grant, req.agent.id), "reason": "out_of_scope"}
+            return GateReply(403, refused)
         event_id = f"gate:{req.request_id or new_id()}"
         decision = decide(req, policy, maps, checks, event_id=event_id, now=now, timer=timer,
                           started=started, cuts=cuts)  # fmt: skip

@@ -114,8 +114,8 @@ async def receive_traces(
         allowed = [e for e in mapped.events if grant.allows(e.agent.id)]
         for event in mapped.events:
             if not grant.allows(event.agent.id):
-                mapped.reject(f"out_of_scope: agent {event.agent.id[:140]!r} is outside the "
-                              "scope of this request's key")  # fmt: skip
+                who = event.agent.id[:140]
+                mapped.reject(f"out_of_scope: agent {who!r} is outside the scope of this key")
         mapped.events = allowed
     if mapped.events:
         try:

@@ -32,6 +32,7 @@ from monitor.analytics.write import current_maps
 from monitor.auth import repo as key_repo
 from monitor.auth.authorizer import Denied
 from monitor.auth.cache import KeyCache
+from monitor.auth.keys import Scope
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
@@ -113,9 +114,14 @@ def create_app(settings: Settings) -> faust.App:
         async with ingest.reads.connect() as conn:
             return await key_repo.load_keys(conn)
 
-    keys = KeyCache(load_keys, {"write": settings.ingest_token, "gate": settings.gate_token,
-                                "read": settings.api_token}, clock.now, time.monotonic,
-                    miss_interval_s=settings.keys_miss_refresh_s)  # fmt: skip
+    tokens: dict[Scope, str | None] = {
+        "write": settings.ingest_token,
+        "gate": settings.gate_token,
+        "read": settings.api_token,
+    }
+    keys = KeyCache(
+        load_keys, tokens, clock.now, time.monotonic, miss_interval_s=settings.keys_miss_refresh_s
+    )
 
     async def refresh_keys() -> None:  # at start, then every keys_refresh_s (monitor.auth.cache)
         await keys.refresh()
@@ -142,8 +148,8 @@ def create_app(settings: Settings) -> faust.App:
         async def post(self, request: Request) -> Response:
             grant = await keys.check(request.headers.get("Authorization"), "write")
             if isinstance(grant, Denied):
-                return self.json({"error": grant.message, "reason": grant.reason},
-                                 status=grant.status)  # fmt: skip
+                refused = {"error": grant.message, "reason": grant.reason}
+                return self.json(refused, status=grant.status)
             limit = settings.http_max_body_bytes
             declared = request.headers.get("Content-Length") or "0"
             if declared.isdigit() and int(declared) > limit:
@@ -272,8 +278,8 @@ def create_app(settings: Settings) -> faust.App:
         async def get(self, request: Request, agent_id: str) -> Response:
             grant = await keys.check(request.headers.get("Authorization"), "read", [agent_id])
             if isinstance(grant, Denied):
-                return self.json({"error": grant.message, "reason": grant.reason},
-                                 status=grant.status)  # fmt: skip
+                refused = {"error": grant.message, "reason": grant.reason}
+                return self.json(refused, status=grant.status)
             try:
                 maps = await current_maps(ingest.reads, agent_id)
             except (OSError, SQLAlchemyError) as exc:

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from monitor.auth import repo
 from monitor.contract.origin import ORIGIN_HEADER, origin_tag
@@ -80,6 +80,23 @@ async def keyed(broker: Any, topic_name: str, database_url: str, tmp_path: Path)
         yield worker, team, writer
     finally:
         worker.stop()
+
+
+async def dlq_reasons(bootstrap: str, topic: str, n: int) -> list[tuple[str, str]]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    found: list[tuple[str, str]] = []
+    try:
+        for _ in range(30):
+            for records in (await consumer.getmany(timeout_ms=1000)).values():
+                for rec in records:
+                    headers = {k: v.decode() for k, v in rec.headers}
+                    found.append((headers["reason"], headers["field"]))
+            if len(found) >= n:
+                break
+    finally:
+        await consumer.stop()
+    return found
 
 
 def span(agent: str, span_id: str) -> dict[str, Any]:
@@ -192,6 +209,13 @@ async def test_keys_scope_every_endpoint(
             database_url, "SELECT field FROM dead_letters WHERE reason = 'invalid_value'"
         )
         assert [r["field"] for r in long_dead] == ["context.segment"]
+        # the DLQ topic carries the same reasons
+        dlq = await dlq_reasons(broker.bootstrap, f"{topic_name}.dlq", 3)
+        assert sorted(dlq) == [
+            ("invalid_value", "context.segment"),
+            ("reserved_id", "event_id"),
+            ("reserved_id", "event_id"),
+        ]
 
         # traces: the mapped events of agents outside the key's scope are rejected
         body = {

@@ -38,24 +38,31 @@ async def test_other_agents_truth_is_dead_lettered(database_url: str, direct: bo
     ]
     try:
         await writer.write([event_row(e) for e in own], source="t")
-        before = await fetch(database_url, "SELECT bin, sum_y, weight FROM calibration_bins "
-                                           "ORDER BY 1, 2, 3")  # fmt: skip
+        before = await fetch(
+            database_url, "SELECT bin, sum_y, weight FROM calibration_bins ORDER BY 1, 2, 3"
+        )
         result = await writer.write([event_row(e) for e in forged], source="t")
         assert result.mismatched == 3 and result.inserted == 2, result
         again = await writer.write([event_row(e) for e in forged], source="t")  # re-delivery
         assert again.inserted == 0 and again.mismatched == 0
     finally:
         await writer.close()
-    conv = {r["conversation_id"]: r for r in await fetch(
-        database_url, "SELECT conversation_id, agent_id, outcome_success, feedback_count "
-        "FROM conversations")}  # fmt: skip
+    conv = {
+        r["conversation_id"]: r
+        for r in await fetch(
+            database_url,
+            "SELECT conversation_id, agent_id, outcome_success, feedback_count FROM conversations",
+        )
+    }
     assert conv["c1"]["outcome_success"] is True and conv["c1"]["feedback_count"] == 1
     assert conv["c2"]["agent_id"] == "a" and conv["c2"]["outcome_success"] is None
-    labels = await fetch(database_url, "SELECT DISTINCT label FROM items WHERE "
-                                       "conversation_id = 'c1'")  # fmt: skip
+    labels = await fetch(
+        database_url, "SELECT DISTINCT label FROM items WHERE conversation_id = 'c1'"
+    )
     assert [r["label"] for r in labels] == [1]
-    after = await fetch(database_url, "SELECT bin, sum_y, weight FROM calibration_bins "
-                                      "ORDER BY 1, 2, 3")  # fmt: skip
+    after = await fetch(
+        database_url, "SELECT bin, sum_y, weight FROM calibration_bins ORDER BY 1, 2, 3"
+    )
     assert before and [tuple(r) for r in after] == [tuple(r) for r in before]
     stored = await fetch(database_url, "SELECT event_id FROM events ORDER BY 1")
     assert [r["event_id"] for r in stored] == ["f-own", "m-new", "m0", "m1", "m2", "o1"]
