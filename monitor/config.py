@@ -113,6 +113,23 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
         "(a string value is the reason; '<first>.trigger' names the trigger).",
     )
 
+    # --- credentials (monitor.auth; docs/robustness.md "Threat model") ---------------------
+    gate_origin_key: str | None = Field(
+        default=None,
+        repr=False,
+        description="Secret that tags the gate's decision events so the ingest accepts their "
+        "reserved 'gate:' ids from the gate only. Unset: a random key kept in "
+        "state_dir/gate-origin.key (workers sharing a topic must set the same value).",
+    )
+    keys_refresh_s: float = Field(
+        default=30.0, gt=0, description="Seconds between the worker's reloads of the API keys "
+        "from Postgres (a revoked key is refused at most this long after `monitor keys revoke`)."
+    )
+    keys_miss_refresh_s: float = Field(
+        default=2.0, gt=0, description="Shortest interval between reloads of the API keys "
+        "caused by an unknown key (a key issued since the last reload)."
+    )
+
     # --- analytics ------------------------------------------------------------------------
     sampling_file: Path | None = Field(
         default=None,

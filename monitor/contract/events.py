@@ -6,7 +6,9 @@ Pure: imports no I/O library. ``decode_event`` is the single gate every input pa
 dotted path of the offending field.
 
 Limits: a whole serialized event is at most ``MAX_EVENT_BYTES`` (256 KiB); ``attributes`` is at
-most ``MAX_ATTRIBUTES_BYTES`` (16 KiB) once serialized as compact JSON. Ids are 1-128 chars.
+most ``MAX_ATTRIBUTES_BYTES`` (16 KiB) once serialized as compact JSON. Ids are 1-128 chars;
+the labels the store indexes (agent version and model, the context strings) at most
+``MAX_LABEL_CHARS`` (256) chars.
 Confidences and rewards are in [0, 1], feedback scores in [-1, 1]. Timestamps must carry a zone.
 What the store can hold is checked here too (:mod:`monitor.contract.limits`): no NUL or lone
 surrogate in any string, 32-bit ``turn``/``trial``, ``ts`` within 0001-01-02..9999-12-30 UTC,
@@ -31,6 +33,7 @@ from pydantic import (
 from monitor.contract.limits import (
     INT32_MAX,
     MAX_JSON_DEPTH,
+    MAX_LABEL_CHARS,
     MAX_TS,
     MIN_TS,
     check_characters,
@@ -259,9 +262,11 @@ def json_schema() -> dict[str, Any]:
     schema["description"] = (
         "One agent event. Exactly one payload object is present: the one named by `type`. "
         f"A serialized event is at most {MAX_EVENT_BYTES} bytes; attributes at most "
-        f"{MAX_ATTRIBUTES_BYTES} bytes. What the store can hold: no string or key anywhere "
-        "(attributes included) may contain U+0000 or a lone surrogate (reason "
-        "invalid_character); integers fit in 32 bits and ts lies between "
+        f"{MAX_ATTRIBUTES_BYTES} bytes. Ids are at most 128 characters and the labels the "
+        "store indexes (agent.version, agent.model, context.domain, channel, intent, segment, "
+        f"task_id) at most {MAX_LABEL_CHARS} (reason invalid_value). What the store can hold: "
+        "no string or key anywhere (attributes included) may contain U+0000 or a lone "
+        "surrogate (reason invalid_character); integers fit in 32 bits and ts lies between "
         f"{MIN_TS.isoformat()} and {MAX_TS.isoformat()} in UTC (reason out_of_range); JSON is "
         f"at most {MAX_JSON_DEPTH} levels deep (reason too_deep); the receiver may reject a ts "
         "further in its future than its configured skew (reason future_timestamp)."

@@ -11,6 +11,13 @@ accepted event can always be written:
 - ``out_of_range``: an integer column (``turn``, ``context.trial``) outside the signed 32-bit
   range, or a timestamp outside :data:`MIN_TS` .. :data:`MAX_TS` once converted to UTC (the
   detail names the bound);
+- ``invalid_value`` (``string_too_long``): a label the store indexes (``agent.version``,
+  ``agent.model``, ``context.domain`` / ``channel`` / ``intent`` / ``segment`` / ``task_id``)
+  longer than :data:`MAX_LABEL_CHARS` characters; ids (``event_id``, ``conversation_id``,
+  ``agent.id``) are at most 128. A Postgres btree entry holds at most 2704 bytes; the widest
+  key (``calibration_bins`` and ``escalation_bins``: agent id, version and domain together)
+  then takes at most 128 x 4 + 2 x 256 x 4 = 2560 bytes of UTF-8, so an accepted event always
+  fits its indexes;
 - ``too_deep``: JSON nested deeper than :data:`MAX_JSON_DEPTH` levels (an HTTP array body is
   counted from its elements, so the same event gets the same answer both ways);
 - ``future_timestamp``: ``ts`` more than the receiver's ``max_future_skew`` ahead of its clock
@@ -27,6 +34,8 @@ from pydantic_core import from_json
 from monitor.core.errors import InvalidEvent
 
 MAX_JSON_DEPTH = 64
+#: the longest label (agent version and model, context strings) in characters: see above
+MAX_LABEL_CHARS = 256
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MIN_TS = datetime(1, 1, 2, tzinfo=UTC)
 MAX_TS = datetime(9999, 12, 30, tzinfo=UTC)
@@ -123,8 +132,9 @@ def printable(text: str) -> str:
 def _check_string(text: str, path: str) -> None:
     if "\x00" in text:
         raise InvalidEvent(
-            "invalid_character", path or None, f"{path or 'event'}: contains U+0000 (NUL), "
-            "which the store cannot hold"
+            "invalid_character",
+            path or None,
+            f"{path or 'event'}: contains U+0000 (NUL), which the store cannot hold",
         )
     try:
         text.encode("utf-8")
@@ -142,8 +152,10 @@ def check_timestamp(ts: datetime) -> None:
         utc = None
     if utc is None or not MIN_TS <= utc <= MAX_TS:
         raise InvalidEvent(
-            "out_of_range", "ts", f"ts: must be between {MIN_TS.isoformat()} and "
-            f"{MAX_TS.isoformat()} in UTC, got {ts.isoformat()}"
+            "out_of_range",
+            "ts",
+            f"ts: must be between {MIN_TS.isoformat()} and "
+            f"{MAX_TS.isoformat()} in UTC, got {ts.isoformat()}",
         )
 
 
@@ -151,6 +163,8 @@ def check_future(ts: datetime, now: datetime, max_skew: timedelta) -> None:
     """Raise ``future_timestamp`` when ``ts`` is more than ``max_skew`` after ``now``."""
     if ts - now > max_skew:
         raise InvalidEvent(
-            "future_timestamp", "ts", f"ts: {ts.isoformat()} is more than "
-            f"{max_skew.total_seconds():g} s after the receiver's clock ({now.isoformat()})"
+            "future_timestamp",
+            "ts",
+            f"ts: {ts.isoformat()} is more than "
+            f"{max_skew.total_seconds():g} s after the receiver's clock ({now.isoformat()})",
         )

@@ -9,10 +9,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monitor.contract.limits import INT32_MAX, INT32_MIN
+from monitor.contract.limits import INT32_MAX, INT32_MIN, MAX_LABEL_CHARS
 
 GATE_DECISIONS: tuple[str, ...] = ("proceed", "revise", "escalate")
 Id = Annotated[str, Field(min_length=1, max_length=128)]
+#: a segment label the store indexes (monitor.contract.limits.MAX_LABEL_CHARS)
+Label = Annotated[str, Field(max_length=MAX_LABEL_CHARS)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -21,22 +23,22 @@ class _Strict(BaseModel):
 
 
 class Agent(_Strict):
-    """Who emitted the event. ``id`` is required; version and model are free-form."""
+    """Who emitted the event. ``id`` is required; version and model are free-form labels."""
 
     id: Id
-    version: str | None = None
-    model: str | None = None
+    version: Label | None = None
+    model: Label | None = None
 
 
 class Context(_Strict):
     """Segmentation context. ``tier`` is 1, 2 or 3 (3 = most critical)."""
 
-    domain: str | None = None
+    domain: Label | None = None
     tier: Literal[1, 2, 3] | None = None
-    channel: str | None = None
-    intent: str | None = None
-    segment: str | None = None
-    task_id: str | None = None
+    channel: Label | None = None
+    intent: Label | None = None
+    segment: Label | None = None
+    task_id: Label | None = None
     trial: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] | None = None
 
 

@@ -7,7 +7,9 @@ JSON object; client errors carry ``error`` and a machine-readable ``reason``):
 - 200 a decision (``decision``, ``calibrated``, ``threshold``, ``findings``, ``latency_ms`` ...);
   for a rule with the inline LLM check the reply carries ``pending`` and the worker awaits
   :func:`finish_gate` for the final answer (the deterministic path stays synchronous);
-- 401 ``unauthorized``: ``gate_token`` set and the bearer token missing or wrong;
+- 401 ``unauthorized``: ``gate_token`` set and the bearer token missing or wrong (neither it
+  nor an API key with the ``gate`` scope, :mod:`monitor.auth`);
+- 403 ``out_of_scope`` / ``missing_scope``: an API key for other agents or without ``gate``;
 - 403 ``not_loopback``: ``gate_token`` unset and the caller is not on the loopback address;
 - 400 ``not_json`` / ``invalid_field`` / ``invalid_history``; 413 ``too_large``;
 - 404 ``unknown_agent``: no policy rule covers the agent;
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from monitor.auth.authorizer import Denied, Grant, out_of_scope
 from monitor.contract.events import AgentEvent
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
@@ -95,13 +98,19 @@ def handle_gate(
     status: dict[str, Any] | None = None,
     history_cache: HistoryCache | None = None,
     cuts: AdvisorCuts | None = None,
+    grant: Grant | Denied | None = None,
 ) -> GateReply:
     """Authorize, parse and decide one request (see the module docstring); never raises.
     ``body`` None means the body was above the limit (413 once authorized); ``status`` (the
     maps' freshness) is merged into a decision's answer; ``history_cache`` (the worker's)
     spares re-validating history events already seen (the same answer as without it);
-    ``cuts`` are the advisor's thresholds held in memory."""
-    denied = authorize(authorization, peer, limits.token)
+    ``cuts`` are the advisor's thresholds held in memory. ``grant``: the authorizer's answer
+    for the request's credential (:mod:`monitor.auth`): a key's grant covers only its agents
+    (403 ``out_of_scope``), a key without the gate scope is refused (403); otherwise the
+    shared token or loopback rule below decides."""
+    if isinstance(grant, Denied) and grant.status == 403:
+        return GateReply(403, {"error": grant.message, "reason": grant.reason})
+    denied = None if isinstance(grant, Grant) else authorize(authorization, peer, limits.token)
     if denied is not None:
         return denied
     if body is None:
@@ -113,6 +122,9 @@ def handle_gate(
             body, max_body_bytes=limits.max_body_bytes, max_content_chars=limits.max_content_chars,
             history_cache=history_cache,
         )  # fmt: skip
+        if isinstance(grant, Grant) and not grant.allows(req.agent.id):
+            refused = {"error": out_of_scope(grant, req.agent.id), "reason": "out_of_scope"}
+            return GateReply(403, refused)
         event_id = f"gate:{req.request_id or new_id()}"
         decision = decide(req, policy, maps, checks, event_id=event_id, now=now, timer=timer,
                           started=started, cuts=cuts)  # fmt: skip

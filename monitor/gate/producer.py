@@ -16,6 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
+from monitor.contract.origin import ORIGIN_HEADER, origin_tag
 from monitor.gate.outbox import Refused
 
 log = logging.getLogger("monitor.gate.producer")
@@ -23,12 +24,21 @@ log = logging.getLogger("monitor.gate.producer")
 
 class DecisionProducer:
     """``await deliver(key, value)`` returns once the broker acknowledged the record, raises
-    otherwise (the broker refused it, or ``request_timeout_ms`` passed)."""
+    otherwise (the broker refused it, or ``request_timeout_ms`` passed). Each record carries
+    its origin tag under ``origin_key`` (:mod:`monitor.contract.origin`; None: no tag): the
+    ingest accepts a gate decision id only with it."""
 
     def __init__(
-        self, bootstrap: str, topic: str, *, idempotent: bool, request_timeout_ms: int = 30_000
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        idempotent: bool,
+        origin_key: bytes | None = None,
+        request_timeout_ms: int = 30_000,
     ) -> None:
         self.topic = topic
+        self._origin_key = origin_key
         self._config: dict[str, Any] = {
             "bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": idempotent,
             "linger_ms": 20, "request_timeout_ms": request_timeout_ms,
@@ -59,7 +69,9 @@ class DecisionProducer:
         record itself is refused (too large: no retry can help), the client's error otherwise."""
         producer = await self._started()
         try:
-            future = await producer.send(self.topic, value=value, key=key)
+            key_ = self._origin_key
+            headers = [(ORIGIN_HEADER, origin_tag(key_, value))] if key_ is not None else None
+            future = await producer.send(self.topic, value=value, key=key, headers=headers)
             await future
         except (MessageSizeTooLargeError, RecordListTooLargeError) as exc:
             raise Refused(f"{type(exc).__name__}: {exc}") from exc

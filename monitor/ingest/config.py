@@ -23,6 +23,7 @@ class IngestConfig:
     stall_after_s: float = 120.0
     commit_timeout_s: float = 15.0
     writes_in_flight: int = 2  # batches written at once (offsets still committed in order)
+    origin_key: bytes | None = None  # the gate decision events' (monitor.contract.origin)
 
     def consumer_settings(self) -> dict[str, Any]:
         """The ingest consumer's aiokafka settings besides its servers and group: manual

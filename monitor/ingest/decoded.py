@@ -42,6 +42,7 @@ class Decoded:
         now: datetime,
         max_skew: timedelta | None,
         monotonic: Callable[[], float],
+        origin_key: bytes | None = None,
     ) -> Decoded:
         """Decode ``batch`` (``decode_records``) in chunks of ``DECODE_CHUNK`` records, yielding
         to the event loop between chunks so that the writes in flight progress and commit."""
@@ -50,7 +51,7 @@ class Decoded:
         rows: list[EventRow] = []
         dead: list[DeadLetter] = []
         for chunk in chunks(records, DECODE_CHUNK):
-            chunk_rows, chunk_dead = decode_records(chunk, now, max_skew)
+            chunk_rows, chunk_dead = decode_records(chunk, now, max_skew, origin_key)
             rows += chunk_rows
             dead += chunk_dead
             await asyncio.sleep(0)

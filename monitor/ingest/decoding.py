@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from monitor.contract.events import decode_event
+from monitor.contract.origin import check_origin
 from monitor.core.errors import InvalidEvent
 from monitor.ingest.rows import DeadLetter, EventRow, event_row
 
@@ -32,22 +33,28 @@ class Record(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 def decode_records(
     records: Iterable[Record],
     now: datetime | None = None,
     max_future_skew: timedelta | None = None,
+    origin_key: bytes | None = None,
 ) -> tuple[list[EventRow], list[DeadLetter]]:
     """Split Kafka records into ``events`` rows and dead letters (pure, never raises).
 
-    With ``now`` and ``max_future_skew``, events too far in the future are dead letters too."""
+    With ``now`` and ``max_future_skew``, events too far in the future are dead letters too.
+    An event with a gate decision id is a dead letter (``reserved_id``) unless its headers
+    carry its origin tag under ``origin_key`` (:mod:`monitor.contract.origin`)."""
     rows: list[EventRow] = []
     dead: list[DeadLetter] = []
     for rec in records:
         raw = rec.value if rec.value is not None else b""
         try:
             event = decode_event(raw, now=now, max_future_skew=max_future_skew)
+            check_origin(event.event_id, raw, rec.headers, origin_key)
         except InvalidEvent as exc:
             dead.append(
                 DeadLetter(

@@ -23,6 +23,7 @@ costs Postgres about half an ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO
 from __future__ import annotations
 
 from monitor.ingest.items_sql import sync_statement
+from monitor.ingest.owner_sql import direct_stray
 from monitor.ingest.rollup_sql import INSERTED, batch_statement, delay_bucket_sql
 from monitor.ingest.rows import ROW_FIELDS
 
@@ -62,9 +63,11 @@ COMPUTED = {
     "delay_bucket": delay_bucket_sql("extract(epoch FROM now() - ts)::float8"),
 }
 
-DIRECT_INSERT = f"""ins AS (
+#: the batch's events but the ones refused as another agent's truth (deleted from ``events``
+#: again, :func:`monitor.ingest.owner_sql.direct_stray`)
+DIRECT_INSERT = f"""{direct_stray(ROLLUP_TABLE)}, ins AS (
   SELECT {", ".join(f"{COMPUTED[n]} AS {n}" if n in COMPUTED else n for n, _ in INSERTED)}
-  FROM {ROLLUP_TABLE}
+  FROM {ROLLUP_TABLE} WHERE event_id NOT IN (SELECT event_id FROM stray)
 )"""
 
 #: the batch statement of the direct path: :data:`DIRECT_INSERT` then the roll-ups; same

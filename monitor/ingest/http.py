@@ -6,7 +6,9 @@ records (:func:`monitor.contract.limits.parse_json`), and each event passes the 
 :func:`monitor.contract.events.validate_event`, so an event gets the same verdict both ways.
 
 Status codes (every answer is a JSON object):
-- 401 missing or wrong bearer token (``token_ok``; the scheme is case-insensitive);
+- 401 missing or wrong bearer token (the shared ``MONITOR_INGEST_TOKEN``, ``token_ok``, or an
+  API key with the ``write`` scope, :mod:`monitor.auth`; the scheme is case-insensitive), 403
+  a key without it; a key's events of other agents are rejected (``out_of_scope``);
 - 413 body above ``max_body_bytes`` or more than ``max_events`` events;
 - 400 body that is neither a JSON array, an object nor NDJSON (nothing is accepted);
 - 202 every event accepted; 207 some accepted, some rejected; 422 every event rejected;
@@ -24,23 +26,34 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.contract.events import MAX_EVENT_BYTES, AgentEvent, decode_event, validate_event
 from monitor.contract.limits import check_json_depth, may_hold_nul, parse_json
+from monitor.contract.origin import is_reserved, reserved_id
 from monitor.core.errors import InvalidEvent
 
 
 @dataclass
 class Verdicts:
-    """The parsed request: accepted events and per-index results, in request order."""
+    """The parsed request: accepted events and per-index results, in request order.
+    ``allows`` (the caller's credential) refuses events of other agents (``out_of_scope``)."""
 
     accepted: list[AgentEvent] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
+    allows: Callable[[str], bool] | None = None
 
     def accept(self, index: int, event: AgentEvent) -> None:
+        if is_reserved(event.event_id):  # only the gate writes its decision ids
+            self.reject(index, reserved_id(event.event_id))
+            return
+        if self.allows is not None and not self.allows(event.agent.id):
+            detail = f"agent {event.agent.id!r} is outside the scope of this request's key"
+            self.reject(index, InvalidEvent("out_of_scope", "agent.id", detail))
+            return
         self.accepted.append(event)
         self.results.append({"index": index, "status": "accepted", "event_id": event.event_id})
 
@@ -78,10 +91,13 @@ def parse_events(
     max_events: int,
     now: datetime | None = None,
     max_future_skew: timedelta | None = None,
+    allows: Callable[[str], bool] | None = None,
 ) -> Verdicts:
     """Validate every event of a JSON array, single JSON object or NDJSON ``body``.
 
-    ``now`` and ``max_future_skew`` reject events too far ahead (``future_timestamp``).
+    ``now`` and ``max_future_skew`` reject events too far ahead (``future_timestamp``);
+    ``allows`` (of the caller's key) rejects events of other agents (``out_of_scope``); an
+    event claiming a gate decision id is rejected (``reserved_id``).
 
     Raises:
         RequestTooLarge: ``body`` longer than ``max_body_bytes`` or more than ``max_events``.
@@ -92,7 +108,7 @@ def parse_events(
     text = body.lstrip()
     if not text:
         raise BadBody("empty body: send a JSON array, an object or NDJSON, one event per line")
-    verdicts = Verdicts()
+    verdicts = Verdicts(allows=allows)
     limits: dict[str, Any] = {"now": now, "max_future_skew": max_future_skew}
     parsed = {**limits, "check_chars": may_hold_nul(text)}  # for values parsed from ``text``
     if text.startswith(b"{"):

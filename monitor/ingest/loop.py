@@ -176,7 +176,9 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
         self.metrics.events_in.inc(sum(len(recs) for recs in batch.values()))
         skew = self.config.max_future_skew_s
         max_skew = None if skew is None else timedelta(seconds=skew)
-        return await Decoded.of(batch, self.clock.now(), max_skew, self.clock.monotonic)
+        return await Decoded.of(
+            batch, self.clock.now(), max_skew, self.clock.monotonic, self.config.origin_key
+        )
 
     @staticmethod
     async def _until_set(event: asyncio.Event, task: asyncio.Task[bool], ms: int = 0) -> None:
@@ -243,6 +245,8 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
                 self.metrics.events_invalid.labels(d.reason).inc()
             for b in decoded.bad:
                 self.metrics.undecodable_batches.labels(b.codec).inc()
+            if result.mismatched:  # dead-lettered by the write (monitor.ingest.owner_sql)
+                self.metrics.events_invalid.labels("agent_mismatch").inc(result.mismatched)
             self.metrics.batches.inc()
             self.metrics.batch_latency.observe(decoded.seconds + self.clock.monotonic() - started)
             return True

@@ -40,6 +40,7 @@ from __future__ import annotations
 from monitor.ingest import conversation_minutes_sql
 from monitor.ingest.decision_sql import DEC, DECISION_COLS, DECISION_VALUES, SAME_SEGMENT
 from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
+from monitor.ingest.owner_sql import MISMATCH, STAGED_STRAY
 from monitor.ingest.rows import EVENT_COLUMNS
 from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
 from monitor.store.tables_rollups import DELAY_BASE_S, DELAY_LAST_BUCKET, DELAY_PER_DOUBLING
@@ -239,7 +240,8 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
 
 
 #: the CTEs that insert the staged batch (``pick``: one row per event id; ``ids``: the ids
-#: claimed in ``event_ids``, i.e. not stored yet; ``ins``: those events, stored)
+#: claimed in ``event_ids``, i.e. not stored yet; ``stray``: those of them an agent may not
+#: write, :mod:`monitor.ingest.owner_sql`; ``ins``: the rest, stored)
 STAGED_INSERT = f"""pick AS MATERIALIZED (
   SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
   ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
@@ -248,9 +250,10 @@ STAGED_INSERT = f"""pick AS MATERIALIZED (
   SELECT event_id, ts, conversation_id FROM pick
   ON CONFLICT (event_id) DO NOTHING
   RETURNING event_id
-), ins AS (
+), {STAGED_STRAY}, ins AS (
   INSERT INTO events ({_COLS})
   SELECT {_COLS} FROM pick WHERE event_id IN (SELECT event_id FROM ids)
+    AND event_id NOT IN (SELECT event_id FROM stray)
   RETURNING {", ".join(e if e == n else f"{e} AS {n}" for n, e in INSERTED)}
 )"""
 
@@ -259,8 +262,11 @@ def batch_statement(
     rollups: tuple[tuple[str, str], ...] = ROLLUPS, inserted: str = STAGED_INSERT
 ) -> str:
     """The batch statement: ``inserted``, CTEs ending in ``ins`` (the events this batch
-    stored, with the :data:`INSERTED` columns; :data:`STAGED_INSERT` by default), followed by
-    ``rollups``; its one row is ``inserted`` (new events), ``conversations`` (conversation
+    stored, with the :data:`INSERTED` columns; :data:`STAGED_INSERT` by default) and defining
+    ``refused`` (:mod:`monitor.ingest.owner_sql`), their dead letters, then ``rollups``.
+    Parameters: the decisions and digest (:mod:`monitor.ingest.decision_sql`, ``$1``-``$9``)
+    and ``$10`` the source of the dead letters. Its one row is ``inserted`` (new events),
+    ``mismatched`` (events refused as another agent's truth), ``conversations`` (conversation
     rows inserted or updated, from the ``up`` entry), ``decided`` (new rows that took their
     sampling decision from the parameters, :data:`monitor.ingest.decision_sql.DECISION_PARAMS`)
     and ``undecided`` (rows of the batch still without one)."""
@@ -268,8 +274,9 @@ def batch_statement(
     return f"""
 WITH dec AS (
   {DEC}
-), {inserted}{ctes}
-SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM up) AS conversations,
+), {inserted}, {MISMATCH}{ctes}
+SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM mismatch) AS mismatched,
+  (SELECT count(*) FROM up) AS conversations,
   (SELECT count(*) FROM up WHERE fresh AND sample_weight IS NOT NULL) AS decided,
   (SELECT count(*) FROM up WHERE sample_weight IS NULL) AS undecided
 """

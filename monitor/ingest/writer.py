@@ -16,6 +16,9 @@ The caller commits Kafka offsets only after ``write`` returned.
 A duplicate ``event_id`` with a different body (a conflicting duplicate) is not stored: the
 first body stays, and the later one becomes a dead letter with reason
 ``conflicting_duplicate`` (its canonical JSON as ``raw``), counted in ``WriteResult.conflicting``.
+An outcome or feedback event whose agent is not its conversation's is not stored either: a dead
+letter with reason ``agent_mismatch`` (:mod:`monitor.ingest.owner_sql`), counted in
+``WriteResult.mismatched``.
 Dead-letter text (source, reason, field, detail) is made storable first (NUL and lone
 surrogates escaped, detail cut to 4000 characters), so writing a dead letter cannot fail on
 its content.
@@ -83,6 +86,7 @@ class WriteResult:
     relabelled: int = 0  # items whose label changed
     conflicting: int = 0  # duplicates with a different body, dead-lettered (first one stays)
     staged: int = 0  # 1 when the rows went through the staging table (not the direct path)
+    mismatched: int = 0  # outcome/feedback events of another agent's conversation, dead-lettered
 
 
 MAX_KNOWN_DAYS = 4096  # days the writer remembers as having a partition (then it forgets all)
@@ -135,7 +139,7 @@ class EventWriter:
         done, else why it stopped."""
         await self.start()
         assert self._pool is not None
-        no_rows = (*provisional([], self._policy), self._digest)
+        no_rows = (*provisional([], self._policy), self._digest, "")
         statements = [(ENSURE_DAYS, ([],)), (LOCK_CONVERSATIONS, ([],)),
                       (DIRECT_BATCH, no_rows), (SYNC_ITEMS_DIRECT, ([], []))]  # fmt: skip
         return await warm(self._pool, self._pool_size, statements, timeout_s)
@@ -190,6 +194,7 @@ class EventWriter:
         (raises ``_Claimed`` when an id was stored already: the caller rolls back and stages),
         else the staging path."""
         inserted = conversations = decided = new_items = relabelled = conflicting = 0
+        mismatched = 0
         if rows:  # the day partitions of the rows first (created when missing)
             await conn.fetchval(ENSURE_DAYS, days)
             events = [r[:_N] for r in rows]
@@ -212,21 +217,21 @@ class EventWriter:
                 DIRECT_BATCH if direct else WRITE_BATCH,
                 *provisional(rows, self._policy),
                 self._digest,
+                printable(source),
             )
             assert record is not None
             inserted, conversations = int(record["inserted"]), int(record["conversations"])
+            mismatched = int(record["mismatched"])
             decided = int(record["decided"])
             # rows of this batch left undecided (a guess that missed, a row stored before
             # decisions existed): decided from the stored row; none in the common case
             if record["undecided"]:
                 decided += await self._decide(conn, cids)
             relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
-            synced = await conn.fetchrow(
-                SYNC_ITEMS_DIRECT if direct else SYNC_ITEMS, cids, relabel
-            )
+            synced = await conn.fetchrow(SYNC_ITEMS_DIRECT if direct else SYNC_ITEMS, cids, relabel)
             assert synced is not None
             new_items, relabelled = int(synced["new_items"]), int(synced["relabelled"])
-            if len(rows) > inserted:  # some event_ids were already there: same body?
+            if len(rows) > inserted + mismatched:  # ids stored already: same body?
                 conflicting = len(await conn.fetch(INSERT_CONFLICTS, printable(source)))
         elif copied is not None:
             copied()
@@ -234,7 +239,7 @@ class EventWriter:
             await conn.executemany(INSERT_DEAD_LETTER, [storable_dead_letter(d) for d in dead])
         return WriteResult(
             inserted,
-            len(rows) - inserted - conflicting,
+            len(rows) - inserted - conflicting - mismatched,
             conversations,
             len(dead),
             decided,
@@ -242,6 +247,7 @@ class EventWriter:
             relabelled,
             conflicting,
             int(bool(rows) and not direct),
+            mismatched,
         )
 
     @staticmethod

@@ -4,7 +4,9 @@ Answers per the OTLP/HTTP specification, in the request's encoding (protobuf or 
 - 200 ``ExportTraceServiceResponse``; ``partial_success`` carries ``rejected_spans`` and the
   first reasons when some spans were malformed or mapped to invalid events (the others are
   published). Spans carrying nothing the monitor uses are dropped and counted, not rejected;
-- 401 missing or wrong bearer token (``MONITOR_INGEST_TOKEN``, as ``/v1/events``; unset: off);
+- 401 missing or wrong bearer token (``MONITOR_INGEST_TOKEN`` or an API key with the ``write``
+  scope, as ``/v1/events``); 403 a key without it. A key's events of other agents are
+  rejected in ``partial_success`` (``out_of_scope``);
 - 413 declared or actual body (after gzip) above ``http_max_body_bytes``, or more spans than
   ``http_max_events``; 415 other media type or content encoding; 400 undecodable body;
 - 503 (retryable, ``Retry-After``) when the event bus refuses the events.
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from monitor.auth.authorizer import Denied, Grant
 from monitor.contract.events import AgentEvent
 from monitor.core.errors import MonitorError
 from monitor.ingest.http import token_ok
@@ -39,6 +42,7 @@ INVALID_ARGUMENT = 3
 RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
 UNAUTHENTICATED = 16
+PERMISSION_DENIED = 7
 
 
 @dataclass(frozen=True)
@@ -73,13 +77,20 @@ async def receive_traces(
     publish: Callable[[list[AgentEvent]], Awaitable[None]],
     limits: TraceLimits,
     config: MappingConfig,
+    grant: Grant | Denied | None = None,
 ) -> Answer:
-    """Handle one export request (see the module docstring for the answers)."""
+    """Handle one export request (see the module docstring for the answers). ``grant``: the
+    authorizer's answer for the credential (:mod:`monitor.auth`; None: ``limits.token``
+    decides); a key's events of other agents are rejected (``out_of_scope``), counted as
+    rejected spans."""
     try:
         kind = media_type(content_type)
     except UnsupportedMediaType as exc:
         return _error(JSON, 415, INVALID_ARGUMENT, str(exc))
-    if not token_ok(authorization, limits.token):
+    if isinstance(grant, Denied):
+        code = UNAUTHENTICATED if grant.status == 401 else PERMISSION_DENIED
+        return _error(kind, grant.status, code, grant.message)
+    if grant is None and not token_ok(authorization, limits.token):
         return _error(kind, 401, UNAUTHENTICATED, "missing or wrong bearer token")
     declared = content_length or "0"
     if declared.isdigit() and int(declared) > limits.max_body_bytes:
@@ -99,6 +110,13 @@ async def receive_traces(
         message = f"{len(spans)} spans, limit is {limits.max_spans}"
         return _error(kind, 413, RESOURCE_EXHAUSTED, message)
     mapped = map_spans(spans, config)
+    if grant is not None:
+        allowed = [e for e in mapped.events if grant.allows(e.agent.id)]
+        for event in mapped.events:
+            if not grant.allows(event.agent.id):
+                who = event.agent.id[:140]
+                mapped.reject(f"out_of_scope: agent {who!r} is outside the scope of this key")
+        mapped.events = allowed
     if mapped.events:
         try:
             await publish(mapped.events)

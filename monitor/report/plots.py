@@ -2,13 +2,17 @@
 
 Inputs are the values :mod:`monitor.analytics.reports` returns; nothing here reads a database.
 Every figure has a title, labelled axes and a legend; an empty input gives a figure that says
-"no data" rather than an error.
+"no data" rather than an error. Every label is plain text: matplotlib's math syntax
+(``$...$``) is not parsed, so an agent id, domain or version is drawn as written.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+from collections.abc import Callable
 from datetime import datetime
+from typing import ParamSpec
 
 import matplotlib
 
@@ -24,7 +28,19 @@ from monitor.analytics.reports import ALL, EscalationSummary
 from monitor.analytics.thresholds import Recommendation, ThresholdTable
 
 DPI = 100
+P = ParamSpec("P")
 COMPACT = (4.8, 4.0)  # one agent's chart, shown next to the others (report_html's grid)
+
+
+def _plain_text(plot: Callable[P, bytes]) -> Callable[P, bytes]:
+    """``plot`` with math parsing off for every text it creates (titles, legends, labels)."""
+
+    @functools.wraps(plot)
+    def run(*args: P.args, **kwargs: P.kwargs) -> bytes:
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return plot(*args, **kwargs)
+
+    return run
 
 
 def _figure(compact: bool, wide: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -58,6 +74,7 @@ def _label(agent: str) -> str:
     return "all agents" if agent == ALL else agent
 
 
+@_plain_text
 def reliability_diagram(reports: dict[str, CalibrationReport]) -> bytes:
     """One panel per agent (and all agents): accuracy per confidence bin as bars against the
     diagonal, with each bin's share of the weight as grey bars on a second axis."""
@@ -74,24 +91,46 @@ def reliability_diagram(reports: dict[str, CalibrationReport]) -> bytes:
         centers = [(b.lo + b.hi) / 2 for b in used]
         width = (r.bins[0].hi - r.bins[0].lo) * 0.85 if r.bins else 0.085
         share = ax.twinx()
-        share.bar(centers, [b.weight / total for b in used], width=width, color="#bbbbbb",
-                  alpha=0.45, label="weight share (right axis)", zorder=1)
+        share.bar(
+            centers,
+            [b.weight / total for b in used],
+            width=width,
+            color="#bbbbbb",
+            alpha=0.45,
+            label="weight share (right axis)",
+            zorder=1,
+        )
         share.set_ylim(0, 1)
         share.set_ylabel("share of weight", color="#777777")
         ax.set_zorder(share.get_zorder() + 1)
         ax.patch.set_visible(False)
-        ax.bar(centers, [b.accuracy for b in used], width=width * 0.6, color="#1f77b4",
-               label="accuracy", zorder=3)
-        ax.plot([0, 1], [0, 1], "--", color="#d62728", lw=1.5, label="perfect calibration",
-                zorder=4)
-        ax.plot(centers, [b.mean_confidence for b in used], "o", color="#ff7f0e", ms=4,
-                label="mean confidence", zorder=5)
+        ax.bar(
+            centers,
+            [b.accuracy for b in used],
+            width=width * 0.6,
+            color="#1f77b4",
+            label="accuracy",
+            zorder=3,
+        )
+        ax.plot(
+            [0, 1], [0, 1], "--", color="#d62728", lw=1.5, label="perfect calibration", zorder=4
+        )
+        ax.plot(
+            centers,
+            [b.mean_confidence for b in used],
+            "o",
+            color="#ff7f0e",
+            ms=4,
+            label="mean confidence",
+            zorder=5,
+        )
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("stated confidence")
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{_label(agent)}\nECE {r.ece:.3f}, Brier {r.brier:.3f}, n={r.count}",
-                     fontsize=10)
+        ax.set_title(
+            f"{_label(agent)}\nECE {r.ece:.3f}, Brier {r.brier:.3f}, n={r.count}", fontsize=10
+        )
         ax.grid(alpha=0.3)
         handles = ax.get_legend_handles_labels()
         extra = share.get_legend_handles_labels()
@@ -110,6 +149,7 @@ def _time_axis(ax: Axes) -> None:
         label.set_horizontalalignment("right")
 
 
+@_plain_text
 def ece_over_time(series: dict[str, list[tuple[datetime, float]]], compact: bool = False) -> bytes:
     """ECE per agent per time bucket (UTC); ``compact``: a small figure for one agent."""
     title = "ECE over time" if compact else "ECE over time per agent"
@@ -129,6 +169,7 @@ def ece_over_time(series: dict[str, list[tuple[datetime, float]]], compact: bool
     return _png(fig)
 
 
+@_plain_text
 def escalation_by_bin(summaries: dict[str, EscalationSummary], compact: bool = False) -> bytes:
     """Weighted escalation rate per minimum-confidence bin, one line per agent."""
     title = "Escalation rate by minimum-confidence bin (should fall as confidence rises)"
@@ -151,6 +192,7 @@ def escalation_by_bin(summaries: dict[str, EscalationSummary], compact: bool = F
     return _png(fig)
 
 
+@_plain_text
 def threshold_curve(
     tables: dict[str, tuple[ThresholdTable, Recommendation]], compact: bool = False
 ) -> bytes:
@@ -169,11 +211,24 @@ def threshold_curve(
         for r, x, y in zip(rows, xs, ys, strict=True):
             if round(r.threshold * 10) % 2 == 0 and (x, y) != last:
                 last = (x, y)
-                ax.annotate(f"{r.threshold:.1f}", (x, y), textcoords="offset points",
-                            xytext=(3, 3), fontsize=6, color=line.get_color())
+                ax.annotate(
+                    f"{r.threshold:.1f}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                    fontsize=6,
+                    color=line.get_color(),
+                )
         if rec.row is not None and rec.row.residual_failure_rate is not None:
-            ax.plot([rec.row.escalation_rate], [rec.row.residual_failure_rate], "o", ms=11,
-                    mfc="none", mec=line.get_color(), color=line.get_color())
+            ax.plot(
+                [rec.row.escalation_rate],
+                [rec.row.residual_failure_rate],
+                "o",
+                ms=11,
+                mfc="none",
+                mec=line.get_color(),
+                color=line.get_color(),
+            )
     ax.plot([], [], "o", ms=11, mfc="none", mec="black", label="recommended threshold")
     ax.set_title(title)
     ax.set_xlabel("escalation rate (share of conversations escalated)")

@@ -29,6 +29,10 @@ from pydantic_core import to_json
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.analytics.write import current_maps
+from monitor.auth import repo as key_repo
+from monitor.auth.authorizer import Denied
+from monitor.auth.cache import KeyCache
+from monitor.auth.keys import Scope
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
@@ -42,7 +46,6 @@ from monitor.ingest.http import (
     parse_events,
     response_body,
     status_for,
-    token_ok,
 )
 from monitor.otel import mapping_config, trace_limits
 from monitor.otel.decode import BodyTooLarge
@@ -109,6 +112,25 @@ def create_app(settings: Settings) -> faust.App:
     if settings.judge_enabled:
         app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))
 
+    async def load_keys() -> Any:
+        async with ingest.reads.connect() as conn:
+            return await key_repo.load_keys(conn)
+
+    tokens: dict[Scope, str | None] = {
+        "write": settings.ingest_token,
+        "gate": settings.gate_token,
+        "read": settings.api_token,
+    }
+    keys = KeyCache(
+        load_keys, tokens, clock.now, time.monotonic, miss_interval_s=settings.keys_miss_refresh_s
+    )
+
+    async def refresh_keys() -> None:  # at start, then every keys_refresh_s (monitor.auth.cache)
+        await keys.refresh()
+
+    cast(Any, app).task(refresh_keys)
+    cast(Any, app).timer(settings.keys_refresh_s)(refresh_keys)
+
     @app.page("/health")
     class Health(View):
         async def get(self, request: Request) -> Response:
@@ -126,8 +148,10 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/v1/events")
     class Events(View):
         async def post(self, request: Request) -> Response:
-            if not token_ok(request.headers.get("Authorization"), settings.ingest_token):
-                return self.json({"error": "missing or wrong bearer token"}, status=401)
+            grant = await keys.check(request.headers.get("Authorization"), "write")
+            if isinstance(grant, Denied):
+                refused = {"error": grant.message, "reason": grant.reason}
+                return self.json(refused, status=grant.status)
             limit = settings.http_max_body_bytes
             declared = request.headers.get("Content-Length") or "0"
             if declared.isdigit() and int(declared) > limit:
@@ -142,6 +166,7 @@ def create_app(settings: Settings) -> faust.App:
                     max_events=settings.http_max_events,
                     now=clock.now(),
                     max_future_skew=timedelta(seconds=settings.max_future_skew_s),
+                    allows=grant.allows,
                 )
             except RequestTooLarge as exc:
                 return self.json({"error": str(exc)}, status=413)
@@ -200,6 +225,7 @@ def create_app(settings: Settings) -> faust.App:
         async def post(self, request: Request) -> Response:
             started = time.perf_counter()
             gate.asked(started)
+            grant = await keys.check(request.headers.get("Authorization"), "gate")
             limit = settings.gate_max_body_bytes
             declared = request.headers.get("Content-Length") or "0"
             too_big = declared.isdigit() and int(declared) > limit
@@ -210,7 +236,7 @@ def create_app(settings: Settings) -> faust.App:
                 peer=getattr(request, "remote", None), limits=gate_limits, policy=gate.policy,
                 maps=gate.maps, checks=gate.checks, now=clock.now(), timer=time.perf_counter,
                 started=started, new_id=lambda: uuid.uuid4().hex, status=gate_status(),
-                history_cache=history_cache, cuts=gate.cuts,
+                history_cache=history_cache, cuts=gate.cuts, grant=grant,
             )  # fmt: skip
             if reply.pending is not None:  # a rule with the inline LLM check: awaited
                 reply = await finish_gate(reply, gate.llm_judge, time.perf_counter)
@@ -238,10 +264,11 @@ def create_app(settings: Settings) -> faust.App:
                 return body
 
             h = request.headers
+            grant = await keys.check(h.get("Authorization"), "write")
             answer = await receive_traces(
                 authorization=h.get("Authorization"), content_type=h.get("Content-Type"),
                 content_encoding=h.get("Content-Encoding"), content_length=h.get("Content-Length"),
-                read=read, publish=publish, limits=otel_limits, config=otel_config,
+                read=read, publish=publish, limits=otel_limits, config=otel_config, grant=grant,
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)
@@ -251,10 +278,10 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/v1/calibration/{agent_id}")
     class Calibration(View):
         async def get(self, request: Request, agent_id: str) -> Response:
-            if settings.api_token and not token_ok(
-                request.headers.get("Authorization"), settings.api_token
-            ):
-                return self.json({"error": "missing or wrong bearer token"}, status=401)
+            grant = await keys.check(request.headers.get("Authorization"), "read", [agent_id])
+            if isinstance(grant, Denied):
+                refused = {"error": grant.message, "reason": grant.reason}
+                return self.json(refused, status=grant.status)
             try:
                 maps = await current_maps(ingest.reads, agent_id)
             except (OSError, SQLAlchemyError) as exc:

@@ -28,6 +28,7 @@ from monitor.alerts.evaluate import run as run_evaluation
 from monitor.alerts.notifier import notifier_from_settings
 from monitor.alerts.sinks.registry import configured_sinks
 from monitor.analytics.periodic import Every, drift_once
+from monitor.auth.origin_key import origin_key
 from monitor.config import Settings, load_alert_rules, load_sampling_policy
 from monitor.core.clock import SystemClock
 from monitor.gate.buffer import BufferInUse, DiskBuffer
@@ -76,6 +77,7 @@ class IngestService(Service):
                 stall_after_s=settings.health_stall_s,
                 commit_timeout_s=settings.commit_timeout_s,
                 writes_in_flight=settings.writes_in_flight,
+                origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
             ),
             self.writer,
             metrics,
@@ -282,8 +284,10 @@ class GateOutboxService(Service):
         super().__init__(**kwargs)
         self.closing = list(closing)
         assert settings.kafka_bootstrap
-        self.producer = DecisionProducer(settings.kafka_bootstrap, settings.topic_events,
-                                         idempotent=settings.kafka_idempotent)  # fmt: skip
+        self.producer = DecisionProducer(
+            settings.kafka_bootstrap, settings.topic_events, idempotent=settings.kafka_idempotent,
+            origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
+        )  # fmt: skip
         self.buffer = open_gate_buffer(settings)
         self.outbox = DecisionOutbox(self.producer.deliver, self.buffer,
                                      spill_after_s=settings.gate_spill_after_s)  # fmt: skip

@@ -35,6 +35,17 @@ CASES = [
     ({**event_dict("e"), "ts": (NOW + timedelta(minutes=6)).isoformat()},
      ("future_timestamp", "ts")),
     ({**event_dict("e"), "attributes": nest(MAX_JSON_DEPTH)}, ("too_deep", None)),
+    # labels the store indexes: at most MAX_LABEL_CHARS (a btree entry holds ~2.7 KB)
+    (event_dict("e", context={"domain": "d" * 2800}), ("invalid_value", "context.domain")),
+    (event_dict("e", context={"segment": "s" * 257}), ("invalid_value", "context.segment")),
+    (event_dict("e", context={"task_id": "t" * 257}), ("invalid_value", "context.task_id")),
+    (event_dict("e", context={"channel": "c" * 257}), ("invalid_value", "context.channel")),
+    (event_dict("e", context={"intent": "i" * 257}), ("invalid_value", "context.intent")),
+    ({**event_dict("e"), "agent": {"id": "a", "version": "v" * 257}},
+     ("invalid_value", "agent.version")),
+    ({**event_dict("e"), "agent": {"id": "a", "model": "m" * 257}},
+     ("invalid_value", "agent.model")),
+    ({**event_dict("e"), "agent": {"id": "a" * 129}}, ("invalid_value", "agent.id")),
 ]  # fmt: skip
 
 

@@ -105,7 +105,7 @@ async def test_a_decision_made_from_another_segment_is_not_stored(database_url: 
             await conn.execute(CREATE_STAGING)
             await conn.copy_records_to_table(STAGING_TABLE, records=rows,
                                              columns=list(EVENT_COLUMNS))
-            record = await conn.fetchrow(WRITE_BATCH, *params, POLICY.digest())
+            record = await conn.fetchrow(WRITE_BATCH, *params, POLICY.digest(), "t")
     finally:
         await conn.close()
     assert record is not None and record["decided"] == 1

@@ -142,6 +142,7 @@ async def http_worker(broker, topic_name: str, database_url: str, tmp_path: Path
         topic_name,
         tmp_path,
         MONITOR_INGEST_TOKEN="s3cret",
+        MONITOR_API_TOKEN="r3ad",
         MONITOR_HTTP_MAX_BODY_BYTES="65536",
         MONITOR_HTTP_MAX_EVENTS="50",
     ).start()
@@ -221,7 +222,8 @@ async def test_calibration_map_endpoint(http_worker: WorkerProcess, database_url
             await save_map(engine, "agent-x", "retail", result, t0, t0 + timedelta(days=1))
     finally:
         await engine.dispose()
-    async with httpx.AsyncClient(timeout=30) as client:
+    read = {"Authorization": "Bearer r3ad"}  # the read API's shared token (development mode)
+    async with httpx.AsyncClient(timeout=30, headers=read) as client:
         r = await client.get(f"{http_worker.url}/v1/calibration/agent-x")
         assert r.status_code == 200, r.text
         body = r.json()
