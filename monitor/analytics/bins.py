@@ -1,4 +1,4 @@
-"""Fixed equal-width confidence bins and their additive sums (DESIGN.md section 4).
+"""Fixed equal-width confidence bins and their additive sums (docs/design.md, "Metric definitions").
 
 Pure numpy; no I/O.  The store keeps one row per (window, segment, bin) holding the fields of
 :class:`BinSums`; because every field is a plain sum over items, any time range or segment

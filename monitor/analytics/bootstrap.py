@@ -1,4 +1,4 @@
-"""Bootstrap intervals for ECE and Brier (pure numpy, no I/O; DESIGN.md section 4).
+"""Bootstrap intervals for ECE and Brier (pure numpy, no I/O; docs/design.md, "Metric definitions").
 
 Both give two-sided percentile intervals at level ``confidence`` (default 0.95) as a
 :class:`BootstrapResult`; both are deterministic for a given ``seed`` (``numpy.random.Generator``).

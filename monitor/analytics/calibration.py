@@ -1,4 +1,4 @@
-"""Calibration metrics from additive bin sums (DESIGN.md section 4). Pure numpy; no I/O.
+"""Calibration metrics from additive bin sums (docs/design.md). Pure numpy; no I/O.
 
 Definitions, with W_b, Σw·conf, Σw·y and Σw·(conf - y)² the sums of bin ``b`` (see
 :mod:`monitor.analytics.bins`), ``acc_b = Σw·y / W_b`` and ``conf_b = Σw·conf / W_b``:

@@ -1,4 +1,4 @@
-"""Escalation analytics against confidence (pure math, no I/O; DESIGN.md section 4).
+"""Escalation analytics against confidence (pure math, no I/O; docs/design.md).
 
 Input: one :class:`ConversationEscalation` per conversation (its minimum assistant confidence,
 whether it was escalated to a human, its outcome if known, its sampling weight = inverse

@@ -1,4 +1,4 @@
-"""pass^k and pass@k for tasks run in several trials (pure math, no I/O; DESIGN.md section 4).
+"""pass^k and pass@k for tasks run in several trials (pure math, no I/O; docs/design.md).
 
 For a task run n times with c successes:
 

@@ -1,4 +1,4 @@
-"""The escalation reads: conversations as :class:`ConversationEscalation` inputs (issue 13).
+"""The escalation reads: conversations as :class:`ConversationEscalation` inputs.
 
 :func:`escalation_conversations` sums ``escalation_bins`` (:mod:`monitor.store.tables_rollups`)
 for the whole days and whole hours of ``[start, end)`` and reads ``conversations`` row by row

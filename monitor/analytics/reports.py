@@ -80,7 +80,7 @@ async def calibration(
 
 @dataclass(frozen=True)
 class EscalationSummary:
-    """Escalation analytics of one agent (DESIGN.md section 4)."""
+    """Escalation analytics of one agent (docs/design.md, "Metric definitions")."""
 
     conversations: int
     escalated: int

@@ -1,4 +1,4 @@
-"""Escalation-threshold what-if and advisor (pure math, no I/O; DESIGN.md section 4).
+"""Escalation-threshold what-if and advisor (pure math, no I/O; docs/design.md).
 
 :func:`threshold_table` answers "what if every conversation with min confidence < t were
 escalated?" for a grid of thresholds t, on the weighted :class:`ConversationEscalation` input of

@@ -6,7 +6,7 @@ the drift alerts compare with (:mod:`monitor.analytics.drift_policy`), read and 
 ``--reference`` period before the recent window, as the worker's first check does. With
 ``--baseline-from/--baseline-to`` every segment compares with that one pinned window instead.
 
-Tests (DESIGN.md section 4, issue 4): PSI and a binned Kolmogorov-Smirnov test on the
+Tests (docs/design.md, "Metric definitions"): PSI and a binned Kolmogorov-Smirnov test on the
 confidence distribution, a two-proportion z-test on accuracy, and a parametric-bootstrap test
 of the ECE increase. A check fires when a test is significant at ``--alpha`` (PSI: above 0.25)
 and both windows reach ``--min-samples`` items.

@@ -1,4 +1,4 @@
-"""The ``agent-event/v1`` contract (DESIGN.md section 2): models, decoding, encoding, JSON Schema.
+"""The ``agent-event/v1`` contract (docs/design.md): models, decoding, encoding, JSON Schema.
 
 Pure: imports no I/O library. ``decode_event`` is the single gate every input passes through
 (Kafka, HTTP ingest, replay); it either returns a validated ``AgentEvent`` or raises

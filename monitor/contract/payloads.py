@@ -1,4 +1,4 @@
-"""The payloads and parts of an ``agent-event/v1`` event (DESIGN.md section 2): strict, frozen
+"""The payloads and parts of an ``agent-event/v1`` event (docs/design.md): strict, frozen
 pydantic models. :mod:`monitor.contract.events` assembles them into ``AgentEvent`` and is where
 callers import them from. Pure: no I/O library.
 """

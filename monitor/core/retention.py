@@ -1,4 +1,4 @@
-"""How long the store keeps what (issue 13 item 4): the retention settings and their horizons.
+"""How long the store keeps what: the retention settings and their horizons.
 
 :class:`RetentionSettings` declares the ``MONITOR_RETENTION_*`` / partition settings; it is a
 base of :class:`monitor.config.Settings` (which alone reads them from the environment), kept

@@ -1,4 +1,4 @@
-"""The SQL that keeps ``conversation_minutes`` in step with ``conversations`` (issue 13).
+"""The SQL that keeps ``conversation_minutes`` in step with ``conversations``.
 
 ``conversation_minutes`` (:mod:`monitor.store.tables_rollups`) sums every conversation (sampled
 or not) per (minute of ``first_ts``, agent, domain, tier): how many, how many escalated, with

@@ -1,4 +1,4 @@
-"""The SQL that keeps ``item_hours`` and ``design_hours`` in step with the items' labels (issue 13).
+"""The SQL that keeps ``item_hours`` and ``design_hours`` in step with the items' labels.
 
 The design effect of a window is labelled items (weight > 0) per *distinct* conversation with
 such items in it: not additive over hours, so it used to scan ``items``. These two tables make

@@ -1,4 +1,4 @@
-"""The SQL that keeps ``escalation_bins`` in step with ``conversations`` (issue 13).
+"""The SQL that keeps ``escalation_bins`` in step with ``conversations``.
 
 ``escalation_bins`` (:mod:`monitor.store.tables_rollups`) counts the sampled conversations
 (``sample_weight > 0``) per window of their ``first_ts`` and per escalation key (the columns

@@ -1,4 +1,4 @@
-"""The SQL that keeps ``items`` and ``calibration_bins`` in step with the events (issue 4).
+"""The SQL that keeps ``items`` and ``calibration_bins`` in step with the events.
 
 Runs in the ingest transaction, after the batch's events and conversation roll-ups are written
 (:mod:`monitor.ingest.rollup_sql`) and the batch's new conversations have a sampling decision.

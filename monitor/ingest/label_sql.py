@@ -1,4 +1,4 @@
-"""The SQL that keeps ``label_hours`` in step with the items' labels (issue 13).
+"""The SQL that keeps ``label_hours`` in step with the items' labels.
 
 ``label_hours`` counts labelled items (any weight) per (hour of ``ts``, segment,
 ``label_source``), the figures the calibration report gives on where its labels come from

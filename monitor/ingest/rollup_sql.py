@@ -15,7 +15,7 @@ Merge rules (order-independent across batches):
 - escalation: the earliest escalation event gives escalated_at, its turn and trigger;
   first_turn: LEAST (turns to escalation = escalation_turn - first_turn, without reading events);
 - outcome: ranked by source, ``ground_truth`` > ``ticket``/``csat``/``other`` > ``human_review``
-  (DESIGN.md section 4: outcome > human review > judge verdict; judges are not outcomes and
+  (docs/design.md: outcome > human review > judge verdict; judges are not outcomes and
   label items elsewhere); within the same rank the latest ts wins, so a late outcome updates
   the row.
 
@@ -27,7 +27,7 @@ changes of the conversation rows into ``escalation_bins`` (entries ``esc_before`
 :mod:`monitor.ingest.conversation_minutes_sql`: the writer holds the conversations' advisory lock
 before this statement runs, so ``esc_before`` is the image the upsert changes).
 
-Shape (issue 13, for speed): the event insert returns only :data:`INSERTED`, the columns the
+Shape (for speed): the event insert returns only :data:`INSERTED`, the columns the
 roll-ups read, with the few body fields they need extracted once per row (the bodies are not
 carried through the statement); each roll-up is one entry of :data:`ROLLUPS`, a CTE that reads
 ``ins`` (or an earlier entry) and upserts its rows ONCE per batch, already aggregated, in key
@@ -202,7 +202,7 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
   FROM ins GROUP BY conversation_id) AS g
   LEFT JOIN last_conf USING (conversation_id) LEFT JOIN best_outcome USING (conversation_id)
   LEFT JOIN dec USING (conversation_id)"""),
-    # escalation roll-up (issue 13a): the before image of every row the upsert may change
+    # escalation roll-up: the before image of every row the upsert may change
     ("esc_before", f"""SELECT {", ".join(IMAGE_COLUMNS)} FROM conversations
   WHERE conversation_id IN (SELECT conversation_id FROM agg)"""),
     # a new row takes the writer's decision when it was made from the row's own segment; the
@@ -213,7 +213,7 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
   ON CONFLICT (conversation_id) DO UPDATE SET
     {_UPDATES}
   RETURNING {", ".join(f"c.{col}" for col in IMAGE_COLUMNS)}, c.xmax = 0 AS fresh"""),
-    # escalation roll-up (issue 13a): after image +1, before image -1
+    # escalation roll-up: after image +1, before image -1
     ("esc", upsert_deltas("up", "esc_before")),
     # conversations per minute of first_ts (the pipeline panels), from the same images
     ("conv_minutes", conversation_minutes_sql.upsert_deltas("up", "esc_before")),

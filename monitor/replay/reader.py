@@ -2,7 +2,7 @@
 
 Two formats are read:
 
-- ``jsonl``: agent-event/v1 JSON Lines, one event per line (DESIGN.md section 2). Each non-blank
+- ``jsonl``: agent-event/v1 JSON Lines, one event per line (docs/design.md). Each non-blank
   line yields either a validated :class:`AgentEvent` or a :class:`LineError` naming
   ``path:line`` (1-based physical line numbers) and the ``InvalidEvent`` reason, field and
   detail. Blank (whitespace-only) lines are skipped.

@@ -1,4 +1,4 @@
-"""Estimators that undo stratified conversation sampling (issue 3).  Pure: no I/O, no events.
+"""Estimators that undo stratified conversation sampling.  Pure: no I/O, no events.
 
 They take the per-conversation decisions of :mod:`monitor.sampling.policy` (which re-exports this
 module) through the :class:`WeightedDecision` protocol, so they depend on nothing but the

@@ -1,4 +1,4 @@
-"""Stratified, deterministic conversation sampling and the estimators that undo it (issue 3).
+"""Stratified, deterministic conversation sampling and the estimators that undo it.
 
 Pure: imports no I/O library. Configuration, the hash and stratum matching live in
 :mod:`monitor.sampling.rules`, the estimators (``weighted_mean``, ``Estimate``) in

@@ -10,8 +10,8 @@ message with ``tool_calls``, no confidence) and its ``tool_result`` (failing wit
 ``tool_failure_rate``), then an assistant reply with ``confidence`` and
 ``confidence_source="verbalized"``; user follow-ups between steps; maybe an ``escalation``;
 maybe a ``feedback`` (``feedback_rate``); finally an ``outcome`` (source ``ground_truth``) drawn
-with P = ``success_probability(min assistant confidence, conversation start)`` (DESIGN.md
-section 4, conversation-level items), stamped 30-600 s after the last message.
+with P = ``success_probability(min assistant confidence, conversation start)`` (docs/design.md,
+"Metric definitions", conversation-level items), stamped 30-600 s after the last message.
 
 Determinism: conversation ``k`` depends only on (seed, start, k, agents, options): it uses its
 own ``random.Random(f"{seed}:{k}")``. Conversation ``k`` starts at ``start + k * interval``;

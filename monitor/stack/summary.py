@@ -51,7 +51,7 @@ class AgentSummary:
     """One agent's conversations: how many, how many escalated, how many with an outcome and
     how many of those succeeded; ``mean_confidence`` is the mean of ``min_confidence`` over
     the conversations with an outcome and a confidence (``None`` if there are none), the
-    number to hold against ``success_share`` (DESIGN.md section 4, conversation-level items)."""
+    number to hold against ``success_share`` (docs/design.md, conversation-level items)."""
 
     agent_id: str
     conversations: int

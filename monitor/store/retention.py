@@ -1,4 +1,4 @@
-"""The retention job (issue 13 item 4): partitions created ahead, old data removed.
+"""The retention job: partitions created ahead, old data removed.
 
 :func:`run_retention` at ``now``, with the horizons of :func:`monitor.core.retention.horizons`:
 

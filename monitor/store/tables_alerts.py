@@ -1,4 +1,4 @@
-"""Tables of alerting (issue 5), on the shared metadata.
+"""Tables of alerting, on the shared metadata.
 
 ``alert_states``
     The lifecycle state of each alert fingerprint (rule + concrete scope): the

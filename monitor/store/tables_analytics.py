@@ -1,7 +1,7 @@
-"""Tables of the analytics (issue 4), on the same metadata as :mod:`monitor.store.tables`.
+"""Tables of the analytics, on the same metadata as :mod:`monitor.store.tables`.
 
 ``items``
-    One row per assistant message with a confidence (DESIGN.md section 4: an *item*), with the
+    One row per assistant message with a confidence (docs/design.md: an *item*), with the
     sampling weight of its conversation (fixed when the item is written) and its current best
     label (``NULL`` until one exists). Segment columns use sentinels instead of NULL so that they
     can be part of keys: ``''`` for a missing agent version or domain, ``0`` for a missing tier.

@@ -1,4 +1,4 @@
-"""Tables of the judging pipeline (issue 3), on the shared metadata.
+"""Tables of the judging pipeline, on the shared metadata.
 
 ``verdicts``
     One row per (conversation, item, judge, judge version): what the judge said about one

@@ -1,4 +1,4 @@
-"""Read roll-ups kept at ingest (issue 13) so that no dashboard or CLI read scans ``events``.
+"""Read roll-ups kept at ingest so that no dashboard or CLI read scans ``events``.
 
 All of them are maintained by the batch statement of :mod:`monitor.ingest.rollup_sql`, from the
 rows it actually inserted (a replayed event changes nothing), in the same transaction:
