@@ -81,10 +81,3 @@ async def refresh_judge_quality(
                 relabelled = int(row["relabelled"]) if row is not None else 0
                 changes.append(FloorChange(q.judge, q.judge_version, q.below_floor, relabelled))
     return quality, changes
-
-
-async def muted_judges(pool: asyncpg.Pool) -> set[tuple[str, str]]:
-    """``(judge, judge_version)`` of the judges that currently label no items."""
-    async with pool.acquire() as conn:
-        rows = await conn.fetch("SELECT judge, judge_version FROM judge_quality WHERE muted")
-    return {(r["judge"], r["judge_version"]) for r in rows}
