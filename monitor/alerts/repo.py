@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from monitor.alerts.grouping import Group
-from monitor.alerts.lifecycle import acknowledge, unacknowledge
+from monitor.alerts.lifecycle import acknowledge
 from monitor.alerts.silences import Ack, Matcher, Silence
 from monitor.alerts.states import AlertState, Notification, Status
 from monitor.store.tables_alerts import (
@@ -150,18 +150,6 @@ async def ack(conn: AsyncConnection, given: Ack, severity: str = "") -> AlertSta
             )
             return new
     raise RuntimeError(f"alert {given.fingerprint} keeps changing; try again")
-
-
-async def unack(conn: AsyncConnection, fingerprint: str) -> AlertState:
-    """Remove the ack of ``fingerprint`` (repeats resume). Raises LookupError when unknown."""
-    for _ in range(5):
-        current = (await load_states(conn, [fingerprint])).get(fingerprint)
-        if current is None:
-            raise LookupError(f"no alert with fingerprint {fingerprint!r}")
-        new = unacknowledge(current)
-        if new is current or await save_state(conn, new, current.version):
-            return new
-    raise RuntimeError(f"alert {fingerprint} keeps changing; try again")
 
 
 # --- silences -------------------------------------------------------------------------------

@@ -149,17 +149,6 @@ async def claim_candidates(
     return requests
 
 
-async def load_conversation(pool: asyncpg.Pool, conversation_id: str) -> list[AgentEvent]:
-    """The stored events of one conversation (empty when none is stored), all of them: the
-    judges read :func:`load_for_judging` instead, which the cap bounds."""
-    async with pool.acquire() as conn:
-        rows = await conn.fetch(
-            "SELECT body FROM events WHERE conversation_id = $1 ORDER BY ts, event_id",
-            conversation_id,
-        )
-    return parse_bodies([r["body"] for r in rows])
-
-
 @dataclass(frozen=True)
 class StoredConversation:
     """What the judges read of one stored conversation: the JSON bodies of the events judged
