@@ -18,7 +18,7 @@ truthfulness test over seeds.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -30,6 +30,7 @@ from monitor.alerts.observations import (
     calibration_observations,
     drift_observations,
     escalation_observation,
+    evidence_sums,
 )
 from monitor.alerts.rule_models import CALIBRATION_METRICS, Metric, Rule, RuleSet
 from monitor.alerts.states import AlertState, Kind
@@ -41,6 +42,8 @@ from monitor.sim.traffic import Simulator
 
 MINUTE = timedelta(minutes=1)
 _FIELDS = 6  # weight, sum_conf, sum_y, sum_sq_err, sum_w2, count
+_Conv = tuple[SegmentTuple, list[tuple[datetime, float]], bool, bool]
+"""A conversation: segment, (time, confidence) of its messages, success, escalated."""
 
 
 @dataclass
@@ -55,24 +58,45 @@ class SimStream:
     """Per-minute bin sums of ``n`` simulated conversations, per segment (agent, domain, tier)."""
 
     def __init__(self, sim: Simulator, n: int, n_bins: int = DEFAULT_BINS) -> None:
-        self.sim, self.start, self.n_bins = sim, sim.start, n_bins
-        self.minutes = int((sim.conversation_start(n) - sim.start) / MINUTE) + 15
-        raw: dict[SegmentTuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        segs: dict[SegmentTuple, list[tuple[int, ConversationEscalation]]] = {}
+        start = sim.start
+        minutes = int((sim.conversation_start(n) - start) / MINUTE) + 15
+        convs: list[_Conv] = []
         for conv in sim.conversations(n):
             ctx, agent = conv[0].context, conv[0].agent
             assert ctx is not None
             seg: SegmentTuple = (agent.id, ctx.domain or "", int(ctx.tier or 0))
+            outcome = next(e for e in conv if e.outcome is not None).outcome
+            assert outcome is not None
+            confs = [(e.ts, e.message.confidence) for e in conv
+                     if e.message is not None and e.message.confidence is not None]
+            escalated = any(e.escalation is not None for e in conv)
+            convs.append((seg, confs, bool(outcome.success), escalated))
+        self._build(start, minutes, convs, n_bins)
+
+    @classmethod
+    def from_items(cls, start: datetime, minutes: int,
+                   items: Mapping[SegmentTuple, Iterable[tuple[datetime, float, int]]],
+                   n_bins: int = DEFAULT_BINS) -> SimStream:
+        """A stream of one-message conversations: per segment ``(time, confidence, correct)``
+        items (for example real answers, :mod:`monitor.sim.answers`), ``minutes`` long."""
+        out = cls.__new__(cls)
+        convs: list[_Conv] = [(seg, [(at, c)], bool(y), False)
+                              for seg, its in items.items() for at, c, y in its]
+        out._build(start, minutes, convs, n_bins)
+        return out
+
+    def _build(self, start: datetime, minutes: int, conversations: Iterable[_Conv],
+               n_bins: int) -> None:
+        self.start, self.n_bins, self.minutes = start, n_bins, minutes
+        raw: dict[SegmentTuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        segs: dict[SegmentTuple, list[tuple[int, ConversationEscalation]]] = {}
+        for seg, confs, success, escalated in conversations:
             arr = raw.get(seg)
             if arr is None:
                 arr = (np.zeros((self.minutes, _FIELDS, n_bins)), np.zeros(self.minutes),
                        np.zeros(self.minutes))
                 raw[seg] = arr
-            outcome = next(e for e in conv if e.outcome is not None).outcome
-            assert outcome is not None
-            y = 1.0 if outcome.success else 0.0
-            confs = [(e.ts, e.message.confidence) for e in conv
-                     if e.message is not None and e.message.confidence is not None]
+            y = 1.0 if success else 0.0
             first = int((confs[0][0] - self.start) / MINUTE)
             for ts, c in confs:
                 m = int((ts - self.start) / MINUTE)
@@ -83,15 +107,15 @@ class SimStream:
                 arr[1][m] += 1
             if first < self.minutes:
                 arr[2][first] += 1
-            escalated = any(e.escalation is not None for e in conv)
             segs.setdefault(seg, []).append((first, ConversationEscalation(
-                min(c for _, c in confs), escalated, bool(outcome.success))))
+                min(c for _, c in confs), escalated, success)))
         self.segs: dict[SegmentTuple, _Seg] = {}
         for seg, (bins, items, convs) in raw.items():
             zero = np.zeros((1, _FIELDS, n_bins))
+            esc = sorted(segs[seg], key=lambda e: e[0])
             self.segs[seg] = _Seg(np.concatenate([zero, np.cumsum(bins, axis=0)]),
                                   np.concatenate([[0.0], np.cumsum(items)]),
-                                  np.concatenate([[0.0], np.cumsum(convs)]), segs[seg])
+                                  np.concatenate([[0.0], np.cumsum(convs)]), esc)
 
     def minute(self, at: datetime) -> int:
         """Index of the minute boundary ``at`` (clipped to the stream)."""
@@ -171,9 +195,11 @@ def _observations(rule: Rule, stream: SimStream, now: datetime,
                   latest: dict[SegmentTuple, DriftRow]) -> list[Observation]:
     lo = now - rule.window
     if rule.metric in CALIBRATION_METRICS:
-        sums = {seg: stream.sums(seg, lo, now) for seg in stream.segs}
-        return calibration_observations(rule, {k: v for k, v in sums.items()
-                                               if v.total_weight > 0}, now)
+        by_window = {}
+        for w in rule.evidence_windows():
+            sums = {seg: stream.sums(seg, now - w, now) for seg in stream.segs}
+            by_window[w] = {k: v for k, v in sums.items() if v.total_weight > 0}
+        return calibration_observations(rule, evidence_sums(rule, by_window), now)
     if rule.metric is Metric.DRIFT:
         rows = [r for r in latest.values() if lo < r.recent_to <= now + MINUTE]
         return drift_observations(rule, rows, now)

@@ -18,6 +18,13 @@ so a 5 % miss rate per evaluation would still page on noise), instead:
 - ``overconfidence_gap``: mean confidence minus the upper Wilson bound of accuracy (one-sided
   ``level``, effective size).
 
+:func:`upper_bound` is the matching bound above, on which a firing rule resolves (hysteresis,
+:mod:`monitor.alerts.lifecycle`): for ``ece`` the ECE minus the ``1 - level`` quantile of the
+calibrated agent's ECE (only the noise chance cannot fail to add is removed, so it stays above
+the threshold while the agent is still clearly miscalibrated); for ``brier`` the upper end of
+the bootstrap interval; for ``overconfidence_gap`` mean confidence minus the lower Wilson bound
+of accuracy.
+
 Effective sizes include the design effect the caller applied to the sums. Undefined (no
 weight): None.
 """
@@ -39,7 +46,8 @@ LEVEL = 0.99
 
 def ece_null_quantile(sums: BinSums, level: float = LEVEL, n_boot: int = 400,
                       seed: int = 0) -> float:
-    """The ``level`` quantile of the ECE of a perfectly calibrated agent with these bins."""
+    """The ``level`` quantile of the ECE of a perfectly calibrated agent with these bins
+    (``level`` in (0, 1))."""
     nz = sums.weight > 0
     w = sums.weight[nz]
     conf = np.clip(sums.sum_conf[nz] / w, 0.0, 1.0)
@@ -69,4 +77,25 @@ def lower_bound(metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 
         return float(lo)
     _, hi = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
     value = cal.mean_confidence(sums) - hi
+    return value if math.isfinite(value) else None
+
+
+def upper_bound(metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400,
+                seed: int = 0) -> float | None:
+    """The one-sided upper bound of ``metric`` (one of :data:`BOUND_METRICS`) at ``level``
+    (module docstring). None when ``sums`` has no weight. Raises ValueError like
+    :func:`lower_bound`."""
+    if metric not in BOUND_METRICS:
+        raise ValueError(f"no upper bound for {metric!r}")
+    if not 0.5 < level < 1.0:
+        raise ValueError("level must be in (0.5, 1)")
+    if not sums.total_weight > 0:
+        return None
+    if metric == "ece":
+        return cal.ece(sums) - ece_null_quantile(sums, 1.0 - level, n_boot, seed)
+    if metric == "brier":
+        _, hi = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
+        return float(hi)
+    lo, _ = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
+    value = cal.mean_confidence(sums) - lo
     return value if math.isfinite(value) else None
