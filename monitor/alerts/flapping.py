@@ -36,5 +36,6 @@ def flap_share(changes: Iterable[datetime], now: datetime, policy: FlapPolicy) -
 def changed_slots(changes: Iterable[datetime], now: datetime, policy: FlapPolicy) -> int:
     """How many of the window's slots hold a change (the unweighted count, for messages)."""
     n = policy.slots
-    return len({int(max(0, (now - at) // policy.slot)) for at in changes
-                if now - at < policy.slot * n})
+    return len(
+        {int(max(0, (now - at) // policy.slot)) for at in changes if now - at < policy.slot * n}
+    )

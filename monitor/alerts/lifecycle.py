@@ -248,7 +248,7 @@ def evaluate(
         if cur.status is Status.PENDING:
             cur = replace(cur, status=Status.INACTIVE, active_since=None)
         elif cur.status is Status.FIRING:
-            back = observation.resolve_value
+            back = observation.resolve_value if rule.resolve_on == "upper_bound" else None
             if rule.recovered(value if back is None else back):
                 clear = cur.clear_since or observation.at
                 if observation.at - clear >= rule.keep_firing_for:
@@ -268,12 +268,7 @@ def evaluate(
         cur = replace(cur, acked_by=None, acked_at=None)
     if flap_started and not muted and cur.fired_at is not None:
         out.append(_notification(rule, cur, Kind.FLAPPING, len(cur.changes), now, None))
-    if (
-        cur.status is Status.FIRING
-        and not muted
-        and cur.acked_by is None
-        and not cur.flapping
-    ):
+    if cur.status is Status.FIRING and not muted and cur.acked_by is None and not cur.flapping:
         kind: Kind | None = None
         if cur.notified == 0 or cur.silenced:
             kind = Kind.FIRING

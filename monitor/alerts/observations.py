@@ -101,16 +101,18 @@ def calibration_observations(
         if rule.scope.matches(scope):
             value = calibration_value(rule.metric, s)
             detail = None
-            upper = None
             if rule.estimate == "lower_bound" and value is not None:
                 point, value = value, _finite(lower_bound(rule.metric.value, s))
-                upper = _finite(upper_bound(rule.metric.value, s))
-                detail = (f"{rule.metric.value} {point:.4g}; 99% bounds "
-                          f"{'n/a' if value is None else f'{value:.4g}'} to "
-                          f"{'n/a' if upper is None else f'{upper:.4g}'} "
-                          f"on {s.total_n_eff():.0f} effective items")
-            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail,
-                                   upper))
+                resolve = _finite(upper_bound(rule.metric.value, s))
+                detail = (
+                    f"{rule.metric.value} {point:.4g}; 99% bounds "
+                    f"{'n/a' if value is None else f'{value:.4g}'} to "
+                    f"{'n/a' if resolve is None else f'{resolve:.4g}'} "
+                    f"on {s.total_n_eff():.0f} effective items"
+                )
+            else:
+                resolve = None
+            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail, resolve))
     return out
 
 

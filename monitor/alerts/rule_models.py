@@ -165,7 +165,9 @@ class Rule(_Model):
     - ``estimate``: ``point`` (default) compares the metric's estimate; ``lower_bound``
       (``ece``, ``brier``, ``overconfidence_gap`` with ``>``/``>=`` only) compares its one-sided
       99 % lower bound (:mod:`monitor.analytics.alert_bounds`), so noise of a small sample
-      cannot breach the rule. Such a rule resolves on the one-sided 99 % upper bound.
+      cannot breach the rule. Such a rule resolves on the one-sided 99 % upper bound
+      (``resolve_on: upper_bound``, the default) or, with ``resolve_on: value``, as soon as the
+      lower bound is no longer above the threshold (no hysteresis).
     - Hysteresis: a firing alert resolves only when it is back with confidence: its resolve
       value (the upper bound for ``lower_bound`` rules, else the value) is on the good side of
       ``threshold - resolve_margin`` (``threshold + resolve_margin`` for ``<``/``<=``) at every
@@ -198,6 +200,7 @@ class Rule(_Model):
     redact_customer_content: Annotated[bool, Field(strict=True)] = True
     repeat_interval: Duration = timedelta(hours=4)
     estimate: Literal["point", "lower_bound"] = "point"
+    resolve_on: Literal["upper_bound", "value"] = "upper_bound"
     resolve_margin: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     keep_firing_for: Duration = timedelta(0)
     evidence: Evidence | None = None
@@ -231,8 +234,8 @@ class Rule(_Model):
             self.metric in _BOUNDED and self.comparison in (Comparison.GT, Comparison.GE)
         ):
             raise FieldProblem(
-                ("estimate",), "lower_bound needs metric ece, brier or overconfidence_gap "
-                "and comparison > or >="
+                ("estimate",),
+                "lower_bound needs metric ece, brier or overconfidence_gap and comparison > or >=",
             )
         if self.evidence is not None:
             if self.metric not in CALIBRATION_METRICS:
@@ -255,8 +258,11 @@ class Rule(_Model):
         if math.isnan(value):
             return False
         upward = self.comparison in (Comparison.GT, Comparison.GE)
-        edge = self.threshold - self.resolve_margin if upward else (
-            self.threshold + self.resolve_margin)
+        edge = (
+            self.threshold - self.resolve_margin
+            if upward
+            else (self.threshold + self.resolve_margin)
+        )
         return not self.comparison.holds(value, edge)
 
     def evidence_windows(self) -> tuple[timedelta, ...]:

@@ -87,14 +87,14 @@ class Mixture:
         return Mixture(tuple(sorted(out.items())))
 
 
-def population_metric(metric: str, pools: dict[str, Pool], mix: Mixture, n_bins: int = 10
-                      ) -> float:
+def population_metric(metric: str, pools: dict[str, Pool], mix: Mixture, n_bins: int = 10) -> float:
     """``metric`` (one of :data:`METRICS`) of the mixture's answer population (10 equal-width
     bins for ECE, as the monitor's)."""
     conf = np.concatenate([pools[k].conf for k, p in mix.weights if p > 0])
     y = np.concatenate([pools[k].y for k, p in mix.weights if p > 0])
-    w = np.concatenate([np.full(len(pools[k].conf), p / len(pools[k].conf))
-                        for k, p in mix.weights if p > 0])
+    w = np.concatenate(
+        [np.full(len(pools[k].conf), p / len(pools[k].conf)) for k, p in mix.weights if p > 0]
+    )
     if metric == "accuracy":
         return float((w * y).sum())
     if metric == "overconfidence_gap":
@@ -112,13 +112,20 @@ def population_metric(metric: str, pools: dict[str, Pool], mix: Mixture, n_bins:
     return total
 
 
-def tune(pools: dict[str, Pool], low: Mixture, high: Mixture, metric: str, target: float,
-         step: float = 0.0025) -> Mixture:
+def tune(
+    pools: dict[str, Pool],
+    low: Mixture,
+    high: Mixture,
+    metric: str,
+    target: float,
+    step: float = 0.0025,
+) -> Mixture:
     """The blend of ``low`` and ``high`` (:meth:`Mixture.blend`) whose ``metric`` is closest to
     ``target`` (grid of ``step`` over the share of ``high``)."""
     grid = [min(1.0, float(p)) for p in np.arange(0.0, 1.0 + step / 2, step)]
-    best = min(grid, key=lambda p: abs(
-        population_metric(metric, pools, low.blend(high, p)) - target))
+    best = min(
+        grid, key=lambda p: abs(population_metric(metric, pools, low.blend(high, p)) - target)
+    )
     return low.blend(high, best)
 
 
@@ -141,8 +148,14 @@ class AnswerAgent:
         return current
 
 
-def answer_items(agent: AnswerAgent, pools: dict[str, Pool], start: datetime, end: datetime,
-                 per_hour: float, seed: int) -> list[tuple[datetime, float, int]]:
+def answer_items(
+    agent: AnswerAgent,
+    pools: dict[str, Pool],
+    start: datetime,
+    end: datetime,
+    per_hour: float,
+    seed: int,
+) -> list[tuple[datetime, float, int]]:
     """``(time, confidence, correct)`` of the agent's answers in ``[start, end)``: ``per_hour``
     a hour on an even grid, each jittered within its slot; deterministic for ``seed``."""
     rng = random.Random(f"{seed}:{agent.id}")
@@ -160,8 +173,9 @@ def answer_items(agent: AnswerAgent, pools: dict[str, Pool], start: datetime, en
     return out
 
 
-def answer_events(agent: AnswerAgent, items: Sequence[tuple[datetime, float, int]],
-                  run: str) -> list[AgentEvent]:
+def answer_events(
+    agent: AnswerAgent, items: Sequence[tuple[datetime, float, int]], run: str
+) -> list[AgentEvent]:
     """agent-event/v1 events of ``items``: per answer a conversation ``{run}-{agent}-{i}`` with
     an assistant message (the stated confidence) and, one second later, its outcome."""
     ctx = Context(domain=agent.domain, tier=agent.tier)
