@@ -9,13 +9,13 @@ now)``. Scopes are ``{"agent", "domain", "tier"}`` with "not given" (``""``/``0`
 Metric definitions (see :mod:`monitor.alerts.rule_models`):
 
 - ``ece``/``mce``/``brier``/``accuracy``/``overconfidence_gap``: from ``calibration_bins``
-  summed over the window (with ``evidence``: the shortest of the rule's evidence windows with
-  enough effective items, :func:`evidence_sums`); ``samples`` = effective sample size
+  summed over the window; ``samples`` = effective sample size
   (W^2 / sum w^2) divided by the design effect (labelled items per conversation: items of a
   conversation share its label).
   A rule with ``estimate: lower_bound`` gets the metric's one-sided 99 % lower bound
-  (:mod:`monitor.analytics.alert_bounds`) as its value and the upper bound as its resolve
-  value.
+  (:mod:`monitor.analytics.alert_bounds`) as its value and the 99 % upper bound as its resolve
+  value, the latter over the rule's evidence window when it has ``evidence`` (the shortest of
+  its windows with enough effective items, :func:`evidence_sums`).
 - ``drift``: 1 when the latest stored drift check of the scope (``recent_to`` in
   ``(now - window, now + 1m]``, the minute rounding of drift windows) fired (and, for a rule
   with ``test``, that test fired), else 0; ``samples`` = the check's recent item count.
@@ -90,28 +90,32 @@ def calibration_value(metric: Metric, sums: BinSums) -> float | None:
 
 
 def calibration_observations(
-    rule: Rule, sums: Mapping[SegmentTuple, BinSums], now: datetime
+    rule: Rule, by_window: Mapping[timedelta, Mapping[SegmentTuple, BinSums]], now: datetime
 ) -> list[Observation]:
-    """One observation per segment in ``sums`` matched by the rule's scope; with
-    ``estimate: lower_bound`` the value is the metric's one-sided 99 % lower bound and the
-    detail gives the point estimate beside it."""
+    """One observation per segment with sums in ``rule.window`` (``by_window[rule.window]``)
+    matched by the rule's scope. With ``estimate: lower_bound`` the value is the metric's
+    one-sided 99 % lower bound over ``rule.window``, the resolve value its 99 % upper bound over
+    the evidence window (:func:`evidence_sums`; ``by_window`` holds every window of
+    ``rule.evidence_windows()``), and the detail gives the point estimate and both bounds."""
+    sums = by_window.get(rule.window, {})
+    wide = evidence_sums(rule, by_window)
     out = []
     for seg, s in sorted(sums.items()):
         scope = segment_scope(seg)
         if rule.scope.matches(scope):
             value = calibration_value(rule.metric, s)
             detail = None
+            resolve = None
             if rule.estimate == "lower_bound" and value is not None:
                 point, value = value, _finite(lower_bound(rule.metric.value, s))
-                resolve = _finite(upper_bound(rule.metric.value, s))
+                e = wide.get(seg, s)
+                resolve = _finite(upper_bound(rule.metric.value, e))
                 detail = (
-                    f"{rule.metric.value} {point:.4g}; 99% bounds "
-                    f"{'n/a' if value is None else f'{value:.4g}'} to "
-                    f"{'n/a' if resolve is None else f'{resolve:.4g}'} "
-                    f"on {s.total_n_eff():.0f} effective items"
+                    f"{rule.metric.value} {point:.4g}; 99% lower bound "
+                    f"{'n/a' if value is None else f'{value:.4g}'} on {s.total_n_eff():.0f} "
+                    f"effective items, upper bound {'n/a' if resolve is None else f'{resolve:.4g}'}"
+                    f" on {e.total_n_eff():.0f}"
                 )
-            else:
-                resolve = None
             out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail, resolve))
     return out
 
@@ -253,7 +257,7 @@ class _Reader:
         m, w = rule.metric, rule.window
         if m in CALIBRATION_METRICS:
             by_window = {ew: await self.calibration_sums(ew) for ew in rule.evidence_windows()}
-            return calibration_observations(rule, evidence_sums(rule, by_window), now)
+            return calibration_observations(rule, by_window, now)
         if m is Metric.DRIFT:
             rows = await self.get(
                 ("drift", w), lambda: repo.latest_drift_checks(eng, lo, now + _DRIFT_SLACK)

@@ -174,10 +174,12 @@ class Rule(_Model):
       evaluation with data for ``keep_firing_for``. A value between the two keeps it firing
       and restarts that period. ``resolve_margin: 0`` and ``keep_firing_for: 0s`` (defaults)
       resolve at the first evaluation that is not breached.
-    - ``evidence`` (calibration metrics only): the window grows from ``window`` by doubling up
-      to ``evidence.max_window`` until the effective sample size reaches
-      ``evidence.n_eff``; the rule waits for that many effective items, not an hour of
-      whatever traffic there was (:func:`Rule.evidence_windows`).
+    - ``evidence`` (calibration metrics with ``estimate: lower_bound`` only): what a firing
+      alert's recovery is judged on. The alert fires on ``window``'s lower bound (a 99 % bound
+      is conservative on few items); it resolves on the upper bound over a window that grows
+      from ``window`` by doubling up to ``evidence.max_window`` until the effective sample size
+      reaches ``evidence.n_eff`` (:meth:`Rule.evidence_windows`): it waits for that many
+      effective items, not an hour of whatever traffic there was.
     - ``flapping``: the share of recent time slots with a state change (firing or resolved)
       above which notifications are held (:class:`FlapPolicy`).
     """
@@ -238,8 +240,10 @@ class Rule(_Model):
                 "lower_bound needs metric ece, brier or overconfidence_gap and comparison > or >=",
             )
         if self.evidence is not None:
-            if self.metric not in CALIBRATION_METRICS:
-                raise FieldProblem(("evidence",), "only allowed for calibration metrics")
+            if self.metric not in CALIBRATION_METRICS or self.estimate != "lower_bound":
+                raise FieldProblem(
+                    ("evidence",), "only allowed for calibration metrics with estimate lower_bound"
+                )
             if self.evidence.max_window < self.window:
                 raise FieldProblem(("evidence", "max_window"), "must be at least the window")
         if self.keep_firing_for < timedelta(0):

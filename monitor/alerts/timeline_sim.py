@@ -30,7 +30,6 @@ from monitor.alerts.observations import (
     calibration_observations,
     drift_observations,
     escalation_observation,
-    evidence_sums,
 )
 from monitor.alerts.rule_models import CALIBRATION_METRICS, Metric, Rule, RuleSet
 from monitor.alerts.states import AlertState, Kind
@@ -225,7 +224,7 @@ def _observations(
         for w in rule.evidence_windows():
             sums = {seg: stream.sums(seg, now - w, now) for seg in stream.segs}
             by_window[w] = {k: v for k, v in sums.items() if v.total_weight > 0}
-        return calibration_observations(rule, evidence_sums(rule, by_window), now)
+        return calibration_observations(rule, by_window, now)
     if rule.metric is Metric.DRIFT:
         rows = [r for r in latest.values() if lo < r.recent_to <= now + MINUTE]
         return drift_observations(rule, rows, now)
