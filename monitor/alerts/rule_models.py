@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from monitor.alerts.durations import Duration
+from monitor.alerts.durations import format_duration as _span
 from monitor.alerts.metrics import (
     _BOUNDED as _BOUNDED,
 )
@@ -268,6 +269,31 @@ class Rule(_Model):
             else (self.threshold + self.resolve_margin)
         )
         return not self.comparison.holds(value, edge)
+
+    def resolution(self) -> str:
+        """What a firing alert of this rule waits for before it resolves, for reading, e.g.
+        ``upper bound <= 0.05 for 30m on >= 600 effective items (1h-6h)``."""
+        upward = self.comparison in (Comparison.GT, Comparison.GE)
+        edge = (
+            self.threshold - self.resolve_margin
+            if upward
+            else (self.threshold + self.resolve_margin)
+        )
+        side = (
+            ("<=" if self.comparison is Comparison.GT else "<")
+            if upward
+            else (">=" if self.comparison is Comparison.LT else ">")
+        )
+        bound = self.estimate == "lower_bound" and self.resolve_on == "upper_bound"
+        text = f"{'upper bound' if bound else 'value'} {side} {edge:g}"
+        if self.keep_firing_for > timedelta(0):
+            text += f" for {_span(self.keep_firing_for)}"
+        if bound and self.evidence is not None:
+            text += (
+                f" on >= {self.evidence.n_eff:g} effective items"
+                f" ({_span(self.window)}-{_span(self.evidence.max_window)})"
+            )
+        return text
 
     def evidence_windows(self) -> tuple[timedelta, ...]:
         """The windows tried, shortest first: ``window``, doubled while below
