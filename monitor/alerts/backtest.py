@@ -241,9 +241,10 @@ async def backtest(
             steps.append(Step(at, tuple(report.notifications), frozenset(report.firing)))
             at += step
         async with eng.connect() as conn:
-            rows = await conn.execute(text("SELECT fingerprint, rule, scope FROM alert_states"))
+            sql = text("SELECT fingerprint, rule, scope FROM alert_states")
+            found: list[Any] = list((await conn.execute(sql)).all())
             identities = {
                 str(fp): (str(r), {str(k): str(v) for k, v in (sc or {}).items()})
-                for fp, r, sc in rows.all()
+                for fp, r, sc in found
             }
     return steps, identities
