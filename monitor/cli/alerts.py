@@ -101,7 +101,7 @@ def alerts_table(rows: list[dict[str, Any]]) -> Table:
             r["fingerprint"], r["rule"], r["status"], r["severity"] or "-", scope, vs,
             f"{r['samples']:g}", since, r["silence_id"] or ("yes" if r["silenced"] else "no"),
             r["acked_by"] or "-",
-            f"yes ({r['flap_share']:.2f}): held" if r["flapping"] else "no",
+            f"yes ({r.get('flap_share', 0):.2f}): held" if r.get("flapping") else "no",
         )  # fmt: skip
     return t
 
