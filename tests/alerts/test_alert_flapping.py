@@ -4,6 +4,7 @@ through the shipped observation builders and lifecycle, paged once instead of fl
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,16 @@ def test_a_real_answer_agent_at_the_threshold_is_paged_once_not_every_hour() -> 
     old = pages(_without_hysteresis(default_rules()))
     assert old.count("firing") >= 10, old  # it flapped: fired, resolved, fired again
     assert pages(default_rules()) == ["firing"]  # one page, and it stays firing
+
+
+def test_the_flapping_notification_renders_in_slack_as_flapping() -> None:
+    from monitor.alerts.sinks.slack_blocks import fallback_text, render_message
+
+    run = Run(rule(estimate="point", flapping={"window": "1h", "slot": "10m", "start": 0.3}))
+    for k in range(4):
+        run.feed(20 * k, 0.08)
+        run.feed(20 * k + 10, 0.01)
+    [flap] = [n for n in run.sent if n.kind is Kind.FLAPPING]
+    assert fallback_text(flap).startswith("[FLAPPING] critical ece_tier3")
+    message = json.dumps(render_message(flap.to_dict(), "http://grafana.local"))
+    assert "FLAPPING" in message and "is flapping" in message
