@@ -233,9 +233,13 @@ async def backtest(
         while at <= end:
             while next_drift <= at:
                 await drift_once(
-                    eng, FixedClock(next_drift), drift.recent, drift.alpha, drift.min_samples,
+                    eng,
+                    FixedClock(next_drift),
+                    drift.recent,
+                    drift.alpha,
+                    drift.min_samples,
                     drift.reference,
-                )  # fmt: skip
+                )
                 next_drift += drift.every
             report = await evaluate_once(eng, rules, at, [SINK])
             steps.append(Step(at, tuple(report.notifications), frozenset(report.firing)))

@@ -129,9 +129,15 @@ def _notification(
     if kind is Kind.FLAPPING:
         policy = rule.flapping
         summary = flapping_summary(
-            rule.name, state.scope, changed_slots(state.changes, now, policy), policy.slots,
-            policy.slot, state.flap_share, policy.start, policy.stop,
-        )  # fmt: skip
+            rule.name,
+            state.scope,
+            changed_slots(state.changes, now, policy),
+            policy.slots,
+            policy.slot,
+            state.flap_share,
+            policy.start,
+            policy.stop,
+        )
     elif kind is Kind.RESOLVED:  # what resolved it, not the firing template again
         summary = resolved_summary(
             rule.metric.value, rule.comparison.value, rule.threshold, value, state.scope,
@@ -253,9 +259,12 @@ def evaluate(
                 clear = cur.clear_since or observation.at
                 if observation.at - clear >= rule.keep_firing_for:
                     cur = replace(
-                        cur, status=Status.RESOLVED, active_since=None, resolved_at=now,
+                        cur,
+                        status=Status.RESOLVED,
+                        active_since=None,
+                        resolved_at=now,
                         clear_since=None,
-                    )  # fmt: skip
+                    )
                     resolved_now = True
                 else:
                     cur = replace(cur, clear_since=clear)

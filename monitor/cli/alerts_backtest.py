@@ -50,9 +50,14 @@ def backtest_table(rows: list[dict[str, Any]], changes: list[str]) -> Table:
             for c in changes
         ]
         t.add_row(
-            r["rule"], scope, str(r["pages"]), str(r["episodes"]),
-            f"{r['firing_minutes'] / 60:.1f}", str(r["flaps"]), *cells,
-        )  # fmt: skip
+            r["rule"],
+            scope,
+            str(r["pages"]),
+            str(r["episodes"]),
+            f"{r['firing_minutes'] / 60:.1f}",
+            str(r["flaps"]),
+            *cells,
+        )
     return t
 
 
@@ -90,9 +95,12 @@ def add_backtest_command(group: typer.Typer) -> None:
         marks = [Change(*_parse_change(c)) for c in change]
         s = load_settings()
         drift = DriftJob(
-            timedelta(seconds=s.drift_interval_s), timedelta(seconds=s.drift_recent_s),
-            timedelta(seconds=s.drift_reference_s), s.drift_alpha, s.drift_min_samples,
-        )  # fmt: skip
+            timedelta(seconds=s.drift_interval_s),
+            timedelta(seconds=s.drift_recent_s),
+            timedelta(seconds=s.drift_reference_s),
+            s.drift_alpha,
+            s.drift_min_samples,
+        )
 
         async def go(eng: ac.AsyncEngine) -> list[dict[str, Any]]:
             steps, identities = await backtest(eng, rules, lo, hi, every, drift)

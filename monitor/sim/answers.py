@@ -183,15 +183,32 @@ def answer_events(
     out: list[AgentEvent] = []
     for i, (at, conf, y) in enumerate(items):
         cid = f"{run}-{agent.id}-{i:06d}"
-        out.append(AgentEvent(
-            event_id=f"{cid}:0", type="message", ts=at, conversation_id=cid, agent=who,
-            context=ctx, turn=0,
-            message=MessagePayload(role="assistant", content="answer", confidence=conf,
-                                   confidence_source="verbalized"),
-        ))  # fmt: skip
-        out.append(AgentEvent(
-            event_id=f"{cid}:1", type="outcome", ts=at + timedelta(seconds=1),
-            conversation_id=cid, agent=who, context=ctx,
-            outcome=OutcomePayload(success=bool(y), source="ground_truth"),
-        ))  # fmt: skip
+        out.append(
+            AgentEvent(
+                event_id=f"{cid}:0",
+                type="message",
+                ts=at,
+                conversation_id=cid,
+                agent=who,
+                context=ctx,
+                turn=0,
+                message=MessagePayload(
+                    role="assistant",
+                    content="answer",
+                    confidence=conf,
+                    confidence_source="verbalized",
+                ),
+            )
+        )
+        out.append(
+            AgentEvent(
+                event_id=f"{cid}:1",
+                type="outcome",
+                ts=at + timedelta(seconds=1),
+                conversation_id=cid,
+                agent=who,
+                context=ctx,
+                outcome=OutcomePayload(success=bool(y), source="ground_truth"),
+            )
+        )
     return out

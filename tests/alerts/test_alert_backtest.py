@@ -45,8 +45,9 @@ CALIBRATED = Mixture(
 def _agents() -> list[AnswerAgent]:
     pools = parse_pools(ANSWERS.read_text())
     edge = tune_mix(pools, CALIBRATED, Mixture((("lsat_gpt-4", 1.0),)), "ece", 0.13)
-    over = tune_mix(pools, CALIBRATED, Mixture((("lsat_gpt-3.5-turbo", 1.0),)),
-                    "overconfidence_gap", 0.2)  # fmt: skip
+    over = tune_mix(
+        pools, CALIBRATED, Mixture((("lsat_gpt-3.5-turbo", 1.0),)), "overconfidence_gap", 0.2
+    )
     return [
         AnswerAgent("stable", 3, "qa", ((None, edge),)),
         AnswerAgent("changed", 3, "qa", ((None, CALIBRATED), (CHANGE, over))),
@@ -119,10 +120,18 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
 
     # the worker's walk over the same history, writing the live tables
     await replay_alert_timeline(
-        engine, rules, FROM, TO, STEP, sinks={}, notifier=None, drift_recent=DRIFT.recent,
-        drift_alpha=DRIFT.alpha, drift_min_samples=DRIFT.min_samples,
+        engine,
+        rules,
+        FROM,
+        TO,
+        STEP,
+        sinks={},
+        notifier=None,
+        drift_recent=DRIFT.recent,
+        drift_alpha=DRIFT.alpha,
+        drift_min_samples=DRIFT.min_samples,
         drift_reference=DRIFT.reference,
-    )  # fmt: skip
+    )
     worker = [
         (at, key)
         for at, key in await q(engine, "SELECT at, idempotency_key FROM alert_history ORDER BY id")
@@ -131,13 +140,16 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     assert ours == worker
     assert len(ours) >= 3
 
-    figures = {(r.rule, r.scope["agent"]): r for r in summarize(
-        steps, identities, STEP, [Change("changed", CHANGE)])}  # fmt: skip
+    figures = {
+        (r.rule, r.scope["agent"]): r
+        for r in summarize(steps, identities, STEP, [Change("changed", CHANGE)])
+    }
     # the stable agent sits at the ECE threshold's edge: one page, it stays firing
     assert figures[("ece_tier3", "stable")].pages == 1
     assert figures[("ece_tier3", "stable")].flaps == 0
-    assert not any(r.rule.startswith("drift") and r.pages for (_, a), r in figures.items()
-                   if a == "stable")  # fmt: skip
+    assert not any(
+        r.rule.startswith("drift") and r.pages for (_, a), r in figures.items() if a == "stable"
+    )
     # the changed agent: drift paged once, within the recent hour plus for: 30m at this
     # 15-minute step (bench/alert_quality.py measures the delay at the worker's 5 minutes)
     drift = figures[("drift_tier3", "changed")]
@@ -150,9 +162,21 @@ async def test_backtest_command_prints_figures_per_rule_and_segment(
     db: tuple[str, AsyncEngine],
 ) -> None:
     url, engine = db
-    args = ["alerts", "backtest", "--from", FROM.isoformat(), "--to", TO.isoformat(),
-            "--step", "15m", "--agent", "changed", "--change", f"changed@{CHANGE.isoformat()}",
-            "--json"]  # fmt: skip
+    args = [
+        "alerts",
+        "backtest",
+        "--from",
+        FROM.isoformat(),
+        "--to",
+        TO.isoformat(),
+        "--step",
+        "15m",
+        "--agent",
+        "changed",
+        "--change",
+        f"changed@{CHANGE.isoformat()}",
+        "--json",
+    ]
     env = {"MONITOR_DATABASE_URL": url, "MONITOR_DRIFT_INTERVAL_S": "900"}
     out = await asyncio.to_thread(CliRunner().invoke, app, args, env=env)
     assert out.exit_code == 0, out.output

@@ -28,11 +28,18 @@ ANSWERS = Path(__file__).resolve().parents[2] / "bench" / "data" / "stated_confi
 
 def rule(**over: Any) -> Rule:
     spec: dict[str, Any] = {
-        "name": "ece_tier3", "metric": "ece", "scope": {"tier": 3}, "comparison": ">",
-        "threshold": 0.05, "window": "1h", "for": "0s", "min_samples": 100,
-        "estimate": "lower_bound", "severity": "critical",
+        "name": "ece_tier3",
+        "metric": "ece",
+        "scope": {"tier": 3},
+        "comparison": ">",
+        "threshold": 0.05,
+        "window": "1h",
+        "for": "0s",
+        "min_samples": 100,
+        "estimate": "lower_bound",
+        "severity": "critical",
         "annotations": {"summary": "ECE {value} above {threshold} for {agent}"},
-    }  # fmt: skip
+    }
     spec.update(over)
     return Rule.model_validate(spec)
 
@@ -144,19 +151,39 @@ def test_evidence_windows_grow_until_the_effective_size_is_reached() -> None:
     by_window = {timedelta(hours=h): {seg: sums(50 * h)} for h in (1, 2, 4, 6)}
     assert evidence_sums(r, by_window)[seg].total_weight == 300  # never reached: the longest
     with pytest.raises(ValueError, match="only allowed for calibration metrics"):
-        RuleSet.model_validate({"rules": [{
-            "name": "x", "metric": "dlq_rate", "comparison": ">", "threshold": 0.1,
-            "window": "5m", "severity": "warning", "annotations": {"summary": "s"},
-            "evidence": {"n_eff": 10, "max_window": "1h"}}]})  # fmt: skip
+        RuleSet.model_validate(
+            {
+                "rules": [
+                    {
+                        "name": "x",
+                        "metric": "dlq_rate",
+                        "comparison": ">",
+                        "threshold": 0.1,
+                        "window": "5m",
+                        "severity": "warning",
+                        "annotations": {"summary": "s"},
+                        "evidence": {"n_eff": 10, "max_window": "1h"},
+                    }
+                ]
+            }
+        )
 
 
 def _without_hysteresis(rules: RuleSet) -> RuleSet:
     """The rules as they were before hysteresis: resolve as soon as the lower bound is no
     longer above the threshold, a fixed window, no flap detection."""
-    plain = [r.model_copy(update={
-        "keep_firing_for": timedelta(0), "resolve_on": "value", "resolve_margin": 0.0,
-        "evidence": None, "flapping": r.flapping.model_copy(update={"enabled": False})})
-        for r in rules.rules]  # fmt: skip
+    plain = [
+        r.model_copy(
+            update={
+                "keep_firing_for": timedelta(0),
+                "resolve_on": "value",
+                "resolve_margin": 0.0,
+                "evidence": None,
+                "flapping": r.flapping.model_copy(update={"enabled": False}),
+            }
+        )
+        for r in rules.rules
+    ]
     return rules.model_copy(update={"rules": tuple(plain)})
 
 
@@ -165,8 +192,13 @@ def test_a_real_answer_agent_at_the_threshold_is_paged_once_not_every_hour() -> 
     0.05: its hourly 99 % lower bound on 150 answers hovers at the threshold. 48 h through the
     shipped drift checks, observation builders and lifecycle (every 5 min)."""
     pools = parse_pools(ANSWERS.read_text())
-    calibrated = Mixture((("lsat_gemini-1.5-flash", 0.4), ("sciq_claude-3-haiku", 0.2),
-                          ("sciq_gemini-1.5-flash", 0.4)))  # fmt: skip
+    calibrated = Mixture(
+        (
+            ("lsat_gemini-1.5-flash", 0.4),
+            ("sciq_claude-3-haiku", 0.2),
+            ("sciq_gemini-1.5-flash", 0.4),
+        )
+    )
     mix = tune(pools, calibrated, Mixture((("lsat_gpt-4", 1.0),)), "ece", 0.13)
     start, end = datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 4, tzinfo=UTC)
     agent = AnswerAgent("stable", 3, "qa", ((None, mix),))

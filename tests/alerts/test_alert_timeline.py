@@ -77,8 +77,10 @@ def quick_drift_rules() -> RuleSet:
     ``keep_firing_for`` is longer than what is left of this 3 h 20 min timeline after the
     recovery (docs/analytics.md, hysteresis)."""
     rules = default_rules()
-    quick = [r.model_copy(update={"keep_firing_for": timedelta(0)}) if r.metric.value == "drift"
-             else r for r in rules.rules]  # fmt: skip
+    quick = [
+        r.model_copy(update={"keep_firing_for": timedelta(0)}) if r.metric.value == "drift" else r
+        for r in rules.rules
+    ]
     return rules.model_copy(update={"rules": tuple(quick)})
 
 
