@@ -41,27 +41,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.real_agents import ANSWERS, PER_HOUR, REAL_HOURS, T0, TIER3, real_agents
 from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.states import Kind
 from monitor.alerts.timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
-from monitor.sim.answers import (
-    METRICS,
-    AnswerAgent,
-    Mixture,
-    answer_items,
-    parse_pools,
-    population_metric,
-    tune,
-)
+from monitor.sim.answers import answer_items, parse_pools
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 
-T0 = datetime(2026, 3, 2, tzinfo=UTC)
 INTERVAL = timedelta(seconds=5)
 DRIFTING = "sim-telecom-drifting"
 INVERTED = "sim-airline-inverted"
@@ -232,19 +227,6 @@ def report_48h(seeds: list[int]) -> None:
         print(f"| {name} | {false / stable_hours * 24:.2f} | {flagged / post:.0%} |")
 
 
-ANSWERS = Path(__file__).resolve().parent / "data" / "stated_confidence_answers.csv"
-CALIBRATED = Mixture(
-    (("lsat_gemini-1.5-flash", 0.4), ("sciq_claude-3-haiku", 0.2), ("sciq_gemini-1.5-flash", 0.4))
-)
-TIER3 = {
-    "ece_tier3": ("ece", 0.05, "lsat_gpt-4", 0.13),
-    "overconfidence_tier3": ("overconfidence_gap", 0.1, "lsat_gpt-3.5-turbo", 0.2),
-    "brier_tier3": ("brier", 0.2, "lsat_gpt-3.5-turbo", 0.25),
-}
-REAL_HOURS = 48
-PER_HOUR = 150
-
-
 def without_hysteresis(rules: RuleSet) -> RuleSet:
     """The rules as before hysteresis: resolve as soon as the lower bound is not above the
     threshold, a fixed window, no flap detection."""
@@ -261,44 +243,6 @@ def without_hysteresis(rules: RuleSet) -> RuleSet:
         for r in rules.rules
     ]
     return rules.model_copy(update={"rules": tuple(plain)})
-
-
-def real_agents() -> tuple[dict[str, AnswerAgent], dict[str, dict[str, float]]]:
-    """The real-answer agents (module docstring) and, per agent, its population metrics."""
-    pools = parse_pools(ANSWERS.read_text())
-    change = T0 + timedelta(hours=24)
-    agents: dict[str, AnswerAgent] = {}
-    sharp = Mixture((("sciq_gemini-1.5-flash", 1.0),))  # the lowest Brier of the pools
-    for rule, (metric, thr, worse, edge) in TIER3.items():
-        for name, target in (("under", thr * 2 / 3), ("over", thr * 4 / 3), ("edge", edge)):
-            if name == "under" and metric == "ece":
-                mix = CALIBRATED  # ECE 0.038: the lowest these answers can mix to
-            elif name == "under" and metric == "brier":
-                mix = tune(pools, sharp, CALIBRATED, metric, target)
-            else:
-                mix = tune(pools, CALIBRATED, Mixture(((worse, 1.0),)), metric, target)
-            agents[f"{rule}:{name}"] = AnswerAgent(f"{rule}:{name}", 3, "qa", ((None, mix),))
-    over = tune(
-        pools, CALIBRATED, Mixture((("lsat_gpt-3.5-turbo", 1.0),)), "overconfidence_gap", 0.2
-    )
-    ece_edge = tune(pools, CALIBRATED, Mixture((("lsat_gpt-4", 1.0),)), "ece", 0.13)
-    agents["changed:overconfident"] = AnswerAgent(
-        "changed:overconfident", 3, "qa", ((None, CALIBRATED), (change, over))
-    )
-    agents["changed:ece"] = AnswerAgent(
-        "changed:ece", 3, "qa", ((None, CALIBRATED), (change, ece_edge))
-    )
-    phases = (
-        (None, CALIBRATED),
-        (T0 + timedelta(hours=12), over),
-        (T0 + timedelta(hours=30), CALIBRATED),
-    )
-    agents["recovers"] = AnswerAgent("recovers", 3, "qa", phases)
-    facts = {
-        k: {m: round(population_metric(m, pools, a.phases[-1][1]), 3) for m in METRICS}
-        for k, a in agents.items()
-    }
-    return agents, facts
 
 
 def run_real(seed: int) -> dict[str, Timeline]:
@@ -374,7 +318,7 @@ def report_real(seeds: list[int], jobs: int) -> None:
     )
     for name in ("without hysteresis", "shipped rules"):
         pages: dict[str, int] = defaultdict(int)
-        multi = flaps = drift_stationary = 0
+        multi = flaps = drift_stationary = stat_checks = stat_fired = 0
         delays, flagged, resolve, anyrule = [], [], defaultdict(list), []
         held: list[float] = []
         changed_pages: list[int] = []
@@ -391,6 +335,10 @@ def report_real(seeds: list[int], jobs: int) -> None:
                     per[(p.agent, p.rule)] += 1
                     drift_stationary += p.rule.startswith("drift")
             multi += sum(1 for n in per.values() if n > 1)
+            for seg, checks in tl.checks.items():
+                if seg[0] in stationary:
+                    stat_checks += len(checks)
+                    stat_fired += sum(f for _, f in checks)
             for agent in ("changed:overconfident", "changed:ece"):
                 first = [
                     p.at
@@ -436,7 +384,9 @@ def report_real(seeds: list[int], jobs: int) -> None:
             print(f"| {rule} | {pages[rule] / days:.2f} ({pages[rule]}) |")
         print(
             f"(agent, rule) pairs paged more than once: {multi}; flapping notifications: "
-            f"{flaps}; drift pages on stationary agents: {drift_stationary}"
+            f"{flaps}; drift pages on stationary agents: {drift_stationary}; their drift "
+            f"checks fired: {stat_fired} of {stat_checks} ({stat_fired / stat_checks * 24:.2f} "
+            f"hours a day)"
         )
         print(
             f"drift_tier3 page after each change (min): {delays}; first page of any rule: "
