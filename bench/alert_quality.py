@@ -1,6 +1,23 @@
-"""Alert precision of the default rules, measured on simulated agents whose truth is known.
+"""Alert precision of the default rules, on real model answers and on simulated agents.
 
     .venv/bin/python bench/alert_quality.py [--seeds 1-6] [--days 7] [--jobs 2] [--quick]
+    .venv/bin/python bench/alert_quality.py --real-only --seeds 1-3 --jobs 2
+
+0. **Real answers** (``tests/data/answers/stated_confidence_answers.csv``: real models'
+   stated confidence and correctness, MIT, see tests/data/answers/SOURCE.md) resampled at 150
+   answers an hour
+   (:mod:`monitor.sim.answers`) into tier-3 agents, 48 h each, through the same shipped code:
+   per calibration rule a stationary agent a third under its threshold (ECE: 0.038, the
+   lowest mixture the answers allow), one a third over, and one at the *bound edge* (the 1 h
+   99 % lower bound on 150 answers sits on the threshold: ECE 0.13, gap 0.2, Brier 0.25);
+   two agents with one real change at hour 24 (their answers switch from a calibrated
+   mixture to an overconfident one, gap 0.2, or to the ECE 0.13 one); one that changes at
+   hour 12 and recovers at hour 30. The default rules against the same rules without
+   hysteresis (resolve as soon as the lower bound is not above the threshold, fixed window,
+   no flap detection). Prints pages per rule per stationary agent-day, (agent, rule) pairs
+   paged more than once, flapping notifications, drift pages on stationary agents, the drift
+   page's delay after each change and the share of post-change drift checks flagged, and
+   when the calibration rules resolve after the recovery.
 
 Two parts, each in one run with the shipped code (monitor.alerts.timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
@@ -25,23 +42,27 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 
-from monitor.alerts.rules import default_rules
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.real_agents import ANSWERS, PER_HOUR, REAL_HOURS, T0, TIER3, real_agents
+from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.states import Kind
 from monitor.alerts.timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
+from monitor.sim.answers import answer_items, parse_pools
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 
-T0 = datetime(2026, 3, 2, tzinfo=UTC)
 INTERVAL = timedelta(seconds=5)
 DRIFTING = "sim-telecom-drifting"
 INVERTED = "sim-airline-inverted"
 OVERCONFIDENT = "sim-retail-overconfident"
-CALIBRATION_RULES = ("ece_tier3", "ece_tier2", "ece_tier1", "overconfidence_tier3",
-                     "brier_tier3")
+CALIBRATION_RULES = ("ece_tier3", "ece_tier2", "ece_tier1", "overconfidence_tier3", "brier_tier3")
 DRIFT_RULES = ("drift_tier3", "drift_accuracy_drop")
 SLACK = timedelta(hours=1)  # a window still holding changed traffic after the recovery
 
@@ -50,11 +71,11 @@ def _agents(change: datetime | None, recovery: datetime | None) -> tuple[AgentSp
     return default_agents(change, recovery)
 
 
-def expected(rule: str, agent: str, at: datetime, change: datetime | None,
-             recovery: datetime | None) -> bool:
+def expected(
+    rule: str, agent: str, at: datetime, change: datetime | None, recovery: datetime | None
+) -> bool:
     """Is a firing of ``rule`` for ``agent`` at ``at`` true (its condition holds)?"""
-    changed = (change is not None and at >= change
-               and (recovery is None or at < recovery + SLACK))
+    changed = change is not None and at >= change and (recovery is None or at < recovery + SLACK)
     if rule == "escalation_inversion":
         return agent == INVERTED
     if rule in CALIBRATION_RULES:
@@ -71,8 +92,13 @@ def run_month(seed: int, days: float) -> tuple[Timeline, datetime, datetime, flo
     n = int(timedelta(days=days) / INTERVAL)
     t = time.perf_counter()
     stream = SimStream(Simulator(seed, T0, _agents(change, recovery), interval=INTERVAL), n)
-    tl = alert_timeline(stream, default_rules(), T0 + timedelta(hours=1),
-                        T0 + timedelta(days=days), escalation_step=timedelta(minutes=30))
+    tl = alert_timeline(
+        stream,
+        default_rules(),
+        T0 + timedelta(hours=1),
+        T0 + timedelta(days=days),
+        escalation_step=timedelta(minutes=30),
+    )
     return tl, change, recovery, time.perf_counter() - t
 
 
@@ -95,39 +121,64 @@ def report_month(seeds: list[int], days: float, jobs: int = 1) -> None:
             if p.kind is Kind.FIRING and not expected(p.rule, p.agent, p.at, change, recovery):
                 false[p.rule] += 1
         for rule, agent in (("ece_tier1", OVERCONFIDENT), ("escalation_inversion", INVERTED)):
-            standing[rule] += any(p.rule == rule and p.agent == agent and p.kind is Kind.FIRING
-                                  for p in tl.pages)
+            standing[rule] += any(
+                p.rule == rule and p.agent == agent and p.kind is Kind.FIRING for p in tl.pages
+            )
         for rule in (*DRIFT_RULES, "ece_tier3", "overconfidence_tier3"):
-            fired = [p.at for p in tl.pages if p.rule == rule and p.agent == DRIFTING
-                     and p.kind is Kind.FIRING and change <= p.at < recovery]
+            fired = [
+                p.at
+                for p in tl.pages
+                if p.rule == rule
+                and p.agent == DRIFTING
+                and p.kind is Kind.FIRING
+                and change <= p.at < recovery
+            ]
             if fired:
                 delays[rule].append((fired[0] - change) / timedelta(minutes=1))
             else:
                 missed[rule] += 1
-            resolved = [p.at for p in tl.pages if p.rule == rule and p.agent == DRIFTING
-                        and p.kind is Kind.RESOLVED and p.at >= recovery]
+            resolved = [
+                p.at
+                for p in tl.pages
+                if p.rule == rule
+                and p.agent == DRIFTING
+                and p.kind is Kind.RESOLVED
+                and p.at >= recovery
+            ]
             if fired and resolved:
                 resolve[rule].append((resolved[0] - recovery) / timedelta(minutes=1))
     weeks = stable_days / 7
-    print(f"\n## Default rules, {len(seeds)} seeds x {days:g} simulated days "
-          f"({stable_days:.1f} stable agent-days; {elapsed:.0f} s of compute)")
-    print(f"false pages: {sum(false.values())} in total = "
-          f"{sum(false.values()) / stable_days * 30:.2f} per stable agent per 30 days")
-    print(f"standing conditions raised: ece_tier1 on the overconfident agent in "
-          f"{standing['ece_tier1']}/{len(seeds)} runs, escalation_inversion on the inverted "
-          f"agent in {standing['escalation_inversion']}/{len(seeds)}")
-    print("| rule | false pages / stable agent / week | drift detected (<= 2 windows) "
-          "| median / max delay (min) | median time to resolve after recovery (min) |")
+    print(
+        f"\n## Default rules, {len(seeds)} seeds x {days:g} simulated days "
+        f"({stable_days:.1f} stable agent-days; {elapsed:.0f} s of compute)"
+    )
+    print(
+        f"false pages: {sum(false.values())} in total = "
+        f"{sum(false.values()) / stable_days * 30:.2f} per stable agent per 30 days"
+    )
+    print(
+        f"standing conditions raised: ece_tier1 on the overconfident agent in "
+        f"{standing['ece_tier1']}/{len(seeds)} runs, escalation_inversion on the inverted "
+        f"agent in {standing['escalation_inversion']}/{len(seeds)}"
+    )
+    print(
+        "| rule | false pages / stable agent / week | drift detected (<= 2 windows) "
+        "| median / max delay (min) | median time to resolve after recovery (min) |"
+    )
     print("|---|---|---|---|---|")
     for rule in [r.name for r in default_rules().rules]:
         det = delays.get(rule)
         n_seen = len(det or []) + missed.get(rule, 0)
         within = sum(1 for d in det or [] if d <= 120)
-        print(f"| {rule} | {false[rule] / weeks:.3f} ({false[rule]}) | "
-              + (f"{len(det or [])}/{n_seen} ({within})" if n_seen else "-") + " | "
-              + (f"{statistics.median(det):.0f} / {max(det):.0f}" if det else "-") + " | "
-              + (f"{statistics.median(resolve[rule]):.0f}" if resolve.get(rule) else "-")
-              + " |")
+        print(
+            f"| {rule} | {false[rule] / weeks:.3f} ({false[rule]}) | "
+            + (f"{len(det or [])}/{n_seen} ({within})" if n_seen else "-")
+            + " | "
+            + (f"{statistics.median(det):.0f} / {max(det):.0f}" if det else "-")
+            + " | "
+            + (f"{statistics.median(resolve[rule]):.0f}" if resolve.get(rule) else "-")
+            + " |"
+        )
 
 
 def report_48h(seeds: list[int]) -> None:
@@ -136,20 +187,36 @@ def report_48h(seeds: list[int]) -> None:
     print("|---|---|---|")
     old = DriftSettings(recent=timedelta(hours=1), alpha=0.01, pinned=False, holm=False)
     new = DriftSettings(recent=timedelta(hours=1))
-    for name, cfg in (("old: previous period, any test < 0.01", old),
-                      ("new: pinned reference, Holm 0.001", new)):
+    for name, cfg in (
+        ("old: previous period, any test < 0.01", old),
+        ("new: pinned reference, Holm 0.001", new),
+    ):
         false = stable_hours = flagged = post = 0
         for seed in seeds:
             change = T0 + timedelta(hours=24)
-            agents = (AgentSpec("sim-airline-calibrated", "calibrated", "airline", 2),
-                      AgentSpec(DRIFTING, "drifting", "telecom", 3,
-                                confidence_range=(0.5, 0.99), change_point=change))
+            agents = (
+                AgentSpec("sim-airline-calibrated", "calibrated", "airline", 2),
+                AgentSpec(
+                    DRIFTING,
+                    "drifting",
+                    "telecom",
+                    3,
+                    confidence_range=(0.5, 0.99),
+                    change_point=change,
+                ),
+            )
             n = int(timedelta(hours=48) / INTERVAL)
             stream = SimStream(Simulator(seed, T0, agents, interval=INTERVAL), n)
-            tl = alert_timeline(stream, default_rules(), T0 + timedelta(hours=2),
-                                T0 + timedelta(hours=48), drift=cfg,
-                                drift_step=timedelta(hours=1), eval_step=timedelta(hours=1),
-                                only=())
+            tl = alert_timeline(
+                stream,
+                default_rules(),
+                T0 + timedelta(hours=2),
+                T0 + timedelta(hours=48),
+                drift=cfg,
+                drift_step=timedelta(hours=1),
+                eval_step=timedelta(hours=1),
+                only=(),
+            )
             for seg, checks in tl.checks.items():
                 for at, fired in checks:
                     if seg[0] == DRIFTING and at >= change + cfg.recent:
@@ -161,17 +228,194 @@ def report_48h(seeds: list[int]) -> None:
         print(f"| {name} | {false / stable_hours * 24:.2f} | {flagged / post:.0%} |")
 
 
+def without_hysteresis(rules: RuleSet) -> RuleSet:
+    """The rules as before hysteresis: resolve as soon as the lower bound is not above the
+    threshold, a fixed window, no flap detection."""
+    plain = [
+        r.model_copy(
+            update={
+                "keep_firing_for": timedelta(0),
+                "resolve_on": "value",
+                "resolve_margin": 0.0,
+                "evidence": None,
+                "flapping": r.flapping.model_copy(update={"enabled": False}),
+            }
+        )
+        for r in rules.rules
+    ]
+    return rules.model_copy(update={"rules": tuple(plain)})
+
+
+def run_real(seed: int) -> dict[str, Timeline]:
+    pools = parse_pools(ANSWERS.read_text())
+    agents, _ = real_agents()
+    end = T0 + timedelta(hours=REAL_HOURS)
+    items = {
+        (a.id, a.domain, a.tier): answer_items(a, pools, T0, end, PER_HOUR, seed)
+        for a in agents.values()
+    }
+    stream = SimStream.from_items(T0, REAL_HOURS * 60 + 15, items)
+    out = {}
+    for name, rules in (
+        ("without hysteresis", without_hysteresis(default_rules())),
+        ("shipped rules", default_rules()),
+    ):
+        out[name] = alert_timeline(
+            stream, rules, T0 + timedelta(hours=1), end, escalation_step=timedelta(minutes=30)
+        )
+    return out
+
+
+def end_of(tl: Timeline) -> datetime:
+    return T0 + timedelta(hours=REAL_HOURS)
+
+
+def _firing_share(tl: Timeline, agent: str, rule: str, change: datetime, end: datetime) -> float:
+    """Share of the time from the first page after ``change`` to ``end`` that ``rule`` was
+    firing for ``agent`` (the change is held flagged); 0 when it never paged."""
+    marks = sorted(
+        (p.at, p.kind)
+        for p in tl.pages
+        if p.agent == agent
+        and p.rule == rule
+        and p.at >= change
+        and p.kind in (Kind.FIRING, Kind.RESOLVED)
+    )
+    if not marks or marks[0][1] is not Kind.FIRING:
+        return 0.0
+    firing, since, total = timedelta(0), marks[0][0], end - marks[0][0]
+    on = True
+    for at, kind in marks[1:]:
+        if kind is Kind.RESOLVED and on:
+            firing += at - since
+            on = False
+        elif kind is Kind.FIRING and not on:
+            since, on = at, True
+    if on:
+        firing += end - since
+    return firing / total
+
+
+def report_real(seeds: list[int], jobs: int) -> None:
+    agents, facts = real_agents()
+    stationary = [k for k in agents if not k.startswith(("changed", "recovers"))]
+    change = T0 + timedelta(hours=24)
+    recovery = T0 + timedelta(hours=30)
+    t = time.perf_counter()
+    with ProcessPoolExecutor(jobs) as pool:
+        runs = list(pool.map(run_real, seeds))
+    took = time.perf_counter() - t
+    days = len(seeds) * len(stationary) * (REAL_HOURS - 1) / 24
+    print(
+        f"\n## Real answers, {len(seeds)} seeds x {len(agents)} agents x {REAL_HOURS} h at "
+        f"{PER_HOUR} answers/h ({days:.1f} stationary agent-days; {took:.0f} s wall)"
+    )
+    print(
+        "agents (population metrics of their last phase): "
+        + "; ".join(
+            f"{k} ece {f['ece']} gap {f['overconfidence_gap']} brier {f['brier']}"
+            for k, f in facts.items()
+        )
+    )
+    for name in ("without hysteresis", "shipped rules"):
+        pages: dict[str, int] = defaultdict(int)
+        multi = flaps = drift_stationary = stat_checks = stat_fired = 0
+        delays, flagged, resolve, anyrule = [], [], defaultdict(list), []
+        held: list[float] = []
+        changed_pages: list[int] = []
+        for runs_by in runs:
+            tl = runs_by[name]
+            per = defaultdict(int)
+            for p in tl.pages:
+                if p.kind is Kind.FLAPPING:
+                    flaps += 1
+                if p.kind is not Kind.FIRING:
+                    continue
+                if p.agent in stationary:
+                    pages[p.rule] += 1
+                    per[(p.agent, p.rule)] += 1
+                    drift_stationary += p.rule.startswith("drift")
+            multi += sum(1 for n in per.values() if n > 1)
+            for seg, checks in tl.checks.items():
+                if seg[0] in stationary:
+                    stat_checks += len(checks)
+                    stat_fired += sum(f for _, f in checks)
+            for agent in ("changed:overconfident", "changed:ece"):
+                first = [
+                    p.at
+                    for p in tl.pages
+                    if p.agent == agent
+                    and p.rule == "drift_tier3"
+                    and p.kind is Kind.FIRING
+                    and p.at >= change
+                ]
+                delays.append((first[0] - change) / timedelta(minutes=1) if first else None)
+                firsts = [
+                    p.at
+                    for p in tl.pages
+                    if p.agent == agent and p.kind is Kind.FIRING and p.at >= change
+                ]
+                anyrule.append((min(firsts) - change) / timedelta(minutes=1) if firsts else None)
+                held.append(_firing_share(tl, agent, "drift_tier3", change, end_of(tl)))
+                changed_pages.append(
+                    sum(
+                        1
+                        for p in tl.pages
+                        if p.agent == agent and p.rule == "drift_tier3" and p.kind is Kind.FIRING
+                    )
+                )
+                checks = [
+                    f for at, f in tl.checks[(agent, "qa", 3)] if at >= change + timedelta(hours=1)
+                ]
+                flagged.append(sum(checks) / len(checks))
+            for rule in ("drift_tier3", *TIER3):
+                done = [
+                    p.at
+                    for p in tl.pages
+                    if p.agent == "recovers"
+                    and p.rule == rule
+                    and p.kind is Kind.RESOLVED
+                    and p.at >= recovery
+                ]
+                resolve[rule].append((done[0] - recovery) / timedelta(minutes=1) if done else None)
+        print(f"\n### {name}")
+        print("| rule | pages / stationary agent-day |")
+        print("|---|---|")
+        for rule in sorted(set(pages) | set(TIER3)):
+            print(f"| {rule} | {pages[rule] / days:.2f} ({pages[rule]}) |")
+        print(
+            f"(agent, rule) pairs paged more than once: {multi}; flapping notifications: "
+            f"{flaps}; drift pages on stationary agents: {drift_stationary}; their drift "
+            f"checks fired: {stat_fired} of {stat_checks} ({stat_fired / stat_checks * 24:.2f} "
+            f"hours a day)"
+        )
+        print(
+            f"drift_tier3 page after each change (min): {delays}; first page of any rule: "
+            f"{anyrule}; drift_tier3 pages per change: {changed_pages}; post-change drift "
+            f"checks flagged: {', '.join(f'{x:.0%}' for x in flagged)}; drift_tier3 firing "
+            f"from its first page to the end: {', '.join(f'{x:.0%}' for x in held)}"
+        )
+        print(
+            "resolved after the recovery (min, per seed): "
+            + "; ".join(f"{rule} {resolve[rule]}" for rule in resolve)
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1-6", help="seed range a-b (inclusive)")
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--quick", action="store_true", help="2 seeds x 3 days")
     ap.add_argument("--jobs", type=int, default=1, help="processes for the seeds")
+    ap.add_argument("--real-only", action="store_true", help="only the real-answer part")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     if args.quick:
         seeds, args.days = seeds[:2], 3.0
+    report_real(seeds[:3], args.jobs)
+    if args.real_only:
+        return
     report_48h(seeds)
     report_month(seeds, args.days, args.jobs)
 

@@ -57,6 +57,7 @@ EDGE_MODULES = frozenset({
     "monitor.alerts.evaluate", "monitor.alerts.observations", "monitor.alerts.observation_repo",
     "monitor.alerts.outbox", "monitor.alerts.notifier", "monitor.alerts.repo",
     "monitor.alerts.timeline", "monitor.alerts.timeline_sim", "monitor.alerts.sink_check",
+    "monitor.alerts.backtest",
     "monitor.alerts.sinks.base", "monitor.alerts.sinks.webhook",
     "monitor.alerts.sinks.alertmanager", "monitor.alerts.sinks.slack",
     "monitor.alerts.sinks.registry",

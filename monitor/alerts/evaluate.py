@@ -68,7 +68,9 @@ class EvaluationReport:
     states written; ``conflicts``: fingerprints whose compare-and-swap lost (notifications
     dropped); ``notifications``: notifications accepted (history rows); ``batches``: grouped
     notifications flushed; ``outbox_rows``: rows inserted; ``firing``/``pending``: fingerprints
-    in that status afterwards; ``next_due_at``: when a held notification group becomes due.
+    in that status afterwards; ``flapping``: fingerprint -> rule of the alerts marked flapping
+    afterwards (notifications held); ``next_due_at``: when a held notification group becomes
+    due.
     """
 
     at: datetime
@@ -81,6 +83,7 @@ class EvaluationReport:
     outbox_rows: int = 0
     firing: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    flapping: dict[str, str] = field(default_factory=dict)
     next_due_at: datetime | None = None
 
 
@@ -145,6 +148,7 @@ async def evaluate_once(
         outbox_rows=rows,
         firing=sorted(fp for fp, s in after.items() if s.status is Status.FIRING),
         pending=sorted(fp for fp, s in after.items() if s.status is Status.PENDING),
+        flapping={fp: s.rule for fp, s in sorted(after.items()) if s.flapping},
         next_due_at=min(dues, default=None),
     )
 

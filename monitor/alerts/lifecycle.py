@@ -14,7 +14,16 @@ Rules of one step (``obs`` = observation, times are aware datetimes):
   obs.at``; pending -> firing once ``obs.at - active_since >= rule.for_`` (at once when
   ``for`` is 0). Entering firing starts a new episode (``fired_at = now``, counters reset,
   ack cleared).
-- Not breached: pending -> inactive; firing -> resolved (``resolved_at = now``).
+- Not breached: pending -> inactive. Firing -> resolved (``resolved_at = now``) only when the
+  observation's resolve value is back with the rule's margin (``rule.recovered``) at every
+  evaluation with data for ``rule.keep_firing_for`` (timed from ``clear_since``); a value in
+  between (not breached, not recovered) keeps it firing and restarts the period.
+- Flapping (``rule.flapping``, :mod:`monitor.alerts.flapping`): each start or stop of firing
+  is recorded in ``changes``; when the weighted share of changed slots reaches
+  ``flapping.start`` the alert is marked flapping and ONE ``flapping`` notification says so
+  and why; while marked, no firing, repeat or resolved notification is emitted; the mark
+  clears when the share falls below ``flapping.stop``, and a still-firing alert whose episode
+  was not announced then gets its ``firing`` notification.
 - Notifications: while firing and not silenced and not acked, a ``firing`` notification is
   emitted when none was emitted in the episode yet or a silence has just ended; otherwise a
   ``repeat`` once ``now - last_notified_at >= rule.repeat_interval``. ``resolved`` is emitted
@@ -31,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from monitor.alerts.durations import format_duration
+from monitor.alerts.flapping import changed_slots, flap_share
 from monitor.alerts.redact import redact, redact_secrets
 from monitor.alerts.rule_models import Rule
 from monitor.alerts.silences import Ack, Silence, silenced_by
@@ -43,7 +53,7 @@ from monitor.alerts.states import (
     frozen_labels,
     require_aware,
 )
-from monitor.alerts.wording import resolved_summary
+from monitor.alerts.wording import flapping_summary, resolved_summary
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
@@ -55,9 +65,10 @@ class Observation:
 
     ``scope`` is the concrete segment (``agent``, ``domain``, ``tier``; None values dropped),
     ``samples`` the (weighted) sample count behind the value, ``value`` None when there is no
-    data. ``detail`` is optional free text for the notification (e.g. an excerpt); it is
-    redacted like the rest. Raises ValueError for a naive ``at``, negative ``samples`` or a
-    non-finite ``value``.
+    data. ``resolve_value`` is what a firing alert's recovery is judged on (the upper bound of
+    a rule on a lower bound); None: ``value``. ``detail`` is optional free text for the
+    notification (e.g. an excerpt); it is redacted like the rest. Raises ValueError for a
+    naive ``at``, negative ``samples`` or a non-finite ``value``.
     """
 
     rule: str
@@ -66,14 +77,17 @@ class Observation:
     samples: float
     at: datetime
     detail: str | None = None
+    resolve_value: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", frozen_labels(self.scope))
         require_aware(self.at, "Observation.at")
         if not self.samples >= 0:
             raise ValueError(f"samples must be >= 0, got {self.samples}")
-        if self.value is not None and not math.isfinite(self.value):
-            raise ValueError(f"value must be finite or None, got {self.value}")
+        for name in ("value", "resolve_value"):
+            got = getattr(self, name)
+            if got is not None and not math.isfinite(got):
+                raise ValueError(f"{name} must be finite or None, got {got}")
 
     @property
     def fingerprint(self) -> str:
@@ -112,7 +126,19 @@ def _notification(
         **{k: state.scope.get(k, "all") for k in ("agent", "domain", "tier")},
     }
     clean = redact if rule.redact_customer_content else redact_secrets
-    if kind is Kind.RESOLVED:  # what resolved it, not the firing template again
+    if kind is Kind.FLAPPING:
+        policy = rule.flapping
+        summary = flapping_summary(
+            rule.name,
+            state.scope,
+            changed_slots(state.changes, now, policy),
+            policy.slots,
+            policy.slot,
+            state.flap_share,
+            policy.start,
+            policy.stop,
+        )
+    elif kind is Kind.RESOLVED:  # what resolved it, not the firing template again
         summary = resolved_summary(
             rule.metric.value, rule.comparison.value, rule.threshold, value, state.scope,
             now - fired_at,
@@ -143,6 +169,30 @@ def _notification(
         acked_by=state.acked_by,
         detail=None if detail is None else clean(detail),
     )
+
+
+def _track_flapping(
+    rule: Rule, before: AlertState, cur: AlertState, now: datetime
+) -> tuple[AlertState, bool]:
+    """Record a start or stop of firing, age out old changes, update the flapping mark.
+
+    Returns the state and whether the alert became flapping in this step."""
+    policy = rule.flapping
+    changes = cur.changes
+    if (cur.status is Status.FIRING) != (before.status is Status.FIRING):
+        changes = (*changes, now)
+    horizon = policy.slot * policy.slots
+    changes = tuple(c for c in changes if now - c < horizon)
+    share = round(flap_share(changes, now, policy), 6) if changes else 0.0
+    was = cur.flapping
+    if not policy.enabled:
+        flapping = False
+    elif was:
+        flapping = share >= policy.stop
+    else:
+        flapping = share >= policy.start
+    cur = replace(cur, changes=changes, flap_share=share, flapping=flapping)
+    return cur, flapping and not was
 
 
 def evaluate(
@@ -179,6 +229,7 @@ def evaluate(
             cur, last_value=value, last_samples=observation.samples, last_observed_at=observation.at
         )
     out: list[Notification] = []
+    resolved_now = False
     if has_data and value is not None and rule.breached(value):
         if cur.status in (Status.INACTIVE, Status.RESOLVED):
             cur = replace(cur, status=Status.PENDING, active_since=observation.at)
@@ -198,15 +249,35 @@ def evaluate(
                 acked_by=None,
                 acked_at=None,
             )
-    elif has_data:
+        cur = replace(cur, clear_since=None)
+    elif has_data and value is not None:
         if cur.status is Status.PENDING:
             cur = replace(cur, status=Status.INACTIVE, active_since=None)
         elif cur.status is Status.FIRING:
-            cur = replace(cur, status=Status.RESOLVED, active_since=None, resolved_at=now)
-            if cur.notified > 0 and not muted:
-                out.append(_notification(rule, cur, Kind.RESOLVED, 0, now, observation.detail))
-            cur = replace(cur, acked_by=None, acked_at=None)
-    if cur.status is Status.FIRING and not muted and cur.acked_by is None:
+            back = observation.resolve_value if rule.resolve_on == "upper_bound" else None
+            if rule.recovered(value if back is None else back):
+                clear = cur.clear_since or observation.at
+                if observation.at - clear >= rule.keep_firing_for:
+                    cur = replace(
+                        cur,
+                        status=Status.RESOLVED,
+                        active_since=None,
+                        resolved_at=now,
+                        clear_since=None,
+                    )
+                    resolved_now = True
+                else:
+                    cur = replace(cur, clear_since=clear)
+            else:
+                cur = replace(cur, clear_since=None)
+    cur, flap_started = _track_flapping(rule, state, cur, now)
+    if resolved_now:
+        if cur.notified > 0 and not muted and not cur.flapping:
+            out.append(_notification(rule, cur, Kind.RESOLVED, 0, now, observation.detail))
+        cur = replace(cur, acked_by=None, acked_at=None)
+    if flap_started and not muted and cur.fired_at is not None:
+        out.append(_notification(rule, cur, Kind.FLAPPING, len(cur.changes), now, None))
+    if cur.status is Status.FIRING and not muted and cur.acked_by is None and not cur.flapping:
         kind: Kind | None = None
         if cur.notified == 0 or cur.silenced:
             kind = Kind.FIRING

@@ -9,10 +9,13 @@ now)``. Scopes are ``{"agent", "domain", "tier"}`` with "not given" (``""``/``0`
 Metric definitions (see :mod:`monitor.alerts.rule_models`):
 
 - ``ece``/``mce``/``brier``/``accuracy``/``overconfidence_gap``: from ``calibration_bins``
-  summed over the window; ``samples`` = effective sample size (W^2 / sum w^2) divided by the
-  design effect (labelled items per conversation: items of a conversation share its label).
+  summed over the window; ``samples`` = effective sample size
+  (W^2 / sum w^2) divided by the design effect (labelled items per conversation: items of a
+  conversation share its label).
   A rule with ``estimate: lower_bound`` gets the metric's one-sided 99 % lower bound
-  (:mod:`monitor.analytics.alert_bounds`) as its value.
+  (:mod:`monitor.analytics.alert_bounds`) as its value and the 99 % upper bound as its resolve
+  value, the latter over the rule's evidence window when it has ``evidence`` (the shortest of
+  its windows with enough effective items, :func:`evidence_sums`).
 - ``drift``: 1 when the latest stored drift check of the scope (``recent_to`` in
   ``(now - window, now + 1m]``, the minute rounding of drift windows) fired (and, for a rule
   with ``test``, that test fired), else 0; ``samples`` = the check's recent item count.
@@ -43,7 +46,7 @@ from monitor.alerts.lifecycle import Observation
 from monitor.alerts.observation_repo import DriftRow, SegmentTuple
 from monitor.alerts.rule_models import CALIBRATION_METRICS, GATE_METRICS, Metric, Rule, RuleSet
 from monitor.analytics import calibration as cal
-from monitor.analytics.alert_bounds import lower_bound
+from monitor.analytics.alert_bounds import lower_bound, upper_bound
 from monitor.analytics.bins import BinSums
 from monitor.analytics.design_effect import design_effects
 from monitor.analytics.escalation import ConversationEscalation, inversion_test, time_to_escalation
@@ -87,23 +90,49 @@ def calibration_value(metric: Metric, sums: BinSums) -> float | None:
 
 
 def calibration_observations(
-    rule: Rule, sums: Mapping[SegmentTuple, BinSums], now: datetime
+    rule: Rule, by_window: Mapping[timedelta, Mapping[SegmentTuple, BinSums]], now: datetime
 ) -> list[Observation]:
-    """One observation per segment in ``sums`` matched by the rule's scope; with
-    ``estimate: lower_bound`` the value is the metric's one-sided 99 % lower bound and the
-    detail gives the point estimate beside it."""
+    """One observation per segment with sums in ``rule.window`` (``by_window[rule.window]``)
+    matched by the rule's scope. With ``estimate: lower_bound`` the value is the metric's
+    one-sided 99 % lower bound over ``rule.window``, the resolve value its 99 % upper bound over
+    the evidence window (:func:`evidence_sums`; ``by_window`` holds every window of
+    ``rule.evidence_windows()``), and the detail gives the point estimate and both bounds."""
+    sums = by_window.get(rule.window, {})
+    wide = evidence_sums(rule, by_window)
     out = []
     for seg, s in sorted(sums.items()):
         scope = segment_scope(seg)
         if rule.scope.matches(scope):
             value = calibration_value(rule.metric, s)
             detail = None
+            resolve = None
             if rule.estimate == "lower_bound" and value is not None:
                 point, value = value, _finite(lower_bound(rule.metric.value, s))
-                detail = (f"{rule.metric.value} {point:.4g}; 99% lower bound "
-                          f"{'n/a' if value is None else f'{value:.4g}'} "
-                          f"on {s.total_n_eff():.0f} effective items")
-            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail))
+                e = wide.get(seg, s)
+                resolve = _finite(upper_bound(rule.metric.value, e))
+                detail = (
+                    f"{rule.metric.value} {point:.4g}; 99% lower bound "
+                    f"{'n/a' if value is None else f'{value:.4g}'} on {s.total_n_eff():.0f} "
+                    f"effective items, upper bound {'n/a' if resolve is None else f'{resolve:.4g}'}"
+                    f" on {e.total_n_eff():.0f}"
+                )
+            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail, resolve))
+    return out
+
+
+def evidence_sums(
+    rule: Rule, by_window: Mapping[timedelta, Mapping[SegmentTuple, BinSums]]
+) -> dict[SegmentTuple, BinSums]:
+    """Per segment, the sums of the shortest of ``rule.evidence_windows()`` whose effective
+    size reaches ``rule.evidence.n_eff`` (else of the longest); ``by_window`` holds the sums
+    of every one of those windows. Without ``evidence``: the sums of ``rule.window``."""
+    windows = rule.evidence_windows()
+    target = rule.evidence.n_eff if rule.evidence is not None else 0.0
+    out: dict[SegmentTuple, BinSums] = {}
+    for w in reversed(windows):  # longest first; shorter windows that suffice overwrite
+        for seg, s in by_window.get(w, {}).items():
+            if seg not in out or s.total_n_eff() >= target:
+                out[seg] = s
     return out
 
 
@@ -207,6 +236,19 @@ class _Reader:
             self.cache[key] = await make()
         return self.cache[key]
 
+    async def calibration_sums(self, window: timedelta) -> dict[SegmentTuple, BinSums]:
+        """Bin sums of ``[now - window, now)`` per segment, design effect applied."""
+        eng, now, lo = self.engine, self.now, self.now - window
+        keys = ("agent_id", "domain", "tier")
+        by_seg = await self.get(("bins", window), lambda: bin_sums(
+            eng, Segment(), lo, now, group_by=keys))  # fmt: skip
+        deffs = await self.get(("deff", window), lambda: design_effects(
+            eng, Segment(), lo, now, group_by=keys))  # fmt: skip
+        return {
+            (str(k[0]), str(k[1]), int(k[2])): s.with_design_effect(deffs.get(k, 1.0))
+            for k, s in by_seg.items()
+        }
+
     async def rule(
         self, rule: Rule, lag: LagSource | None, stall: LagSource | None = None
     ) -> list[Observation]:
@@ -214,16 +256,8 @@ class _Reader:
         lo = now - rule.window
         m, w = rule.metric, rule.window
         if m in CALIBRATION_METRICS:
-            keys = ("agent_id", "domain", "tier")
-            by_seg = await self.get(("bins", w), lambda: bin_sums(
-                eng, Segment(), lo, now, group_by=keys))  # fmt: skip
-            deffs = await self.get(("deff", w), lambda: design_effects(
-                eng, Segment(), lo, now, group_by=keys))  # fmt: skip
-            sums = {
-                (str(k[0]), str(k[1]), int(k[2])): s.with_design_effect(deffs.get(k, 1.0))
-                for k, s in by_seg.items()
-            }
-            return calibration_observations(rule, sums, now)
+            by_window = {ew: await self.calibration_sums(ew) for ew in rule.evidence_windows()}
+            return calibration_observations(rule, by_window, now)
         if m is Metric.DRIFT:
             rows = await self.get(
                 ("drift", w), lambda: repo.latest_drift_checks(eng, lo, now + _DRIFT_SLACK)

@@ -8,6 +8,7 @@ The metrics and their value ranges: :mod:`monitor.alerts.metrics`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from monitor.alerts.durations import Duration
+from monitor.alerts.durations import format_duration as _span
 from monitor.alerts.metrics import (
     _BOUNDED as _BOUNDED,
 )
@@ -118,6 +120,40 @@ class Annotations(_Model):
     runbook_url: Annotated[str, Field(min_length=1, pattern=r"^\S+$", strict=True)] | None = None
 
 
+class Evidence(_Model):
+    """How much evidence a calibration rule decides on: at least ``n_eff`` effective items,
+    gathered over at most ``max_window``."""
+
+    n_eff: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+    max_window: Duration
+
+
+class FlapPolicy(_Model):
+    """Flap detection (Nagios/Icinga style): the last ``window`` is cut into slots of
+    ``slot``; a slot counts as a change when the alert started or stopped firing in it. The
+    share of changed slots, weighted from 0.8 (oldest) to 1.2 (newest), marks the alert
+    flapping once it reaches ``start`` and clears the mark once it falls below ``stop``."""
+
+    window: Duration = timedelta(hours=6)
+    slot: Duration = timedelta(minutes=15)
+    start: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.3
+    stop: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.15
+    enabled: Annotated[bool, Field(strict=True)] = True
+
+    @model_validator(mode="after")
+    def _check(self) -> FlapPolicy:
+        if self.slot <= timedelta(0) or self.window < self.slot:
+            raise FieldProblem(("slot",), "must be longer than 0s and at most the window")
+        if self.stop > self.start:
+            raise FieldProblem(("stop",), "must be at most start")
+        return self
+
+    @property
+    def slots(self) -> int:
+        """Number of slots in the window."""
+        return max(1, int(self.window // self.slot))
+
+
 class Rule(_Model):
     """One alert rule. Durations are timedeltas (strings like ``5m`` in YAML and JSON).
 
@@ -130,7 +166,23 @@ class Rule(_Model):
     - ``estimate``: ``point`` (default) compares the metric's estimate; ``lower_bound``
       (``ece``, ``brier``, ``overconfidence_gap`` with ``>``/``>=`` only) compares its one-sided
       99 % lower bound (:mod:`monitor.analytics.alert_bounds`), so noise of a small sample
-      cannot breach the rule.
+      cannot breach the rule. Such a rule resolves on the one-sided 99 % upper bound
+      (``resolve_on: upper_bound``, the default) or, with ``resolve_on: value``, as soon as the
+      lower bound is no longer above the threshold (no hysteresis).
+    - Hysteresis: a firing alert resolves only when it is back with confidence: its resolve
+      value (the upper bound for ``lower_bound`` rules, else the value) is on the good side of
+      ``threshold - resolve_margin`` (``threshold + resolve_margin`` for ``<``/``<=``) at every
+      evaluation with data for ``keep_firing_for``. A value between the two keeps it firing
+      and restarts that period. ``resolve_margin: 0`` and ``keep_firing_for: 0s`` (defaults)
+      resolve at the first evaluation that is not breached.
+    - ``evidence`` (calibration metrics with ``estimate: lower_bound`` only): what a firing
+      alert's recovery is judged on. The alert fires on ``window``'s lower bound (a 99 % bound
+      is conservative on few items); it resolves on the upper bound over a window that grows
+      from ``window`` by doubling up to ``evidence.max_window`` until the effective sample size
+      reaches ``evidence.n_eff`` (:meth:`Rule.evidence_windows`): it waits for that many
+      effective items, not an hour of whatever traffic there was.
+    - ``flapping``: the share of recent time slots with a state change (firing or resolved)
+      above which notifications are held (:class:`FlapPolicy`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -151,6 +203,11 @@ class Rule(_Model):
     redact_customer_content: Annotated[bool, Field(strict=True)] = True
     repeat_interval: Duration = timedelta(hours=4)
     estimate: Literal["point", "lower_bound"] = "point"
+    resolve_on: Literal["upper_bound", "value"] = "upper_bound"
+    resolve_margin: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    keep_firing_for: Duration = timedelta(0)
+    evidence: Evidence | None = None
+    flapping: FlapPolicy = Field(default_factory=FlapPolicy)
 
     @model_validator(mode="before")
     @classmethod
@@ -180,9 +237,18 @@ class Rule(_Model):
             self.metric in _BOUNDED and self.comparison in (Comparison.GT, Comparison.GE)
         ):
             raise FieldProblem(
-                ("estimate",), "lower_bound needs metric ece, brier or overconfidence_gap "
-                "and comparison > or >="
+                ("estimate",),
+                "lower_bound needs metric ece, brier or overconfidence_gap and comparison > or >=",
             )
+        if self.evidence is not None:
+            if self.metric not in CALIBRATION_METRICS or self.estimate != "lower_bound":
+                raise FieldProblem(
+                    ("evidence",), "only allowed for calibration metrics with estimate lower_bound"
+                )
+            if self.evidence.max_window < self.window:
+                raise FieldProblem(("evidence", "max_window"), "must be at least the window")
+        if self.keep_firing_for < timedelta(0):
+            raise FieldProblem(("keep_firing_for",), "must not be negative")
         if self.repeat_interval < timedelta(minutes=1):
             raise FieldProblem(("repeat_interval",), "must be at least 1m")
         return self
@@ -190,6 +256,56 @@ class Rule(_Model):
     def breached(self, value: float) -> bool:
         """True when ``value`` violates the rule (``value <comparison> threshold``)."""
         return self.comparison.holds(value, self.threshold)
+
+    def recovered(self, value: float) -> bool:
+        """True when ``value`` (the resolve value) is back with the margin: not
+        ``value <comparison> threshold -/+ resolve_margin``. NaN never recovers."""
+        if math.isnan(value):
+            return False
+        upward = self.comparison in (Comparison.GT, Comparison.GE)
+        edge = (
+            self.threshold - self.resolve_margin
+            if upward
+            else (self.threshold + self.resolve_margin)
+        )
+        return not self.comparison.holds(value, edge)
+
+    def resolution(self) -> str:
+        """What a firing alert of this rule waits for before it resolves, for reading, e.g.
+        ``upper bound <= 0.05 for 30m on >= 600 effective items (1h-6h)``."""
+        upward = self.comparison in (Comparison.GT, Comparison.GE)
+        edge = (
+            self.threshold - self.resolve_margin
+            if upward
+            else (self.threshold + self.resolve_margin)
+        )
+        side = (
+            ("<=" if self.comparison is Comparison.GT else "<")
+            if upward
+            else (">=" if self.comparison is Comparison.LT else ">")
+        )
+        bound = self.estimate == "lower_bound" and self.resolve_on == "upper_bound"
+        text = f"{'upper bound' if bound else 'value'} {side} {edge:g}"
+        if self.keep_firing_for > timedelta(0):
+            text += f" for {_span(self.keep_firing_for)}"
+        if bound and self.evidence is not None:
+            text += (
+                f" on >= {self.evidence.n_eff:g} effective items"
+                f" ({_span(self.window)}-{_span(self.evidence.max_window)})"
+            )
+        return text
+
+    def evidence_windows(self) -> tuple[timedelta, ...]:
+        """The windows tried, shortest first: ``window``, doubled while below
+        ``evidence.max_window``, then ``max_window``; just ``(window,)`` without evidence."""
+        if self.evidence is None:
+            return (self.window,)
+        out = [self.window]
+        while out[-1] * 2 < self.evidence.max_window:
+            out.append(out[-1] * 2)
+        if out[-1] < self.evidence.max_window:
+            out.append(self.evidence.max_window)
+        return tuple(out)
 
 
 class RuleSet(_Model):

@@ -60,11 +60,13 @@ class Status(StrEnum):
 
 
 class Kind(StrEnum):
-    """What a notification announces. ``repeat`` is a reminder of a still-firing alert."""
+    """What a notification announces. ``repeat`` is a reminder of a still-firing alert;
+    ``flapping`` says the alert keeps starting and stopping and its notifications are held."""
 
     FIRING = "firing"
     REPEAT = "repeat"
     RESOLVED = "resolved"
+    FLAPPING = "flapping"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,11 @@ class AlertState:
       sequence number); ``last_notified_at``: when the last of them was emitted.
     - ``silenced``: a silence matched at the last evaluation (the page is owed when it ends).
     - ``acked_by`` / ``acked_at``: acknowledgement of this episode (cleared on resolve).
+    - ``clear_since``: while firing, since when every evaluation with data has been back with
+      confidence (the resolve period of ``keep_firing_for`` runs from it); None otherwise.
+    - ``changes``: when the alert started or stopped firing, within the flap window.
+    - ``flapping``: marked flapping (notifications held); ``flap_share``: the weighted share of
+      changed slots at the last evaluation.
     - ``version``: incremented on every change, for compare-and-swap in a shared store.
     """
 
@@ -96,6 +103,10 @@ class AlertState:
     last_value: float | None = None
     last_samples: float = 0.0
     last_observed_at: datetime | None = None
+    clear_since: datetime | None = None
+    changes: tuple[datetime, ...] = ()
+    flapping: bool = False
+    flap_share: float = 0.0
     version: int = 0
 
     def __post_init__(self) -> None:
@@ -131,6 +142,10 @@ class AlertState:
             "last_value": self.last_value,
             "last_samples": self.last_samples,
             "last_observed_at": _iso(self.last_observed_at),
+            "clear_since": _iso(self.clear_since),
+            "changes": [c.isoformat() for c in self.changes],
+            "flapping": self.flapping,
+            "flap_share": self.flap_share,
             "version": self.version,
         }
 
@@ -153,6 +168,10 @@ class AlertState:
             last_value=None if data.get("last_value") is None else float(data["last_value"]),
             last_samples=float(data.get("last_samples", 0.0)),
             last_observed_at=_dt(data.get("last_observed_at")),
+            clear_since=_dt(data.get("clear_since")),
+            changes=tuple(datetime.fromisoformat(str(c)) for c in data.get("changes") or ()),
+            flapping=bool(data.get("flapping", False)),
+            flap_share=float(data.get("flap_share", 0.0)),
             version=int(data.get("version", 0)),
         )
 

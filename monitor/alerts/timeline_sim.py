@@ -18,7 +18,7 @@ truthfulness test over seeds.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -41,6 +41,8 @@ from monitor.sim.traffic import Simulator
 
 MINUTE = timedelta(minutes=1)
 _FIELDS = 6  # weight, sum_conf, sum_y, sum_sq_err, sum_w2, count
+_Conv = tuple[SegmentTuple, list[tuple[datetime, float]], bool, bool]
+"""A conversation: segment, (time, confidence) of its messages, success, escalated."""
 
 
 @dataclass
@@ -55,24 +57,57 @@ class SimStream:
     """Per-minute bin sums of ``n`` simulated conversations, per segment (agent, domain, tier)."""
 
     def __init__(self, sim: Simulator, n: int, n_bins: int = DEFAULT_BINS) -> None:
-        self.sim, self.start, self.n_bins = sim, sim.start, n_bins
-        self.minutes = int((sim.conversation_start(n) - sim.start) / MINUTE) + 15
-        raw: dict[SegmentTuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        segs: dict[SegmentTuple, list[tuple[int, ConversationEscalation]]] = {}
+        start = sim.start
+        minutes = int((sim.conversation_start(n) - start) / MINUTE) + 15
+        convs: list[_Conv] = []
         for conv in sim.conversations(n):
             ctx, agent = conv[0].context, conv[0].agent
             assert ctx is not None
             seg: SegmentTuple = (agent.id, ctx.domain or "", int(ctx.tier or 0))
-            arr = raw.get(seg)
-            if arr is None:
-                arr = (np.zeros((self.minutes, _FIELDS, n_bins)), np.zeros(self.minutes),
-                       np.zeros(self.minutes))
-                raw[seg] = arr
             outcome = next(e for e in conv if e.outcome is not None).outcome
             assert outcome is not None
-            y = 1.0 if outcome.success else 0.0
-            confs = [(e.ts, e.message.confidence) for e in conv
-                     if e.message is not None and e.message.confidence is not None]
+            confs = [
+                (e.ts, e.message.confidence)
+                for e in conv
+                if e.message is not None and e.message.confidence is not None
+            ]
+            escalated = any(e.escalation is not None for e in conv)
+            convs.append((seg, confs, bool(outcome.success), escalated))
+        self._build(start, minutes, convs, n_bins)
+
+    @classmethod
+    def from_items(
+        cls,
+        start: datetime,
+        minutes: int,
+        items: Mapping[SegmentTuple, Iterable[tuple[datetime, float, int]]],
+        n_bins: int = DEFAULT_BINS,
+    ) -> SimStream:
+        """A stream of one-message conversations: per segment ``(time, confidence, correct)``
+        items (for example real answers, :mod:`monitor.sim.answers`), ``minutes`` long."""
+        out = cls.__new__(cls)
+        convs: list[_Conv] = [
+            (seg, [(at, c)], bool(y), False) for seg, its in items.items() for at, c, y in its
+        ]
+        out._build(start, minutes, convs, n_bins)
+        return out
+
+    def _build(
+        self, start: datetime, minutes: int, conversations: Iterable[_Conv], n_bins: int
+    ) -> None:
+        self.start, self.n_bins, self.minutes = start, n_bins, minutes
+        raw: dict[SegmentTuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        segs: dict[SegmentTuple, list[tuple[int, ConversationEscalation]]] = {}
+        for seg, confs, success, escalated in conversations:
+            arr = raw.get(seg)
+            if arr is None:
+                arr = (
+                    np.zeros((self.minutes, _FIELDS, n_bins)),
+                    np.zeros(self.minutes),
+                    np.zeros(self.minutes),
+                )
+                raw[seg] = arr
+            y = 1.0 if success else 0.0
             first = int((confs[0][0] - self.start) / MINUTE)
             for ts, c in confs:
                 m = int((ts - self.start) / MINUTE)
@@ -83,15 +118,19 @@ class SimStream:
                 arr[1][m] += 1
             if first < self.minutes:
                 arr[2][first] += 1
-            escalated = any(e.escalation is not None for e in conv)
-            segs.setdefault(seg, []).append((first, ConversationEscalation(
-                min(c for _, c in confs), escalated, bool(outcome.success))))
+            segs.setdefault(seg, []).append(
+                (first, ConversationEscalation(min(c for _, c in confs), escalated, success))
+            )
         self.segs: dict[SegmentTuple, _Seg] = {}
         for seg, (bins, items, convs) in raw.items():
             zero = np.zeros((1, _FIELDS, n_bins))
-            self.segs[seg] = _Seg(np.concatenate([zero, np.cumsum(bins, axis=0)]),
-                                  np.concatenate([[0.0], np.cumsum(items)]),
-                                  np.concatenate([[0.0], np.cumsum(convs)]), segs[seg])
+            esc = sorted(segs[seg], key=lambda e: e[0])
+            self.segs[seg] = _Seg(
+                np.concatenate([zero, np.cumsum(bins, axis=0)]),
+                np.concatenate([[0.0], np.cumsum(items)]),
+                np.concatenate([[0.0], np.cumsum(convs)]),
+                esc,
+            )
 
     def minute(self, at: datetime) -> int:
         """Index of the minute boundary ``at`` (clipped to the stream)."""
@@ -106,8 +145,9 @@ class SimStream:
         items, convs = s.items[b] - s.items[a], s.convs[b] - s.convs[a]
         return sums.with_design_effect(max(1.0, items / convs) if convs > 0 else 1.0)
 
-    def conversations(self, seg: SegmentTuple, lo: datetime,
-                      hi: datetime) -> list[ConversationEscalation]:
+    def conversations(
+        self, seg: SegmentTuple, lo: datetime, hi: datetime
+    ) -> list[ConversationEscalation]:
         """Conversations of ``seg`` whose first item is in ``[lo, hi)``."""
         esc = self.segs[seg].esc  # in conversation order, so by first minute
         lo_i = bisect_left(esc, self.minute(lo), key=lambda e: e[0])
@@ -145,48 +185,69 @@ class Timeline:
     checks: dict[SegmentTuple, list[tuple[datetime, bool]]] = field(default_factory=dict)
 
 
-def drift_round(stream: SimStream, at: datetime, cfg: DriftSettings,
-                states: dict[SegmentTuple, Reference]) -> list[DriftRow]:
+def drift_round(
+    stream: SimStream, at: datetime, cfg: DriftSettings, states: dict[SegmentTuple, Reference]
+) -> list[DriftRow]:
     """One round of drift checks at ``at`` (recent = ``[at - recent, at)``), updating
     ``states``; returns the rows the store would hold for the observations."""
     rec = (at - cfg.recent, at)
     rows = []
     for seg in sorted(stream.segs):
         state = states.get(seg)
-        ref = (reference_window(state, rec[0], cfg.reference) if cfg.pinned
-               else (rec[0] - cfg.recent, rec[0]))
+        ref = (
+            reference_window(state, rec[0], cfg.reference)
+            if cfg.pinned
+            else (rec[0] - cfg.recent, rec[0])
+        )
         base, recent = stream.sums(seg, *ref), stream.sums(seg, *rec)
         if recent.total_count == 0 and base.total_count == 0:
             continue
-        check = check_drift_sums(base, recent, alpha=cfg.alpha, min_samples=cfg.min_samples,
-                                 holm=cfg.holm,
-                                 test_min_samples=TEST_MIN_SAMPLES if cfg.holm else None)
+        check = check_drift_sums(
+            base,
+            recent,
+            alpha=cfg.alpha,
+            min_samples=cfg.min_samples,
+            holm=cfg.holm,
+            test_min_samples=TEST_MIN_SAMPLES if cfg.holm else None,
+        )
         states[seg] = advance(state, ref, rec, check.fired)
-        rows.append(DriftRow(seg, check.fired, check.fired_tests, check.n_recent, at,
-                             check.reason))
+        rows.append(DriftRow(seg, check.fired, check.fired_tests, check.n_recent, at, check.reason))
     return rows
 
 
-def _observations(rule: Rule, stream: SimStream, now: datetime,
-                  latest: dict[SegmentTuple, DriftRow]) -> list[Observation]:
+def _observations(
+    rule: Rule, stream: SimStream, now: datetime, latest: dict[SegmentTuple, DriftRow]
+) -> list[Observation]:
     lo = now - rule.window
     if rule.metric in CALIBRATION_METRICS:
-        sums = {seg: stream.sums(seg, lo, now) for seg in stream.segs}
-        return calibration_observations(rule, {k: v for k, v in sums.items()
-                                               if v.total_weight > 0}, now)
+        by_window = {}
+        for w in rule.evidence_windows():
+            sums = {seg: stream.sums(seg, now - w, now) for seg in stream.segs}
+            by_window[w] = {k: v for k, v in sums.items() if v.total_weight > 0}
+        return calibration_observations(rule, by_window, now)
     if rule.metric is Metric.DRIFT:
         rows = [r for r in latest.values() if lo < r.recent_to <= now + MINUTE]
         return drift_observations(rule, rows, now)
     if rule.metric is Metric.ESCALATION_INVERSION:
-        return [escalation_observation(rule, seg, stream.conversations(seg, lo, now), now)
-                for seg in sorted(stream.segs)]
+        return [
+            escalation_observation(rule, seg, stream.conversations(seg, lo, now), now)
+            for seg in sorted(stream.segs)
+        ]
     return []
 
 
-def alert_timeline(stream: SimStream, rules: RuleSet, start: datetime, end: datetime, *,
-                   drift: DriftSettings = DriftSettings(), drift_step: timedelta = 5 * MINUTE,
-                   eval_step: timedelta = 5 * MINUTE, escalation_step: timedelta | None = None,
-                   only: Iterable[str] | None = None) -> Timeline:
+def alert_timeline(
+    stream: SimStream,
+    rules: RuleSet,
+    start: datetime,
+    end: datetime,
+    *,
+    drift: DriftSettings = DriftSettings(),
+    drift_step: timedelta = 5 * MINUTE,
+    eval_step: timedelta = 5 * MINUTE,
+    escalation_step: timedelta | None = None,
+    only: Iterable[str] | None = None,
+) -> Timeline:
     """Replay ``[start, end]``: drift rounds every ``drift_step``, rule evaluations every
     ``eval_step`` (both from ``start``); escalation rules (a day of conversations each) every
     ``escalation_step`` if given (a multiple of ``eval_step``; long replays), else with the
@@ -205,13 +266,19 @@ def alert_timeline(stream: SimStream, rules: RuleSet, start: datetime, end: date
                 out.checks.setdefault(row.segment, []).append((next_drift, row.fired))
             next_drift += drift_step
         for rule in chosen:
-            if (escalation_step is not None and rule.metric is Metric.ESCALATION_INVERSION
-                    and (at - start) % escalation_step):
+            if (
+                escalation_step is not None
+                and rule.metric is Metric.ESCALATION_INVERSION
+                and (at - start) % escalation_step
+            ):
                 continue
             for obs in _observations(rule, stream, at, latest):
                 new, notes = evaluate(rule, alerts.get(obs.fingerprint), obs, at)
                 alerts[obs.fingerprint] = new
-                out.pages.extend(Page(n.rule, n.scope.get("agent", ""), n.kind, at)
-                                 for n in notes if n.kind in (Kind.FIRING, Kind.RESOLVED))
+                out.pages.extend(
+                    Page(n.rule, n.scope.get("agent", ""), n.kind, at)
+                    for n in notes
+                    if n.kind in (Kind.FIRING, Kind.RESOLVED)
+                )
         at += eval_step
     return out

@@ -74,3 +74,21 @@ def resolved_summary(
     side = "under" if comparison.startswith(">") else "above"
     shown = "n/a" if value is None else f"{value:.4g}"
     return f"{label} {shown}, back {side} {threshold:g} for {who} {after}"
+
+
+def flapping_summary(
+    rule: str,
+    scope: Mapping[str, str],
+    changed: int,
+    slots: int,
+    slot: timedelta,
+    share: float,
+    start: float,
+    stop: float,
+) -> str:
+    """The summary of a flapping notification: that it flaps, why, and until when it is held."""
+    return (
+        f"{rule} for {scope_text(scope)} is flapping: it started or stopped firing in {changed} "
+        f"of the last {slots} {span(slot)} slots (weighted share {share:.2f} >= {start:.2f}); "
+        f"its notifications are held until the share falls below {stop:.2f}"
+    )

@@ -18,6 +18,14 @@ so a 5 % miss rate per evaluation would still page on noise), instead:
 - ``overconfidence_gap``: mean confidence minus the upper Wilson bound of accuracy (one-sided
   ``level``, effective size).
 
+:func:`upper_bound` is the matching bound above, on which a firing rule resolves (hysteresis,
+:mod:`monitor.alerts.lifecycle`): for ``ece`` the ECE less the median ECE of a calibrated agent
+with these bins (chance's typical share, removed), plus the spread of the ECE's own parametric
+bootstrap above its median (per bin acc* = Binomial(n_eff_b, acc_b) / n_eff_b; ``level``
+quantile minus median), so a sample whose errors happen to cancel does not look recovered; for
+``brier`` the upper end of the bootstrap interval; for ``overconfidence_gap`` mean confidence
+minus the lower Wilson bound of accuracy.
+
 Effective sizes include the design effect the caller applied to the sums. Undefined (no
 weight): None.
 """
@@ -37,9 +45,11 @@ LEVEL = 0.99
 """Default one-sided level of the bounds."""
 
 
-def ece_null_quantile(sums: BinSums, level: float = LEVEL, n_boot: int = 400,
-                      seed: int = 0) -> float:
-    """The ``level`` quantile of the ECE of a perfectly calibrated agent with these bins."""
+def ece_null_quantile(
+    sums: BinSums, level: float = LEVEL, n_boot: int = 400, seed: int = 0
+) -> float:
+    """The ``level`` quantile of the ECE of a perfectly calibrated agent with these bins
+    (``level`` in (0, 1))."""
     nz = sums.weight > 0
     w = sums.weight[nz]
     conf = np.clip(sums.sum_conf[nz] / w, 0.0, 1.0)
@@ -50,8 +60,22 @@ def ece_null_quantile(sums: BinSums, level: float = LEVEL, n_boot: int = 400,
     return float(np.quantile(draws, level))
 
 
-def lower_bound(metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400,
-                seed: int = 0) -> float | None:
+def _ece_spread(sums: BinSums, level: float, n_boot: int, seed: int) -> float:
+    """``level`` quantile minus median of the ECE's parametric bootstrap (observed accuracies)."""
+    nz = sums.weight > 0
+    w = sums.weight[nz]
+    conf = np.clip(sums.sum_conf[nz] / w, 0.0, 1.0)
+    acc = np.clip(sums.sum_y[nz] / w, 0.0, 1.0)
+    m = np.maximum(1, np.rint(sums.n_eff()[nz])).astype(np.int64)
+    rng = np.random.default_rng(seed + 1)
+    boot = rng.binomial(m, acc, size=(n_boot, len(m))) / m
+    draws = (np.abs(boot - conf) * w).sum(axis=1) / w.sum()
+    return float(np.quantile(draws, level) - np.quantile(draws, 0.5))
+
+
+def lower_bound(
+    metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400, seed: int = 0
+) -> float | None:
     """The one-sided lower bound of ``metric`` (one of :data:`BOUND_METRICS`) at ``level``.
 
     None when ``sums`` has no weight. Raises ValueError for another metric or a ``level``
@@ -69,4 +93,30 @@ def lower_bound(metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 
         return float(lo)
     _, hi = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
     value = cal.mean_confidence(sums) - hi
+    return value if math.isfinite(value) else None
+
+
+def upper_bound(
+    metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400, seed: int = 0
+) -> float | None:
+    """The one-sided upper bound of ``metric`` (one of :data:`BOUND_METRICS`) at ``level``
+    (module docstring). None when ``sums`` has no weight. Raises ValueError like
+    :func:`lower_bound`."""
+    if metric not in BOUND_METRICS:
+        raise ValueError(f"no upper bound for {metric!r}")
+    if not 0.5 < level < 1.0:
+        raise ValueError("level must be in (0.5, 1)")
+    if not sums.total_weight > 0:
+        return None
+    if metric == "ece":
+        return (
+            cal.ece(sums)
+            - ece_null_quantile(sums, 0.5, n_boot, seed)
+            + _ece_spread(sums, level, n_boot, seed)
+        )
+    if metric == "brier":
+        _, hi = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
+        return float(hi)
+    lo, _ = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
+    value = cal.mean_confidence(sums) - lo
     return value if math.isfinite(value) else None

@@ -83,13 +83,15 @@ def alert_row(
         "silence_id": None if silence is None else silence.id,
         "acked_by": state.acked_by,
         "acked_at": state.acked_at,
+        "flapping": state.flapping,
+        "flap_share": state.flap_share,
     }
 
 
 def alerts_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="alerts", title_justify="left")
     for col in ("fingerprint", "rule", "status", "severity", "scope", "value vs threshold",
-                "samples", "since (UTC)", "silenced", "acked"):  # fmt: skip
+                "samples", "since (UTC)", "silenced", "acked", "flapping"):  # fmt: skip
         t.add_column(col)
     for r in rows:
         scope = escape(",".join(f"{k}={v}" for k, v in r["scope"].items()) or "global")
@@ -99,6 +101,7 @@ def alerts_table(rows: list[dict[str, Any]]) -> Table:
             r["fingerprint"], r["rule"], r["status"], r["severity"] or "-", scope, vs,
             f"{r['samples']:g}", since, r["silence_id"] or ("yes" if r["silenced"] else "no"),
             r["acked_by"] or "-",
+            f"yes ({r.get('flap_share', 0):.2f}): held" if r.get("flapping") else "no",
         )  # fmt: skip
     return t
 
@@ -114,7 +117,8 @@ def register(app: typer.Typer) -> None:
         rules_file: Path | None = FILE,
         as_json: bool = ac.JSON,
     ) -> None:
-        """Firing and pending alerts: value against threshold, since, silenced, acked."""
+        """Firing, pending and flapping alerts: value against threshold, since, silenced,
+        acked, flapping (notifications held)."""
         rules = _rules_or_exit(rules_file)
         now = datetime.now(UTC)
 
@@ -122,7 +126,9 @@ def register(app: typer.Typer) -> None:
             async with eng.connect() as conn:
                 states = await repo.list_states(conn)
                 silences = await repo.active_silences(conn, now)
-            kept = [s for s in states if show_all or s.status is not Status.RESOLVED]
+            kept = [
+                s for s in states if show_all or s.flapping or s.status is not Status.RESOLVED
+            ]
             return [alert_row(s, rules, silences, now) for s in kept]
 
         rows = ac.run_with_engine(ac.console(), go)
@@ -246,7 +252,7 @@ def register(app: typer.Typer) -> None:
             return
         t = Table(title=f"{len(rules.rules)} rules from {source}", title_justify="left")
         for col in ("name", "metric", "scope", "condition", "window", "for", "min samples",
-                    "severity"):  # fmt: skip
+                    "severity", "resolves"):  # fmt: skip
             t.add_column(col)
         for r in rules.rules:
             scope = ",".join(f"{k}={v}" for k, v in r.scope.model_dump(exclude_none=True).items())
@@ -254,9 +260,11 @@ def register(app: typer.Typer) -> None:
             d = rules_to_dict(RuleSet(rules=(r,)))["rules"][0]
             cond = f"{r.comparison.value} {r.threshold:g}"
             t.add_row(escape(r.name), escape(metric), escape(scope or "all"), cond,
-                      d["window"], d["for"], f"{r.min_samples:g}", r.severity.value)  # fmt: skip
+                      d["window"], d["for"], f"{r.min_samples:g}", r.severity.value,
+                      escape(r.resolution()))  # fmt: skip
         ac.print_table(ac.console(), t)
 
+    importlib.import_module("monitor.cli.alerts_backtest").add_backtest_command(group)
     try:  # the delivery side adds `alerts test` (monitor/cli/alerts_send.py)
         test_module = importlib.import_module("monitor.cli.alerts_send")
     except ImportError:  # not in this checkout (yet)

@@ -78,7 +78,8 @@ async def firing_alerts(engine: AsyncEngine, segment: Segment) -> list[dict[str,
     """Firing alerts (view ``v_alerts``) of the agents matched by ``segment``."""
     cond, params = Segment(segment.agent).where()
     sql = text(f"SELECT time, severity, rule, agent_id, domain, tier, value, threshold, summary"
-               f" FROM v_alerts WHERE agent_id IS NULL OR ({cond}) ORDER BY time DESC")
+               f" FROM v_alerts WHERE status = 'firing' AND (agent_id IS NULL OR ({cond}))"
+               f" ORDER BY time DESC")
     async with engine.connect() as conn:
         return [dict(r) for r in (await conn.execute(sql, params)).mappings().all()]
 

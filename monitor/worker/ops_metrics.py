@@ -6,6 +6,7 @@ process never share counters. Units: counts are events, latency is seconds, lag 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -56,6 +57,13 @@ class OpsMetrics:
             "Failed DLQ publish attempts (retried with backoff)",
             registry=r,
         )
+        self.alerts_flapping = Gauge(
+            "monitor_alerts_flapping",
+            "Alerts marked flapping at the last evaluation (their notifications are held)",
+            ["rule"],
+            registry=r,
+        )
+        self._flapping_rules: set[str] = set()
         self.consumer_lag = Gauge(
             "monitor_consumer_lag", "High watermark minus position", ["partition"], registry=r
         )
@@ -193,6 +201,18 @@ class OpsMetrics:
         wake-up's lag into the histogram."""
         lag.observe = self.event_loop_lag.observe
         self.event_loop_stall.set_function(lag.recent_max)
+
+    def alerts(self, flapping: Mapping[str, str]) -> None:
+        """Record an evaluation's flapping alerts (fingerprint -> rule) as
+        ``monitor_alerts_flapping{rule}``; rules no longer flapping drop to 0."""
+        counts: dict[str, int] = {}
+        for rule in flapping.values():
+            counts[rule] = counts.get(rule, 0) + 1
+        for rule in self._flapping_rules - counts.keys():
+            self.alerts_flapping.labels(rule=rule).set(0)
+        self._flapping_rules |= counts.keys()
+        for rule, n in counts.items():
+            self.alerts_flapping.labels(rule=rule).set(n)
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""

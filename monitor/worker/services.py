@@ -238,6 +238,7 @@ class AlertingService(Service):
         )  # fmt: skip
 
     def _on_report(self, report: EvaluationReport) -> None:
+        self.metrics.alerts(report.flapping)
         if report.outbox_rows:
             self.outbox_written.set()
 

@@ -50,7 +50,12 @@ _STYLE = {
     "info": (":information_source:", "#36C5F0"),
 }
 _RESOLVED_STYLE = (":white_check_mark:", "#2EB67D")
-_KIND_TITLE = {Kind.FIRING: "FIRING", Kind.REPEAT: "STILL FIRING", Kind.RESOLVED: "RESOLVED"}
+_KIND_TITLE = {
+    Kind.FIRING: "FIRING",
+    Kind.REPEAT: "STILL FIRING",
+    Kind.RESOLVED: "RESOLVED",
+    Kind.FLAPPING: "FLAPPING",
+}
 
 AnyNotification = Notification | GroupedNotification
 

@@ -1,0 +1,69 @@
+"""The real-answer agents of the alert benchmarks (``bench/alert_quality.py``,
+``bench/nannyml_drift.py``): tier-3 agents resampled from ``tests/data/answers`` near each
+calibration rule's threshold, with one change, and with a recovery (see alert_quality's
+docstring)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from monitor.sim.answers import (
+    METRICS,
+    AnswerAgent,
+    Mixture,
+    parse_pools,
+    population_metric,
+    tune,
+)
+
+T0 = datetime(2026, 3, 2, tzinfo=UTC)
+ANSWERS = Path(__file__).resolve().parents[1] / "tests/data/answers/stated_confidence_answers.csv"
+CALIBRATED = Mixture(
+    (("lsat_gemini-1.5-flash", 0.4), ("sciq_claude-3-haiku", 0.2), ("sciq_gemini-1.5-flash", 0.4))
+)
+TIER3 = {
+    "ece_tier3": ("ece", 0.05, "lsat_gpt-4", 0.13),
+    "overconfidence_tier3": ("overconfidence_gap", 0.1, "lsat_gpt-3.5-turbo", 0.2),
+    "brier_tier3": ("brier", 0.2, "lsat_gpt-3.5-turbo", 0.25),
+}
+REAL_HOURS = 48
+PER_HOUR = 150
+
+
+def real_agents() -> tuple[dict[str, AnswerAgent], dict[str, dict[str, float]]]:
+    """The real-answer agents (module docstring) and, per agent, its population metrics."""
+    pools = parse_pools(ANSWERS.read_text())
+    change = T0 + timedelta(hours=24)
+    agents: dict[str, AnswerAgent] = {}
+    sharp = Mixture((("sciq_gemini-1.5-flash", 1.0),))  # the lowest Brier of the pools
+    for rule, (metric, thr, worse, edge) in TIER3.items():
+        for name, target in (("under", thr * 2 / 3), ("over", thr * 4 / 3), ("edge", edge)):
+            if name == "under" and metric == "ece":
+                mix = CALIBRATED  # ECE 0.038: the lowest these answers can mix to
+            elif name == "under" and metric == "brier":
+                mix = tune(pools, sharp, CALIBRATED, metric, target)
+            else:
+                mix = tune(pools, CALIBRATED, Mixture(((worse, 1.0),)), metric, target)
+            agents[f"{rule}:{name}"] = AnswerAgent(f"{rule}:{name}", 3, "qa", ((None, mix),))
+    over = tune(
+        pools, CALIBRATED, Mixture((("lsat_gpt-3.5-turbo", 1.0),)), "overconfidence_gap", 0.2
+    )
+    ece_edge = tune(pools, CALIBRATED, Mixture((("lsat_gpt-4", 1.0),)), "ece", 0.13)
+    agents["changed:overconfident"] = AnswerAgent(
+        "changed:overconfident", 3, "qa", ((None, CALIBRATED), (change, over))
+    )
+    agents["changed:ece"] = AnswerAgent(
+        "changed:ece", 3, "qa", ((None, CALIBRATED), (change, ece_edge))
+    )
+    phases = (
+        (None, CALIBRATED),
+        (T0 + timedelta(hours=12), over),
+        (T0 + timedelta(hours=30), CALIBRATED),
+    )
+    agents["recovers"] = AnswerAgent("recovers", 3, "qa", phases)
+    facts = {
+        k: {m: round(population_metric(m, pools, a.phases[-1][1]), 3) for m in METRICS}
+        for k, a in agents.items()
+    }
+    return agents, facts

@@ -1,0 +1,254 @@
+"""Backtest alert rules over stored history without touching live alert state.
+
+:func:`backtest` walks ``[start, end]`` in ``step``s with the worker's own code: the tracked
+drift checks every ``drift_every`` (:func:`monitor.analytics.periodic.drift_once`, pinned
+references evolving as in the worker) and the rule evaluation at every step
+(:func:`monitor.alerts.evaluate.evaluate_once`: observations, lifecycle with hysteresis and
+flap detection, grouping, outbox). Nothing is delivered.
+
+Isolation: the run gets a scratch schema holding empty copies (same columns, defaults, keys and
+constraint names, its own sequences) of the tables those functions write, :data:`SHADOWED`,
+and an engine whose ``search_path`` puts that schema before the live one; every other table
+(events, calibration sums, conversations, verdicts) is read from the live schema. Live alert
+states, history, silences, groups, outbox, drift checks and drift references are never read or
+written, and the schema is dropped at the end (also on error). The evaluations take the same
+transaction-level advisory lock as the worker's, so each step briefly queues behind a live
+evaluation (and the other way round); they never share state.
+
+:func:`summarize` (pure) turns the steps into per rule and segment figures: pages (``firing``
+notifications), episodes (times it started firing, announced or not), time firing, flaps
+(``flapping`` notifications) and the first page after each marked change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from monitor.alerts.evaluate import evaluate_once
+from monitor.alerts.rule_models import RuleSet, Scope
+from monitor.alerts.states import Kind, Notification
+from monitor.analytics.periodic import DEFAULT_REFERENCE, drift_once
+from monitor.core.clock import FixedClock
+
+SHADOWED = (
+    "alert_states",
+    "alert_history",
+    "alert_groups",
+    "alert_silences",
+    "notification_outbox",
+    "drift_checks",
+    "drift_references",
+)
+"""Tables the worker's drift checks and evaluations write (or read as their own state)."""
+SINK = "backtest"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One evaluation of the walk: its time, the notifications it emitted, and the
+    fingerprints firing afterwards."""
+
+    at: datetime
+    notifications: tuple[Notification, ...]
+    firing: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change the user marks: ``agent`` (a glob) changed at ``at``."""
+
+    agent: str
+    at: datetime
+
+
+@dataclass
+class RuleSegment:
+    """Figures of one rule on one segment (``scope``) over the walk."""
+
+    rule: str
+    scope: dict[str, str]
+    pages: int = 0
+    episodes: int = 0
+    firing_s: float = 0.0
+    flaps: int = 0
+    page_times: list[datetime] = field(default_factory=list)
+    first_page_after: dict[str, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready figures (first page after a change: minutes, None when none came)."""
+        return {
+            "rule": self.rule,
+            "scope": self.scope,
+            "pages": self.pages,
+            "episodes": self.episodes,
+            "firing_minutes": round(self.firing_s / 60, 1),
+            "flaps": self.flaps,
+            "first_page_after_change_min": self.first_page_after,
+        }
+
+
+def only_agent(rules: RuleSet, agent: str) -> RuleSet:
+    """The rules restricted to segments of ``agent``: rules whose scope cannot match it are
+    dropped, the others get ``scope.agent = agent`` (global rules, which have no agent, go)."""
+    kept = []
+    for r in rules.rules:
+        if r.scope.agent is not None and not fnmatchcase(agent, r.scope.agent):
+            continue
+        scope = Scope(agent=agent, domain=r.scope.domain, tier=r.scope.tier)
+        kept.append(r.model_copy(update={"scope": scope}))
+    return rules.model_copy(update={"rules": tuple(kept)})
+
+
+def summarize(
+    steps: Sequence[Step],
+    identities: Mapping[str, tuple[str, Mapping[str, str]]],
+    step: timedelta,
+    changes: Iterable[Change] = (),
+) -> list[RuleSegment]:
+    """Per fingerprint seen (``identities``: fingerprint -> rule, scope), the figures of the
+    walk (module docstring); a step's firing time counts ``step``. Sorted by rule, scope."""
+    out: dict[str, RuleSegment] = {}
+
+    def row(fp: str) -> RuleSegment:
+        if fp not in out:
+            rule, scope = identities.get(fp, ("?", {}))
+            out[fp] = RuleSegment(rule, dict(scope))
+        return out[fp]
+
+    before: frozenset[str] = frozenset()
+    for s in steps:
+        for fp in s.firing - before:
+            row(fp).episodes += 1
+        for fp in s.firing:
+            row(fp).firing_s += step.total_seconds()
+        for n in s.notifications:
+            r = row(n.fingerprint)
+            if n.kind is Kind.FIRING:
+                r.pages += 1
+                r.page_times.append(n.created_at)
+            elif n.kind is Kind.FLAPPING:
+                r.flaps += 1
+        before = s.firing
+    for fp in identities:
+        row(fp)
+    for r in out.values():
+        for c in changes:
+            if fnmatchcase(r.scope.get("agent", ""), c.agent):
+                after = [t for t in r.page_times if t >= c.at]
+                key = f"{c.agent}@{c.at.isoformat()}"
+                r.first_page_after[key] = (
+                    round((min(after) - c.at) / timedelta(minutes=1), 1) if after else None
+                )
+    return sorted(out.values(), key=lambda r: (r.rule, sorted(r.scope.items())))
+
+
+@contextlib.asynccontextmanager
+async def shadow_engine(live: AsyncEngine) -> AsyncIterator[AsyncEngine]:
+    """An engine on ``live``'s database whose writes to :data:`SHADOWED` go to a fresh scratch
+    schema (module docstring); the schema is dropped on exit."""
+    schema = f"backtest_{uuid.uuid4().hex[:12]}"
+    async with live.begin() as conn:
+        home = str((await conn.execute(text("SELECT current_schema()"))).scalar_one())
+        await conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        for table in SHADOWED:
+            await _shadow_table(conn, home, schema, table)
+    url = live.url.render_as_string(hide_password=False)
+    engine = create_async_engine(
+        url, pool_size=2, connect_args={"server_settings": {"search_path": f"{schema},{home}"}}
+    )
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+        async with live.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+async def _shadow_table(conn: Any, home: str, schema: str, table: str) -> None:
+    src, dst = f'"{home}"."{table}"', f'"{schema}"."{table}"'
+    await conn.execute(
+        text(f"CREATE TABLE {dst} (LIKE {src} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+    )
+    keys = await conn.execute(
+        text(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = CAST(:t AS regclass) AND contype IN ('p', 'u') ORDER BY conname"
+        ),
+        {"t": src},
+    )
+    for name, definition in keys.all():
+        await conn.execute(text(f'ALTER TABLE {dst} ADD CONSTRAINT "{name}" {definition}'))
+    serials = await conn.execute(
+        text(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = :s"
+            " AND table_name = :t AND column_default LIKE 'nextval(%'"
+        ),
+        {"s": schema, "t": table},
+    )
+    for (column,) in serials.all():
+        seq = f'"{schema}"."{table}_{column}_seq"'
+        await conn.execute(text(f'CREATE SEQUENCE {seq} OWNED BY {dst}."{column}"'))
+        await conn.execute(
+            text(f"ALTER TABLE {dst} ALTER COLUMN \"{column}\" SET DEFAULT nextval('{seq}')")
+        )
+
+
+@dataclass(frozen=True)
+class DriftJob:
+    """The worker's drift-check settings (``monitor.config.Settings.drift_*``)."""
+
+    every: timedelta = timedelta(minutes=5)
+    recent: timedelta = timedelta(hours=1)
+    reference: timedelta = DEFAULT_REFERENCE
+    alpha: float = 0.001
+    min_samples: int = 100
+
+
+async def backtest(
+    live: AsyncEngine,
+    rules: RuleSet,
+    start: datetime,
+    end: datetime,
+    step: timedelta,
+    drift: DriftJob = DriftJob(),
+) -> tuple[list[Step], dict[str, tuple[str, dict[str, str]]]]:
+    """Walk ``[start, end]`` (module docstring): drift rounds at ``start`` and every
+    ``drift.every``, an evaluation at every ``step``. Returns the steps and, per fingerprint
+    seen, its rule and scope. Raises ValueError for a non-positive step or ``end < start``."""
+    if step <= timedelta(0) or drift.every <= timedelta(0) or end < start:
+        raise ValueError("need step > 0, a drift interval > 0 and end >= start")
+    steps: list[Step] = []
+    async with shadow_engine(live) as eng:
+        next_drift = start
+        at = start
+        while at <= end:
+            while next_drift <= at:
+                await drift_once(
+                    eng,
+                    FixedClock(next_drift),
+                    drift.recent,
+                    drift.alpha,
+                    drift.min_samples,
+                    drift.reference,
+                )
+                next_drift += drift.every
+            report = await evaluate_once(eng, rules, at, [SINK])
+            steps.append(Step(at, tuple(report.notifications), frozenset(report.firing)))
+            at += step
+        async with eng.connect() as conn:
+            sql = text("SELECT fingerprint, rule, scope FROM alert_states")
+            found: list[Any] = list((await conn.execute(sql)).all())
+            identities = {
+                str(fp): (str(r), {str(k): str(v) for k, v in (sc or {}).items()})
+                for fp, r, sc in found
+            }
+    return steps, identities
