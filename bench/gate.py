@@ -176,7 +176,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:
                 async with session.post(url, data=bodies.all[0], headers={
-                        "Authorization": f"Bearer {TOKEN}"}) as r:  # fmt: skip
+                        "Authorization": f"Bearer {TOKEN}",
+                        "Content-Type": "application/json"}) as r:  # fmt: skip
                     sample = await r.json()
                 print("sample answer:", json.dumps(sample)[:400])
                 await closed_loop(session, url, bodies, 4, 1.0)  # warm-up (history cached)

@@ -1,15 +1,23 @@
 """``POST /v1/gate``: from a request to a status, a JSON answer and the decision event (pure).
 
-The worker (:mod:`monitor.worker.app`) reads the body, calls :func:`handle_gate` and hands the
-decision event to the same producer as ``POST /v1/events``. Status codes (every answer is a
-JSON object; client errors carry ``error`` and a machine-readable ``reason``):
+The worker (:mod:`monitor.worker.app`) calls :func:`receive_gate` with the request's headers
+and a chunk reader, and hands the decision event to the same producer as ``POST /v1/events``.
+:func:`receive_gate` refuses before working: the caller is authorized (:func:`authorize`) and
+rate-limited before the body is read, the media type (``application/json`` or none) and the
+encoding are checked, and the body is read under its limits (size, decompression, deadline).
+Status codes (every answer is a JSON object; client errors carry ``error`` and a
+machine-readable ``reason``):
 
 - 200 a decision (``decision``, ``calibrated``, ``threshold``, ``findings``, ``latency_ms`` ...);
   for a rule with the inline LLM check the reply carries ``pending`` and the worker awaits
   :func:`finish_gate` for the final answer (the deterministic path stays synchronous);
 - 401 ``unauthorized``: ``gate_token`` set and the bearer token missing or wrong;
 - 403 ``not_loopback``: ``gate_token`` unset and the caller is not on the loopback address;
-- 400 ``not_json`` / ``invalid_field`` / ``invalid_history``; 413 ``too_large``;
+- 400 ``not_json`` / ``invalid_field`` / ``invalid_history`` / ``bad_encoding``; 413
+  ``too_large`` (declared, streamed or inflated body above the limit); 408 ``timeout`` (the
+  body did not arrive within ``read_timeout_s``); 415 ``unsupported_media`` /
+  ``unsupported_encoding``; 429 ``rate_limited`` (with ``Retry-After``: the credential's rate,
+  or too many failed authentications from the peer address);
 - 404 ``unknown_agent``: no policy rule covers the agent;
 - 503 ``gate_error``: an unexpected failure before any rule could decide (never a 500). An
   unexpected failure once a rule is known answers with that rule's fail-open/closed decision.
@@ -18,12 +26,22 @@ JSON object; client errors carry ``error`` and a machine-readable ``reason``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from monitor.contract.events import AgentEvent
+from monitor.core.http_body import (
+    BadEncoding,
+    BodyLimits,
+    BodyTimeout,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    read_body,
+)
+from monitor.core.http_guard import Guard, Refusal, credential_key, media_type, unsupported_media
+from monitor.core.inflate import encoding_of
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, UnknownAgent, decide, decision_event
@@ -34,6 +52,7 @@ from monitor.ingest.http import token_ok
 
 log = logging.getLogger("monitor.gate.endpoint")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MEDIA_TYPES = ("application/json", "")
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,12 @@ class GateLimits:
     token: str | None
     max_body_bytes: int
     max_content_chars: int
+    read_timeout_s: float = 10.0
+    max_inflate_ratio: float = 100.0
+
+    @property
+    def body(self) -> BodyLimits:
+        return BodyLimits(self.max_body_bytes, self.max_inflate_ratio, self.read_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,56 @@ class GateReply:
     body: dict[str, Any]
     event: AgentEvent | None = None
     pending: LlmPending | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _refused(refusal: Refusal) -> GateReply:
+    body = {"error": refusal.message, "reason": refusal.reason}
+    return GateReply(refusal.status, body, headers=dict(refusal.headers))
+
+
+async def receive_gate(
+    *,
+    headers: Mapping[str, str],
+    peer: str | None,
+    read_chunk: Callable[[], Awaitable[bytes]],
+    limits: GateLimits,
+    guard: Guard,
+    decide_body: Callable[[bytes | None], GateReply],
+) -> GateReply:
+    """Authorize, rate-limit, check the media type, read the body, then ``decide_body`` (the
+    worker's :func:`decide_gate` with its state); never raises for a request."""
+    authorization = headers.get("Authorization")
+    denied = authorize(authorization, peer, limits.token)
+    if denied is not None:
+        throttled = guard.stranger(peer)
+        return denied if throttled is None else _refused(throttled)
+    key = credential_key(authorization) if limits.token else f"peer:{peer}"
+    limited = guard.credential(key)
+    if limited is not None:
+        return _refused(limited)
+    content_type = headers.get("Content-Type")
+    if media_type(content_type) not in MEDIA_TYPES:
+        return _refused(unsupported_media(content_type, MEDIA_TYPES))
+    try:
+        encoding_of(headers.get("Content-Encoding"))
+        body: bytes | None = await read_body(
+            read_chunk,
+            content_length=headers.get("Content-Length"),
+            content_encoding=headers.get("Content-Encoding"),
+            limits=limits.body,
+        )
+    except UnsupportedEncoding as exc:
+        return GateReply(415, {"error": str(exc), "reason": "unsupported_encoding"})
+    except BodyTooLarge:
+        body = None  # the 413 of decide_body
+    except BodyTimeout as exc:
+        return GateReply(
+            408, {"error": str(exc), "reason": "timeout"}, headers={"Connection": "close"}
+        )
+    except BadEncoding as exc:
+        return GateReply(400, {"error": str(exc), "reason": "bad_encoding"})
+    return decide_body(body)
 
 
 def is_loopback(peer: str | None) -> bool:
@@ -97,13 +172,45 @@ def handle_gate(
     cuts: AdvisorCuts | None = None,
 ) -> GateReply:
     """Authorize, parse and decide one request (see the module docstring); never raises.
-    ``body`` None means the body was above the limit (413 once authorized); ``status`` (the
-    maps' freshness) is merged into a decision's answer; ``history_cache`` (the worker's)
-    spares re-validating history events already seen (the same answer as without it);
-    ``cuts`` are the advisor's thresholds held in memory."""
+    The same answer as :func:`authorize` then :func:`decide_gate`."""
     denied = authorize(authorization, peer, limits.token)
     if denied is not None:
         return denied
+    return decide_gate(
+        body,
+        limits=limits,
+        policy=policy,
+        maps=maps,
+        checks=checks,
+        now=now,
+        timer=timer,
+        started=started,
+        new_id=new_id,
+        status=status,
+        history_cache=history_cache,
+        cuts=cuts,
+    )
+
+
+def decide_gate(
+    body: bytes | None,
+    *,
+    limits: GateLimits,
+    policy: GatePolicy,
+    maps: Maps,
+    checks: CheckSet,
+    now: datetime,
+    timer: Callable[[], float],
+    started: float,
+    new_id: Callable[[], str],
+    status: dict[str, Any] | None = None,
+    history_cache: HistoryCache | None = None,
+    cuts: AdvisorCuts | None = None,
+) -> GateReply:
+    """Parse and decide one authorized request; never raises. ``body`` None means the body
+    was above the limit (413); ``status`` (the maps' freshness) is merged into a decision's
+    answer; ``history_cache`` (the worker's) spares re-validating history events already seen
+    (the same answer as without it); ``cuts`` are the advisor's thresholds held in memory."""
     if body is None:
         return GateReply(413, {"error": f"body above {limits.max_body_bytes} bytes",
                                "reason": "too_large"})  # fmt: skip

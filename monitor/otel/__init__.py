@@ -33,4 +33,7 @@ def trace_limits(settings: Settings) -> TraceLimits:
         token=settings.ingest_token,
         max_body_bytes=settings.http_max_body_bytes,
         max_spans=settings.http_max_events,
+        read_timeout_s=settings.http_read_timeout_s,
+        max_inflate_ratio=settings.http_max_inflate_ratio,
+        inline_parse_bytes=settings.http_inline_parse_bytes,
     )

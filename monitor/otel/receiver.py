@@ -1,44 +1,63 @@
 """``POST /v1/traces`` (OTLP/HTTP) as a pure async function; app.py only wires it to faust.
 
-Answers per the OTLP/HTTP specification, in the request's encoding (protobuf or JSON):
+Refuses before working, in this order: the bearer token (``MONITOR_INGEST_TOKEN``, as
+``/v1/events``; 401, or 429 per peer address after too many failures), the credential's
+request rate (429 with ``Retry-After``), the media type (415), the encoding (415: identity,
+gzip, deflate), then the body, streamed under :class:`monitor.core.http_body.BodyLimits`.
+Answers per the OTLP/HTTP specification, in the request's encoding (protobuf or JSON; JSON
+when the media type is not one of them):
 - 200 ``ExportTraceServiceResponse``; ``partial_success`` carries ``rejected_spans`` and the
   first reasons when some spans were malformed or mapped to invalid events (the others are
   published). Spans carrying nothing the monitor uses are dropped and counted, not rejected;
-- 401 missing or wrong bearer token (``MONITOR_INGEST_TOKEN``, as ``/v1/events``; unset: off);
-- 413 declared or actual body (after gzip) above ``http_max_body_bytes``, or more spans than
-  ``http_max_events``; 415 other media type or content encoding; 400 undecodable body;
+- 401 missing or wrong bearer token; 429 rate limited (``Retry-After``);
+- 413 declared, streamed or inflated body above ``max_body_bytes``, a body inflating more than
+  ``max_inflate_ratio`` times, or more spans than ``max_spans``; 408 the body did not arrive
+  within ``read_timeout_s``; 415 other media type or content encoding; 400 undecodable body;
 - 503 (retryable, ``Retry-After``) when the event bus refuses the events.
-Error bodies are ``google.rpc.Status``. Accepted events go through ``publish`` (the same
+Error bodies are ``google.rpc.Status``. A body above ``inline_parse_bytes`` is decoded and
+mapped through ``offload`` (a thread). Accepted events go through ``publish`` (the same
 producer path as ``/v1/events``) before the answer is sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from monitor.contract.events import AgentEvent
 from monitor.core.errors import MonitorError
+from monitor.core.http_body import (
+    BadEncoding,
+    BodyLimits,
+    BodyTimeout,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    read_body,
+)
+from monitor.core.http_guard import Guard, Refusal, credential_key
+from monitor.core.http_reply import Offload, Reply, inline
+from monitor.core.inflate import encoding_of
 from monitor.ingest.http import token_ok
 from monitor.otel.decode import (
     JSON,
     PROTOBUF,
-    BodyTooLarge,
     UndecodableBody,
     UnsupportedMediaType,
     decode_request,
     encode_response,
     encode_status,
-    inflate,
     media_type,
 )
-from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.mapping import Mapped, MappingConfig, map_spans
 
 # gRPC codes of the google.rpc.Status bodies
 INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
 RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
 UNAUTHENTICATED = 16
+
+Answer = Reply  # what to send back; ``counts``: accepted/dropped/rejected spans for the metrics
 
 
 @dataclass(frozen=True)
@@ -46,21 +65,26 @@ class TraceLimits:
     token: str | None
     max_body_bytes: int
     max_spans: int
+    read_timeout_s: float = 10.0
+    max_inflate_ratio: float = 100.0
+    inline_parse_bytes: int = 64 * 1024
+
+    @property
+    def body(self) -> BodyLimits:
+        return BodyLimits(self.max_body_bytes, self.max_inflate_ratio, self.read_timeout_s)
 
 
-@dataclass
-class Answer:
-    """What to send back, and the span counts (accepted/dropped/rejected) for the metrics."""
-
-    status: int
-    body: bytes
-    content_type: str
-    headers: dict[str, str] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+class TooManySpans(Exception):
+    """More spans than ``max_spans`` (-> 413)."""
 
 
 def _error(kind: str, status: int, code: int, message: str, **headers: str) -> Answer:
     return Answer(status, encode_status(kind, code, message), kind, dict(headers))
+
+
+def _refused(kind: str, refusal: Refusal) -> Answer:
+    code = UNAUTHENTICATED if refusal.status == 401 else RESOURCE_EXHAUSTED
+    return _error(kind, refusal.status, code, refusal.message, **refusal.headers)
 
 
 async def receive_traces(
@@ -69,43 +93,68 @@ async def receive_traces(
     content_type: str | None,
     content_encoding: str | None,
     content_length: str | None,
-    read: Callable[[], Awaitable[bytes]],
+    read_chunk: Callable[[], Awaitable[bytes]],
     publish: Callable[[list[AgentEvent]], Awaitable[None]],
     limits: TraceLimits,
     config: MappingConfig,
+    guard: Guard,
+    peer: str | None = None,
+    offload: Offload = inline,
 ) -> Answer:
     """Handle one export request (see the module docstring for the answers)."""
     try:
-        kind = media_type(content_type)
-    except UnsupportedMediaType as exc:
-        return _error(JSON, 415, INVALID_ARGUMENT, str(exc))
+        kind: str | None = media_type(content_type)
+    except UnsupportedMediaType:
+        kind = None
     if not token_ok(authorization, limits.token):
-        return _error(kind, 401, UNAUTHENTICATED, "missing or wrong bearer token")
-    declared = content_length or "0"
-    if declared.isdigit() and int(declared) > limits.max_body_bytes:
-        return _error(kind, 413, RESOURCE_EXHAUSTED, f"body over {limits.max_body_bytes} bytes")
+        throttled = guard.stranger(peer)
+        if throttled is not None:
+            return _refused(kind or JSON, throttled)
+        return _error(kind or JSON, 401, UNAUTHENTICATED, "missing or wrong bearer token")
+    limited = guard.credential(credential_key(authorization))
+    if limited is not None:
+        return _refused(kind or JSON, limited)
+    if kind is None:
+        message = f"Content-Type {content_type!r} is not supported: send {PROTOBUF} or {JSON}"
+        return _error(JSON, 415, INVALID_ARGUMENT, message)
     try:
-        body = await read()  # may raise BodyTooLarge while streaming (the worker reads in chunks)
-        if len(body) > limits.max_body_bytes:
-            raise BodyTooLarge(f"body is {len(body)} bytes, limit is {limits.max_body_bytes}")
-        spans = decode_request(inflate(body, content_encoding, limits.max_body_bytes), kind)
-    except UnsupportedMediaType as exc:
+        encoding_of(content_encoding)
+        body = await read_body(
+            read_chunk,
+            content_length=content_length,
+            content_encoding=content_encoding,
+            limits=limits.body,
+        )
+    except UnsupportedEncoding as exc:
         return _error(kind, 415, INVALID_ARGUMENT, str(exc))
     except BodyTooLarge as exc:
         return _error(kind, 413, RESOURCE_EXHAUSTED, str(exc))
+    except BodyTimeout as exc:
+        return _error(kind, 408, DEADLINE_EXCEEDED, str(exc), Connection="close")
+    except BadEncoding as exc:
+        return _error(kind, 400, INVALID_ARGUMENT, str(exc))
+
+    def decode_and_map() -> Mapped:
+        spans = decode_request(body, kind)
+        if len(spans) > limits.max_spans:
+            raise TooManySpans(f"{len(spans)} spans, limit is {limits.max_spans}")
+        return map_spans(spans, config)
+
+    try:
+        if len(body) <= limits.inline_parse_bytes:
+            mapped = decode_and_map()
+        else:
+            mapped = await offload(decode_and_map)
     except UndecodableBody as exc:
         return _error(kind, 400, INVALID_ARGUMENT, str(exc))
-    if len(spans) > limits.max_spans:
-        message = f"{len(spans)} spans, limit is {limits.max_spans}"
-        return _error(kind, 413, RESOURCE_EXHAUSTED, message)
-    mapped = map_spans(spans, config)
+    except TooManySpans as exc:
+        return _error(kind, 413, RESOURCE_EXHAUSTED, str(exc))
     if mapped.events:
         try:
             await publish(mapped.events)
         except MonitorError as exc:
-            return _error(kind, 503, UNAVAILABLE, f"event bus unavailable: {exc}", **{
-                "Retry-After": "5"
-            })
+            message = f"event bus unavailable: {exc}"
+            return _error(kind, 503, UNAVAILABLE, message, **{"Retry-After": "5"})
     message = "; ".join(mapped.errors)
     answer = Answer(200, encode_response(kind, mapped.rejected, message), kind)
     answer.counts = {

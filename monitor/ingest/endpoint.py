@@ -1,0 +1,140 @@
+"""``POST /v1/events`` as a framework-neutral async function; the worker only wires it.
+
+Order of work (refuse before working): the bearer token (401; 429 per peer address after too
+many failures), the credential's request rate (429 with ``Retry-After``), the media type (415:
+``application/json``, ``application/x-ndjson``, ``application/ndjson``, or none for clients that
+send none: the body is sniffed as before), the encoding (415: identity, gzip, deflate), then the
+body, streamed under :class:`monitor.core.http_body.BodyLimits` (413 declared or streamed above
+the limit or a decompression bomb; 408 not arrived within the deadline; 400 corrupt gzip).
+A body above ``inline_parse_bytes`` is parsed and validated through ``offload`` (a thread),
+so a large batch does not hold the event loop. The answers of :mod:`monitor.ingest.http`
+follow; every answer is a JSON object, errors carry ``error`` and ``reason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from monitor.contract.events import AgentEvent
+from monitor.core.http_body import (
+    BadEncoding,
+    BodyLimits,
+    BodyTimeout,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    read_body,
+)
+from monitor.core.http_guard import (
+    UNAUTHORIZED,
+    Guard,
+    Refusal,
+    credential_key,
+    media_type,
+    unsupported_media,
+)
+from monitor.core.http_reply import Offload, Reply, error_reply, json_reply
+from monitor.core.inflate import encoding_of
+from monitor.ingest.http import (
+    BadBody,
+    RequestTooLarge,
+    Verdicts,
+    parse_events,
+    response_body,
+    status_for,
+    token_ok,
+)
+
+MEDIA_TYPES = ("application/json", "application/x-ndjson", "application/ndjson", "")
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """The ingest token, the body limits, events per request, the clock skew allowed and the
+    body size parsed on the event loop (larger ones go through ``offload``)."""
+
+    token: str | None
+    body: BodyLimits
+    max_events: int
+    max_future_skew: timedelta
+    inline_parse_bytes: int = 64 * 1024
+
+
+class BusUnavailable(Exception):
+    """``publish`` could not hand the events to the event bus (-> 503)."""
+
+
+def refused(refusal: Refusal) -> Reply:
+    return error_reply(refusal.status, refusal.message, refusal.reason, refusal.headers)
+
+
+async def receive_events(
+    *,
+    headers: Mapping[str, str],
+    peer: str | None,
+    read_chunk: Callable[[], Awaitable[bytes]],
+    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    limits: IngestLimits,
+    guard: Guard,
+    now: Callable[[], datetime],
+    offload: Offload,
+) -> Reply:
+    """Handle one ingest request (see the module docstring); never raises for a body.
+    ``counts`` of the reply: ``accepted`` and ``rejected`` events."""
+    authorization = headers.get("Authorization")
+    if not token_ok(authorization, limits.token):
+        return refused(guard.stranger(peer) or UNAUTHORIZED)
+    limited = guard.credential(credential_key(authorization))
+    if limited is not None:
+        return refused(limited)
+    content_type = headers.get("Content-Type")
+    if media_type(content_type) not in MEDIA_TYPES:
+        return refused(unsupported_media(content_type, MEDIA_TYPES))
+    try:
+        encoding_of(headers.get("Content-Encoding"))
+        body = await read_body(
+            read_chunk,
+            content_length=headers.get("Content-Length"),
+            content_encoding=headers.get("Content-Encoding"),
+            limits=limits.body,
+        )
+    except UnsupportedEncoding as exc:
+        return error_reply(415, str(exc), "unsupported_encoding")
+    except BodyTooLarge as exc:
+        return error_reply(413, str(exc), "too_large")
+    except BodyTimeout as exc:
+        return error_reply(408, str(exc), "timeout", {"Connection": "close"})
+    except BadEncoding as exc:
+        return error_reply(400, str(exc), "bad_encoding")
+
+    def parse() -> Verdicts:
+        return parse_events(
+            body,
+            max_body_bytes=limits.body.max_bytes,
+            max_events=limits.max_events,
+            now=now(),
+            max_future_skew=limits.max_future_skew,
+        )
+
+    try:
+        verdicts = parse() if len(body) <= limits.inline_parse_bytes else await offload(parse)
+    except RequestTooLarge as exc:
+        return error_reply(413, str(exc), "too_large")
+    except BadBody as exc:
+        return error_reply(400, str(exc), "bad_body")
+    except Exception as exc:  # never a 500 for a body: nothing was produced yet
+        return error_reply(400, f"unreadable body ({type(exc).__name__})", "bad_body")
+    if verdicts.accepted:
+        try:
+            await publish(verdicts.accepted)
+        except BusUnavailable as exc:
+            return error_reply(
+                503,
+                f"event bus unavailable ({exc}): re-send the request, stored events are "
+                "deduplicated by event_id",
+                "bus_unavailable",
+            )
+    reply = json_reply(status_for(verdicts), response_body(verdicts))
+    reply.counts = {"accepted": len(verdicts.accepted), "rejected": verdicts.rejected}
+    return reply
