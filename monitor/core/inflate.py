@@ -3,7 +3,7 @@
 :class:`Inflater` decodes ``Content-Encoding`` ``identity``, ``gzip`` (``x-gzip``) and
 ``deflate`` piece by piece: each call to zlib produces at most ``STEP`` bytes, and the caps are
 checked after every piece, so a body that inflates past ``max_bytes``, or past ``max_ratio``
-times the compressed bytes read so far (once ``ratio_floor`` bytes came out), is refused after
+times the compressed bytes decoded so far (once ``ratio_floor`` bytes came out), is refused after
 at most ``max_bytes + STEP`` bytes of work, never inflated whole. The caller may yield to its
 event loop between pieces.
 """
@@ -56,6 +56,7 @@ class Inflater:
         self.max_ratio = max_ratio
         self.ratio_floor = ratio_floor
         self.read = 0  # encoded bytes fed
+        self.consumed = 0  # encoded bytes decoded so far (the ratio's denominator)
         self.produced = 0  # decoded bytes
         self._z = self._new() if self.encoding != "identity" else None
 
@@ -71,6 +72,7 @@ class Inflater:
         """
         self.read += len(data)
         if self._z is None:
+            self.consumed += len(data)
             self._count(len(data))
             if data:
                 yield data
@@ -81,13 +83,14 @@ class Inflater:
                 piece = self._z.decompress(pending, STEP)
             except zlib.error as exc:
                 raise CorruptEncoding(f"{self.encoding} body cannot be decoded: {exc}") from None
-            pending = self._z.unconsumed_tail
+            before, pending = len(pending), self._z.unconsumed_tail
             if self._z.eof:  # a gzip file may hold several members, one after the other
                 pending = self._z.unused_data + pending
+                if pending and self.encoding != "gzip":
+                    raise CorruptEncoding("data after the end of the deflate stream")
                 if pending:
-                    if self.encoding != "gzip":
-                        raise CorruptEncoding("data after the end of the deflate stream")
                     self._z = self._new()
+            self.consumed += before - len(pending)
             self._count(len(piece))
             if piece:
                 yield piece
@@ -104,7 +107,7 @@ class Inflater:
         if (
             self._z is not None
             and self.produced > self.ratio_floor
-            and self.produced > self.max_ratio * self.read
+            and self.produced > self.max_ratio * self.consumed
         ):
             raise InflateLimit(
                 f"{self.encoding} body inflates more than {self.max_ratio:g} times: refused"

@@ -1,0 +1,163 @@
+"""The pure cores of "refuse before working": token buckets, capped streamed inflation, the
+body reader, and the ingest endpoint's order of work (nothing read before it is admitted)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import zlib
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from monitor.core.http_body import BodyLimits, BodyTimeout, BodyTooLarge, read_body
+from monitor.core.http_guard import Guard
+from monitor.core.http_reply import inline
+from monitor.core.inflate import STEP, CorruptEncoding, InflateLimit, Inflater
+from monitor.core.rate_limit import Rate, RateLimiter, retry_after
+from monitor.ingest.endpoint import IngestLimits, receive_events
+from tests.factories import event_dict
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_token_bucket_burst_refill_and_bounded_keys() -> None:
+    clock = Ticks()
+    limiter = RateLimiter(Rate(per_s=2, burst=3), clock, max_keys=2)
+    assert [limiter.take("a") for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = limiter.take("a")
+    assert wait == pytest.approx(0.5) and retry_after(wait) == "1"
+    assert limiter.take("b") == 0.0  # another key has its own bucket
+    clock.t = 0.5  # one token back for "a"
+    assert limiter.take("a") == 0.0 and limiter.take("a") > 0
+    limiter.take("c")
+    assert len(limiter) == 2  # the least recently used key ("b") was forgotten
+    assert RateLimiter(Rate(0, 1), clock).take("x") == 0.0  # 0: unlimited
+
+
+def bomb(inflated: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return b"".join([z.compress(bytes(1 << 20)) for _ in range(inflated >> 20)] + [z.flush()])
+
+
+def test_a_bomb_is_refused_after_the_cap_not_inflated_whole() -> None:
+    body = bomb(64 << 20)
+    inflater = Inflater("gzip", max_bytes=1 << 20, max_ratio=1e9)
+    with pytest.raises(InflateLimit, match="over the limit"):
+        for _ in inflater.feed(body):
+            pass
+    assert inflater.produced <= (1 << 20) + STEP
+    ratio = Inflater("gzip", max_bytes=1 << 30, max_ratio=100, ratio_floor=1 << 20)
+    with pytest.raises(InflateLimit, match="100 times"):
+        for _ in ratio.feed(body):
+            pass
+    assert ratio.produced <= (1 << 20) + STEP
+
+
+def test_gzip_members_deflate_identity_and_corrupt_bodies() -> None:
+    data = b'{"a": 1}' * 1000
+    two = gzip.compress(data[:3000]) + gzip.compress(data[3000:])
+    inflater = Inflater("gzip", 1 << 20, 100)
+    assert b"".join(inflater.feed(two)) == data
+    inflater.finish()
+    assert b"".join(Inflater("deflate", 1 << 20, 100).feed(zlib.compress(data))) == data
+    assert b"".join(Inflater("identity", 1 << 20, 100).feed(data)) == data
+    with pytest.raises(CorruptEncoding):
+        list(Inflater("gzip", 1 << 20, 100).feed(b"\x1f\x8bnot gzip at all"))
+    truncated = Inflater("gzip", 1 << 20, 100)
+    list(truncated.feed(gzip.compress(data)[:-30]))
+    with pytest.raises(CorruptEncoding, match="truncated"):
+        truncated.finish()
+
+
+def reader(chunks: list[bytes], delay: float = 0.0) -> tuple[list[int], object]:
+    calls = [0]
+
+    async def read_chunk() -> bytes:
+        calls[0] += 1
+        if delay:
+            await asyncio.sleep(delay)
+        return chunks.pop(0) if chunks else b""
+
+    return calls, read_chunk
+
+
+async def test_read_body_refuses_declared_streamed_and_slow_bodies() -> None:
+    limits = BodyLimits(max_bytes=1000, timeout_s=0.3)
+    calls, read_chunk = reader([b"x" * 10])
+    with pytest.raises(BodyTooLarge):
+        await read_body(read_chunk, content_length="5000", content_encoding=None, limits=limits)
+    assert calls == [0]  # refused from the header alone
+    calls, read_chunk = reader([b"x" * 600] * 10)
+    with pytest.raises(BodyTooLarge):
+        await read_body(read_chunk, content_length=None, content_encoding=None, limits=limits)
+    assert calls == [2]  # stopped as soon as the stream passed the limit
+    calls, read_chunk = reader([b"x"] * 100, delay=0.05)
+    with pytest.raises(BodyTimeout):
+        await read_body(read_chunk, content_length=None, content_encoding=None, limits=limits)
+    assert calls[0] < 10
+    _, read_chunk = reader([gzip.compress(b"[1]")])
+    got = await read_body(read_chunk, content_length=None, content_encoding="gzip", limits=limits)
+    assert got == b"[1]"
+
+
+def guard(per_s: float = 0, burst: float = 1, strangers: float = 0) -> Guard:
+    clock = Ticks()
+    return Guard(RateLimiter(Rate(per_s, burst), clock), RateLimiter(Rate(strangers, 2), clock))
+
+
+async def ingest(headers: dict[str, str], body: bytes, g: Guard) -> tuple[int, dict, list[int]]:
+    calls, read_chunk = reader([body])
+    published: list[object] = []
+
+    async def publish(events: list[object]) -> None:
+        published.extend(events)
+
+    limits = IngestLimits("tok", BodyLimits(1 << 20), 100, timedelta(minutes=5), 10)
+    reply = await receive_events(
+        headers=headers,
+        peer="10.0.0.1",
+        read_chunk=read_chunk,
+        publish=publish,
+        limits=limits,
+        guard=g,
+        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        offload=inline,
+    )
+    return reply.status, {**json.loads(reply.body), **reply.headers}, calls
+
+
+async def test_ingest_admits_before_reading() -> None:
+    body = json.dumps([event_dict("e1"), event_dict("e2")]).encode()
+    ok = {"Authorization": "Bearer tok", "Content-Type": "application/json"}
+    status, answer, calls = await ingest(ok, body, guard())
+    assert status == 202 and answer["accepted"] == 2 and calls == [2]
+    # a wrong token: 401, then 429 once the address failed too often; nothing read
+    g = guard(strangers=1)
+    got = [await ingest({"Authorization": "Bearer no"}, body, g) for _ in range(3)]
+    assert [s for s, _, _ in got] == [401, 401, 429]
+    assert got[2][1]["reason"] == "rate_limited" and got[2][1]["Retry-After"] == "1"
+    assert all(c == [0] for _, _, c in got)
+    # the credential's rate, the media type, the encoding: refused before the body is read
+    g = guard(per_s=1, burst=1)
+    assert (await ingest(ok, body, g))[0] == 202
+    status, answer, calls = await ingest(ok, body, g)
+    assert status == 429 and answer["Retry-After"] == "1" and calls == [0]
+    status, answer, calls = await ingest({**ok, "Content-Type": "text/html"}, body, guard())
+    assert status == 415 and answer["reason"] == "unsupported_media" and calls == [0]
+    status, answer, calls = await ingest({**ok, "Content-Encoding": "br"}, body, guard())
+    assert status == 415 and answer["reason"] == "unsupported_encoding" and calls == [0]
+    status, answer, calls = await ingest({**ok, "Content-Length": str(2 << 20)}, body, guard())
+    assert status == 413 and answer["reason"] == "too_large" and calls == [0]
+    # no Content-Type (older clients) and NDJSON are accepted
+    ndjson = b"\n".join(json.dumps(event_dict(f"n{i}")).encode() for i in range(2))
+    assert (await ingest({"Authorization": "Bearer tok"}, ndjson, guard()))[0] == 202
+    nd = {**ok, "Content-Type": "application/x-ndjson"}
+    assert (await ingest(nd, ndjson, guard()))[0] == 202
