@@ -20,7 +20,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,20 +31,20 @@ from faust.web import Request, Response, View
 from pydantic_core import to_json
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor.analytics.calibration_endpoint import StoreUnavailable, answer_calibration
 from monitor.analytics.write import current_maps
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
 from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_body import BodyLimits
-from monitor.core.http_guard import UNAUTHORIZED, Guard, Refusal, credential_key
-from monitor.core.http_reply import error_reply
+from monitor.core.http_guard import Guard
+from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
-from monitor.ingest.http import token_ok
 from monitor.otel import mapping_config, trace_limits
 from monitor.otel.receiver import receive_traces
 from monitor.otel.topic import TraceTopicService
@@ -61,6 +61,7 @@ from monitor.worker.services import (
 
 log = logging.getLogger("monitor.worker.app")
 T = TypeVar("T")
+GATE = "/v1/gate"
 PUBLISH_YIELD_EVERY = 500  # events handed to the producer between two yields to the loop
 
 
@@ -165,7 +166,7 @@ def create_app(settings: Settings) -> faust.App:
             )
             metrics.http_events.labels("accepted").inc(reply.counts.get("accepted", 0))
             metrics.http_events.labels("rejected").inc(reply.counts.get("rejected", 0))
-            return respond(self, reply.status, reply.body, reply.content_type, reply.headers)
+            return respond(self, reply, metrics, "/v1/events")
 
     gate_limits = GateLimits(
         settings.gate_token,
@@ -208,11 +209,19 @@ def create_app(settings: Settings) -> faust.App:
 
             def decide_body(body: bytes | None) -> GateReply:
                 return decide_gate(
-                    body, limits=gate_limits, policy=gate.policy, maps=gate.maps,
-                    checks=gate.checks, now=clock.now(), timer=time.perf_counter,
-                    started=started, new_id=lambda: uuid.uuid4().hex, status=gate_status(),
-                    history_cache=history_cache, cuts=gate.cuts,
-                )  # fmt: skip
+                    body,
+                    limits=gate_limits,
+                    policy=gate.policy,
+                    maps=gate.maps,
+                    checks=gate.checks,
+                    now=clock.now(),
+                    timer=time.perf_counter,
+                    started=started,
+                    new_id=lambda: uuid.uuid4().hex,
+                    status=gate_status(),
+                    history_cache=history_cache,
+                    cuts=gate.cuts,
+                )
 
             reply = await receive_gate(
                 headers=request.headers,
@@ -230,8 +239,8 @@ def create_app(settings: Settings) -> faust.App:
                 task = asyncio.ensure_future(publish_decision(reply.event))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-            return respond(self, reply.status, to_json(reply.body), "application/json",
-                           reply.headers)  # fmt: skip
+            body = to_json(reply.body)
+            return respond(self, Reply(reply.status, body, headers=reply.headers), metrics, GATE)
 
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)
@@ -252,31 +261,27 @@ def create_app(settings: Settings) -> faust.App:
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)
-            return respond(self, answer.status, answer.body, answer.content_type, answer.headers)
+            return respond(self, answer, metrics, "/v1/traces")
+
+    async def load_maps(agent_id: str) -> list[Any]:
+        try:
+            return list(await current_maps(ingest.reads, agent_id))
+        except (OSError, SQLAlchemyError) as exc:
+            log.error("calibration maps unavailable: %s", exc)
+            raise StoreUnavailable(type(exc).__name__) from exc
 
     @app.page("/v1/calibration/{agent_id}")
-    class Calibration(View):
+    class Calibration(View):  # the logic is monitor.analytics.calibration_endpoint
         async def get(self, request: Request, agent_id: str) -> Response:
-            authorization = request.headers.get("Authorization")
-            if settings.api_token and not token_ok(authorization, settings.api_token):
-                refusal = guards.read.stranger(peer_of(request)) or UNAUTHORIZED
-                return refuse(self, refusal)
-            key = credential_key(authorization) if settings.api_token else peer_of(request)
-            limited = guards.read.credential(key or "?")
-            if limited is not None:
-                return refuse(self, limited)
-            try:
-                maps = await current_maps(ingest.reads, agent_id)
-            except (OSError, SQLAlchemyError) as exc:
-                log.error("calibration maps unavailable: %s", exc)
-                return self.json(
-                    {"error": "store unavailable", "reason": "unavailable"}, status=503
-                )
-            if not maps:
-                message = f"no recalibration map for agent {agent_id!r}"
-                body = {"error": message, "reason": "unknown_agent", "agent_id": agent_id}
-                return self.json(body, status=404)
-            return self.json({"agent_id": agent_id, "maps": [m.to_dict() for m in maps]})
+            reply = await answer_calibration(
+                agent_id,
+                headers=request.headers,
+                peer=peer_of(request),
+                token=settings.api_token,
+                guard=guards.read,
+                load_maps=load_maps,
+            )
+            return respond(self, reply, metrics, "/v1/calibration")
 
     return app
 
@@ -290,15 +295,17 @@ def peer_of(request: Request) -> str | None:
     return cast(str | None, getattr(request, "remote", None))
 
 
-def respond(
-    view: View, status: int, body: bytes, content_type: str, headers: Mapping[str, str]
-) -> Response:
-    return view.bytes(body, content_type=content_type, status=status, headers=dict(headers))
+def respond(view: View, reply: Reply, metrics: OpsMetrics, path: str) -> Response:
+    """The framework's response for a neutral reply; 4xx counted per path and status."""
+    count_client_error(metrics, path, reply.status)
+    return view.bytes(
+        reply.body, content_type=reply.content_type, status=reply.status, headers=reply.headers
+    )
 
 
-def refuse(view: View, refusal: Refusal) -> Response:
-    reply = error_reply(refusal.status, refusal.message, refusal.reason, refusal.headers)
-    return respond(view, reply.status, reply.body, reply.content_type, reply.headers)
+def count_client_error(metrics: OpsMetrics, path: str, status: int) -> None:
+    if 400 <= status < 500:
+        metrics.http_client_errors.labels(path, str(status)).inc()
 
 
 def make_guards(settings: Settings, clock: Callable[[], float]) -> Guards:

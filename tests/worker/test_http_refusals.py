@@ -266,6 +266,8 @@ async def protocol_limits(w: WorkerProcess) -> None:
         # the router's own errors: JSON too
         r = await client.get(f"{w.url}/nowhere")
         assert r.status_code == 404 and r.json()["reason"] == "http_404"
+        r = await client.get(f"{w.url}/v1/events")
+        assert r.status_code == 405 and "error" in r.json(), r.text
         # other media types: 415 JSON, before the body is read
         for path in ("/v1/events", "/v1/gate"):
             r = await client.post(
@@ -308,6 +310,9 @@ async def protocol_limits(w: WorkerProcess) -> None:
             for i in range(14)
         ]
         assert got[0] == 401 and got[-1] == 429, got
+        metrics = (await client.get(f"{w.url}/metrics")).text
+        assert 'monitor_http_client_errors_total{path="/v1/events",status="415"} 2.0' in metrics
+        assert 'monitor_http_client_errors_total{path="/v1/traces",status="429"}' in metrics
 
     # a body that trickles: cut with 408 at the read deadline (2 s), the connection closed
     def trickle() -> tuple[float, bytes]:
