@@ -16,7 +16,10 @@ from monitor.core.http_guard import Guard
 from monitor.core.http_reply import inline
 from monitor.core.inflate import STEP, CorruptEncoding, InflateLimit, Inflater
 from monitor.core.rate_limit import Rate, RateLimiter, retry_after
+from monitor.gate.endpoint import GateLimits, GateReply, receive_gate
 from monitor.ingest.endpoint import IngestLimits, receive_events
+from monitor.otel.mapping import MappingConfig
+from monitor.otel.receiver import TraceLimits, receive_traces
 from tests.factories import event_dict
 
 
@@ -161,3 +164,70 @@ async def test_ingest_admits_before_reading() -> None:
     assert (await ingest({"Authorization": "Bearer tok"}, ndjson, guard()))[0] == 202
     nd = {**ok, "Content-Type": "application/x-ndjson"}
     assert (await ingest(nd, ndjson, guard()))[0] == 202
+
+
+async def test_gate_and_traces_admit_before_reading() -> None:
+    decided: list[bytes | None] = []
+
+    def decide_body(body: bytes | None) -> GateReply:
+        decided.append(body)
+        return GateReply(200, {"decision": "proceed"})
+
+    async def gate(headers: dict[str, str], g: Guard, peer: str = "10.0.0.9") -> tuple:
+        calls, read_chunk = reader([b"{}"])
+        reply = await receive_gate(
+            headers=headers,
+            peer=peer,
+            read_chunk=read_chunk,
+            limits=GateLimits("g", 1024, 100),
+            guard=g,
+            decide_body=decide_body,
+        )
+        return reply.status, reply.body.get("reason"), reply.headers, calls
+
+    ok = {"Authorization": "Bearer g", "Content-Type": "application/json"}
+    assert await gate(ok, guard()) == (200, None, {}, [2])
+    g = guard(strangers=1)
+    got = [await gate({"Authorization": "Bearer x"}, g) for _ in range(3)]
+    assert [(s, r) for s, r, _, _ in got] == [(401, "unauthorized")] * 2 + [(429, "rate_limited")]
+    assert got[2][2] == {"Retry-After": "1"} and all(c == [0] for *_, c in got)
+    assert (await gate({**ok, "Content-Type": "text/plain"}, guard()))[:2] == (
+        415,
+        "unsupported_media",
+    )
+    status, _, _, calls = await gate({**ok, "Content-Length": "5000"}, guard())
+    assert (status, calls) == (200, [0]) and decided[-1] is None  # decide_body answers 413
+    g = guard(per_s=1)
+    assert (await gate(ok, g))[0] == 200
+    assert (await gate(ok, g))[:2] == (429, "rate_limited")
+
+    async def publish(events: list[object]) -> None:
+        pass
+
+    async def traces(headers: dict[str, str | None], g: Guard) -> tuple[int, list[int]]:
+        calls, read_chunk = reader([b""])
+        answer = await receive_traces(
+            authorization=headers.get("a"),
+            content_type=headers.get("t"),
+            content_encoding=None,
+            content_length=None,
+            read_chunk=read_chunk,
+            publish=publish,
+            limits=TraceLimits("tok", 1024, 10),
+            config=MappingConfig(),
+            guard=g,
+            peer="10.0.0.7",
+        )
+        return answer.status, calls
+
+    proto = "application/x-protobuf"
+    g = guard(strangers=1)
+    assert [await traces({"a": "Bearer no", "t": proto}, g) for _ in range(3)] == [
+        (401, [0]),
+        (401, [0]),
+        (429, [0]),
+    ]
+    assert await traces({"a": "Bearer tok", "t": "text/csv"}, guard()) == (415, [0])
+    g = guard(per_s=1)
+    assert (await traces({"a": "Bearer tok", "t": proto}, g))[0] == 200
+    assert await traces({"a": "Bearer tok", "t": proto}, g) == (429, [0])
