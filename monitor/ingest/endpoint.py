@@ -13,6 +13,7 @@ follow; every answer is a JSON object, errors carry ``error`` and ``reason``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,6 +47,7 @@ from monitor.ingest.http import (
     token_ok,
 )
 
+log = logging.getLogger("monitor.ingest.endpoint")
 MEDIA_TYPES = ("application/json", "application/x-ndjson", "application/ndjson", "")
 
 
@@ -59,10 +61,6 @@ class IngestLimits:
     max_events: int
     max_future_skew: timedelta
     inline_parse_bytes: int = 64 * 1024
-
-
-class BusUnavailable(Exception):
-    """``publish`` could not hand the events to the event bus (-> 503)."""
 
 
 def refused(refusal: Refusal) -> Reply:
@@ -124,15 +122,17 @@ async def receive_events(
     except BadBody as exc:
         return error_reply(400, str(exc), "bad_body")
     except Exception as exc:  # never a 500 for a body: nothing was produced yet
+        log.exception("HTTP ingest could not parse a body")
         return error_reply(400, f"unreadable body ({type(exc).__name__})", "bad_body")
     if verdicts.accepted:
         try:
             await publish(verdicts.accepted)
-        except BusUnavailable as exc:
+        except Exception as exc:  # the bus failed: some events may be out, the client re-sends
+            log.error("HTTP ingest could not publish: %s", exc)
             return error_reply(
                 503,
-                f"event bus unavailable ({exc}): re-send the request, stored events are "
-                "deduplicated by event_id",
+                f"event bus unavailable ({type(exc).__name__}): re-send the request, stored "
+                "events are deduplicated by event_id",
                 "bus_unavailable",
             )
     reply = json_reply(status_for(verdicts), response_body(verdicts))

@@ -231,3 +231,23 @@ async def test_gate_and_traces_admit_before_reading() -> None:
     g = guard(per_s=1)
     assert (await traces({"a": "Bearer tok", "t": proto}, g))[0] == 200
     assert await traces({"a": "Bearer tok", "t": proto}, g) == (429, [0])
+
+
+async def test_ingest_answers_503_when_the_bus_fails() -> None:
+    async def publish(events: list[object]) -> None:
+        raise ConnectionError("broker gone")
+
+    _, read_chunk = reader([json.dumps([event_dict("e1")]).encode()])
+    reply = await receive_events(
+        headers={"Authorization": "Bearer tok"},
+        peer=None,
+        read_chunk=read_chunk,
+        publish=publish,
+        limits=IngestLimits("tok", BodyLimits(1 << 20), 100, timedelta(minutes=5)),
+        guard=guard(),
+        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        offload=inline,
+    )
+    body = json.loads(reply.body)
+    assert reply.status == 503 and body["reason"] == "bus_unavailable"
+    assert "ConnectionError" in body["error"]
