@@ -11,7 +11,8 @@ pieces of at most 64 KiB with a yield to the event loop between them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from monitor.core.inflate import CorruptEncoding, InflateLimit, Inflater, UnsupportedEncoding
@@ -36,6 +37,28 @@ class BodyTimeout(Exception):
 
 class BadEncoding(Exception):
     """A body not valid for its ``Content-Encoding`` (-> 400)."""
+
+
+class Busy(Exception):
+    """No body slot freed up within the wait (-> 503 with ``Retry-After``)."""
+
+
+@asynccontextmanager
+async def body_slot(slots: asyncio.Semaphore | None, wait_s: float) -> AsyncIterator[None]:
+    """Holds one of ``slots`` (the bodies read and parsed at once, which bounds their memory)
+    for the block; raises Busy when none frees up within ``wait_s``. None: no bound."""
+    if slots is None:
+        yield
+        return
+    try:
+        async with asyncio.timeout(wait_s):
+            await slots.acquire()
+    except TimeoutError:
+        raise Busy(f"every body slot stayed busy for {wait_s:g} s: retry later") from None
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def declared_too_large(content_length: str | None, limits: BodyLimits) -> bool:
@@ -85,7 +108,9 @@ __all__ = [
     "BodyLimits",
     "BodyTimeout",
     "BodyTooLarge",
+    "Busy",
     "UnsupportedEncoding",
+    "body_slot",
     "declared_too_large",
     "read_body",
 ]

@@ -45,6 +45,13 @@ class HttpSettings(BaseModel):
         description="Bodies up to this size are parsed on the event loop; larger ones in the "
         "parse threads.",
     )
+    http_max_bodies_in_flight: int = Field(
+        default=8,
+        ge=1,
+        description="Requests reading, parsing and publishing a POST /v1/events or /v1/traces "
+        "body at once (bounds their memory); others wait for a slot up to the read timeout, "
+        "then get 503 with Retry-After.",
+    )
     http_parse_threads: int = Field(
         default=2, ge=1, le=16, description="Threads parsing large request bodies."
     )

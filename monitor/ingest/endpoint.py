@@ -8,11 +8,13 @@ body, streamed under :class:`monitor.core.http_body.BodyLimits` (413 declared or
 the limit or a decompression bomb; 408 not arrived within the deadline; 400 corrupt gzip).
 A body above ``inline_parse_bytes`` is parsed and validated through ``offload`` (a thread),
 so a large batch does not hold the event loop. The answers of :mod:`monitor.ingest.http`
-follow; every answer is a JSON object, errors carry ``error`` and ``reason``.
+follow, and 503 ``busy`` (``Retry-After``) when no body slot frees up within the read deadline;
+every answer is a JSON object, errors carry ``error`` and ``reason``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -24,7 +26,10 @@ from monitor.core.http_body import (
     BodyLimits,
     BodyTimeout,
     BodyTooLarge,
+    Busy,
     UnsupportedEncoding,
+    body_slot,
+    declared_too_large,
     read_body,
 )
 from monitor.core.http_guard import (
@@ -77,9 +82,12 @@ async def receive_events(
     guard: Guard,
     now: Callable[[], datetime],
     offload: Offload,
+    slots: asyncio.Semaphore | None = None,
 ) -> Reply:
     """Handle one ingest request (see the module docstring); never raises for a body.
-    ``counts`` of the reply: ``accepted`` and ``rejected`` events."""
+    ``counts`` of the reply: ``accepted`` and ``rejected`` events. ``slots`` bounds the
+    requests reading, parsing and publishing a body at once (503 ``busy`` when none frees up
+    within the read deadline)."""
     authorization = headers.get("Authorization")
     if not token_ok(authorization, limits.token):
         return refused(guard.stranger(peer) or UNAUTHORIZED)
@@ -91,14 +99,33 @@ async def receive_events(
         return refused(unsupported_media(content_type, MEDIA_TYPES))
     try:
         encoding_of(headers.get("Content-Encoding"))
+    except UnsupportedEncoding as exc:
+        return error_reply(415, str(exc), "unsupported_encoding")
+    if declared_too_large(headers.get("Content-Length"), limits.body):
+        return error_reply(413, f"body over {limits.body.max_bytes} bytes", "too_large")
+    try:
+        async with body_slot(slots, limits.body.timeout_s):
+            return await _ingest(headers, read_chunk, publish, limits, now, offload)
+    except Busy as exc:
+        return error_reply(503, str(exc), "busy", {"Retry-After": "1"})
+
+
+async def _ingest(
+    headers: Mapping[str, str],
+    read_chunk: Callable[[], Awaitable[bytes]],
+    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    limits: IngestLimits,
+    now: Callable[[], datetime],
+    offload: Offload,
+) -> Reply:
+    """Read, parse and publish one admitted request."""
+    try:
         body = await read_body(
             read_chunk,
             content_length=headers.get("Content-Length"),
             content_encoding=headers.get("Content-Encoding"),
             limits=limits.body,
         )
-    except UnsupportedEncoding as exc:
-        return error_reply(415, str(exc), "unsupported_encoding")
     except BodyTooLarge as exc:
         return error_reply(413, str(exc), "too_large")
     except BodyTimeout as exc:

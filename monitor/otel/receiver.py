@@ -13,7 +13,8 @@ when the media type is not one of them):
 - 413 declared, streamed or inflated body above ``max_body_bytes``, a body inflating more than
   ``max_inflate_ratio`` times, or more spans than ``max_spans``; 408 the body did not arrive
   within ``read_timeout_s``; 415 other media type or content encoding; 400 undecodable body;
-- 503 (retryable, ``Retry-After``) when the event bus refuses the events.
+- 503 (retryable, ``Retry-After``) when the event bus refuses the events, or when no body
+  slot frees up within the read deadline (too many bodies in flight).
 Error bodies are ``google.rpc.Status``. A body above ``inline_parse_bytes`` is decoded and
 mapped through ``offload`` (a thread). Accepted events go through ``publish`` (the same
 producer path as ``/v1/events``) before the answer is sent.
@@ -21,6 +22,7 @@ producer path as ``/v1/events``) before the answer is sent.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -31,7 +33,10 @@ from monitor.core.http_body import (
     BodyLimits,
     BodyTimeout,
     BodyTooLarge,
+    Busy,
     UnsupportedEncoding,
+    body_slot,
+    declared_too_large,
     read_body,
 )
 from monitor.core.http_guard import Guard, Refusal, credential_key
@@ -100,8 +105,10 @@ async def receive_traces(
     guard: Guard,
     peer: str | None = None,
     offload: Offload = inline,
+    slots: asyncio.Semaphore | None = None,
 ) -> Answer:
-    """Handle one export request (see the module docstring for the answers)."""
+    """Handle one export request (see the module docstring for the answers); ``slots``
+    bounds the requests reading and decoding a body at once (503 when none frees up)."""
     try:
         kind: str | None = media_type(content_type)
     except UnsupportedMediaType:
@@ -119,14 +126,44 @@ async def receive_traces(
         return _error(JSON, 415, INVALID_ARGUMENT, message)
     try:
         encoding_of(content_encoding)
+    except UnsupportedEncoding as exc:
+        return _error(kind, 415, INVALID_ARGUMENT, str(exc))
+    if declared_too_large(content_length, limits.body):
+        return _error(kind, 413, RESOURCE_EXHAUSTED, f"body over {limits.max_body_bytes} bytes")
+    try:
+        async with body_slot(slots, limits.read_timeout_s):
+            return await _receive(
+                kind,
+                content_encoding,
+                content_length,
+                read_chunk,
+                publish,
+                limits,
+                config,
+                offload,
+            )
+    except Busy as exc:
+        return _error(kind, 503, UNAVAILABLE, str(exc), **{"Retry-After": "1"})
+
+
+async def _receive(
+    kind: str,
+    content_encoding: str | None,
+    content_length: str | None,
+    read_chunk: Callable[[], Awaitable[bytes]],
+    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    limits: TraceLimits,
+    config: MappingConfig,
+    offload: Offload,
+) -> Answer:
+    """Read, decode, map and publish one admitted request."""
+    try:
         body = await read_body(
             read_chunk,
             content_length=content_length,
             content_encoding=content_encoding,
             limits=limits.body,
         )
-    except UnsupportedEncoding as exc:
-        return _error(kind, 415, INVALID_ARGUMENT, str(exc))
     except BodyTooLarge as exc:
         return _error(kind, 413, RESOURCE_EXHAUSTED, str(exc))
     except BodyTimeout as exc:

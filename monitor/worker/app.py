@@ -93,6 +93,7 @@ def create_app(settings: Settings) -> faust.App:
     cast(Any, app).on_webserver_init = http_server.install
     guards = make_guards(settings, time.monotonic)
     parse_pool = ThreadPoolExecutor(settings.http_parse_threads, thread_name_prefix="http-parse")
+    body_slots = asyncio.Semaphore(settings.http_max_bodies_in_flight)  # events and traces
 
     def offload(fn: Callable[[], T]) -> Awaitable[T]:  # large bodies parsed off the loop
         return asyncio.get_running_loop().run_in_executor(parse_pool, fn)
@@ -163,6 +164,7 @@ def create_app(settings: Settings) -> faust.App:
                 guard=guards.ingest,
                 now=clock.now,
                 offload=offload,
+                slots=body_slots,
             )
             metrics.http_events.labels("accepted").inc(reply.counts.get("accepted", 0))
             metrics.http_events.labels("rejected").inc(reply.counts.get("rejected", 0))
@@ -258,6 +260,7 @@ def create_app(settings: Settings) -> faust.App:
                 guard=guards.ingest,
                 peer=peer_of(request),
                 offload=offload,
+                slots=body_slots,
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)

@@ -251,3 +251,42 @@ async def test_ingest_answers_503_when_the_bus_fails() -> None:
     body = json.loads(reply.body)
     assert reply.status == 503 and body["reason"] == "bus_unavailable"
     assert "ConnectionError" in body["error"]
+
+
+async def test_bodies_in_flight_are_bounded() -> None:
+    slots = asyncio.Semaphore(1)
+    await slots.acquire()  # another request holds the only slot
+    calls, read_chunk = reader([json.dumps([event_dict("e1")]).encode()])
+
+    async def publish(events: list[object]) -> None:
+        pass
+
+    limits = IngestLimits("tok", BodyLimits(1 << 20, timeout_s=0.2), 100, timedelta(minutes=5))
+    ask = receive_events(
+        headers={"Authorization": "Bearer tok"},
+        peer=None,
+        read_chunk=read_chunk,
+        publish=publish,
+        limits=limits,
+        guard=guard(),
+        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        offload=inline,
+        slots=slots,
+    )
+    reply = await ask
+    assert reply.status == 503 and json.loads(reply.body)["reason"] == "busy"
+    assert reply.headers == {"Retry-After": "1"} and calls == [0]
+    slots.release()  # freed: the next request is read and accepted, and gives its slot back
+    calls, read_chunk = reader([json.dumps([event_dict("e1")]).encode()])
+    reply = await receive_events(
+        headers={"Authorization": "Bearer tok"},
+        peer=None,
+        read_chunk=read_chunk,
+        publish=publish,
+        limits=limits,
+        guard=guard(),
+        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        offload=inline,
+        slots=slots,
+    )
+    assert reply.status == 202 and not slots.locked()
