@@ -29,10 +29,6 @@ def rate_key(grant: Grant) -> str:
     return f"key:{grant.key_id}"
 
 
-def refusal_of(denied: Denied) -> Refusal:
-    return Refusal(denied.status, denied.message, denied.reason)
-
-
 def admit(answer: Grant | Denied, peer: str | None, guard: Guard) -> Grant | Refusal:
     """The grant when the request may go on, else its refusal (see the module docstring)."""
     if isinstance(answer, Denied):
@@ -40,6 +36,6 @@ def admit(answer: Grant | Denied, peer: str | None, guard: Guard) -> Grant | Ref
             throttled = guard.stranger(peer)
             if throttled is not None:
                 return throttled
-        return refusal_of(answer)
+        return Refusal(answer.status, answer.message, answer.reason)
     limited = guard.credential(rate_key(answer))
     return answer if limited is None else limited
