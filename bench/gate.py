@@ -165,7 +165,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
     async with scratch_topic(bootstrap, "gate", 4) as topic, \
             scratch_database(admin_url, "gate") as db_url:  # fmt: skip
         extra = {"MONITOR_GATE_TOKEN": TOKEN, "MONITOR_JUDGE_ENABLED": "false",
-                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": "4"}  # fmt: skip
+                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": "4",
+                 "MONITOR_HTTP_GATE_RATE_PER_S": "0"}  # fmt: skip
         worker = Worker(bootstrap, db_url, topic, workdir / "worker.log", extra,
                         argv=(str(REPO / "bench" / "gate_worker.py"),))  # fmt: skip
         with running(worker):
@@ -176,7 +177,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:
                 async with session.post(url, data=bodies.all[0], headers={
-                        "Authorization": f"Bearer {TOKEN}"}) as r:  # fmt: skip
+                        "Authorization": f"Bearer {TOKEN}",
+                        "Content-Type": "application/json"}) as r:  # fmt: skip
                     sample = await r.json()
                 print("sample answer:", json.dumps(sample)[:400])
                 await closed_loop(session, url, bodies, 4, 1.0)  # warm-up (history cached)

@@ -3,9 +3,10 @@
 No worker, no broker: the bodies of ``bench/gate.py`` (256 conversations in turn) through
 ``parse_gate_request`` (without and with the history cache), ``decide``, the answer's JSON,
 the decision event (built, serialized for the producer, decoded again as the worker's own
-ingest does) and ``handle_gate`` in all; the constant-answer path (a wrong token) is the
-in-handler baseline. ``--repo`` runs the same stages against another checkout (e.g. a ``git
-worktree`` of the commit before a change) to compare, in the same minutes::
+ingest does) and the authorizer's check with ``decide_gate`` in all; the constant-answer path
+(a wrong token) is the in-handler baseline. ``--repo`` runs the same stages against another
+checkout (e.g. a ``git worktree`` of the commit before a change) to compare, in the same
+minutes::
 
     .venv/bin/python bench/gate_stages.py                       # this checkout, domain retail
     .venv/bin/python bench/gate_stages.py --domain airline      # the airline policy as reference
@@ -49,11 +50,12 @@ def main() -> int:
     sys.path.insert(0, str(args.repo.resolve()))  # its monitor package, before this one's
     from pydantic_core import to_json
 
+    from monitor.auth.authorizer import Authorizer, Grant
     from monitor.contract.events import decode_event
     from monitor.gate import request as gate_request
     from monitor.gate.checks import CheckSet
     from monitor.gate.decide import decide, decision_event
-    from monitor.gate.endpoint import GateLimits, handle_gate
+    from monitor.gate.endpoint import GateLimits, decide_gate, gate_rule
     from monitor.gate.policy import DEFAULT_POLICY
     from monitor.judges.domains import load_domains
 
@@ -98,17 +100,30 @@ def main() -> int:
     stage("decision event to_json (producer)", event.to_json)
     raw = event.to_json()
     stage("decision event decoded (the worker's ingest)", lambda: decode_event(raw))
-    gate_limits = GateLimits("tok", 1 << 20, 20_000)
+    gate_limits = GateLimits(1 << 20, 20_000)
+    authorizer = Authorizer({}, {"gate": "tok"}, lambda: now)
 
     def ask(token: str) -> Any:
-        return handle_gate(
-            next_body(), authorization=f"Bearer {token}", peer="127.0.0.1", limits=gate_limits,
-            policy=policy, maps={}, checks=checks, now=now, timer=time.perf_counter,
-            started=time.perf_counter(), new_id=lambda: uuid.uuid4().hex, status={}, **extra,
-        )  # fmt: skip
+        grant = gate_rule(authorizer.check(f"Bearer {token}", "gate"), "127.0.0.1", False)
+        if not isinstance(grant, Grant):
+            return grant
+        return decide_gate(
+            next_body(),
+            limits=gate_limits,
+            policy=policy,
+            maps={},
+            checks=checks,
+            now=now,
+            timer=time.perf_counter,
+            started=time.perf_counter(),
+            new_id=lambda: uuid.uuid4().hex,
+            status={},
+            grant=grant,
+            **extra,
+        )
 
-    stage("handle_gate in all", lambda: ask("tok"))
-    stage("handle_gate, wrong token (constant answer)", lambda: ask("no"))
+    stage("authorize + decide_gate in all", lambda: ask("tok"))
+    stage("authorize, wrong token (constant answer)", lambda: ask("no"))
     return 0
 
 

@@ -2,11 +2,12 @@
 
 ``POST /bench/constant`` is served by the same faust/aiohttp web server in the same process as
 ``POST /v1/gate`` (ingest and the other services running alike): it reads the body the same way
-(``read_limited``) and answers a constant, pre-serialized JSON of a gate answer's size (200), so
-the gate/baseline ratio is the cost of deciding (parse, checks, decision event) over the same
-web stack. ``BENCH_SLOW_CALLBACK_MS=5`` logs every event-loop step longer than 5 ms to
-``BENCH_SLOW_LOG`` (asyncio debug mode: slower; for finding the tail only). Run by the bench as
-``python bench/gate_worker.py``; the settings come from the environment like ``monitor worker``."""
+(``read_body`` under the gate's body limits) and answers a constant, pre-serialized JSON of a
+gate answer's size (200), so the gate/baseline ratio is the cost of deciding (parse, checks,
+decision event) over the same web stack. ``BENCH_SLOW_CALLBACK_MS=5`` logs every event-loop
+step longer than 5 ms to ``BENCH_SLOW_LOG`` (asyncio debug mode: slower; for finding the tail
+only). Run by the bench as ``python bench/gate_worker.py``; the settings come from the
+environment like ``monitor worker``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from faust.web import Request, Response, View
 
 from monitor.config import load_settings
 from monitor.core.gc_tuning import tune_gc
-from monitor.worker.app import create_app, read_limited
+from monitor.core.http_body import BodyLimits, read_body
+from monitor.worker.app import chunks, create_app
 
 #: a gate answer's shape and size (two findings), constant
 CONSTANT = (
@@ -45,8 +47,12 @@ def main() -> None:
     @app.page("/bench/constant")
     class Constant(View):
         async def post(self, request: Request) -> Response:
-            body = await read_limited(request, settings.gate_max_body_bytes)
-            assert body is not None
+            await read_body(
+                chunks(request),
+                content_length=request.headers.get("Content-Length"),
+                content_encoding=request.headers.get("Content-Encoding"),
+                limits=BodyLimits(settings.gate_max_body_bytes),
+            )
             return self.bytes(CONSTANT, content_type="application/json")
 
     slow_ms = os.environ.get("BENCH_SLOW_CALLBACK_MS")

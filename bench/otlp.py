@@ -104,7 +104,8 @@ async def phase(
     async with scratch_topic(bootstrap, name, PARTITIONS) as topic, \
             scratch_database(admin_url, name) as db_url:
         extra = {"MONITOR_INGEST_TOKEN": TOKEN, "MONITOR_JUDGE_ENABLED": "false",
-                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": str(PARTITIONS)}
+                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": str(PARTITIONS),
+                 "MONITOR_HTTP_INGEST_RATE_PER_S": "0"}  # throughput, not the rate limit
         worker = Worker(bootstrap, db_url, topic, workdir / f"worker-{topic}.log", extra)
         with running(worker):
             await worker.wait_ready()

@@ -17,14 +17,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.alerts.rules import RuleSet, default_rules, load_rules
 from monitor.core.errors import ConfigError
+from monitor.core.http_settings import HttpSettings
 from monitor.core.retention import RetentionSettings
 from monitor.gate.settings import GateSettings
 from monitor.sampling.rules import SamplingPolicy
 
 
-class Settings(BaseSettings, RetentionSettings, GateSettings):
+class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
     """All runtime configuration, validated at startup (errors name the field); the retention
-    settings are declared in :class:`RetentionSettings`, the gate's in :class:`GateSettings`."""
+    settings are declared in :class:`RetentionSettings`, the gate's in :class:`GateSettings`,
+    the web server's timeouts and rates in :class:`HttpSettings`."""
 
     model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
 

@@ -28,8 +28,8 @@ from monitor.auth.keys import SECRET_PREFIX, ApiKey, Scope, agent_matches, hash_
 
 @dataclass(frozen=True)
 class Grant:
-    """Who asked (``key_id``: an API key's id, or ``shared-token``) and for which agents
-    (``agents`` None: every agent)."""
+    """Who asked (``key_id``: an API key's id, ``shared-token``, or the gate's ``loopback``
+    caller) and for which agents (``agents`` None: every agent)."""
 
     key_id: str
     agents: tuple[str, ...] | None

@@ -1,8 +1,13 @@
 """``POST /v1/gate``: from a request to a status, a JSON answer and the decision event (pure).
 
-The worker (:mod:`monitor.worker.app`) reads the body, calls :func:`handle_gate` and hands the
-decision event to the same producer as ``POST /v1/events``. Status codes (every answer is a
-JSON object; client errors carry ``error`` and a machine-readable ``reason``):
+The worker (:mod:`monitor.worker.app`) calls :func:`receive_gate` with the request's headers,
+a chunk reader and its authorizer (bound to the ``gate`` action), and hands the decision event
+to the same producer as ``POST /v1/events``. :func:`receive_gate` refuses before working: the
+caller is authorized (:func:`gate_rule` over the authorizer's answer) and rate-limited
+(:func:`monitor.auth.admission.admit`) before the body is read, the media type
+(``application/json`` or none) and the encoding are checked, and the body is read under its
+limits (size, decompression, deadline). Status codes (every answer is a JSON object; client
+errors carry ``error`` and a machine-readable ``reason``):
 
 - 200 a decision (``decision``, ``calibrated``, ``threshold``, ``findings``, ``latency_ms`` ...);
   for a rule with the inline LLM check the reply carries ``pending`` and the worker awaits
@@ -10,8 +15,13 @@ JSON object; client errors carry ``error`` and a machine-readable ``reason``):
 - 401 ``unauthorized``: ``gate_token`` set and the bearer token missing or wrong (neither it
   nor an API key with the ``gate`` scope, :mod:`monitor.auth`);
 - 403 ``out_of_scope`` / ``missing_scope``: an API key for other agents or without ``gate``;
-- 403 ``not_loopback``: ``gate_token`` unset and the caller is not on the loopback address;
-- 400 ``not_json`` / ``invalid_field`` / ``invalid_history``; 413 ``too_large``;
+- 403 ``not_loopback``: ``gate_token`` unset, no API key, and the caller is not on the
+  loopback address;
+- 400 ``not_json`` / ``invalid_field`` / ``invalid_history`` / ``bad_encoding``; 413
+  ``too_large`` (declared, streamed or inflated body above the limit); 408 ``timeout`` (the
+  body did not arrive within ``read_timeout_s``); 415 ``unsupported_media`` /
+  ``unsupported_encoding``; 429 ``rate_limited`` (with ``Retry-After``: the credential's rate,
+  or too many failed authentications from the peer address);
 - 404 ``unknown_agent``: no policy rule covers the agent;
 - 503 ``gate_error``: an unexpected failure before any rule could decide (never a 500). An
   unexpected failure once a rule is known answers with that rule's fail-open/closed decision.
@@ -20,32 +30,51 @@ JSON object; client errors carry ``error`` and a machine-readable ``reason``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Denied, Grant, out_of_scope
 from monitor.contract.events import AgentEvent
+from monitor.core.http_body import (
+    BadEncoding,
+    BodyLimits,
+    BodyTimeout,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    read_body,
+)
+from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
+from monitor.core.inflate import encoding_of
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, UnknownAgent, decide, decision_event
 from monitor.gate.inline_llm import LlmJudgeFn, LlmPending, finish_llm
 from monitor.gate.policy import GatePolicy
 from monitor.gate.request import GateRequest, GateRequestError, HistoryCache, parse_gate_request
-from monitor.ingest.http import token_ok
 
 log = logging.getLogger("monitor.gate.endpoint")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+LOOPBACK_CALLER = "loopback"  # the identity of a loopback caller granted without a credential
+MEDIA_TYPES = ("application/json", "")
 
 
 @dataclass(frozen=True)
 class GateLimits:
-    """The request limits and the token (from the settings)."""
+    """The request limits (from the settings); ``loopback_open``: ``gate_token`` is unset, so a
+    loopback caller without a credential may ask (:func:`gate_rule`)."""
 
-    token: str | None
     max_body_bytes: int
     max_content_chars: int
+    read_timeout_s: float = 10.0
+    max_inflate_ratio: float = 100.0
+    loopback_open: bool = False
+
+    @property
+    def body(self) -> BodyLimits:
+        return BodyLimits(self.max_body_bytes, self.max_inflate_ratio, self.read_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -58,6 +87,53 @@ class GateReply:
     body: dict[str, Any]
     event: AgentEvent | None = None
     pending: LlmPending | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _refused(refusal: Refusal) -> GateReply:
+    body = {"error": refusal.message, "reason": refusal.reason}
+    return GateReply(refusal.status, body, headers=dict(refusal.headers))
+
+
+async def receive_gate(
+    *,
+    headers: Mapping[str, str],
+    peer: str | None,
+    read_chunk: Callable[[], Awaitable[bytes]],
+    authorize: Authorize,
+    limits: GateLimits,
+    guard: Guard,
+    decide_body: Callable[[bytes | None, Grant], GateReply],
+) -> GateReply:
+    """Authorize, rate-limit, check the media type, read the body, then ``decide_body`` (the
+    worker's :func:`decide_gate` with its state and the request's grant); never raises for a
+    request."""
+    answer = gate_rule(await authorize(headers.get("Authorization")), peer, limits.loopback_open)
+    grant = admit(answer, peer, guard)
+    if isinstance(grant, Refusal):
+        return _refused(grant)
+    content_type = headers.get("Content-Type")
+    if media_type(content_type) not in MEDIA_TYPES:
+        return _refused(unsupported_media(content_type, MEDIA_TYPES))
+    try:
+        encoding_of(headers.get("Content-Encoding"))
+        body: bytes | None = await read_body(
+            read_chunk,
+            content_length=headers.get("Content-Length"),
+            content_encoding=headers.get("Content-Encoding"),
+            limits=limits.body,
+        )
+    except UnsupportedEncoding as exc:
+        return GateReply(415, {"error": str(exc), "reason": "unsupported_encoding"})
+    except BodyTooLarge:
+        body = None  # the 413 of decide_body
+    except BodyTimeout as exc:
+        return GateReply(
+            408, {"error": str(exc), "reason": "timeout"}, headers={"Connection": "close"}
+        )
+    except BadEncoding as exc:
+        return GateReply(400, {"error": str(exc), "reason": "bad_encoding"})
+    return decide_body(body, grant)
 
 
 def is_loopback(peer: str | None) -> bool:
@@ -68,25 +144,22 @@ def is_loopback(peer: str | None) -> bool:
     return host in LOOPBACK or host.startswith("127.")
 
 
-def authorize(authorization: str | None, peer: str | None, token: str | None) -> GateReply | None:
-    """None when the caller may use the gate, else the 401/403 reply."""
-    if token:
-        if token_ok(authorization, token):
-            return None
-        return GateReply(401, {"error": "missing or wrong bearer token", "reason": "unauthorized"})
+def gate_rule(answer: Grant | Denied, peer: str | None, loopback_open: bool) -> Grant | Denied:
+    """The gate's rule over the authorizer's answer: a grant (an API key with the ``gate``
+    scope, or ``gate_token``) and a 403 of a known key stand; otherwise, with ``gate_token``
+    unset (``loopback_open``), a loopback caller is granted every agent and any other is
+    refused (403 ``not_loopback``)."""
+    if isinstance(answer, Grant) or answer.status != 401 or not loopback_open:
+        return answer
     if is_loopback(peer):
-        return None
-    return GateReply(403, {
-        "error": "MONITOR_GATE_TOKEN is unset: the gate answers loopback callers only",
-        "reason": "not_loopback",
-    })  # fmt: skip
+        return Grant(LOOPBACK_CALLER, None)
+    message = "MONITOR_GATE_TOKEN is unset: the gate answers loopback callers only"
+    return Denied(403, "not_loopback", message)
 
 
-def handle_gate(
+def decide_gate(
     body: bytes | None,
     *,
-    authorization: str | None,
-    peer: str | None,
     limits: GateLimits,
     policy: GatePolicy,
     maps: Maps,
@@ -98,21 +171,13 @@ def handle_gate(
     status: dict[str, Any] | None = None,
     history_cache: HistoryCache | None = None,
     cuts: AdvisorCuts | None = None,
-    grant: Grant | Denied | None = None,
+    grant: Grant | None = None,
 ) -> GateReply:
-    """Authorize, parse and decide one request (see the module docstring); never raises.
-    ``body`` None means the body was above the limit (413 once authorized); ``status`` (the
-    maps' freshness) is merged into a decision's answer; ``history_cache`` (the worker's)
-    spares re-validating history events already seen (the same answer as without it);
-    ``cuts`` are the advisor's thresholds held in memory. ``grant``: the authorizer's answer
-    for the request's credential (:mod:`monitor.auth`): a key's grant covers only its agents
-    (403 ``out_of_scope``), a key without the gate scope is refused (403); otherwise the
-    shared token or loopback rule below decides."""
-    if isinstance(grant, Denied) and grant.status == 403:
-        return GateReply(403, {"error": grant.message, "reason": grant.reason})
-    denied = None if isinstance(grant, Grant) else authorize(authorization, peer, limits.token)
-    if denied is not None:
-        return denied
+    """Parse and decide one authorized request; never raises. ``body`` None means the body
+    was above the limit (413); ``status`` (the maps' freshness) is merged into a decision's
+    answer; ``history_cache`` (the worker's) spares re-validating history events already seen
+    (the same answer as without it); ``cuts`` are the advisor's thresholds held in memory;
+    ``grant`` (the request's credential) covers only its agents (403 ``out_of_scope``)."""
     if body is None:
         return GateReply(413, {"error": f"body above {limits.max_body_bytes} bytes",
                                "reason": "too_large"})  # fmt: skip
@@ -122,7 +187,7 @@ def handle_gate(
             body, max_body_bytes=limits.max_body_bytes, max_content_chars=limits.max_content_chars,
             history_cache=history_cache,
         )  # fmt: skip
-        if isinstance(grant, Grant) and not grant.allows(req.agent.id):
+        if grant is not None and not grant.allows(req.agent.id):
             refused = {"error": out_of_scope(grant, req.agent.id), "reason": "out_of_scope"}
             return GateReply(403, refused)
         event_id = f"gate:{req.request_id or new_id()}"

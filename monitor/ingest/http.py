@@ -6,9 +6,9 @@ records (:func:`monitor.contract.limits.parse_json`), and each event passes the 
 :func:`monitor.contract.events.validate_event`, so an event gets the same verdict both ways.
 
 Status codes (every answer is a JSON object):
-- 401 missing or wrong bearer token (the shared ``MONITOR_INGEST_TOKEN``, ``token_ok``, or an
-  API key with the ``write`` scope, :mod:`monitor.auth`; the scheme is case-insensitive), 403
-  a key without it; a key's events of other agents are rejected (``out_of_scope``);
+- 401 / 403 / 429 / 415 / 408 before the body is parsed (:mod:`monitor.ingest.endpoint`: the
+  credential, an API key with the ``write`` scope or ``MONITOR_INGEST_TOKEN``, :mod:`monitor.auth`);
+  a key's events of other agents are rejected per event (``out_of_scope``, ``allows``);
 - 413 body above ``max_body_bytes`` or more than ``max_events`` events;
 - 400 body that is neither a JSON array, an object nor NDJSON (nothing is accepted);
 - 202 every event accepted; 207 some accepted, some rejected; 422 every event rejected;
@@ -24,7 +24,6 @@ its ``event_id`` or ``rejected`` with ``reason``, ``field`` and ``detail``.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,17 +70,6 @@ class RequestTooLarge(Exception):
 
 class BadBody(Exception):
     """The body is neither a JSON array nor NDJSON (-> 400)."""
-
-
-def token_ok(header: str | None, expected: str | None) -> bool:
-    """True when ``header`` is ``Bearer <expected>``, the scheme in any case (RFC 7235),
-    compared in constant time; False when unset."""
-    if not expected or not header:
-        return False
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(token.strip().encode(errors="replace"), expected.encode())
 
 
 def parse_events(

@@ -28,9 +28,11 @@ def mapping_config(settings: Settings) -> MappingConfig:
 
 
 def trace_limits(settings: Settings) -> TraceLimits:
-    """Auth and size limits of ``/v1/traces``: those of ``/v1/events``."""
+    """Size limits of ``/v1/traces``: those of ``/v1/events``."""
     return TraceLimits(
-        token=settings.ingest_token,
         max_body_bytes=settings.http_max_body_bytes,
         max_spans=settings.http_max_events,
+        read_timeout_s=settings.http_read_timeout_s,
+        max_inflate_ratio=settings.http_max_inflate_ratio,
+        inline_parse_bytes=settings.http_inline_parse_bytes,
     )

@@ -1,20 +1,18 @@
 """OTLP/HTTP trace request bodies -> ``Span`` lists, with the official ``opentelemetry-proto``.
 
-``decode_request(body, content_type, content_encoding, max_bytes)`` accepts
-``application/x-protobuf`` and ``application/json`` (OTLP/JSON: lowerCamelCase keys, trace and
-span ids as hex strings, per the OTLP specification 1.x), optionally ``Content-Encoding: gzip``.
+``decode_request(body, kind)`` accepts ``application/x-protobuf`` and ``application/json``
+(OTLP/JSON: lowerCamelCase keys, trace and span ids as hex strings, per the OTLP specification
+1.x) bodies, already decompressed (:mod:`monitor.core.http_body` streams ``Content-Encoding``).
 ``encode_response`` / ``encode_status`` write the OTLP answers in the request's encoding:
 ``ExportTraceServiceResponse`` (with ``partial_success``) and ``google.rpc.Status``.
 
-Raises ``UnsupportedMediaType`` (-> 415), ``BodyTooLarge`` (-> 413, also when a gzip body
-inflates past ``max_bytes``) and ``UndecodableBody`` (-> 400).
+Raises ``UnsupportedMediaType`` (-> 415) and ``UndecodableBody`` (-> 400).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import zlib
 from typing import Any
 
 from google.protobuf import json_format
@@ -30,15 +28,10 @@ from monitor.otel.spans import Span, SpanEvent
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 class UnsupportedMediaType(Exception):
     """Neither protobuf nor JSON (-> 415)."""
-
-
-class BodyTooLarge(Exception):
-    """Body (or its inflated form) above the limit (-> 413)."""
 
 
 class UndecodableBody(Exception):
@@ -53,28 +46,6 @@ def media_type(content_type: str | None) -> str:
     raise UnsupportedMediaType(
         f"Content-Type {content_type!r} is not supported: send {PROTOBUF} or {JSON}"
     )
-
-
-def inflate(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
-    """``body`` decompressed per ``Content-Encoding`` (identity or gzip), at most ``max_bytes``.
-
-    A gzip-declared body without the gzip magic bytes is returned as is: the web server may
-    have inflated it already (aiohttp does), and a body that is not gzip fails decoding."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding != "gzip":
-        raise UnsupportedMediaType(f"Content-Encoding {encoding!r} is not supported: use gzip")
-    if body[:2] != GZIP_MAGIC:  # aiohttp (faust's web server) already inflated it
-        return body
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        out = inflater.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise UndecodableBody(f"gzip body cannot be decompressed: {exc}") from None
-    if len(out) > max_bytes or inflater.unconsumed_tail:
-        raise BodyTooLarge(f"decompressed body is over the limit of {max_bytes} bytes")
-    return out
 
 
 def decode_request(body: bytes, kind: str) -> list[Span]:
@@ -177,4 +148,3 @@ def _fix(obj: dict[str, Any]) -> None:
                 obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
             except ValueError:  # left empty: the mapping rejects the span, not the request
                 obj[key] = ""
-

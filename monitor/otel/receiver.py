@@ -1,70 +1,102 @@
 """``POST /v1/traces`` (OTLP/HTTP) as a pure async function; app.py only wires it to faust.
 
-Answers per the OTLP/HTTP specification, in the request's encoding (protobuf or JSON):
+Refuses before working, in this order: the credential, asked of the injected ``authorize``
+(as ``/v1/events``: an API key with the ``write`` scope or ``MONITOR_INGEST_TOKEN``; 401, or
+429 per peer address after too many failures; 403 a key without the scope), the credential's
+request rate (429 with ``Retry-After``, :func:`monitor.auth.admission.admit`), the media type
+(415), the encoding (415: identity, gzip, deflate), then the body, streamed under
+:class:`monitor.core.http_body.BodyLimits`.
+Answers per the OTLP/HTTP specification, in the request's encoding (protobuf or JSON; JSON
+when the media type is not one of them):
 - 200 ``ExportTraceServiceResponse``; ``partial_success`` carries ``rejected_spans`` and the
   first reasons when some spans were malformed or mapped to invalid events (the others are
-  published). Spans carrying nothing the monitor uses are dropped and counted, not rejected;
-- 401 missing or wrong bearer token (``MONITOR_INGEST_TOKEN`` or an API key with the ``write``
-  scope, as ``/v1/events``); 403 a key without it. A key's events of other agents are
-  rejected in ``partial_success`` (``out_of_scope``);
-- 413 declared or actual body (after gzip) above ``http_max_body_bytes``, or more spans than
-  ``http_max_events``; 415 other media type or content encoding; 400 undecodable body;
-- 503 (retryable, ``Retry-After``) when the event bus refuses the events.
-Error bodies are ``google.rpc.Status``. Accepted events go through ``publish`` (the same
+  published). Spans carrying nothing the monitor uses are dropped and counted, not rejected.
+  A key's events of other agents are rejected there too (``out_of_scope``, counted as
+  rejected spans);
+- 401 missing or wrong bearer token; 403 a key without the ``write`` scope; 429 rate limited
+  (``Retry-After``);
+- 413 declared, streamed or inflated body above ``max_body_bytes``, a body inflating more than
+  ``max_inflate_ratio`` times, or more spans than ``max_spans``; 408 the body did not arrive
+  within ``read_timeout_s``; 415 other media type or content encoding; 400 undecodable body;
+- 503 (retryable, ``Retry-After``) when the event bus refuses the events, or when no body
+  slot frees up within the read deadline (too many bodies in flight).
+Error bodies are ``google.rpc.Status``. A body above ``inline_parse_bytes`` is decoded and
+mapped through ``offload`` (a thread). Accepted events go through ``publish`` (the same
 producer path as ``/v1/events``) before the answer is sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from monitor.auth.authorizer import Denied, Grant
+from monitor.auth.admission import Authorize, admit
+from monitor.auth.authorizer import Grant
 from monitor.contract.events import AgentEvent
 from monitor.core.errors import MonitorError
-from monitor.ingest.http import token_ok
+from monitor.core.http_body import (
+    BadEncoding,
+    BodyLimits,
+    BodyTimeout,
+    BodyTooLarge,
+    Busy,
+    UnsupportedEncoding,
+    body_slot,
+    declared_too_large,
+    read_body,
+)
+from monitor.core.http_guard import Guard, Refusal
+from monitor.core.http_reply import Offload, Reply, inline
+from monitor.core.inflate import encoding_of
 from monitor.otel.decode import (
     JSON,
     PROTOBUF,
-    BodyTooLarge,
     UndecodableBody,
     UnsupportedMediaType,
     decode_request,
     encode_response,
     encode_status,
-    inflate,
     media_type,
 )
-from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.mapping import Mapped, MappingConfig, map_spans
 
 # gRPC codes of the google.rpc.Status bodies
 INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
 RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
 UNAUTHENTICATED = 16
 PERMISSION_DENIED = 7
+STATUS_CODES = {401: UNAUTHENTICATED, 403: PERMISSION_DENIED}  # else RESOURCE_EXHAUSTED (429)
+
+Answer = Reply  # what to send back; ``counts``: accepted/dropped/rejected spans for the metrics
 
 
 @dataclass(frozen=True)
 class TraceLimits:
-    token: str | None
     max_body_bytes: int
     max_spans: int
+    read_timeout_s: float = 10.0
+    max_inflate_ratio: float = 100.0
+    inline_parse_bytes: int = 64 * 1024
+
+    @property
+    def body(self) -> BodyLimits:
+        return BodyLimits(self.max_body_bytes, self.max_inflate_ratio, self.read_timeout_s)
 
 
-@dataclass
-class Answer:
-    """What to send back, and the span counts (accepted/dropped/rejected) for the metrics."""
-
-    status: int
-    body: bytes
-    content_type: str
-    headers: dict[str, str] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+class TooManySpans(Exception):
+    """More spans than ``max_spans`` (-> 413)."""
 
 
 def _error(kind: str, status: int, code: int, message: str, **headers: str) -> Answer:
     return Answer(status, encode_status(kind, code, message), kind, dict(headers))
+
+
+def _refused(kind: str, refusal: Refusal) -> Answer:
+    code = STATUS_CODES.get(refusal.status, RESOURCE_EXHAUSTED)
+    return _error(kind, refusal.status, code, refusal.message, **refusal.headers)
 
 
 async def receive_traces(
@@ -73,57 +105,99 @@ async def receive_traces(
     content_type: str | None,
     content_encoding: str | None,
     content_length: str | None,
-    read: Callable[[], Awaitable[bytes]],
+    read_chunk: Callable[[], Awaitable[bytes]],
+    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    authorize: Authorize,
+    limits: TraceLimits,
+    config: MappingConfig,
+    guard: Guard,
+    peer: str | None = None,
+    offload: Offload = inline,
+    slots: asyncio.Semaphore | None = None,
+) -> Answer:
+    """Handle one export request (see the module docstring for the answers); ``slots``
+    bounds the requests reading and decoding a body at once (503 when none frees up)."""
+    try:
+        kind: str | None = media_type(content_type)
+    except UnsupportedMediaType:
+        kind = None
+    grant = admit(await authorize(authorization), peer, guard)
+    if isinstance(grant, Refusal):
+        return _refused(kind or JSON, grant)
+    if kind is None:
+        message = f"Content-Type {content_type!r} is not supported: send {PROTOBUF} or {JSON}"
+        return _error(JSON, 415, INVALID_ARGUMENT, message)
+    try:
+        encoding_of(content_encoding)
+    except UnsupportedEncoding as exc:
+        return _error(kind, 415, INVALID_ARGUMENT, str(exc))
+    if declared_too_large(content_length, limits.body):
+        return _error(kind, 413, RESOURCE_EXHAUSTED, f"body over {limits.max_body_bytes} bytes")
+    try:
+        async with body_slot(slots, limits.read_timeout_s):
+            return await _receive(
+                kind,
+                content_encoding,
+                content_length,
+                read_chunk,
+                publish,
+                limits,
+                config,
+                offload,
+                grant,
+            )
+    except Busy as exc:
+        return _error(kind, 503, UNAVAILABLE, str(exc), **{"Retry-After": "1"})
+
+
+async def _receive(
+    kind: str,
+    content_encoding: str | None,
+    content_length: str | None,
+    read_chunk: Callable[[], Awaitable[bytes]],
     publish: Callable[[list[AgentEvent]], Awaitable[None]],
     limits: TraceLimits,
     config: MappingConfig,
-    grant: Grant | Denied | None = None,
+    offload: Offload,
+    grant: Grant,
 ) -> Answer:
-    """Handle one export request (see the module docstring for the answers). ``grant``: the
-    authorizer's answer for the credential (:mod:`monitor.auth`; None: ``limits.token``
-    decides); a key's events of other agents are rejected (``out_of_scope``), counted as
-    rejected spans."""
+    """Read, decode, map and publish one admitted request (events outside ``grant``
+    rejected)."""
     try:
-        kind = media_type(content_type)
-    except UnsupportedMediaType as exc:
-        return _error(JSON, 415, INVALID_ARGUMENT, str(exc))
-    if isinstance(grant, Denied):
-        code = UNAUTHENTICATED if grant.status == 401 else PERMISSION_DENIED
-        return _error(kind, grant.status, code, grant.message)
-    if grant is None and not token_ok(authorization, limits.token):
-        return _error(kind, 401, UNAUTHENTICATED, "missing or wrong bearer token")
-    declared = content_length or "0"
-    if declared.isdigit() and int(declared) > limits.max_body_bytes:
-        return _error(kind, 413, RESOURCE_EXHAUSTED, f"body over {limits.max_body_bytes} bytes")
-    try:
-        body = await read()  # may raise BodyTooLarge while streaming (the worker reads in chunks)
-        if len(body) > limits.max_body_bytes:
-            raise BodyTooLarge(f"body is {len(body)} bytes, limit is {limits.max_body_bytes}")
-        spans = decode_request(inflate(body, content_encoding, limits.max_body_bytes), kind)
-    except UnsupportedMediaType as exc:
-        return _error(kind, 415, INVALID_ARGUMENT, str(exc))
+        body = await read_body(
+            read_chunk,
+            content_length=content_length,
+            content_encoding=content_encoding,
+            limits=limits.body,
+        )
     except BodyTooLarge as exc:
         return _error(kind, 413, RESOURCE_EXHAUSTED, str(exc))
+    except BodyTimeout as exc:
+        return _error(kind, 408, DEADLINE_EXCEEDED, str(exc), Connection="close")
+    except BadEncoding as exc:
+        return _error(kind, 400, INVALID_ARGUMENT, str(exc))
+
+    def decode_and_map() -> Mapped:
+        spans = decode_request(body, kind)
+        if len(spans) > limits.max_spans:
+            raise TooManySpans(f"{len(spans)} spans, limit is {limits.max_spans}")
+        return in_scope(map_spans(spans, config), grant)
+
+    try:
+        if len(body) <= limits.inline_parse_bytes:
+            mapped = decode_and_map()
+        else:
+            mapped = await offload(decode_and_map)
     except UndecodableBody as exc:
         return _error(kind, 400, INVALID_ARGUMENT, str(exc))
-    if len(spans) > limits.max_spans:
-        message = f"{len(spans)} spans, limit is {limits.max_spans}"
-        return _error(kind, 413, RESOURCE_EXHAUSTED, message)
-    mapped = map_spans(spans, config)
-    if grant is not None:
-        allowed = [e for e in mapped.events if grant.allows(e.agent.id)]
-        for event in mapped.events:
-            if not grant.allows(event.agent.id):
-                who = event.agent.id[:140]
-                mapped.reject(f"out_of_scope: agent {who!r} is outside the scope of this key")
-        mapped.events = allowed
+    except TooManySpans as exc:
+        return _error(kind, 413, RESOURCE_EXHAUSTED, str(exc))
     if mapped.events:
         try:
             await publish(mapped.events)
         except MonitorError as exc:
-            return _error(kind, 503, UNAVAILABLE, f"event bus unavailable: {exc}", **{
-                "Retry-After": "5"
-            })
+            message = f"event bus unavailable: {exc}"
+            return _error(kind, 503, UNAVAILABLE, message, **{"Retry-After": "5"})
     message = "; ".join(mapped.errors)
     answer = Answer(200, encode_response(kind, mapped.rejected, message), kind)
     answer.counts = {
@@ -133,6 +207,19 @@ async def receive_traces(
         "events": len(mapped.events),
     }
     return answer
+
+
+def in_scope(mapped: Mapped, grant: Grant) -> Mapped:
+    """``mapped`` with the events of agents outside ``grant`` rejected (``out_of_scope``)."""
+    kept = []
+    for event in mapped.events:
+        if grant.allows(event.agent.id):
+            kept.append(event)
+        else:
+            who = event.agent.id[:140]
+            mapped.reject(f"out_of_scope: agent {who!r} is outside the scope of this key")
+    mapped.events = kept
+    return mapped
 
 
 __all__ = ["JSON", "PROTOBUF", "Answer", "TraceLimits", "receive_traces"]

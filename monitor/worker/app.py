@@ -20,37 +20,40 @@ import logging
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import faust
 from faust.web import Request, Response, View
 from pydantic_core import to_json
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor.analytics.calibration_endpoint import StoreUnavailable, answer_calibration
 from monitor.analytics.write import current_maps
 from monitor.auth import repo as key_repo
-from monitor.auth.authorizer import Denied
+from monitor.auth.admission import Authorize
+from monitor.auth.authorizer import Grant
 from monitor.auth.cache import KeyCache
 from monitor.auth.keys import Scope
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
 from monitor.core.gc_tuning import tune_gc
-from monitor.gate.endpoint import GateLimits, finish_gate, handle_gate
+from monitor.core.http_body import BodyLimits
+from monitor.core.http_guard import Guard
+from monitor.core.http_reply import Reply
+from monitor.core.rate_limit import Rate, RateLimiter
+from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
-from monitor.ingest.http import (
-    BadBody,
-    RequestTooLarge,
-    parse_events,
-    response_body,
-    status_for,
-)
+from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
-from monitor.otel.decode import BodyTooLarge
 from monitor.otel.receiver import receive_traces
 from monitor.otel.topic import TraceTopicService
+from monitor.worker import http_server
 from monitor.worker.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker.services import (
     AlertingService,
@@ -63,6 +66,9 @@ from monitor.worker.services import (
 )
 
 log = logging.getLogger("monitor.worker.app")
+T = TypeVar("T")
+GATE = "/v1/gate"
+PUBLISH_YIELD_EVERY = 500  # events handed to the producer between two yields to the loop
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -87,6 +93,25 @@ def create_app(settings: Settings) -> faust.App:
         producer_acks=-1,
         broker_session_timeout=10,
         broker_heartbeat_interval=1,
+        web_application_options=http_server.application_options(settings),
+    )
+    # the web server's runner answers aiohttp's own parser errors as JSON (http_server.py)
+    cast(Any, app).on_webserver_init = http_server.install
+    guards = make_guards(settings, time.monotonic)
+    parse_pool = ThreadPoolExecutor(settings.http_parse_threads, thread_name_prefix="http-parse")
+    body_slots = asyncio.Semaphore(settings.http_max_bodies_in_flight)  # events and traces
+
+    def offload(fn: Callable[[], T]) -> Awaitable[T]:  # large bodies parsed off the loop
+        return asyncio.get_running_loop().run_in_executor(parse_pool, fn)
+
+    body_limits = BodyLimits(
+        settings.http_max_body_bytes, settings.http_max_inflate_ratio, settings.http_read_timeout_s
+    )
+    ingest_limits = IngestLimits(
+        body_limits,
+        settings.http_max_events,
+        timedelta(seconds=settings.max_future_skew_s),
+        settings.http_inline_parse_bytes,
     )
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
@@ -131,6 +156,11 @@ def create_app(settings: Settings) -> faust.App:
     cast(Any, app).task(refresh_keys)
     cast(Any, app).timer(settings.keys_refresh_s)(refresh_keys)
 
+    def authorizer(action: Scope) -> Authorize:  # the key cache's answer for one action
+        return lambda authorization: keys.check(authorization, action)
+
+    write, gate_scope, read = authorizer("write"), authorizer("gate"), authorizer("read")
+
     @app.page("/health")
     class Health(View):
         async def get(self, request: Request) -> Response:
@@ -145,54 +175,38 @@ def create_app(settings: Settings) -> faust.App:
             metrics.set_gate_outbox(outbox.status())
             return self.bytes(metrics.render(), content_type=CONTENT_TYPE.split(";")[0])
 
+    async def publish(events: list[Any]) -> None:  # /v1/events and /v1/traces
+        for i, event in enumerate(events, 1):
+            await emitter.send(event)
+            if i % PUBLISH_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a large batch does not hold the loop
+        await emitter.flush()
+
     @app.page("/v1/events")
-    class Events(View):
+    class Events(View):  # the logic is monitor.ingest.endpoint
         async def post(self, request: Request) -> Response:
-            grant = await keys.check(request.headers.get("Authorization"), "write")
-            if isinstance(grant, Denied):
-                refused = {"error": grant.message, "reason": grant.reason}
-                return self.json(refused, status=grant.status)
-            limit = settings.http_max_body_bytes
-            declared = request.headers.get("Content-Length") or "0"
-            if declared.isdigit() and int(declared) > limit:
-                return self.json({"error": f"body above {limit} bytes"}, status=413)
-            body = await read_limited(request, limit)
-            if body is None:
-                return self.json({"error": f"body above {limit} bytes"}, status=413)
-            try:
-                verdicts = parse_events(
-                    body,
-                    max_body_bytes=limit,
-                    max_events=settings.http_max_events,
-                    now=clock.now(),
-                    max_future_skew=timedelta(seconds=settings.max_future_skew_s),
-                    allows=grant.allows,
-                )
-            except RequestTooLarge as exc:
-                return self.json({"error": str(exc)}, status=413)
-            except BadBody as exc:
-                return self.json({"error": str(exc)}, status=400)
-            except Exception as exc:  # never a 500 for a body: nothing was produced yet
-                log.exception("HTTP ingest could not parse a body")
-                return self.json({"error": f"unreadable body ({type(exc).__name__})"}, status=400)
-            if verdicts.accepted:
-                try:
-                    for event in verdicts.accepted:
-                        await emitter.send(event)
-                    await emitter.flush()
-                except Exception as exc:
-                    log.error("HTTP ingest could not publish: %s", exc)
-                    return self.json(
-                        {"error": f"event bus unavailable ({type(exc).__name__}): re-send the "
-                         "request, stored events are deduplicated by event_id"},
-                        status=503,
-                    )  # fmt: skip
-            metrics.http_events.labels("accepted").inc(len(verdicts.accepted))
-            metrics.http_events.labels("rejected").inc(verdicts.rejected)
-            return self.json(response_body(verdicts), status=status_for(verdicts))
+            reply = await receive_events(
+                headers=request.headers,
+                peer=peer_of(request),
+                read_chunk=chunks(request),
+                publish=publish,
+                authorize=write,
+                limits=ingest_limits,
+                guard=guards.ingest,
+                now=clock.now,
+                offload=offload,
+                slots=body_slots,
+            )
+            metrics.http_events.labels("accepted").inc(reply.counts.get("accepted", 0))
+            metrics.http_events.labels("rejected").inc(reply.counts.get("rejected", 0))
+            return respond(self, reply, metrics, "/v1/events")
 
     gate_limits = GateLimits(
-        settings.gate_token, settings.gate_max_body_bytes, settings.gate_max_content_chars
+        settings.gate_max_body_bytes,
+        settings.gate_max_content_chars,
+        settings.http_read_timeout_s,
+        settings.http_max_inflate_ratio,
+        loopback_open=not settings.gate_token,
     )
     history_cache = HistoryCache()  # validated history events of recent conversations
     pending: set[asyncio.Task[None]] = set()  # decision events being handed to the producer
@@ -221,23 +235,37 @@ def create_app(settings: Settings) -> faust.App:
         return status
 
     @app.page("/v1/gate")
-    class Gate(View):
+    class Gate(View):  # the logic is monitor.gate.endpoint
         async def post(self, request: Request) -> Response:
             started = time.perf_counter()
             gate.asked(started)
-            grant = await keys.check(request.headers.get("Authorization"), "gate")
-            limit = settings.gate_max_body_bytes
-            declared = request.headers.get("Content-Length") or "0"
-            too_big = declared.isdigit() and int(declared) > limit
-            body = None if too_big else await read_limited(request, limit)
-            reply = handle_gate(
-                body,  # None: above the limit (413 once authorized)
-                authorization=request.headers.get("Authorization"),
-                peer=getattr(request, "remote", None), limits=gate_limits, policy=gate.policy,
-                maps=gate.maps, checks=gate.checks, now=clock.now(), timer=time.perf_counter,
-                started=started, new_id=lambda: uuid.uuid4().hex, status=gate_status(),
-                history_cache=history_cache, cuts=gate.cuts, grant=grant,
-            )  # fmt: skip
+
+            def decide_body(body: bytes | None, grant: Grant) -> GateReply:
+                return decide_gate(
+                    body,
+                    limits=gate_limits,
+                    policy=gate.policy,
+                    maps=gate.maps,
+                    checks=gate.checks,
+                    now=clock.now(),
+                    timer=time.perf_counter,
+                    started=started,
+                    new_id=lambda: uuid.uuid4().hex,
+                    status=gate_status(),
+                    history_cache=history_cache,
+                    cuts=gate.cuts,
+                    grant=grant,
+                )
+
+            reply = await receive_gate(
+                headers=request.headers,
+                peer=peer_of(request),
+                read_chunk=chunks(request),
+                authorize=gate_scope,
+                limits=gate_limits,
+                guard=guards.gate,
+                decide_body=decide_body,
+            )
             if reply.pending is not None:  # a rule with the inline LLM check: awaited
                 reply = await finish_gate(reply, gate.llm_judge, time.perf_counter)
             metrics.gate_answers.labels(str(reply.body.get("decision") or reply.body.get(
@@ -246,69 +274,99 @@ def create_app(settings: Settings) -> faust.App:
                 task = asyncio.ensure_future(publish_decision(reply.event))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-            return self.bytes(to_json(reply.body), content_type="application/json",
-                              status=reply.status)  # fmt: skip
+            body = to_json(reply.body)
+            return respond(self, Reply(reply.status, body, headers=reply.headers), metrics, GATE)
 
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)
         async def post(self, request: Request) -> Response:
-            async def publish(events: list[Any]) -> None:
-                for event in events:
-                    await emitter.send(event)
-                await emitter.flush()
-
-            async def read() -> bytes:  # the documented limit, not aiohttp's 1 MiB default
-                body = await read_limited(request, settings.http_max_body_bytes)
-                if body is None:
-                    raise BodyTooLarge(f"body over {settings.http_max_body_bytes} bytes")
-                return body
-
             h = request.headers
-            grant = await keys.check(h.get("Authorization"), "write")
             answer = await receive_traces(
-                authorization=h.get("Authorization"), content_type=h.get("Content-Type"),
-                content_encoding=h.get("Content-Encoding"), content_length=h.get("Content-Length"),
-                read=read, publish=publish, limits=otel_limits, config=otel_config, grant=grant,
+                authorization=h.get("Authorization"),
+                content_type=h.get("Content-Type"),
+                content_encoding=h.get("Content-Encoding"),
+                content_length=h.get("Content-Length"),
+                read_chunk=chunks(request),
+                publish=publish,
+                authorize=write,
+                limits=otel_limits,
+                config=otel_config,
+                guard=guards.ingest,
+                peer=peer_of(request),
+                offload=offload,
+                slots=body_slots,
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)
-            return self.bytes(answer.body, content_type=answer.content_type,
-                              status=answer.status, headers=answer.headers)
+            return respond(self, answer, metrics, "/v1/traces")
+
+    async def load_maps(agent_id: str) -> list[Any]:
+        try:
+            return list(await current_maps(ingest.reads, agent_id))
+        except (OSError, SQLAlchemyError) as exc:
+            log.error("calibration maps unavailable: %s", exc)
+            raise StoreUnavailable(type(exc).__name__) from exc
 
     @app.page("/v1/calibration/{agent_id}")
-    class Calibration(View):
+    class Calibration(View):  # the logic is monitor.analytics.calibration_endpoint
         async def get(self, request: Request, agent_id: str) -> Response:
-            grant = await keys.check(request.headers.get("Authorization"), "read", [agent_id])
-            if isinstance(grant, Denied):
-                refused = {"error": grant.message, "reason": grant.reason}
-                return self.json(refused, status=grant.status)
-            try:
-                maps = await current_maps(ingest.reads, agent_id)
-            except (OSError, SQLAlchemyError) as exc:
-                log.error("calibration maps unavailable: %s", exc)
-                return self.json({"error": "store unavailable"}, status=503)
-            if not maps:
-                return self.json(
-                    {"error": f"no recalibration map for agent {agent_id!r}", "agent_id": agent_id},
-                    status=404,
-                )
-            return self.json({"agent_id": agent_id, "maps": [m.to_dict() for m in maps]})
+            reply = await answer_calibration(
+                agent_id,
+                headers=request.headers,
+                peer=peer_of(request),
+                authorize=read,
+                guard=guards.read,
+                load_maps=load_maps,
+            )
+            return respond(self, reply, metrics, "/v1/calibration")
 
     return app
 
 
-async def read_limited(request: Request, limit: int) -> bytes | None:
-    """The request body, or None as soon as it exceeds ``limit`` bytes (read in chunks, so the
-    documented limit applies instead of aiohttp's 1 MiB ``client_max_size``)."""
-    stream = cast(Any, request).content
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await stream.read(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+def chunks(request: Request) -> Callable[[], Awaitable[bytes]]:
+    """The request body's next raw bytes (``b""`` at the end), as they arrive."""
+    return cast(Any, request).content.readany  # type: ignore[no-any-return]
+
+
+def peer_of(request: Request) -> str | None:
+    return cast(str | None, getattr(request, "remote", None))
+
+
+def respond(view: View, reply: Reply, metrics: OpsMetrics, path: str) -> Response:
+    """The framework's response for a neutral reply; 4xx counted per path and status."""
+    count_client_error(metrics, path, reply.status)
+    return view.bytes(
+        reply.body, content_type=reply.content_type, status=reply.status, headers=reply.headers
+    )
+
+
+def count_client_error(metrics: OpsMetrics, path: str, status: int) -> None:
+    if 400 <= status < 500:
+        metrics.http_client_errors.labels(path, str(status)).inc()
+
+
+def make_guards(settings: Settings, clock: Callable[[], float]) -> Guards:
+    """The rate guards of the endpoint classes, sharing the per-peer bucket of strangers."""
+    keys = settings.http_rate_max_keys
+    strangers = RateLimiter(
+        Rate(settings.http_unauth_rate_per_s, settings.http_unauth_rate_burst), clock, keys
+    )
+
+    def guard(per_s: float, burst: float) -> Guard:
+        return Guard(RateLimiter(Rate(per_s, burst), clock, keys), strangers)
+
+    return Guards(
+        ingest=guard(settings.http_ingest_rate_per_s, settings.http_ingest_rate_burst),
+        gate=guard(settings.http_gate_rate_per_s, settings.http_gate_rate_burst),
+        read=guard(settings.http_read_rate_per_s, settings.http_read_rate_burst),
+    )
+
+
+@dataclass(frozen=True)
+class Guards:
+    ingest: Guard  # POST /v1/events and /v1/traces
+    gate: Guard
+    read: Guard  # GET /v1/calibration
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:

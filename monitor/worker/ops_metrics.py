@@ -98,6 +98,12 @@ class OpsMetrics:
         self.http_events = Counter(
             "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
         )
+        self.http_client_errors = Counter(
+            "monitor_http_client_errors",
+            "4xx answers of the HTTP endpoints by path and status (401, 408, 413, 415, 429...)",
+            ["path", "status"],
+            registry=r,
+        )
         self.gate_answers = Counter(
             "monitor_gate_answers",
             "POST /v1/gate answers: the decision, the error reason, or 'kept' (a decision event "

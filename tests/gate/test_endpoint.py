@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from monitor.auth.authorizer import Denied, Grant
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps
-from monitor.gate.endpoint import GateLimits, GateReply, authorize, handle_gate, is_loopback
+from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, gate_rule, is_loopback
 from monitor.gate.policy import DEFAULT_POLICY, GatePolicy, GateRule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -27,22 +28,40 @@ def test_loopback(peer: str | None, loopback: bool) -> None:
     assert is_loopback(peer) is loopback
 
 
+UNAUTHORIZED = Denied(401, "unauthorized", "missing or wrong bearer token")
+
+
 def test_without_a_token_only_loopback_callers_may_ask() -> None:
-    assert authorize(None, "127.0.0.1", None) is None
-    denied = authorize("Bearer anything", "10.0.0.7", None)
-    assert denied is not None and (denied.status, denied.body["reason"]) == (403, "not_loopback")
-    with_token = authorize(None, "127.0.0.1", "t0k")  # a token is required, even on loopback
-    assert with_token is not None and with_token.status == 401
-    assert authorize("bearer t0k", "10.0.0.7", "t0k") is None
+    assert isinstance(gate_rule(UNAUTHORIZED, "127.0.0.1", True), Grant)
+    denied = gate_rule(UNAUTHORIZED, "10.0.0.7", True)
+    assert isinstance(denied, Denied) and (denied.status, denied.reason) == (403, "not_loopback")
+    # a token is set: it (or a key) is required, even on loopback
+    assert gate_rule(UNAUTHORIZED, "127.0.0.1", False) is UNAUTHORIZED
+    granted = Grant("key_a", ("a",))  # a key's grant and a known key's 403 stand as they are
+    assert gate_rule(granted, "10.0.0.7", False) is granted
+    missing = Denied(403, "missing_scope", "key_w lacks the 'gate' scope", "key_w")
+    assert gate_rule(missing, "127.0.0.1", True) is missing
 
 
-def call(body: bytes | None, policy: GatePolicy = DEFAULT_POLICY, maps: Any = None,
-         checks: Any = None, token: str | None = None) -> GateReply:  # fmt: skip
-    return handle_gate(
-        body, authorization=None, peer="127.0.0.1", limits=GateLimits(token, 4096, 100),
-        policy=policy, maps=maps if maps is not None else {}, checks=checks or CheckSet(),
-        now=NOW, timer=lambda: 1.0, started=1.0, new_id=lambda: "x1",
-    )  # fmt: skip
+def call(
+    body: bytes | None,
+    policy: GatePolicy = DEFAULT_POLICY,
+    maps: Any = None,
+    checks: Any = None,
+    grant: Grant | None = None,
+) -> GateReply:
+    return decide_gate(
+        body,
+        limits=GateLimits(4096, 100),
+        policy=policy,
+        maps=maps if maps is not None else {},
+        checks=checks or CheckSet(),
+        now=NOW,
+        timer=lambda: 1.0,
+        started=1.0,
+        new_id=lambda: "x1",
+        grant=grant,
+    )
 
 
 def test_a_decision_carries_its_event() -> None:
@@ -54,11 +73,15 @@ def test_a_decision_carries_its_event() -> None:
 
 def test_refusals() -> None:
     assert call(None).status == 413 and call(None).event is None
-    assert call(None, token="t").status == 401  # auth first: no size hint to strangers
     assert call(b"[]").body["reason"] == "not_json"
     unknown = GatePolicy(version="v", rules=(GateRule(agent="b", threshold=0.5),))
     reply = call(BODY, unknown)
     assert (reply.status, reply.body["reason"]) == (404, "unknown_agent")
+    # a key's grant covers its agents only (auth first, with no size hint to strangers: see
+    # tests/core/test_http_admission.py)
+    reply = call(BODY, grant=Grant("key_b", ("b",)))
+    assert (reply.status, reply.body["reason"], reply.event) == (403, "out_of_scope", None)
+    assert call(BODY, grant=Grant("key_a", ("a",))).status == 200
 
 
 class ExplodingMaps(dict[Any, Any]):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from monitor.gate.checks import CheckSet
-from monitor.gate.endpoint import GateLimits, GateReply, handle_gate
+from monitor.gate.endpoint import GateLimits, GateReply, decide_gate
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.gate.request import GateRequestError, HistoryCache, parse_gate_request
 from monitor.judges.domains import load_domains
@@ -46,8 +46,8 @@ def body(hist: list[dict[str, Any]], cid: str = "c1", **over: Any) -> bytes:
 
 
 def ask(data: bytes, cache: HistoryCache | None) -> GateReply:
-    return handle_gate(
-        data, authorization=None, peer="127.0.0.1", limits=GateLimits(None, 1 << 20, 10_000),
+    return decide_gate(
+        data, limits=GateLimits(1 << 20, 10_000),
         policy=DEFAULT_POLICY, maps={}, checks=CHECKS, now=NOW, timer=lambda: 1.0, started=1.0,
         new_id=lambda: "r1", history_cache=cache,
     )  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 from monitor.config import Settings
 from monitor.core.errors import ConfigError
 from monitor.gate.checks import CheckSet
-from monitor.gate.endpoint import GateLimits, GateReply, finish_gate, handle_gate
+from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate
 from monitor.gate.policy import GatePolicy, load_policy
 from monitor.gate.state import GateState, gate_llm_judge
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
@@ -52,8 +52,8 @@ def body(agent: str = "llm-bot", confidence: float = 0.9) -> bytes:
 
 
 def first(p: GatePolicy, raw: bytes) -> GateReply:
-    return handle_gate(
-        raw, authorization=None, peer="127.0.0.1", limits=GateLimits(None, 1 << 20, 2000),
+    return decide_gate(
+        raw, limits=GateLimits(1 << 20, 2000),
         policy=p, maps={}, checks=CheckSet(), now=NOW, timer=time.perf_counter,
         started=time.perf_counter(), new_id=lambda: "unused", status={"maps_loaded_at": None},
     )  # fmt: skip

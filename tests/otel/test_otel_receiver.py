@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from datetime import UTC, datetime
 
 import pytest
 from google.rpc import status_pb2
@@ -17,13 +18,32 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from monitor.auth.authorizer import Authorizer, Denied, Grant
+from monitor.auth.keys import ApiKey, hash_secret, new_secret
 from monitor.contract.events import AgentEvent
 from monitor.core.errors import MonitorError
+from monitor.core.http_guard import Guard
+from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.otel.mapping import MappingConfig
 from monitor.otel.receiver import Answer, TraceLimits, receive_traces
 
 PROTO = "application/x-protobuf"
-LIMITS = TraceLimits(token="tok", max_body_bytes=64 * 1024, max_spans=20)
+LIMITS = TraceLimits(max_body_bytes=64 * 1024, max_spans=20)
+BOT = new_secret()  # an API key with the write scope for agent "bot" only
+AUTHORIZER = Authorizer(
+    {hash_secret(BOT): ApiKey("key_bot", "", hash_secret(BOT), ("bot",), ("write",))},
+    {"write": "tok"},
+    lambda: datetime(2026, 1, 1, tzinfo=UTC),
+)
+
+
+async def authorize(authorization: str | None) -> Grant | Denied:
+    return AUTHORIZER.check(authorization, "write")
+
+
+def open_guard() -> Guard:
+    unlimited = Rate(0, 1)
+    return Guard(RateLimiter(unlimited, lambda: 0.0), RateLimiter(unlimited, lambda: 0.0))
 
 
 def sdk_spans(n: int, confidence: float = 0.7) -> list[ReadableSpan]:
@@ -52,8 +72,10 @@ async def post(body: bytes, *, ctype: str = PROTO, encoding: str | None = None,
                fail: bool = False) -> tuple[Answer, list[AgentEvent]]:
     sent: list[AgentEvent] = []
 
-    async def read() -> bytes:
-        return body
+    pieces = [body]
+
+    async def read_chunk() -> bytes:
+        return pieces.pop() if pieces else b""
 
     async def publish(events: list[AgentEvent]) -> None:
         if fail:
@@ -62,8 +84,9 @@ async def post(body: bytes, *, ctype: str = PROTO, encoding: str | None = None,
 
     answer = await receive_traces(
         authorization=auth, content_type=ctype, content_encoding=encoding,
-        content_length=length if length is not None else str(len(body)), read=read,
-        publish=publish, limits=LIMITS, config=MappingConfig())
+        content_length=length if length is not None else str(len(body)), read_chunk=read_chunk,
+        publish=publish, authorize=authorize, limits=LIMITS, config=MappingConfig(),
+        guard=open_guard())
     return answer, sent
 
 
@@ -73,10 +96,10 @@ def status_of(answer: Answer) -> status_pb2.Status:
     return status
 
 
-async def test_protobuf_gzip_and_already_inflated_bodies_are_accepted():
+async def test_protobuf_and_gzip_bodies_are_accepted():
     spans = sdk_spans(3)
     for body, encoding in ((proto_body(spans), None), (gzip.compress(proto_body(spans)), "gzip"),
-                           (proto_body(spans), "gzip")):  # aiohttp may have inflated it
+                           (gzip.compress(proto_body(spans)), "x-gzip")):
         answer, sent = await post(body, encoding=encoding)
         assert answer.status == 200
         response = ExportTraceServiceResponse()
@@ -84,6 +107,18 @@ async def test_protobuf_gzip_and_already_inflated_bodies_are_accepted():
         assert not response.HasField("partial_success")
         assert sorted(e.conversation_id for e in sent) == ["c0", "c1", "c2"]
         assert answer.counts == {"mapped": 3, "dropped": 0, "rejected": 0, "events": 3}
+
+
+async def test_a_keys_events_of_other_agents_are_rejected_spans():
+    answer, sent = await post(proto_body(sdk_spans(2)), auth=f"Bearer {BOT}")  # agent "svc"
+    assert answer.status == 200 and not sent
+    response = ExportTraceServiceResponse()
+    response.ParseFromString(answer.body)
+    assert response.partial_success.rejected_spans == 2
+    assert "out_of_scope" in response.partial_success.error_message
+    assert answer.counts["rejected"] == 2 and answer.counts["events"] == 0
+    answer, sent = await post(proto_body(sdk_spans(2)))  # the shared token: every agent
+    assert answer.status == 200 and len(sent) == 2
 
 
 async def test_json_encoding_from_the_official_json_encoder():

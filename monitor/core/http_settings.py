@@ -1,0 +1,81 @@
+"""The HTTP server's limits, timeouts and request rates (``MONITOR_HTTP_*``;
+docs/robustness.md).
+
+:class:`HttpSettings` is a base of :class:`monitor.config.Settings`, which alone reads them
+from the environment; they are declared here so that the settings module stays short.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class HttpSettings(BaseModel):
+    """Timeouts, decompression and parsing limits, and per-credential request rates of the
+    worker's web server (a base of ``Settings``; validated with it)."""
+
+    http_idle_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="A connection is closed when idle this long: before its first request's "
+        "headers are complete (a slowloris on the headers) and between keep-alive requests.",
+    )
+    http_read_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="The whole request body must arrive within this delay once the handler "
+        "reads it (408 and the connection closed after it).",
+    )
+    http_lingering_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="After an early answer (401, 413, 429...), the server reads and discards "
+        "the unread body for at most this long (so the client sees the answer), then closes.",
+    )
+    http_max_inflate_ratio: float = Field(
+        default=100.0,
+        ge=2,
+        description="A gzip/deflate body inflating more than this many times its compressed "
+        "size (checked once 1 MiB came out) is refused with 413; the inflated size is also "
+        "capped at the endpoint's body limit.",
+    )
+    http_inline_parse_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="Bodies up to this size are parsed on the event loop; larger ones in the "
+        "parse threads.",
+    )
+    http_max_bodies_in_flight: int = Field(
+        default=8,
+        ge=1,
+        description="Requests reading, parsing and publishing a POST /v1/events or /v1/traces "
+        "body at once (bounds their memory); others wait for a slot up to the read timeout, "
+        "then get 503 with Retry-After.",
+    )
+    http_parse_threads: int = Field(
+        default=2, ge=1, le=16, description="Threads parsing large request bodies."
+    )
+    http_ingest_rate_per_s: float = Field(
+        default=200.0,
+        ge=0,
+        description="Requests/s per credential on POST /v1/events and /v1/traces (0: off).",
+    )
+    http_ingest_rate_burst: float = Field(default=400.0, ge=1)
+    http_gate_rate_per_s: float = Field(
+        default=2000.0, ge=0, description="Requests/s per credential on POST /v1/gate (0: off)."
+    )
+    http_gate_rate_burst: float = Field(default=4000.0, ge=1)
+    http_read_rate_per_s: float = Field(
+        default=50.0, ge=0, description="Requests/s per credential on GET /v1/calibration."
+    )
+    http_read_rate_burst: float = Field(default=100.0, ge=1)
+    http_unauth_rate_per_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Requests/s per peer address that fail authentication, all endpoints "
+        "together; beyond the burst they are answered 429 (0: off).",
+    )
+    http_unauth_rate_burst: float = Field(default=20.0, ge=1)
+    http_rate_max_keys: int = Field(
+        default=10_000, ge=16, description="Credentials and peers whose buckets are kept."
+    )
