@@ -15,11 +15,10 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from monitor.alerts.rules import RuleSet, default_rules, load_rules
 from monitor.core.errors import ConfigError
+from monitor.core.gate_settings import GateSettings
 from monitor.core.http_settings import HttpSettings
 from monitor.core.retention import RetentionSettings
-from monitor.gate.settings import GateSettings
 from monitor.sampling.rules import SamplingPolicy
 
 
@@ -301,16 +300,3 @@ def load_sampling_policy(settings: Settings) -> SamplingPolicy:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the sampling policy: {exc.strerror}") from None
     return SamplingPolicy.from_yaml(text, str(path))
-
-
-def load_alert_rules(settings: Settings, path: Path | None = None) -> tuple[RuleSet, str]:
-    """The alert rule set and where it came from: ``path``, else ``settings.alert_rules_file``,
-    else the packaged defaults. Raises ConfigError (naming file:line:field) when invalid."""
-    path = path if path is not None else settings.alert_rules_file
-    if path is None:
-        return default_rules(), "built-in default rules"
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the rules file: {exc.strerror}") from None
-    return load_rules(text, str(path)), str(path)

@@ -34,7 +34,7 @@ PURE_PACKAGES = ("monitor.contract", "monitor.core", "monitor.sampling", "monito
 # Packages that are I/O edges as a whole (command line, embedded stack, worker, store, the
 # report: it queries, plots and writes files).
 EDGE_PACKAGES = ("monitor.cli", "monitor.stack", "monitor.worker", "monitor.store",
-                 "monitor.report")
+                 "monitor.report", "monitor.telemetry")
 # Settings are a value: pure code may take them (only ``load_settings`` reads the environment).
 NEUTRAL = frozenset({"monitor", "monitor.config"})
 # Capability packages hold a pure core and their I/O edge side by side: these are the edges.
@@ -53,7 +53,7 @@ EDGE_MODULES = frozenset({
     "monitor.judges.worker", "monitor.judges.assembly", "monitor.judges.quality_repo",
     "monitor.judges.runner",
     "monitor.analytics.repo", "monitor.analytics.write", "monitor.analytics.reports",
-    "monitor.analytics.periodic", "monitor.analytics.judge_noise", "monitor.analytics.drift_state",
+    "monitor.analytics.periodic", "monitor.judges.judge_noise", "monitor.analytics.drift_state",
     "monitor.alerts.evaluate", "monitor.alerts.observations", "monitor.alerts.observation_repo",
     "monitor.alerts.outbox", "monitor.alerts.notifier", "monitor.alerts.repo",
     "monitor.alerts.timeline", "monitor.alerts.timeline_sim", "monitor.alerts.sink_check",
@@ -234,3 +234,99 @@ def test_store_depends_on_nothing_but_core_and_config() -> None:
         for dep in internal if not _in(dep, ("monitor.store", "monitor.core", "monitor.config"))
     )
     assert not upward, "store imports upwards: " + ", ".join(upward)
+
+
+# --- packages ---------------------------------------------------------------------------------
+
+# The package layers, bottom first: a package imports only packages of lower layers (the same
+# order is drawn in docs/architecture.md). ``config`` (settings, a value) is a layer of its own.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),
+    ("contract", "dashboards"),
+    ("sampling", "sdk", "replay", "sim"),
+    ("config",),
+    ("store",),
+    ("telemetry", "auth"),
+    ("analytics",),
+    ("ingest", "alerts", "otel"),
+    ("judges",),
+    ("gate",),
+    ("report", "stack", "worker"),
+    ("cli",),
+)
+LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+
+def _package(module: str) -> str:
+    """``monitor.<package>...`` -> ``<package>`` (``config`` for monitor.config); "" for monitor."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _public_modules(package: str) -> set[str]:
+    """``PUBLIC_MODULES`` of ``monitor/<package>/__init__.py``, read from the source."""
+    tree = ast.parse((PKG / package / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "PUBLIC_MODULES" for t in targets):
+                assert node.value is not None
+                return set(ast.literal_eval(node.value))
+    raise AssertionError(f"monitor/{package}/__init__.py declares no PUBLIC_MODULES")
+
+
+def _cross_package(edges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [
+        (a, b)
+        for a, b in edges
+        if _package(a) and _package(b) and _package(a) != _package(b)
+    ]
+
+
+def _upward(edges: list[tuple[str, str]]) -> list[str]:
+    """The imports of a package at or above its own layer."""
+    return [
+        f"{a} -> {b}"
+        for a, b in _cross_package(edges)
+        if LAYER_OF[_package(b)] >= LAYER_OF[_package(a)]
+    ]
+
+
+def _private(edges: list[tuple[str, str]]) -> list[str]:
+    """The imports of another package's module that its ``PUBLIC_MODULES`` does not name."""
+    found = []
+    for a, b in _cross_package(edges):
+        package = _package(b)
+        if package == "config" or b == f"monitor.{package}":
+            continue  # a module of its own, or the package's own names
+        if b.split(".", 2)[2] not in _public_modules(package):
+            found.append(f"{a} -> {b}")
+    return found
+
+
+EDGES = sorted((name, dep) for name, (internal, _) in GRAPH.items() for dep in internal)
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"config"}
+    assert packages == set(LAYER_OF), packages ^ set(LAYER_OF)
+
+
+def test_packages_import_only_lower_layers() -> None:
+    assert not _upward(EDGES), "imports at or above the importer's layer:\n" + "\n".join(
+        _upward(EDGES)
+    )
+
+
+def test_packages_import_each_other_only_through_their_public_surface() -> None:
+    private = _private(EDGES)
+    assert not private, "imports of modules outside PUBLIC_MODULES:\n" + "\n".join(private)
+
+
+def test_the_package_rules_catch_a_back_edge_and_a_private_import() -> None:
+    # the two rules above must not hold vacuously
+    assert _upward([("monitor.store.engine", "monitor.worker.app")])
+    assert _upward([("monitor.ingest.loop", "monitor.otel.mapping")])  # same layer
+    assert not _upward([("monitor.worker.app", "monitor.store.engine")])
+    assert _private([("monitor.cli.main", "monitor.ingest.writer_internals")])
+    assert not _private([("monitor.worker.app", "monitor.otel")])

@@ -44,7 +44,7 @@ from monitor.alerts.sinks.slack_blocks import episodes
 from monitor.alerts.states import Kind
 from monitor.config import Settings, load_settings
 from monitor.core.errors import ConfigError
-from monitor.judges.resilience import RetryPolicy
+from monitor.core.resilience import RetryPolicy
 from monitor.store.tables_alerts import notification_outbox
 
 __all__ = [

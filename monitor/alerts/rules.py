@@ -12,6 +12,7 @@ mapped to the line where it starts; a missing field points at its parent (the ru
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from monitor.alerts.durations import Duration, format_duration, parse_duration
@@ -30,6 +31,8 @@ from monitor.alerts.rule_models import (
     Scope,
     Severity,
 )
+from monitor.config import Settings
+from monitor.core.errors import ConfigError
 from monitor.core.yaml_config import load_yaml_model
 
 __all__ = [
@@ -83,3 +86,16 @@ def default_rules() -> RuleSet:
 def rules_to_dict(rule_set: RuleSet) -> dict[str, Any]:
     """The rule set as JSON-ready data that :func:`load_rules` accepts back (``for`` aliased)."""
     return rule_set.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def load_alert_rules(settings: Settings, path: Path | None = None) -> tuple[RuleSet, str]:
+    """The alert rule set and where it came from: ``path``, else ``settings.alert_rules_file``,
+    else the packaged defaults. Raises ConfigError (naming file:line:field) when invalid."""
+    path = path if path is not None else settings.alert_rules_file
+    if path is None:
+        return default_rules(), "built-in default rules"
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the rules file: {exc.strerror}") from None
+    return load_rules(text, str(path)), str(path)

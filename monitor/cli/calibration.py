@@ -5,7 +5,7 @@ accuracy, mean confidence and the overconfidence gap with their intervals, then 
 diagram of each agent. Numbers below the minimum sample size are printed but marked as not
 meaningful. When some labels come from judges rather than outcomes, it says which share, each
 judge's measured precision and recall, and the success rate corrected for the judge's error
-rates (:mod:`monitor.analytics.judge_noise`).
+rates (:mod:`monitor.judges.judge_noise`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from rich.table import Table
 
 from monitor.analytics import reports as fa
 from monitor.analytics.calibration import DEFAULT_MIN_SAMPLES, CalibrationReport
-from monitor.analytics.judge_noise import JudgeLabels, judge_labels
 from monitor.analytics.recalibration import RecalibrationResult
 from monitor.analytics.write import current_maps
 from monitor.cli import analytics_common as ac
+from monitor.judges.judge_noise import JudgeLabels, judge_labels
 
 
 def calibration_table(reports: dict[str, CalibrationReport], title: str) -> Table:

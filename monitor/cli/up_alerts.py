@@ -13,9 +13,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from monitor.alerts.rules import load_alert_rules
 from monitor.alerts.sinks.registry import configured_sinks
 from monitor.alerts.timeline import flush_delay
-from monitor.config import load_alert_rules, load_settings
+from monitor.config import load_settings
 from monitor.stack.demo import TrafficPlan
 from monitor.stack.demo_alerts import run_demo_alerts
 

@@ -1,3 +1,22 @@
 """The shared kernel every package may import: injectable time, the exception tree, the line-
 numbered YAML loader. Imports nothing else from monitor.
 """
+
+# The modules other packages may import (besides this package's own names): the
+# package test in tests/test_architecture.py fails on a cross-package import of any other.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "clock",
+    "errors",
+    "gate_settings",
+    "gc_tuning",
+    "http_body",
+    "http_guard",
+    "http_reply",
+    "http_settings",
+    "inflate",
+    "lazy",
+    "rate_limit",
+    "resilience",
+    "retention",
+    "yaml_config",
+)

@@ -1,2 +1,16 @@
 """The runtime trust gate (``POST /v1/gate``, docs/gate.md): policy, request parsing, the
 decision (pure) and the state the worker holds in memory (maps, policy, checks; ``state``)."""
+
+# The modules other packages may import (besides this package's own names): the
+# package test in tests/test_architecture.py fails on a cross-package import of any other.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "buffer",
+    "effect",
+    "effect_repo",
+    "endpoint",
+    "outbox",
+    "policy",
+    "producer",
+    "request",
+    "state",
+)

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from monitor.analytics.recalibration import IsotonicMap
 from monitor.config import Settings
 from monitor.core.errors import ConfigError
+from monitor.core.resilience import RetryPolicy
 from monitor.gate.advised import AdvisorCuts, ConfidenceGroup, FloatArray, compute_cuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import MapEntry, Maps, lookup_map
@@ -38,7 +39,6 @@ from monitor.gate.inline_llm import LlmJudgeFn
 from monitor.gate.policy import DEFAULT_POLICY, GatePolicy, load_policy
 from monitor.judges.domains import load_domains
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
-from monitor.judges.resilience import RetryPolicy
 
 log = logging.getLogger("monitor.gate.state")
 #: seconds between two checks for a newly fitted map (one index lookup each)

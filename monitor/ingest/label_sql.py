@@ -2,7 +2,7 @@
 
 ``label_hours`` counts labelled items (any weight) per (hour of ``ts``, segment,
 ``label_source``), the figures the calibration report gives on where its labels come from
-(:func:`monitor.analytics.judge_noise.judge_labels`: outcomes or judges), which used to count
+(:func:`monitor.judges.judge_noise.judge_labels`: outcomes or judges), which used to count
 the window's ``items``.
 
 :data:`LABEL_CTES` continues the items statement (:mod:`monitor.ingest.items_sql`) from its

@@ -76,7 +76,7 @@ from monitor.ingest.rebalance import InFlight, WaitForBatch
 from monitor.ingest.rows import DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.store_errors import is_transient
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.ingest")
 

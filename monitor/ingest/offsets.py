@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from monitor.ingest.health import IngestHealth
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 if TYPE_CHECKING:
     from monitor.core.clock import Clock

@@ -21,7 +21,7 @@ from prometheus_client import Counter
 
 from monitor.ingest.health import IngestHealth
 from monitor.store.store_errors import describe
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 if TYPE_CHECKING:
     from monitor.ingest.config import IngestConfig

@@ -12,7 +12,7 @@ from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.judges.runner import JudgeRunner
 from monitor.judges.worker import JudgeConfig, JudgeLoop
 from monitor.sampling.rules import AlwaysSampleRules
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.judging")
 

@@ -47,7 +47,7 @@ from monitor.judges.runner import mark_truncated
 from monitor.judges.truncation import DEFAULT_MAX_EVENTS
 from monitor.sampling.rules import AlwaysSampleRules
 from monitor.store.engine import CUSTOM_PLANS, libpq_url
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.judging")
 T = TypeVar("T")

@@ -36,3 +36,11 @@ def trace_limits(settings: Settings) -> TraceLimits:
         max_inflate_ratio=settings.http_max_inflate_ratio,
         inline_parse_bytes=settings.http_inline_parse_bytes,
     )
+
+
+# The modules other packages may import (besides this package's own names): the
+# package test in tests/test_architecture.py fails on a cross-package import of any other.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "receiver",
+    "topic",
+)

@@ -25,7 +25,7 @@ from monitor.otel import mapping_config
 from monitor.otel.decode import PROTOBUF, UndecodableBody, decode_request
 from monitor.otel.mapping import map_spans
 from monitor.sdk import EventEmitter
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.otel.topic")
 RETRY_S = 1.0

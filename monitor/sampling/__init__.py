@@ -1,1 +1,8 @@
 """Deterministic stratified sampling: policy, rules, estimators. Pure."""
+
+# The modules other packages may import (besides this package's own names): the
+# package test in tests/test_architecture.py fails on a cross-package import of any other.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "policy",
+    "rules",
+)

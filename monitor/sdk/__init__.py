@@ -65,3 +65,7 @@ __all__ = [
     "ToolCall",
     "new_event_id",
 ]
+
+# The modules other packages may import (besides this package's own names): the
+# package test in tests/test_architecture.py fails on a cross-package import of any other.
+PUBLIC_MODULES: tuple[str, ...] = ("gate_client",)

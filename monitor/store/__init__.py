@@ -1,1 +1,15 @@
 """store package."""
+
+# The modules other packages may import (besides this package's own names): the
+# package test in tests/test_architecture.py fails on a cross-package import of any other.
+PUBLIC_MODULES: tuple[str, ...] = (
+    "engine",
+    "partitions",
+    "retention",
+    "store_errors",
+    "tables",
+    "tables_alerts",
+    "tables_analytics",
+    "tables_auth",
+    "tables_rollups",
+)

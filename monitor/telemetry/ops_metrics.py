@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from monitor.store.retention import RetentionReport
-from monitor.worker.loop_lag import LoopLag
+from monitor.telemetry.loop_lag import LoopLag
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

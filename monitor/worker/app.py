@@ -53,8 +53,8 @@ from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
 from monitor.otel.receiver import receive_traces
 from monitor.otel.topic import TraceTopicService
+from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker import http_server
-from monitor.worker.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker.services import (
     AlertingService,
     AnalyticsService,

@@ -26,10 +26,11 @@ from monitor.alerts.destinations import NO_DESTINATION
 from monitor.alerts.evaluate import EvaluationReport
 from monitor.alerts.evaluate import run as run_evaluation
 from monitor.alerts.notifier import notifier_from_settings
+from monitor.alerts.rules import load_alert_rules
 from monitor.alerts.sinks.registry import configured_sinks
 from monitor.analytics.periodic import Every, drift_once
 from monitor.auth.origin_key import origin_key
-from monitor.config import Settings, load_alert_rules, load_sampling_policy
+from monitor.config import Settings, load_sampling_policy
 from monitor.core.clock import SystemClock
 from monitor.gate.buffer import BufferInUse, DiskBuffer
 from monitor.gate.outbox import DecisionOutbox
@@ -40,8 +41,8 @@ from monitor.judges.assembly import build_loop as build_judge_loop
 from monitor.sdk import EventEmitter
 from monitor.store.engine import make_engine
 from monitor.store.retention import RetentionReport, run_retention
-from monitor.worker.loop_lag import LoopLag
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.loop_lag import LoopLag
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 log = logging.getLogger("monitor.worker.services")
 
@@ -127,7 +128,7 @@ class JudgeService(Service):
 
 
 class LoopLagService(Service):
-    """The event-loop probe (:mod:`monitor.worker.loop_lag`): how long the loop is held,
+    """The event-loop probe (:mod:`monitor.telemetry.loop_lag`): how long the loop is held,
     exported on /metrics (``monitor_event_loop_stall_seconds`` and the lag histogram)."""
 
     def __init__(self, metrics: OpsMetrics, **kwargs: Any) -> None:

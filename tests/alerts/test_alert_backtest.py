@@ -31,7 +31,7 @@ from monitor.ingest.writer import EventWriter
 from monitor.sim.answers import AnswerAgent, Mixture, answer_events, answer_items, parse_pools
 from monitor.sim.answers import tune as tune_mix
 from monitor.store import engine as pg
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 ANSWERS = Path(__file__).resolve().parents[1] / "data" / "answers" / "stated_confidence_answers.csv"
 START = datetime(2026, 5, 4, tzinfo=UTC)

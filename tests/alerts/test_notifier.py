@@ -21,7 +21,7 @@ from monitor.alerts.notifier import Notifier, enqueue
 from monitor.alerts.sinks.base import Sink
 from monitor.alerts.sinks.slack import SlackSink
 from monitor.alerts.sinks.webhook import WebhookSink
-from monitor.judges.resilience import RetryPolicy
+from monitor.core.resilience import RetryPolicy
 from monitor.store.engine import make_engine
 from monitor.store.tables_alerts import notification_outbox as outbox
 from tests.servers.alert_servers import (

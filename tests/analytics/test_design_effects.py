@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from monitor.analytics import design_effect, repo
-from monitor.analytics.judge_noise import label_sources
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
+from monitor.judges.judge_noise import label_sources
 from monitor.sim.traffic import Simulator
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
 from tests.analytics.design_tables import assert_design_tables_match_items

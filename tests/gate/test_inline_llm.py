@@ -14,12 +14,12 @@ import pytest
 
 from monitor.config import Settings
 from monitor.core.errors import ConfigError
+from monitor.core.resilience import RetryPolicy
 from monitor.gate.checks import CheckSet
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate
 from monitor.gate.policy import GatePolicy, load_policy
 from monitor.gate.state import GateState, gate_llm_judge
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
-from monitor.judges.resilience import RetryPolicy
 from tests.servers.llm_server import ChatServer, Hang, Reply, Status, verdicts_json
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

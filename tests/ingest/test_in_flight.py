@@ -12,7 +12,7 @@ from monitor.ingest.config import IngestConfig
 from monitor.ingest.health import IngestHealth
 from monitor.ingest.paused_retry import PausedRetry
 from monitor.ingest.rebalance import InFlight
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 
 async def test_a_revocation_waits_for_every_batch_in_flight_and_holds_back_new_ones() -> None:

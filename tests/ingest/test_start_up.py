@@ -107,7 +107,7 @@ async def test_the_worker_fetches_with_the_configured_wait(
     fetch that long while a partition in it still has records, which stalled draining a
     backlog; docs/benchmarks.md)."""
     from monitor.config import Settings
-    from monitor.worker.ops_metrics import OpsMetrics
+    from monitor.telemetry.ops_metrics import OpsMetrics
     from monitor.worker.services import IngestService
 
     assert Settings.model_fields["fetch_max_wait_ms"].default == 100

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from monitor.core.clock import FixedClock
+from monitor.core.resilience import RetryPolicy
 from monitor.judges.base import Conversation
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
-from monitor.judges.resilience import RetryPolicy
 from monitor.judges.rubric import REPAIR_INSTRUCTION, build_messages
 from tests.factories import event
 from tests.servers.llm_server import ChatServer, Hang, Recorded, Reply, Status, verdicts_json

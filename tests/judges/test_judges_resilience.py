@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from monitor.judges.base import Conversation
-from monitor.judges.resilience import (
+from monitor.core.resilience import (
     CircuitBreaker,
     CircuitBreakers,
     RetryPolicy,
     parse_retry_after,
 )
+from monitor.judges.base import Conversation
 from monitor.judges.rubric import (
     MAX_CONTENT_CHARS,
     PROMPT_VERSION,

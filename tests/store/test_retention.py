@@ -29,7 +29,7 @@ from monitor.sim.traffic import Simulator
 from monitor.store import partitions
 from monitor.store.engine import libpq_url, make_engine
 from monitor.store.retention import run_retention
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.ops_metrics import OpsMetrics
 from tests.factories import T0, event
 from tests.ingest.test_read_rollups import dashboard_sql
 

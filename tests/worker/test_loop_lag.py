@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from monitor.worker.loop_lag import LoopLag
-from monitor.worker.ops_metrics import OpsMetrics
+from monitor.telemetry.loop_lag import LoopLag
+from monitor.telemetry.ops_metrics import OpsMetrics
 
 
 def test_lag_is_how_late_the_wake_up_came_and_never_negative() -> None:

@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 import httpx
 
 from monitor.alerts.redact import redact_secrets
-from monitor.judges.resilience import parse_retry_after
+from monitor.core.resilience import parse_retry_after
 
 Outcome = Literal["delivered", "retry", "permanent"]
 USER_AGENT = "agent-reliability-monitor"

@@ -24,7 +24,7 @@ from monitor.alerts.sinks.base import (
     malformed,
 )
 from monitor.alerts.sinks.slack_blocks import render_message
-from monitor.judges.resilience import parse_retry_after
+from monitor.core.resilience import parse_retry_after
 
 RETRYABLE_ERRORS = frozenset(
     {"ratelimited", "rate_limited", "internal_error", "fatal_error", "service_unavailable",
