@@ -7,13 +7,18 @@ in ``events``, changes no roll-up, outcome or label, and becomes a dead letter w
 event id stays claimed in ``event_ids``, so a re-delivery is a plain duplicate and the dead
 letter is written once.
 
-The conversation's agent (``owner``) is the stored row's ``agent_id``; for a conversation the
-batch creates, the agent of its other events in the batch (an outcome or feedback event whose
-conversation's other events name several agents is refused; one whose conversation has no
-other event yet is accepted, and its agent becomes the conversation's). The writer holds the
-conversations' advisory lock before the statement runs, so a row another write in flight
-creates is committed (and seen) first. Only the conversations of the batch's outcome and
-feedback events are looked up.
+The conversation's agent (``owner``) is the agent of its earliest event by ts, as the
+``conversations`` row's ``agent_id`` is chosen: the stored row's, unless the batch holds an
+earlier non-truth event of the conversation; then (and for a conversation the batch creates)
+the agent of the batch's earliest non-truth events of it (an outcome or feedback event is
+refused when several agents share that earliest ts; one whose conversation has no other event
+yet is accepted, and its agent becomes the conversation's). So a later message of another
+agent (a handoff) does not make the conversation that agent's, whichever batch brings it; an
+outcome that arrives before any event of its own agent while only another agent's message is
+stored is refused (it cannot be told from that agent's conversation labelled by a stranger).
+The writer holds the conversations' advisory lock before the statement runs, so a row another
+write in flight creates is committed (and seen) first. Only the conversations of the batch's
+outcome and feedback events are looked up.
 
 Both ways in define ``stray`` (the refused events' ids, to leave out of ``ins``) and
 ``refused`` (their rows for the dead letters): the staging path before it inserts
@@ -27,20 +32,30 @@ TRUTH_TYPES = "('outcome', 'feedback')"
 
 
 def _stray(source: str) -> str:
-    """The refused events of ``source``: its outcome and feedback rows, against the stored
-    conversation row, else the agent of every other event of their conversation in the batch
-    (``lo`` = ``hi``: a hashed aggregate, no sort of the batch)."""
+    """The refused events of ``source``: its outcome and feedback rows whose agent is not
+    their conversation's (``owner``). The owner is the agent of the conversation's earliest
+    event by ts: the stored row's ``agent_id`` (its ``first_ts``) unless the batch has a
+    non-truth event of the conversation strictly earlier, else the agent of the batch's
+    earliest non-truth events of it (``lo`` = ``hi``; several agents at that ts: refused).
+    ``f`` reads the batch with hashed aggregates and a hash join, no sort of the batch."""
     return f"""stray AS (
   SELECT t.event_id, t.conversation_id, t.ts, t.agent_id,
-    coalesce(c.agent_id, CASE WHEN t.agent_id <> g.lo THEN g.lo ELSE g.hi END) AS owner
+    CASE WHEN k.stored THEN c.agent_id WHEN t.agent_id <> f.lo THEN f.lo ELSE f.hi END AS owner
   FROM {source} t
   LEFT JOIN (
-    SELECT conversation_id, min(agent_id) AS lo, max(agent_id) AS hi FROM {source}
-    WHERE type NOT IN {TRUTH_TYPES} GROUP BY conversation_id
-  ) AS g USING (conversation_id)
+    SELECT b.conversation_id, g.first_at, min(b.agent_id) AS lo, max(b.agent_id) AS hi
+    FROM {source} b JOIN (
+      SELECT conversation_id, min(ts) AS first_at FROM {source}
+      WHERE type NOT IN {TRUTH_TYPES} GROUP BY conversation_id
+    ) AS g ON b.conversation_id = g.conversation_id AND b.ts = g.first_at
+    WHERE b.type NOT IN {TRUTH_TYPES} GROUP BY b.conversation_id, g.first_at
+  ) AS f USING (conversation_id)
   LEFT JOIN conversations c USING (conversation_id)
-  WHERE t.type IN {TRUTH_TYPES} AND CASE WHEN c.agent_id IS NOT NULL
-    THEN t.agent_id <> c.agent_id ELSE coalesce(t.agent_id <> g.lo OR t.agent_id <> g.hi, false) END
+  CROSS JOIN LATERAL (
+    SELECT c.agent_id IS NOT NULL AND (f.first_at IS NULL OR c.first_ts <= f.first_at) AS stored
+  ) AS k
+  WHERE t.type IN {TRUTH_TYPES} AND CASE WHEN k.stored
+    THEN t.agent_id <> c.agent_id ELSE coalesce(t.agent_id <> f.lo OR t.agent_id <> f.hi, false) END
 )"""
 
 

@@ -7,7 +7,9 @@ event changes nothing. The day partitions the rows need exist already
 (:data:`monitor.store.partitions.ENSURE_DAYS`, run first in the same transaction).
 Merge rules (order-independent across batches):
 
-- segment columns: first non-null value wins;
+- agent_id: the agent of the conversation's earliest event by ts (a batch with an event
+  earlier than the row's first_ts moves it; the sampling decision stays as it was made);
+- the other segment columns: first non-null value wins;
 - first_ts / last_ts: LEAST / GREATEST; counts: added;
 - min_confidence: LEAST over assistant messages (NULLs ignored);
 - last_confidence: the assistant confidence with the latest ts (ties: the batch whose statement
@@ -161,6 +163,9 @@ def _pick(cond: str, col: str) -> str:
 
 _UPDATES = ",\n    ".join(
     [
+        # the agent of the earliest event by ts (an earlier event of a later batch moves it)
+        "agent_id = CASE WHEN EXCLUDED.first_ts < c.first_ts"
+        " THEN EXCLUDED.agent_id ELSE c.agent_id END",
         *[f"{c} = coalesce(c.{c}, EXCLUDED.{c})" for c in _SEGMENT],
         "first_ts = LEAST(c.first_ts, EXCLUDED.first_ts)",
         "last_ts = GREATEST(c.last_ts, EXCLUDED.last_ts)",

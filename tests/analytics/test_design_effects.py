@@ -115,6 +115,15 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
     try:
         batch = [event_row(e) for e in early + spanning]
         rng.shuffle(batch)
+        # each outcome comes with or after its conversation's opening message (the handoff
+        # message may come before both, in an earlier batch or the same one): an outcome that
+        # comes first, when only another agent's message is known, cannot be told from that
+        # agent's conversation labelled by a stranger and is refused (agent_mismatch)
+        pos = {r[0]: i for i, r in enumerate(batch)}
+        for k in range(24):
+            i, j = pos[f"span-{k}-a0"], pos[f"span-{k}-o"]
+            if i > j:
+                batch[i], batch[j] = batch[j], batch[i]
         for i in range(0, len(batch), 97):
             await writer.write(batch[i:i + 97])
         await writer.write([event_row(e) for e in late])  # relabels stored items
