@@ -16,7 +16,7 @@ conversations of a fresh agent ``bench-k`` (a new alert fingerprint), each an as
 with confidence 0.95 and an outcome ``success=False`` (ECE 0.95), and flushes: **t0** = when
 ``flush()`` returned (every event acknowledged by the broker). **t1** = when the Slack request
 naming ``bench-k`` arrived. Latency = t1 - t0. The baseline is the evaluation interval; the goal
-(issue 5) is p95 < interval + 2 s.
+is p95 < interval + 2 s.
 
 Breakdown per run: *ingest* = t0 -> the 60 events visible in ``events`` (polled every 20 ms);
 *wait for evaluation* = -> the start of the evaluation that fired (the outbox row's

@@ -54,7 +54,7 @@ from monitor.analytics import repo  # noqa: E402
 from monitor.analytics.design_effect import design_effects, design_effects_scan  # noqa: E402
 from monitor.contract.events import AgentEvent  # noqa: E402
 
-try:  # after issue 13a: the escalation roll-up; before: one row per conversation
+try:  # with the escalation roll-up; before it: one row per conversation
     from monitor.analytics.repo_escalation import escalation_conversations
 except ImportError:  # pragma: no cover - the "before" checkout
     escalation_conversations = repo.escalation_conversations  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""The layout rules of docs/architecture.md, enforced on the source (issue 16).
+"""The layout rules of docs/architecture.md, enforced on the source.
 
 - no import circles between monitor's modules (any import, also inside a function or under
   ``TYPE_CHECKING``: a circle is a design smell even where Python tolerates it);

@@ -1,5 +1,5 @@
 """The repository is self-contained: nothing the suite, the demo or a benchmark runs reads a
-path outside the clone (issue 12: a fresh clone with nothing beside it failed 44 tests).
+path outside the clone (a fresh clone with nothing beside it must pass).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and the alert history (the outbox rows are inserted by :func:`monitor.alerts.out
 
 Every function takes an open ``AsyncConnection`` and never commits: the caller owns the
 transaction, so a state change, its history rows, the grouping state and the outbox rows it
-causes are committed together or not at all (transactional outbox, issue 5 item 3).
+causes are committed together or not at all (transactional outbox).
 
 Compare-and-swap: a state row carries ``version`` (= ``AlertState.version``). :func:`save_state`
 updates only ``WHERE version = <the version the caller read>`` and inserts a new fingerprint

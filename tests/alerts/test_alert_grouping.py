@@ -1,4 +1,4 @@
-"""Grouping of notifications that fire together (issue 5 item 2). Pure, explicit times."""
+"""Grouping of notifications that fire together. Pure, explicit times."""
 
 from __future__ import annotations
 

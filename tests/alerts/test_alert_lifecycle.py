@@ -1,4 +1,4 @@
-"""Alert lifecycle (issue 5 item 2): transitions, for, min_samples, dedup keys, repeat, ack,
+"""Alert lifecycle: transitions, for, min_samples, dedup keys, repeat, ack,
 silences with expiry. Pure, explicit times."""
 
 from __future__ import annotations

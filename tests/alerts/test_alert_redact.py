@@ -1,4 +1,4 @@
-"""Redaction of customer content and secrets, and webhook signatures (issue 5 item 3)."""
+"""Redaction of customer content and secrets, and webhook signatures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alert rules file (issue 5 item 1): validation errors name file, line and field; defaults."""
+"""Alert rules file: validation errors name file, line and field; defaults."""
 
 from __future__ import annotations
 

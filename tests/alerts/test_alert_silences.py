@@ -1,4 +1,4 @@
-"""Silences with expiry and their effect on the alert lifecycle (issue 5 item 2)."""
+"""Silences with expiry and their effect on the alert lifecycle."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Calibration math (issue 4): every metric against an independent implementation.
+"""Calibration math: every metric against an independent implementation.
 
 Independent references: plain Python loops over the raw items, scikit-learn's
 ``calibration_curve`` / ``brier_score_loss`` / ``IsotonicRegression`` and scipy's Wilson interval.

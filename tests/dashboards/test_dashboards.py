@@ -1,4 +1,4 @@
-"""The dashboards' contract (issue 6): the views, the dashboards' shape, their annotations on a
+"""The dashboards' contract: the views, the dashboards' shape, their annotations on a
 seeded database, and `monitor dashboards push` against a real HTTP server speaking Grafana's API.
 
 Every panel query is run on a seeded Postgres by tests/dashboards/test_dashboard_sql.py;
@@ -156,7 +156,7 @@ async def test_window_view_rolls_up_to_the_cli_numbers(seeded: str) -> None:
 
 async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None:
     """The judges dashboard's precision and recall are the conversation-level ones of
-    `monitor judges` (issue 10: a passing check is not "judge says correct"; verdicts on a
+    `monitor judges` (a passing check is not "judge says correct"; verdicts on a
     message are not paired one by one with the conversation's outcome)."""
     from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, judge_quality
     from monitor.judges.stats import conversation_judgements

@@ -1,4 +1,4 @@
-"""``escalation_bins`` (issue 13a) against the per-conversation answers on the same data.
+"""``escalation_bins`` against the per-conversation answers on the same data.
 
 The store is filled through the real write path (``EventWriter``) with traffic over 50 hours,
 two sampling policies (weights 2 and 4, and unsampled conversations), a replayed batch, late
@@ -225,7 +225,7 @@ async def test_migration_backfills_escalation_bins(database_url: str) -> None:
     assert (await stored_and_direct(database_url))[0] == before
 
 
-# the escalation panels before issue 13a (one row per conversation), as they were
+# the escalation panels before escalation_bins (one row per conversation), as they were
 OLD_PANELS = {
     "Escalation rate": """SELECT sum(weight * escalated::int) / NULLIF(sum(weight), 0)
 FROM v_escalation_conversations WHERE time >= $1 AND time < $2""",

@@ -1,5 +1,5 @@
 """The ingest loop decodes the next batch while the previous one is being written, and writes
-up to ``writes_in_flight`` batches at once (issue 13), and still commits every batch's offsets
+up to ``writes_in_flight`` batches at once, and still commits every batch's offsets
 only after its rows are stored, in batch order, and never past a batch that did not commit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The read roll-ups kept at ingest (issue 13) equal the direct computation over ``events``.
+"""The read roll-ups kept at ingest equal the direct computation over ``events``.
 
 A store is filled through the real ``EventWriter`` with simulated traffic in several batches,
 with one batch written twice (a replay), the outcomes held back and written last (late labels)
@@ -191,7 +191,7 @@ async def test_no_dashboard_query_reads_events(database_url: str) -> None:
             if '"Relation Name": "events"' in plan:
                 reading.append(name)
         assert reading == []
-        # the escalation panels read escalation_bins (issue 13a), not one row per conversation;
+        # the escalation panels read escalation_bins, not one row per conversation;
         # the list of missed escalations names conversations, so it still reads them
         per_row, checked = [], 0
         for name, sql in dashboard_sql():

@@ -1,4 +1,4 @@
-"""Start-up and idle in the ingest loop (issue 13): with no write in flight, the loop fetches a
+"""Start-up and idle in the ingest loop: with no write in flight, the loop fetches a
 small batch and sends it to Postgres before it fetches the next, so Postgres starts on the
 first events without waiting for a whole batch's decode; with writes in flight, batches are
 full-size again."""

@@ -1,4 +1,4 @@
-"""Stratified deterministic sampling (issue 3 item 1): hashing, strata, rules, unbiasedness."""
+"""Stratified deterministic sampling: hashing, strata, rules, unbiasedness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The demo tells the truth (issue 10 item 5): across seeds 1-10, the alerting that
+"""The demo tells the truth: across seeds 1-10, the alerting that
 ``monitor up`` replays over its simulated timeline raises nothing for the stable calibrated
 agent and the expected alerts for the others.
 

@@ -1,4 +1,4 @@
-"""Retention against real Postgres (issue 13 item 4): 40 days of simulated traffic written
+"""Retention against real Postgres: 40 days of simulated traffic written
 through the real ``EventWriter``, one retention run, then
 
 - the events partitions of days before the events horizon are gone (whole tables), except a
