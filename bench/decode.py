@@ -1,10 +1,10 @@
 """Cost of the contract's storage checks in ``decode_event``, as a ratio to a baseline.
 
 Baseline: the same parse and model validation without the storage rules (``from_json`` +
-``AgentEvent.model_validate``, what ``decode_event`` did before the contract checked storage). Measured: the real
-``decode_event`` (plus NUL/surrogate, depth, integer and timestamp checks, and the future-skew
-check when given a clock). Both decode the same simulated events in the same process; CPU time
-(``time.process_time``), best of ``--repeat``. Run from the repository root::
+``AgentEvent.model_validate``, what ``decode_event`` did before the contract checked storage).
+Measured: the real ``decode_event`` (plus NUL/surrogate, depth, integer and timestamp checks, and
+the future-skew check when given a clock). Both decode the same simulated events in the same
+process; CPU time (``time.process_time``), best of ``--repeat``. Run from the repository root::
 
     .venv/bin/python bench/decode.py                 # 5,000 conversations, 5 repeats
 """

@@ -7,9 +7,9 @@ unless ``alerting_enabled`` is off) and serves
 ``POST /v1/events`` (HTTP ingest), ``POST /v1/gate`` (the runtime trust gate, docs/gate.md:
 answered from memory, its decision events published like ingested events),
 ``GET /v1/calibration/{agent_id}`` (recalibration maps),
-``GET /metrics`` (Prometheus) and ``GET /health``. The streams are batched aiokafka consumers
-run as mode services rather than per-event faust agents: faust's agents peak far below the
-firehose rate (measured at about 3,800 events/s), and the judge stream needs bounded concurrency with
+``GET /metrics`` (Prometheus) and ``GET /health``. The streams are batched aiokafka consumers run as
+mode services rather than per-event faust agents: faust's agents peak far below the firehose rate
+(measured at about 3,800 events/s), and the judge stream needs bounded concurrency with
 commit-after-write, which the same consumer pattern gives.
 """
 
