@@ -1,17 +1,17 @@
 """The ingest loop's fetch, guarded against record batches the consumer cannot decode.
 
-A mixin of :class:`monitor.ingest.loop.IngestLoop`. Every Kafka codec (gzip, snappy, lz4,
+Every Kafka codec (gzip, snappy, lz4,
 zstd) decodes with the project's dependencies; a batch that still does not decode (a corrupt
 payload, a codec id Kafka does not define, a CRC mismatch, truncated records) makes the
 consumer's ``getmany`` raise, fetch after fetch, and drop the records it had already taken
 from the same fetch, of that partition and of partitions drained before it in the same call
 (their positions moved past records never returned).
 
-``_fetch`` catches such an error (:func:`may_be_undecodable`) and recovers:
+:meth:`GuardedFetch.fetch` catches such an error (:func:`may_be_undecodable`) and recovers:
 
 1. every assigned partition is sought back to the offset after the last record the loop
-   received from it (``_fetched``; before any: the group's committed offset, else the log
-   start), so nothing the consumer dropped is skipped;
+   received from it (before any: the group's committed offset, else the log start), so
+   nothing the consumer dropped is skipped;
 2. the partitions are fetched again, raw, one at a time from that offset, and walked like the
    consumer walks them (:func:`monitor.ingest.batch_scan.scan`); the first partition holding
    an undecodable batch (or ``max_records`` decodable records before one) is returned as the
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import (
@@ -42,10 +41,8 @@ from aiokafka.errors import (
 from aiokafka.protocol.fetch import FetchRequest
 
 from monitor.ingest.batch_scan import Undecodable, scan
+from monitor.ingest.config import IngestConfig
 from monitor.ingest.decoded import Record
-
-if TYPE_CHECKING:
-    from monitor.ingest.config import IngestConfig
 
 log = logging.getLogger("monitor.ingest")
 
@@ -62,17 +59,22 @@ def may_be_undecodable(exc: BaseException) -> bool:
 
 
 class GuardedFetch:
-    """``_fetch`` over the loop's consumer, and the per-partition offsets it restores."""
+    """The ingest loop's fetch (module docstring).
 
-    config: IngestConfig
-    _consumer: AIOKafkaConsumer | None
-    _fetched: dict[TopicPartition, int | None]  # next offset received; None: from the start
+    Owns: per assigned partition, the offset after the last record it returned (None: read
+    on from the log start, :meth:`from_start`), which is where step 1 seeks back to. Reads:
+    the consumer passed to each call, and the consumer settings of ``config``
+    (:meth:`IngestConfig.consumer_settings`) for the size of a raw fetch. Commits
+    nothing: what it returns is committed by the loop after the write, like any batch.
+    """
 
-    async def _fetch(self, timeout_ms: int, max_records: int) -> Fetched:
+    def __init__(self, config: IngestConfig) -> None:
+        self._config = config
+        self._fetched: dict[TopicPartition, int | None] = {}  # next offset received
+
+    async def fetch(self, consumer: AIOKafkaConsumer, timeout_ms: int, max_records: int) -> Fetched:
         """The next batch by partition and the undecodable batches it ends with (module
         docstring)."""
-        consumer = self._consumer
-        assert consumer is not None
         try:
             batch: dict[TopicPartition, list[Record]] = await consumer.getmany(
                 timeout_ms=timeout_ms, max_records=max_records
@@ -80,20 +82,22 @@ class GuardedFetch:
         except Exception as exc:
             if not may_be_undecodable(exc):
                 raise
-            return await self._recover(exc, max_records)
+            return await self._recover(consumer, exc, max_records)
         for tp, recs in batch.items():
             self._fetched[tp] = recs[-1].offset + 1
         return batch, []
 
-    def _forget(self, revoked: Iterable[TopicPartition]) -> None:
+    def forget(self, revoked: Iterable[TopicPartition]) -> None:
         """Partitions revoked: their new owner starts from the committed offsets."""
         for tp in revoked:
             self._fetched.pop(tp, None)
 
-    async def _restart_point(self, tp: TopicPartition) -> int:
+    def from_start(self, tp: TopicPartition) -> None:
+        """``tp`` was sought to its log start: a recovery reads it on from there."""
+        self._fetched[tp] = None
+
+    async def _restart_point(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
         """The offset after the last record received from ``tp`` (step 1)."""
-        consumer = self._consumer
-        assert consumer is not None
         at = self._fetched.get(tp)
         if at is None and tp not in self._fetched:
             at = await consumer.committed(tp)
@@ -101,21 +105,21 @@ class GuardedFetch:
             at = (await consumer.beginning_offsets([tp]))[tp]
         return int(at)
 
-    async def _recover(self, exc: Exception, max_records: int) -> Fetched:
-        consumer = self._consumer
-        assert consumer is not None
+    async def _recover(
+        self, consumer: AIOKafkaConsumer, exc: Exception, max_records: int
+    ) -> Fetched:
         what = f"{type(exc).__name__}: {exc}"
         log.warning("the consumer could not decode a fetch (%s); locating the batch", what)
         assigned = sorted(consumer.assignment())
-        starts = {tp: await self._restart_point(tp) for tp in assigned}
+        starts = {tp: await self._restart_point(consumer, tp) for tp in assigned}
         for tp, at in starts.items():
-            self._seek(tp, at)
+            _seek(consumer, tp, at)
         for tp, at in starts.items():
-            found = scan(tp, at, await self._fetch_raw(tp, at), max_records)
+            found = scan(tp, at, await self._fetch_raw(consumer, tp, at), max_records)
             if found.bad is None and len(found.records) < max_records:
                 continue  # every batch of this partition decodes
             assert found.resume is not None
-            self._seek(tp, found.resume)
+            _seek(consumer, tp, found.resume)
             self._fetched[tp] = found.resume
             if (bad := found.bad) is not None:
                 log.error(
@@ -133,24 +137,17 @@ class GuardedFetch:
         log.error("no assigned partition holds an undecodable batch; %s is not one", what)
         raise exc
 
-    def _seek(self, tp: TopicPartition, offset: int) -> None:
-        """Seek ``tp`` to ``offset`` unless it was revoked meanwhile (the records returned for
-        it are then dropped by the write, ``Decoded.keep``)."""
-        assert self._consumer is not None
-        if tp in self._consumer.assignment():
-            self._consumer.seek(tp, offset)
-
-    async def _fetch_raw(self, tp: TopicPartition, offset: int) -> bytes:
+    async def _fetch_raw(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int
+    ) -> bytes:
         """The record set the broker returns for ``tp`` at ``offset`` (one partition fetch of
         the consumer's size), undecoded; empty when the broker answers with an error."""
-        consumer = self._consumer
-        assert consumer is not None
         client = consumer._client  # the consumer's connections and broker versions
         node = client.cluster.leader_for_partition(tp)
         if node is None or node < 0:
             await client.force_metadata_update()
             node = client.cluster.leader_for_partition(tp)
-        settings = self.config.consumer_settings()
+        settings = self._config.consumer_settings()
         part = (tp.partition, offset, settings["max_partition_fetch_bytes"])
         wait_ms = settings["fetch_max_wait_ms"]  # the broker answers at once when it has data
         request = FetchRequest(wait_ms, 1, settings["fetch_max_bytes"], 0, [(tp.topic, [part])])
@@ -165,3 +162,10 @@ class GuardedFetch:
                     return b""
                 return bytes(data[-1] or b"")
         return b""
+
+
+def _seek(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
+    """Seek ``tp`` to ``offset`` unless it was revoked meanwhile (the records returned for it
+    are then dropped by the write, ``Decoded.keep``)."""
+    if tp in consumer.assignment():
+        consumer.seek(tp, offset)

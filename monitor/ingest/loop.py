@@ -47,6 +47,14 @@ restarts) and counted for ``/health``. When the broker lost a partition's data (
 without persistent storage, topic recreated), the loop logs it once and resumes that partition
 from its earliest offset (``auto_offset_reset=earliest``; :mod:`monitor.ingest.offsets` says
 how the loss is told from a stale reported log end).
+
+Collaborators: :class:`IngestLoop` runs the steps above and holds one object per concern, each
+owning its own state and receiving the consumer with each call:
+:class:`~monitor.ingest.guarded_fetch.GuardedFetch` (the fetch, and the offset after the last
+record fetched per partition), :class:`~monitor.ingest.offsets.OffsetTracker` (the committed
+positions, lag and broker data loss), :class:`~monitor.ingest.paused_retry.PausedRetry` (which
+partitions are paused by failing retries) and :class:`~monitor.ingest.rebalance.InFlight` (the
+batches a revocation waits for).
 """
 
 from __future__ import annotations
@@ -54,7 +62,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter as Tally
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
@@ -69,7 +76,7 @@ from monitor.ingest.dlq_publish import retriable as kafka_retriable
 from monitor.ingest.guarded_fetch import GuardedFetch
 from monitor.ingest.health import IngestHealth
 from monitor.ingest.log_dedupe import dedupe_kafka_client_logs
-from monitor.ingest.offsets import OffsetTracking
+from monitor.ingest.offsets import OffsetTracker
 from monitor.ingest.paused_retry import PausedRetry, _Stopping
 from monitor.ingest.poison import write_isolating
 from monitor.ingest.rebalance import InFlight, WaitForBatch
@@ -84,8 +91,13 @@ KAFKA_ERRORS: tuple[type[BaseException], ...] = (KafkaError, asyncio.TimeoutErro
 FIRST_BATCH_DIVISOR = 8  # a batch fetched with no write in flight: this fraction of a full one
 
 
-class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
-    """Consumes ``config.topic`` in batches until ``stop()``; see the module contract."""
+class IngestLoop:
+    """Consumes ``config.topic`` in batches until ``stop()``; see the module contract.
+
+    Owns the consumer and the DLQ producer (created by :meth:`run`), the stop request, the
+    batches in flight (:class:`InFlight`) and its collaborators, each owning its own state:
+    ``_fetcher`` (:class:`GuardedFetch`), ``_offsets`` (:class:`OffsetTracker`) and
+    ``_retrier`` (:class:`PausedRetry`)."""
 
     def __init__(
         self,
@@ -102,20 +114,23 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
         self.metrics.since_write.set_function(self.health.seconds_since_write)
         self._stopping = asyncio.Event()
         self._in_flight = InFlight()
-        self._paused_by: Tally[TopicPartition] = Tally()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
-        self._positions: dict[TopicPartition, int] = {}
-        self._lost: set[TopicPartition] = set()
-        self._arrived: dict[TopicPartition, float] = {}
-        self._sought: dict[TopicPartition, int] = {}
-        self._fetched: dict[TopicPartition, int | None] = {}
+        self._fetcher = GuardedFetch(config)
+        self._offsets = OffsetTracker(
+            self.metrics, self.health, config.commit_timeout_s, self._fetcher.from_start
+        )
+        self._retrier = PausedRetry(
+            self.metrics, self.health, self._stopping, config.retry_initial_s, config.retry_max_s
+        )
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
         cfg = self.config
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.bootstrap, acks="all", enable_idempotence=cfg.idempotent_producer,
+            bootstrap_servers=cfg.bootstrap,
+            acks="all",
+            enable_idempotence=cfg.idempotent_producer,
             linger_ms=5,
         )
         self._consumer = AIOKafkaConsumer(
@@ -128,20 +143,23 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
             if (why := await self.writer.warm()) is not None:  # before the first batch
                 log.warning("store connections not warmed up (%s); the first write opens them", why)
             await self._consumer.start()
-            listener = WaitForBatch(self._in_flight, self._forget)
+            listener = WaitForBatch(self._in_flight, self._fetcher.forget)
             self._consumer.subscribe([cfg.topic], listener=listener)
             self.ready.set()
             self.health.ready = True
             while not self._stopping.is_set():
                 first = not pending  # nothing in flight: start Postgres soon (module contract)
                 most = max(1, cfg.batch_max_events // FIRST_BATCH_DIVISOR) if first else None
-                batch, bad = await self._fetch(cfg.batch_max_wait_ms, most or cfg.batch_max_events)
+                batch, bad = await self._fetcher.fetch(
+                    self._consumer, cfg.batch_max_wait_ms, most or cfg.batch_max_events
+                )
                 if batch or bad:
-                    self._saw_records([*batch, *(b.tp for b in bad)], self.clock.monotonic())
+                    arrived = [*batch, *(b.tp for b in bad)]
+                    self._offsets.saw_records(arrived, self.clock.monotonic())
                     decoded = await self._decode(batch)
                     decoded.skip(bad)
                     cap = max(1, cfg.writes_in_flight)
-                    while pending and (len(pending) >= cap or self._paused_by):
+                    while pending and (len(pending) >= cap or self._retrier.paused):
                         await pending[0]  # a write that failed ends the loop
                         pending.pop(0)
                     previous = pending[-1] if pending else None
@@ -234,9 +252,8 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
             if previous is not None and not await previous:
                 return False  # committing past an uncommitted batch would skip its records
             for tp, recs in batch.items():
-                self._delivered_below(tp, recs[0].offset)  # from a topic the broker recreated
+                self._offsets.delivered_below(tp, recs[0].offset)  # a topic the broker recreated
             await self._commit(offsets)
-            self._positions.update(offsets)
             self.metrics.events_written.inc(result.inserted)
             self.metrics.events_duplicate.inc(result.duplicates)
             self.metrics.events_conflicting.inc(result.conflicting)
@@ -255,7 +272,8 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
         pending = DlqBatch(dead, self.config.dlq_topic)
         assert self._producer is not None
         producer = self._producer
-        await self._retry(
+        await self._retrier.retry(
+            self._consumer,
             lambda: pending.publish(producer),
             "DLQ publish",
             kafka_retriable,
@@ -296,10 +314,22 @@ class IngestLoop(OffsetTracking, PausedRetry, GuardedFetch):
         copied: Callable[[], None] | None = None,
     ) -> WriteResult:
         topic = self.config.topic
-        return await self._retry(
+        return await self._retrier.retry(
+            self._consumer,
             lambda: self.writer.write(rows, dead, source=topic, copied=copied),
             "store write",
             is_transient,
             self.metrics.store_errors,
             partitions,
         )
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit a written batch's offsets (:meth:`OffsetTracker.commit`)."""
+        assert self._consumer is not None
+        await self._offsets.commit(self._consumer, offsets)
+
+    async def _update_lag(self) -> None:
+        """Update the lag; re-read lost partitions (:meth:`OffsetTracker.update_lag`)."""
+        if self._consumer is None:
+            return
+        await self._offsets.update_lag(self._consumer, self.clock.monotonic())

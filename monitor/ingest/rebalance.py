@@ -4,7 +4,7 @@ logged.
 
 :class:`InFlight` counts the batches being written. While a revocation waits for them, no new
 batch starts its write: it starts after the revocation, with the partitions its consumer still
-owns (``_Decoded.keep`` in :mod:`monitor.ingest.loop`).
+owns (:meth:`monitor.ingest.decoded.Decoded.keep`).
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@ paused by two failing writes stays paused (and ``/health`` says so) until both r
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 
 from aiokafka import TopicPartition
 
-from monitor.ingest.config import IngestConfig
 from monitor.ingest.health import IngestHealth
 from monitor.ingest.paused_retry import PausedRetry
 from monitor.ingest.rebalance import InFlight
@@ -49,20 +47,10 @@ async def test_a_revocation_waits_for_every_batch_in_flight_and_holds_back_new_o
     assert gate.batches == 0
 
 
-class Retrying(PausedRetry):
-    """PausedRetry's own state, without a consumer (pausing is bookkeeping only here)."""
-
-    def __init__(self) -> None:
-        self.config = IngestConfig("unused:9092", retry_initial_s=0.01, retry_max_s=0.02)
-        self.metrics = OpsMetrics()
-        self.health = IngestHealth(lambda: 0.0)
-        self._consumer = None
-        self._stopping = asyncio.Event()
-        self._paused_by = Counter()
-
-
 async def test_a_partition_stays_paused_until_every_failing_write_recovered() -> None:
-    loop, tp = Retrying(), TopicPartition("t", 0)
+    metrics, health = OpsMetrics(), IngestHealth(lambda: 0.0)
+    retrier = PausedRetry(metrics, health, asyncio.Event(), initial_s=0.01, max_s=0.02)
+    tp = TopicPartition("t", 0)  # no consumer: pausing is bookkeeping only here
     fail = {"a": 2, "b": 30}  # failures before each write succeeds
 
     async def op(name: str) -> str:
@@ -72,15 +60,22 @@ async def test_a_partition_stays_paused_until_every_failing_write_recovered() ->
         return name
 
     def retry(name: str) -> asyncio.Task[str]:
-        return asyncio.create_task(loop._retry(
-            lambda: op(name), "store write", lambda e: isinstance(e, OSError),
-            loop.metrics.store_errors, [tp]))  # fmt: skip
+        return asyncio.create_task(
+            retrier.retry(
+                None,
+                lambda: op(name),
+                "store write",
+                lambda e: isinstance(e, OSError),
+                metrics.store_errors,
+                [tp],
+            )
+        )
 
     a, b = retry("a"), retry("b")
     assert await a == "a"
     assert not b.done()
     # "a" recovered, "b" still fails: the partition stays paused, and /health says so
-    assert loop.health.paused and loop._paused_by[tp] == 1
-    assert "lost the server" in loop.health.last_error
+    assert health.paused and retrier.paused[tp] == 1
+    assert "lost the server" in health.last_error
     assert await b == "b"
-    assert not loop.health.paused and loop.health.last_error == "" and not loop._paused_by
+    assert not health.paused and health.last_error == "" and not retrier.paused
