@@ -19,15 +19,17 @@ demo: $(STAMP)
 
 # The suite mostly waits on brokers, servers and timeouts, so it runs in TEST_WORKERS processes
 # (pytest-xdist), each with its own broker and Postgres (or databases on DATABASE_URL's server).
+# The tests that bound a latency (marked `timing`) run after it, alone on the machine.
 TEST_WORKERS ?= 4
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not timing" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m timing $(PYTEST_ARGS)
 
 # The inner loop: lint, types and the tests that need no broker or Postgres (marked by
 # tests/conftest.py), slow statistical cases left to `make test`.
 check: lint
-	$(PY) -m pytest -q -n 2 -m "not stack and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not stack and not slow and not timing" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check monitor tests bench

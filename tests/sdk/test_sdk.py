@@ -164,6 +164,7 @@ async def test_flush_waits_for_broker_acknowledgement(broker: EmbeddedBroker, to
     assert_round_trip(records, sent)
 
 
+@pytest.mark.timing  # what shipped within 0.5 s
 async def test_full_batches_keep_each_conversations_order(
     broker: EmbeddedBroker, topic: str
 ) -> None:

@@ -25,6 +25,8 @@ from google.rpc import status_pb2
 from tests.factories import event_dict
 from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
 
+pytestmark = pytest.mark.timing  # latency bounds: run alone (see pyproject.toml)
+
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BOMB_INFLATED = 1 << 30  # 1 GiB of zeros, about 1 MiB compressed

@@ -22,6 +22,8 @@ from monitor.store.engine import libpq_url
 from tests.judges.long_conversation import iter_long_conversation
 from tests.servers.worker import WorkerProcess, count, create_topic, metric
 
+pytestmark = pytest.mark.timing  # latency bounds: run alone (see pyproject.toml)
+
 N_EVENTS = 100_000
 CAP = 2000  # the default of MONITOR_JUDGE_MAX_EVENTS
 #: the event-loop budget docs/robustness.md states for the judge path
