@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from monitor.cli import alerts, calibration, escalation, report
+from monitor.cli import alerts, calibration, drift, escalation, gate, judges, report
 from monitor.contract.events import validate_event
 from monitor.core.errors import InfraError
 from monitor.ingest.rows import event_row
@@ -50,7 +50,7 @@ def servers(private_dir: Path) -> Iterator[tuple[EmbeddedPostgres, EmbeddedPostg
 
 def _cli(primary_url: str, read_url: str | None, *args: str) -> Any:
     app = typer.Typer()
-    for module in (alerts, calibration, escalation, report):
+    for module in (alerts, calibration, drift, escalation, gate, judges, report):
         module.register(app)
     env = {"MONITOR_DATABASE_URL": primary_url, "DATABASE_URL": primary_url,
            "MONITOR_STATE_DIR": "/nonexistent-monitor-state"}  # fmt: skip
@@ -131,9 +131,13 @@ def test_analytics_and_report_read_the_replica(
     assert "replica" in on_standby.describe()
 
     rng = ["--from", start.isoformat(), "--to", (start + timedelta(hours=2)).isoformat()]
-    direct = {
-        cmd: _cli(primary, None, cmd, *rng, "--json") for cmd in ("calibration", "escalation")
+    at = (start + timedelta(hours=1)).isoformat()
+    reads = {  # every analytics command that writes nothing
+        cmd: [cmd, *rng, "--json"]
+        for cmd in ("calibration", "escalation", "thresholds", "passk", "judges", "gate")
     }
+    reads["drift"] = ["drift", "--no-store", "--at", at, "--recent", "1h", "--json"]
+    direct = {cmd: _cli(primary, None, *args) for cmd, args in reads.items()}
     for cmd, result in direct.items():
         assert result.exit_code == 0, (cmd, result.output)
         assert "replica" not in result.stderr
@@ -148,7 +152,7 @@ def test_analytics_and_report_read_the_replica(
     primary_pg.stop("fast")  # from now on only the replica can answer
 
     for cmd, result in direct.items():
-        replica = _cli(primary, standby, cmd, *rng, "--json")
+        replica = _cli(primary, standby, *reads[cmd])
         assert replica.exit_code == 0, (cmd, replica.output)
         assert json.loads(replica.stdout) == json.loads(result.stdout), cmd
         assert "read from a replica" in replica.stderr and "behind the primary" in replica.stderr
