@@ -119,7 +119,11 @@ async def _lag_while_replay_paused(primary: str, standby: str) -> float:
         while not await s.fetchval("SELECT pg_last_wal_receive_lsn() >= $1", target):
             assert time.monotonic() < deadline, "the standby did not receive the write"
             await asyncio.sleep(0.1)
-        (source,) = (await _sources(standby, standby))[:1]
+        engine = make_engine(standby)
+        try:
+            source = await read_source(engine)
+        finally:
+            await engine.dispose()
         await s.execute("SELECT pg_wal_replay_resume()")
     finally:
         await p.close()
@@ -149,7 +153,7 @@ def test_analytics_and_report_read_the_replica(
 
     on_primary, on_standby = asyncio.run(_sources(primary, standby))
     assert on_primary == ReadSource(standby=False, lag_s=None) and on_primary.describe() == ""
-    assert on_standby.standby and on_standby.lag_s is not None and on_standby.lag_s >= 0
+    assert on_standby.standby
     # 0 once all it received is replayed (WAL without a commit, e.g. a checkpoint's, may be
     # in flight: then the age of the last commit replayed, seconds here)
     assert on_standby.lag_s is not None and 0.0 <= on_standby.lag_s < 60
