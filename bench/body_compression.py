@@ -42,6 +42,7 @@ from monitor.contract.events import validate_event
 from monitor.ingest.rows import EventRow, event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
+from monitor.store.engine import libpq_url
 
 PARTITIONS = """
 SELECT format('%I.%I', n.nspname, c.relname) FROM pg_inherits i
@@ -115,6 +116,17 @@ async def write_arm(dsn: str, method: str, rows: list[EventRow], batch: int) -> 
 
 
 async def main_async(args: argparse.Namespace, admin_url: str) -> None:
+    conn = await asyncpg.connect(libpq_url(admin_url))
+    try:
+        lz4 = await conn.fetchval(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        )
+    finally:
+        await conn.close()
+    if not lz4:
+        raise SystemExit(
+            "this Postgres has no lz4 (the embedded wheel's lacks it): set DATABASE_URL"
+        )
     loads = {"simulator": None, f"tool results ~{args.body_bytes // 1000} kB": args.body_bytes}
     print(f"{args.events:,} events per arm, batches of {args.batch}, {args.reps} reps\n")
     head = ("workload", "arm", "bytes/event", "body/event", "pg CPU µs/ev")

