@@ -38,6 +38,12 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         validation_alias=AliasChoices("MONITOR_DATABASE_URL", "DATABASE_URL"),
         description="Postgres URL (postgresql://user@host:port/db). Unset: embedded.",
     )
+    database_read_url: str | None = Field(
+        default=None,
+        description="Postgres URL of a streaming replica for reads only: the analytics "
+        "commands and `monitor report` read there (and say how far it is behind the primary). "
+        "Unset: they read database_url. Writes always go to database_url.",
+    )
     state_dir: Path = Field(default=Path(".monitor"), description="Embedded data directory.")
     kafka_idempotent: bool = Field(
         default=True,
@@ -259,10 +265,16 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default="Agent monitor", description="Grafana folder the dashboards are pushed into."
     )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_read_url")
     @classmethod
     def _async_driver(cls, value: str | None) -> str | None:
         return normalize_db_url(value) if value else None
+
+    @property
+    def reads_url(self) -> str | None:
+        """Where reads that may lag the primary go: ``database_read_url``, else
+        ``database_url``."""
+        return self.database_read_url or self.database_url
 
 
 def normalize_db_url(url: str) -> str:

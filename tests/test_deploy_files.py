@@ -32,7 +32,7 @@ DOCKERIGNORE = REPO / ".dockerignore"
 DASHBOARDS = REPO / "dashboards"
 PROVISIONING = DASHBOARDS / "provisioning"
 
-SERVICES = {"kafka", "postgres", "migrate", "worker", "grafana"}
+SERVICES = {"kafka", "postgres", "postgres-replica", "migrate", "worker", "grafana"}
 GRAFANA_PROVISIONING_DIR = "/etc/grafana/provisioning"
 WORKER_HEALTH = r"http://127\.0\.0\.1:6066/health(?![\w/])"  # the worker's liveness endpoint
 
@@ -241,7 +241,7 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --- docker-compose.yml ----------------------------------------------------------------------
 
 
-def test_compose_has_the_five_services(services: dict[str, Any]) -> None:
+def test_compose_has_the_six_services(services: dict[str, Any]) -> None:
     assert set(services) == SERVICES
 
 
@@ -330,7 +330,7 @@ def host_ips(service: dict[str, Any], environ: dict[str, str] | None = None) -> 
 
 def test_published_ports_bind_to_loopback_unless_configured(services: dict[str, Any]) -> None:
     published = {name: host_ips(s) for name, s in services.items() if s.get("ports")}
-    assert set(published) == {"kafka", "worker", "grafana"}
+    assert set(published) == {"kafka", "worker", "grafana", "postgres-replica"}
     for name, ips in published.items():
         assert ips and all(ip == "127.0.0.1" for ip in ips), (name, ips)
         wide = host_ips(services[name], {**REQUIRED_SECRETS, "MONITOR_PUBLISH_HOST": "0.0.0.0"})
@@ -559,7 +559,13 @@ def test_datasource_points_at_the_compose_postgres(services: dict[str, Any]) -> 
     (datasource,) = [ds for ds in provisioned_datasources() if ds["uid"] == "monitor-postgres"]
     assert datasource["type"] == "grafana-postgresql-datasource"
     host, _, port = datasource["url"].rpartition(":")
-    assert (host, int(port)) == ("postgres", 5432)
+    assert host == "$GRAFANA_DB_HOST" and int(port) == 5432  # Grafana expands $VAR
+    grafana_host = env_of(services["grafana"])["GRAFANA_DB_HOST"]
+    assert grafana_host == "postgres"
+    replica = {**REQUIRED_SECRETS, "GRAFANA_DB_HOST": "postgres-replica"}
+    assert interpolate(services["grafana"]["environment"]["GRAFANA_DB_HOST"], replica) == (
+        "postgres-replica"
+    )
     assert datasource["user"] != pg_env["POSTGRES_USER"], "Grafana must not log in as the owner"
     assert datasource["jsonData"]["database"] == pg_env["POSTGRES_DB"]
     assert "password" not in datasource, "a plain-text password belongs in secureJsonData"
@@ -750,3 +756,25 @@ def test_env_example_lists_the_required_secrets_and_env_is_ignored() -> None:
         assert key[len(prefix) :].lower() in Settings.model_fields, f"unknown setting {key}"
     assert ".env" in (REPO / ".gitignore").read_text().split()
     assert ".env" in DOCKERIGNORE.read_text().split()
+
+
+def test_replica_profile_streams_from_the_primary(services: dict[str, Any]) -> None:
+    """`--profile replica` adds a hot standby cloned by pg_basebackup -R from `postgres`, which
+    lets the monitor role replicate; the worker's settings pass the read URL through."""
+    replica = services["postgres-replica"]
+    assert replica["profiles"] == ["replica"]
+    assert replica["image"] == services["postgres"]["image"]
+    script = "\n".join(replica["command"])
+    pg_env = env_of(services["postgres"])
+    assert re.search(rf"pg_basebackup -h postgres -U {pg_env['POSTGRES_USER']} .*-R", script)
+    assert env_of(replica)["PGPASSWORD"] == pg_env["POSTGRES_PASSWORD"]
+    assert env_of(replica)["PGDATA"].startswith("/var/lib/postgresql/")
+    assert "/var/lib/postgresql" in {m["target"] for m in mounts_of(replica) if m["named"]}
+    assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
+    init = next(m for m in mounts_of(services["postgres"]) if not m["named"])
+    hba = (REPO / init["source"] / "20-replication.sh").read_text()
+    assert 'host replication $POSTGRES_USER all scram-sha-256" >> "$PGDATA/pg_hba.conf"' in hba
+    assert "MONITOR_DATABASE_READ_URL" in passthrough_of(services["worker"])
+    for name, svc in services.items():
+        if name != "postgres-replica":
+            assert "profiles" not in svc, f"{name} must start without a profile"

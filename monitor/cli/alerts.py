@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
             ]
             return [alert_row(s, rules, silences, now) for s in kept]
 
-        rows = ac.run_with_engine(ac.console(), go)
+        rows = ac.run_with_engine(ac.console(), go, reads=True)
         sinks = destinations(load_settings())
         if as_json:
             ac.print_json({"alerts": rows, "destinations": sinks})
@@ -188,7 +188,7 @@ def register(app: typer.Typer) -> None:
             async with eng.connect() as conn:
                 return await repo.list_silences(conn, now, include_ended=show_all)
 
-        found = ac.run_with_engine(ac.console(), go)
+        found = ac.run_with_engine(ac.console(), go, reads=True)
         if as_json:
             ac.print_json({"silences": [s.to_dict() for s in found]})
             return

@@ -106,7 +106,7 @@ def add_backtest_command(group: typer.Typer) -> None:
             steps, identities = await backtest(eng, rules, lo, hi, every, drift)
             return [r.to_dict() for r in summarize(steps, identities, every, marks)]
 
-        rows = ac.run_with_engine(ac.console(), go)
+        rows = ac.run_with_engine(ac.console(), go, reads=True)
         keys = [f"{c.agent}@{c.at.isoformat()}" for c in marks]
         if as_json:
             ac.print_json({"from": lo, "to": hi, "step": step, "rules": rows})

@@ -27,6 +27,7 @@ from monitor.analytics.repo import Segment
 from monitor.config import load_settings
 from monitor.stack import endpoints
 from monitor.store.engine import make_engine
+from monitor.store.replica import read_source
 
 T = TypeVar("T")
 
@@ -106,22 +107,33 @@ def duration(text: str, option: str) -> timedelta:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
-def run_with_engine(console: Console, fn: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+def run_with_engine(
+    console: Console, fn: Callable[[AsyncEngine], Awaitable[T]], *, reads: bool = False
+) -> T:
     """Run ``fn(engine)`` on the configured database (or the running ``monitor up``'s).
 
-    Raises typer.Exit(2) when no database is configured or it cannot be reached.
+    ``reads=True`` (commands that write nothing): on ``database_read_url`` when set, and then a
+    line on standard error says how far that replica is behind the primary. Otherwise on
+    ``database_url``, the primary. Raises typer.Exit(2) when no database is configured or it
+    cannot be reached.
     """
     settings = endpoints.resolve(load_settings())
-    if not settings.database_url:
+    url = settings.reads_url if reads else settings.database_url
+    if not url:
         console.print(
             "[red]no database[/]: set MONITOR_DATABASE_URL (or DATABASE_URL), or start "
             "`monitor up` in this directory"
         )
         raise typer.Exit(2)
+    replica = reads and settings.database_read_url is not None
 
     async def go() -> T:
-        engine = make_engine(settings.database_url or "")
+        engine = make_engine(url)
         try:
+            if replica:
+                source = await read_source(engine)
+                if source.standby:
+                    Console(stderr=True).print(f"[dim]{source.describe()}[/]", soft_wrap=True)
             return await fn(engine)
         finally:
             await engine.dispose()

@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
                                            min_samples=min_samples)
             return reports, await judge_labels(eng, q.segment, q.start, q.end)
 
-        reports, judged = ac.run_with_engine(console, both)
+        reports, judged = ac.run_with_engine(console, both, reads=True)
         if as_json:
             ac.print_json({"scope": q.describe(), "agents": reports, "judge_labels": judged})
             return
@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
         """Show the current recalibration map(s) of an agent (what GET /v1/calibration/{agent}
         serves): one per domain, latest version."""
         console = ac.console()
-        maps = ac.run_with_engine(console, lambda eng: current_maps(eng, agent))
+        maps = ac.run_with_engine(console, lambda eng: current_maps(eng, agent), reads=True)
         if as_json:
             ac.print_json({"agent_id": agent, "maps": maps})
             if not maps:  # same exit code as the table: scripts see the agent has none

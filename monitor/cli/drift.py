@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
                 eng, now, length, alpha=alpha, min_samples=min_samples, reference=ref_length,
                 segment=segment, track=False, store=store)
 
-        checks = ac.run_with_engine(console, run)
+        checks = ac.run_with_engine(console, run, reads=not store)
         if as_json:
             ac.print_json({
                 "baseline": list(windows.baseline) if pinned is not None else "reference",
@@ -141,7 +141,9 @@ def register(app: typer.Typer) -> None:
             })  # fmt: skip
             return
         if not checks:
-            newest = ac.run_with_engine(console, lambda eng: _newest_item(eng, segment))
+            newest = ac.run_with_engine(
+                console, lambda eng: _newest_item(eng, segment), reads=True
+            )
             console.print(empty_drift_message(windows.recent, newest), soft_wrap=True)
             return
         ac.print_table(console, drift_table(checks, windows.recent))

@@ -105,7 +105,9 @@ def register(app: typer.Typer) -> None:
         console = ac.console()
         q = ac.query(agent, domain, tier, version, since, start, end)
         out = ac.run_with_engine(
-            console, lambda eng: fa.escalation(eng, q.segment, q.start, q.end, threshold=threshold)
+            console,
+            lambda eng: fa.escalation(eng, q.segment, q.start, q.end, threshold=threshold),
+            reads=True,
         )
         if as_json:
             ac.print_json({"scope": q.describe(), "agents": out})
@@ -152,7 +154,7 @@ def register(app: typer.Typer) -> None:
         grid = [round(i / n, 6) for i in range(n + 1)]
         out = ac.run_with_engine(console, lambda eng: fa.threshold_advice(
             eng, q.segment, q.start, q.end, keep=keep, budget=budget, target=target,
-            candidates=grid))  # fmt: skip
+            candidates=grid), reads=True)  # fmt: skip
         if as_json:
             ac.print_json({"scope": q.describe(), "agents": {
                 a: {"rows": tb.rows, "advice": adv} for a, (tb, adv) in out.items()}})
@@ -194,7 +196,7 @@ def register(app: typer.Typer) -> None:
         async def all_k(eng: ac.AsyncEngine) -> dict[int, dict[str, fa.PassK]]:
             return {kk: await fa.passk(eng, q.segment, kk, lo, hi) for kk in k}
 
-        out = ac.run_with_engine(console, all_k)
+        out = ac.run_with_engine(console, all_k, reads=True)
         if as_json:
             ac.print_json({str(kk): v for kk, v in out.items()})
             return

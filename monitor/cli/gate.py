@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             rows = await gated_conversations(eng, policy, q.start, q.end, agent, replay)
             return rows, await ungated_counts(eng, q.start, q.end, agent)
 
-        rows, ungated = ac.run_with_engine(console, load)
+        rows, ungated = ac.run_with_engine(console, load, reads=True)
         effects = effectiveness(rows, ungated)
         if as_json:
             ac.print_json({"from": q.start, "to": q.end, "policy_version": policy.version,

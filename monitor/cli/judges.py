@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         q = ac.query(agent, None, None, None, since, start, end)
         like = flags_of.replace("%", r"\%").replace("_", r"\_").replace("*", "%")
         volumes, quality, stored, found = ac.run_with_engine(
-            console, lambda eng: _collect(eng, q, fl, mp, flags, like))
+            console, lambda eng: _collect(eng, q, fl, mp, flags, like), reads=True)
         muted = {(r["judge"], r["judge_version"]) for r in stored if r["muted"]}
         if as_json:
             ac.print_json({"scope": q.describe(), "judges": volumes, "quality": quality,

@@ -35,5 +35,5 @@ def register(app: typer.Typer) -> None:
         console = ac.console()
         q = ac.query(agent, domain, tier, version, since, start, end)
         path = ac.run_with_engine(
-            console, lambda eng: fr.build_report(eng, q.segment, q.start, q.end, out))
+            console, lambda eng: fr.build_report(eng, q.segment, q.start, q.end, out), reads=True)
         console.print(f"report written to {path}", soft_wrap=True)

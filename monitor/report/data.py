@@ -13,6 +13,7 @@ from monitor.analytics.calibration import CalibrationReport
 from monitor.analytics.repo import Segment
 from monitor.analytics.thresholds import Recommendation, ThresholdTable
 from monitor.gate.effect import Effect
+from monitor.store.replica import ReadSource
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,4 @@ class ReportData:
     drift: list[dict[str, Any]]
     alerts: list[dict[str, Any]]
     gate: list[Effect] = field(default_factory=list)  # recorded gate decisions per agent x domain
+    source: ReadSource = field(default_factory=lambda: ReadSource(standby=False))  # server read

@@ -221,7 +221,8 @@ def render_html(d: ReportData, found: Sequence[Verdict], images: Mapping[str, Ma
         f"<title>Agent reliability report</title><style>{_CSS}</style></head><body>",
         "<h1>Agent reliability report</h1>",
         f"<p class='meta'>Scope: {html.escape(scope or 'all agents')}; "
-        f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC.</p>",
+        f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC"
+        f"{'; ' + html.escape(d.source.describe()) if d.source.standby else ''}.</p>",
         "<h2>Verdict per agent</h2>", verdict_cards(found),
         f"<h2>Firing alerts ({len(d.alerts)})</h2>", alerts_table(d.alerts),
         gate_section(d.gate),

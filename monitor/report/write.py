@@ -34,6 +34,7 @@ from monitor.report.data import ReportData
 from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
 from monitor.report.verdict import Verdict, verdicts
 from monitor.store.engine import make_engine
+from monitor.store.replica import read_source
 
 #: CLI defaults the report reproduces (``monitor escalation`` / ``monitor thresholds``).
 MISSED_THRESHOLD = 0.5
@@ -102,7 +103,9 @@ async def gate_effects(engine: AsyncEngine, segment: Segment, start: datetime, e
 
 async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
                  ) -> ReportData:
-    """Compute every section of the report (the CLI's functions and defaults)."""
+    """Compute every section of the report (the CLI's functions and defaults), and which
+    server they were read from (a replica's lag is shown under the title)."""
+    source = await read_source(engine)
     return ReportData(
         segment, start, end,
         await fa.calibration(engine, segment, start, end),
@@ -113,6 +116,7 @@ async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: da
         await drift_history(engine, segment, start, end),
         await firing_alerts(engine, segment),
         await gate_effects(engine, segment, start, end),
+        source,
     )  # fmt: skip
 
 

@@ -111,6 +111,35 @@ class EmbeddedPostgres:
             raise InfraError(f"embedded Postgres not listening on {self.host}:{self.port}")
         return self
 
+    def standby(self, data_dir: Path, port: int = 0) -> EmbeddedPostgres:
+        """A streaming replica of this (running) server, not started yet: ``pg_basebackup -R``
+        clones it into the empty or missing ``data_dir``; ``start()`` then runs it as a hot
+        standby (read-only) following this server. Needs a ``replication`` entry in this
+        server's pg_hba.conf for 127.0.0.1 (initdb's default has one)."""
+        replica = EmbeddedPostgres(data_dir, port, fsync=self.fsync)
+        replica.data_dir.mkdir(parents=True, exist_ok=True)
+        replica.data_dir.chmod(0o700)
+        replica._prepare_root()
+        replica._run(
+            "pg_basebackup",
+            "-h",
+            self.host,
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-D",
+            str(replica.data_dir),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "--no-sync",
+            timeout=300,
+        )
+        return replica
+
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``fast``: disconnect clients; ``immediate``: like a crash)."""
         if (self.data_dir / "postmaster.pid").exists():

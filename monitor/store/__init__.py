@@ -5,6 +5,7 @@
 PUBLIC_MODULES: tuple[str, ...] = (
     "engine",
     "partitions",
+    "replica",
     "retention",
     "store_errors",
     "tables",
