@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from monitor.contract.events import AgentEvent
 
-log = logging.getLogger("monitor.gate.outbox")
+log = logging.getLogger("monitor.gate.decision_outbox")
 Deliver = Callable[[bytes, bytes], Awaitable[None]]  # (key, value): returns once acknowledged
 
 

@@ -33,7 +33,7 @@ from monitor.auth.origin_key import origin_key
 from monitor.config import Settings, load_sampling_policy
 from monitor.core.clock import SystemClock
 from monitor.gate.buffer import BufferInUse, DiskBuffer
-from monitor.gate.outbox import DecisionOutbox
+from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.producer import DecisionProducer
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
