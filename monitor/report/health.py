@@ -2,7 +2,8 @@
 the one reason that decided it.
 
 Pure: plain values in (the report's calibration reports, escalation summaries, drift checks and
-firing alerts), one :class:`AgentHealth` per agent out. The first rule that holds decides, most severe first:
+firing alerts), one :class:`AgentHealth` per agent out. The first rule that holds decides, most
+severe first:
 
 act
   1. a firing alert of severity ``critical`` on the agent (its rule and summary);

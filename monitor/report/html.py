@@ -209,8 +209,12 @@ def full_tables(d: ReportData, combined: Mapping[str, bytes]) -> str:
     ])  # fmt: skip
 
 
-def render_html(d: ReportData, found: Sequence[AgentHealth], images: Mapping[str, Mapping[str, bytes]],
-                combined: Mapping[str, bytes]) -> str:
+def render_html(
+    d: ReportData,
+    found: Sequence[AgentHealth],
+    images: Mapping[str, Mapping[str, bytes]],
+    combined: Mapping[str, bytes],
+) -> str:
     """The page: the health level per agent, the firing alerts, the runtime trust gate (only when
     an agent asked it), the charts per agent, then the full tables folded. ``images`` are the
     per-agent charts (agent -> kind -> PNG), ``combined`` the all-agent ones (kind -> PNG)."""

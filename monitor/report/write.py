@@ -31,8 +31,8 @@ from monitor.gate.effect_repo import gated_conversations, ungated_counts
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.report import plots as rp
 from monitor.report.data import ReportData
-from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
 from monitor.report.health import AgentHealth, agents_health
+from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
 from monitor.store.engine import make_engine
 
 #: CLI defaults the report reproduces (``monitor escalation`` / ``monitor thresholds``).
