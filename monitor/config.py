@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from monitor.core.errors import ConfigError
 from monitor.core.gate_settings import GateSettings
 from monitor.core.http_settings import HttpSettings
-from monitor.core.retention import RetentionSettings
+from monitor.core.retention_settings import RetentionSettings
 from monitor.sampling.rules import SamplingPolicy
 
 

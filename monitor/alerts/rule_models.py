@@ -40,7 +40,7 @@ from monitor.alerts.metrics import (
 from monitor.alerts.metrics import (
     Metric as Metric,
 )
-from monitor.core.yaml_config import FieldProblem
+from monitor.core.errors import FieldProblem
 
 DriftTest = Literal["psi", "ks", "accuracy_drop", "ece_increase"]
 

@@ -21,20 +21,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from monitor.core.errors import MonitorError
+from monitor.core.errors import InvalidSignature
 
 SIGNATURE_HEADER = "X-Monitor-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_TOLERANCE_S = 300.0
-
-
-class InvalidSignature(MonitorError):
-    """A webhook signature does not verify. ``reason``: ``malformed``, ``expired`` or
-    ``mismatch``."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
 
 
 def encode_body(payload: Mapping[str, Any]) -> bytes:

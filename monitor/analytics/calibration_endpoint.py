@@ -17,12 +17,9 @@ from typing import Any, Protocol
 
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Denied, Grant, out_of_scope
+from monitor.core.errors import StoreUnavailable
 from monitor.core.http_guard import Guard, Refusal
 from monitor.core.http_reply import Reply, error_reply, json_reply
-
-
-class StoreUnavailable(Exception):
-    """The maps could not be read (-> 503)."""
 
 
 class HasDict(Protocol):

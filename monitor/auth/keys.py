@@ -20,14 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from monitor.core.errors import KeyDefinitionError
+
 Scope = Literal["write", "gate", "read"]
 SCOPES: tuple[Scope, ...] = ("write", "gate", "read")
 SECRET_PREFIX = "mk_"
 MAX_PATTERN_CHARS = 128
-
-
-class KeyDefinitionError(ValueError):
-    """An invalid key definition (scope, agent pattern), with a message naming it."""
 
 
 def new_secret() -> str:

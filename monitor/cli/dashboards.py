@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from monitor.config import load_settings
-from monitor.core.errors import ConfigError
+from monitor.core.errors import ConfigError, GrafanaPushError
 from monitor.dashboards import push as gp
 
 
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         title = folder or settings.grafana_folder
         try:
             result = gp.push(gp.client(base, settings.grafana_token), dashboards, title)
-        except gp.GrafanaPushError as exc:
+        except GrafanaPushError as exc:
             console.print(f"[red]dashboards push failed[/]: {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(1) from None
         verb = "created" if result.folder_created else "found"

@@ -16,8 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.auth import repo
-from monitor.auth.keys import ApiKey, KeyDefinitionError, check_agents, parse_scopes
+from monitor.auth.keys import ApiKey, check_agents, parse_scopes
 from monitor.cli import analytics_common as ac
+from monitor.core.errors import KeyDefinitionError
 
 
 def _state(key: ApiKey, now: datetime) -> str:

@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("alerts", "Alerts: list, silence, unsilence, ack, rules, test."),
     "dashboards": ("dashboards", "Grafana dashboards: upload them to a running Grafana."),
     "keys": ("keys", "API keys: issue, list, revoke (scoped to agents and actions)."),
-    "report": ("report", "A self-contained HTML report (PNG charts too): verdict per agent, "
+    "report": ("report", "A self-contained HTML report (PNG charts too): health per agent, "
                "firing alerts, charts, full tables."),
 }  # fmt: skip
 

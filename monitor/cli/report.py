@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("report"), "--out", "-o", help="Output directory (created): "
                                  "report.html and the PNG images."),
     ) -> None:
-        """A self-contained HTML report (PNG charts too): a verdict per agent first (healthy,
+        """A self-contained HTML report (PNG charts too): a health level per agent first (healthy,
         watch or act, with the one reason), then the firing alerts, the charts per agent
         (reliability diagram, ECE over time, escalation by confidence, threshold curve) and the
         full tables last, folded."""

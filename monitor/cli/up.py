@@ -30,7 +30,7 @@ from monitor.cli.up_gate import print_gate
 from monitor.cli.up_view import print_next_steps, print_summary
 from monitor.config import load_settings
 from monitor.contract.events import AgentEvent
-from monitor.core.errors import MonitorError
+from monitor.core.errors import MonitorError, StackBusy, WorkerFailed
 from monitor.gate.effect import DECISIONS
 from monitor.replay.send import ReplayReport
 from monitor.stack.demo import (
@@ -41,7 +41,7 @@ from monitor.stack.demo import (
     wait_until_stored,
 )
 from monitor.stack.demo_gate import GatedRun, ask_and_send, plan_gated
-from monitor.stack.runner import Running, Stack, StackBusy, WorkerFailed, shown_url
+from monitor.stack.runner import Running, Stack, shown_url
 
 INGEST_TIMEOUT_S = 60.0
 

@@ -17,6 +17,6 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "lazy",
     "rate_limit",
     "resilience",
-    "retention",
+    "retention_settings",
     "yaml_config",
 )

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from monitor.core.inflate import CorruptEncoding, InflateLimit, Inflater, UnsupportedEncoding
+from monitor.core.errors import BadEncoding, BodyTimeout, BodyTooLarge, Busy, UnsupportedEncoding
+from monitor.core.inflate import Inflater
 
 
 @dataclass(frozen=True)
@@ -25,22 +26,6 @@ class BodyLimits:
     max_bytes: int
     max_ratio: float = 100.0
     timeout_s: float = 10.0
-
-
-class BodyTooLarge(Exception):
-    """Declared, raw or decoded body above the limit, or a decompression bomb (-> 413)."""
-
-
-class BodyTimeout(Exception):
-    """The body did not arrive within the read deadline (-> 408)."""
-
-
-class BadEncoding(Exception):
-    """A body not valid for its ``Content-Encoding`` (-> 400)."""
-
-
-class Busy(Exception):
-    """No body slot freed up within the wait (-> 503 with ``Retry-After``)."""
 
 
 @asynccontextmanager
@@ -77,8 +62,8 @@ async def read_body(
     """The decoded body; ``read_chunk`` returns the next raw bytes, ``b""`` at the end.
 
     Raises:
-        BodyTooLarge, BodyTimeout, BadEncoding; UnsupportedEncoding (from
-        :mod:`monitor.core.inflate`, -> 415) before anything is read.
+        BodyTooLarge, BodyTimeout, BadEncoding (:mod:`monitor.core.errors`);
+        UnsupportedEncoding (-> 415) before anything is read.
     """
     inflater = Inflater(content_encoding or "identity", limits.max_bytes, limits.max_ratio)
     if declared_too_large(content_length, limits):
@@ -96,13 +81,11 @@ async def read_body(
             inflater.finish()
     except TimeoutError:
         raise BodyTimeout(f"the body did not arrive within {limits.timeout_s:g} s") from None
-    except InflateLimit as exc:
-        raise BodyTooLarge(str(exc)) from None
-    except CorruptEncoding as exc:
-        raise BadEncoding(str(exc)) from None
     return b"".join(pieces)
 
 
+# The body errors are defined in monitor.core.errors; they are named here too for the
+# endpoints that import them beside read_body.
 __all__ = [
     "BadEncoding",
     "BodyLimits",

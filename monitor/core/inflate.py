@@ -13,22 +13,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 
+from monitor.core.errors import BadEncoding, BodyTooLarge, UnsupportedEncoding
+
 STEP = 64 * 1024
 IDENTITY = ("", "identity")
 GZIP = ("gzip", "x-gzip")
 DEFLATE = ("deflate",)
-
-
-class UnsupportedEncoding(Exception):
-    """A ``Content-Encoding`` other than identity, gzip or deflate (-> 415)."""
-
-
-class InflateLimit(Exception):
-    """The inflated body passed the size or ratio cap (-> 413)."""
-
-
-class CorruptEncoding(Exception):
-    """The body is not valid data of its declared encoding (-> 400)."""
 
 
 def encoding_of(header: str | None) -> str:
@@ -67,8 +57,8 @@ class Inflater:
         """The decoded pieces of ``data`` (each at most ``STEP`` bytes for gzip/deflate).
 
         Raises:
-            InflateLimit: the decoded body passed ``max_bytes`` or the ratio cap.
-            CorruptEncoding: ``data`` is not valid for the encoding.
+            BodyTooLarge: the decoded body passed ``max_bytes`` or the ratio cap.
+            BadEncoding: ``data`` is not valid for the encoding.
         """
         self.read += len(data)
         if self._z is None:
@@ -82,12 +72,12 @@ class Inflater:
             try:
                 piece = self._z.decompress(pending, STEP)
             except zlib.error as exc:
-                raise CorruptEncoding(f"{self.encoding} body cannot be decoded: {exc}") from None
+                raise BadEncoding(f"{self.encoding} body cannot be decoded: {exc}") from None
             before, pending = len(pending), self._z.unconsumed_tail
             if self._z.eof:  # a gzip file may hold several members, one after the other
                 pending = self._z.unused_data + pending
                 if pending and self.encoding != "gzip":
-                    raise CorruptEncoding("data after the end of the deflate stream")
+                    raise BadEncoding("data after the end of the deflate stream")
                 if pending:
                     self._z = self._new()
             self.consumed += before - len(pending)
@@ -96,19 +86,19 @@ class Inflater:
                 yield piece
 
     def finish(self) -> None:
-        """Checks the encoded stream ended; raises CorruptEncoding for a truncated body."""
+        """Checks the encoded stream ended; raises BadEncoding for a truncated body."""
         if self._z is not None and self.read and not self._z.eof:
-            raise CorruptEncoding(f"{self.encoding} body is truncated")
+            raise BadEncoding(f"{self.encoding} body is truncated")
 
     def _count(self, n: int) -> None:
         self.produced += n
         if self.produced > self.max_bytes:
-            raise InflateLimit(f"decompressed body is over the limit of {self.max_bytes} bytes")
+            raise BodyTooLarge(f"decompressed body is over the limit of {self.max_bytes} bytes")
         if (
             self._z is not None
             and self.produced > self.ratio_floor
             and self.produced > self.max_ratio * self.consumed
         ):
-            raise InflateLimit(
+            raise BodyTooLarge(
                 f"{self.encoding} body inflates more than {self.max_ratio:g} times: refused"
             )

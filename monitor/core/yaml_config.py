@@ -17,26 +17,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from monitor.core.errors import ConfigError
+from monitor.core.errors import ConfigError, FieldProblem
 
 Path = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
 
 _MAX_REPORTED = 10
-
-
-class FieldProblem(ValueError):
-    """A validation failure located at ``path`` below the model that raised it.
-
-    ``also`` optionally names where the same thing was first defined (duplicates); the
-    loader reports it as ``(first defined at <field>, line <n>)``.
-    """
-
-    def __init__(self, path: Path, message: str, also: Path | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.message = message
-        self.also = also
 
 
 def dotted(path: Sequence[str | int]) -> str:

@@ -20,18 +20,10 @@ from grafana_client import GrafanaApi
 from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaUnauthorizedError
 from niquests.exceptions import RequestException
 
-from monitor.core.errors import ConfigError, MonitorError
+from monitor.core.errors import ConfigError, GrafanaAuthError, GrafanaPushError
 
 #: Where the dashboards live: the repository's (or the image's) ``dashboards/`` directory.
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "dashboards"
-
-
-class GrafanaPushError(MonitorError):
-    """Grafana refused or could not be reached; the message says what to do."""
-
-
-class GrafanaAuthError(GrafanaPushError):
-    """Grafana answered 401/403: the token is missing, wrong or lacks the Editor role."""
 
 
 @dataclass(frozen=True)

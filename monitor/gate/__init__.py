@@ -5,10 +5,10 @@ decision (pure) and the state the worker holds in memory (maps, policy, checks; 
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
     "buffer",
+    "decision_outbox",
     "effect",
     "effect_repo",
     "endpoint",
-    "outbox",
     "policy",
     "producer",
     "request",

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.core.errors import ConfigError
+from monitor.core.errors import BufferInUse
 
 HEADER = struct.Struct(">IIQ")  # payload length, crc32(payload), written at (ms since epoch)
 KEYLEN = struct.Struct(">H")
@@ -90,10 +90,6 @@ def _lock_dir(directory: Path) -> int:
             "needs its own MONITOR_GATE_BUFFER_DIR)"
         ) from None
     return fd
-
-
-class BufferInUse(ConfigError):
-    """Another process holds the buffer directory."""
 
 
 class DiskBuffer:

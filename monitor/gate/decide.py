@@ -35,6 +35,7 @@ from monitor.contract.events import (
     GatePayload,
     MessagePayload,
 )
+from monitor.core.errors import UnknownAgent
 from monitor.gate.advised import AdvisorCuts, advised_threshold
 from monitor.gate.checks import CheckSet, verdicts_on
 from monitor.gate.policy import GatePolicy, GateRule
@@ -43,10 +44,6 @@ from monitor.judges.base import Conversation
 
 _SEVERITY = {"proceed": 0, "revise": 1, "escalate": 2}
 MAX_CRITIQUE = 300
-
-
-class UnknownAgent(Exception):
-    """No policy rule covers the agent (the endpoint answers 404)."""
 
 
 @dataclass(frozen=True)

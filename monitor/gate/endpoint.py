@@ -38,22 +38,23 @@ from typing import Any
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Denied, Grant, out_of_scope
 from monitor.contract.events import AgentEvent
-from monitor.core.http_body import (
+from monitor.core.errors import (
     BadEncoding,
-    BodyLimits,
     BodyTimeout,
     BodyTooLarge,
+    GateRequestError,
+    UnknownAgent,
     UnsupportedEncoding,
-    read_body,
 )
+from monitor.core.http_body import BodyLimits, read_body
 from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
 from monitor.core.inflate import encoding_of
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
-from monitor.gate.decide import Maps, UnknownAgent, decide, decision_event
+from monitor.gate.decide import Maps, decide, decision_event
 from monitor.gate.inline_llm import LlmJudgeFn, LlmPending, finish_llm
 from monitor.gate.policy import GatePolicy
-from monitor.gate.request import GateRequest, GateRequestError, HistoryCache, parse_gate_request
+from monitor.gate.request import GateRequest, HistoryCache, parse_gate_request
 
 log = logging.getLogger("monitor.gate.endpoint")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

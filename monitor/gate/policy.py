@@ -37,7 +37,8 @@ from pydantic import (
     model_validator,
 )
 
-from monitor.core.yaml_config import FieldProblem, load_yaml_model
+from monitor.core.errors import FieldProblem
+from monitor.core.yaml_config import load_yaml_model
 
 #: The deterministic judges a rule may run inline, plus ``domain`` (the domain plugins' checks).
 DETERMINISTIC_CHECKS: tuple[str, ...] = (

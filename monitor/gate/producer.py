@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
 from monitor.contract.origin import ORIGIN_HEADER, origin_tag
-from monitor.gate.outbox import Refused
+from monitor.core.errors import Refused
 
 log = logging.getLogger("monitor.gate.producer")
 

@@ -30,23 +30,10 @@ from pydantic_core import to_json
 
 from monitor.contract.events import Agent, AgentEvent, Id, Probability, ToolCall, validate_event
 from monitor.contract.limits import check_characters, may_hold_nul, parse_json
-from monitor.core.errors import InvalidEvent
+from monitor.core.errors import GateRequestError, InvalidEvent
 
 MAX_HISTORY_EVENTS = 500
 HISTORY_CACHE_EVENTS = 10_000
-
-
-class GateRequestError(Exception):
-    """A request the gate refuses: ``status`` (4xx), ``reason`` (code) and a human ``detail``."""
-
-    def __init__(self, status: int, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.reason = reason
-        self.detail = detail
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"error": self.detail, "reason": self.reason}
 
 
 class GateRequest(BaseModel):

@@ -26,28 +26,19 @@ from datetime import datetime, timedelta
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
 from monitor.contract.events import AgentEvent
-from monitor.core.http_body import (
+from monitor.core.errors import (
+    BadBody,
     BadEncoding,
-    BodyLimits,
     BodyTimeout,
     BodyTooLarge,
     Busy,
     UnsupportedEncoding,
-    body_slot,
-    declared_too_large,
-    read_body,
 )
+from monitor.core.http_body import BodyLimits, body_slot, declared_too_large, read_body
 from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
 from monitor.core.http_reply import Offload, Reply, error_reply, json_reply
 from monitor.core.inflate import encoding_of
-from monitor.ingest.http import (
-    BadBody,
-    RequestTooLarge,
-    Verdicts,
-    parse_events,
-    response_body,
-    status_for,
-)
+from monitor.ingest.http import ParsedBatch, parse_events, response_body, status_for
 
 log = logging.getLogger("monitor.ingest.endpoint")
 MEDIA_TYPES = ("application/json", "application/x-ndjson", "application/ndjson", "")
@@ -128,7 +119,7 @@ async def _ingest(
     except BadEncoding as exc:
         return error_reply(400, str(exc), "bad_encoding")
 
-    def parse() -> Verdicts:
+    def parse() -> ParsedBatch:
         return parse_events(
             body,
             max_body_bytes=limits.body.max_bytes,
@@ -139,17 +130,17 @@ async def _ingest(
         )
 
     try:
-        verdicts = parse() if len(body) <= limits.inline_parse_bytes else await offload(parse)
-    except RequestTooLarge as exc:
+        batch = parse() if len(body) <= limits.inline_parse_bytes else await offload(parse)
+    except BodyTooLarge as exc:
         return error_reply(413, str(exc), "too_large")
     except BadBody as exc:
         return error_reply(400, str(exc), "bad_body")
     except Exception as exc:  # never a 500 for a body: nothing was produced yet
         log.exception("HTTP ingest could not parse a body")
         return error_reply(400, f"unreadable body ({type(exc).__name__})", "bad_body")
-    if verdicts.accepted:
+    if batch.accepted:
         try:
-            await publish(verdicts.accepted)
+            await publish(batch.accepted)
         except Exception as exc:  # the bus failed: some events may be out, the client re-sends
             log.error("HTTP ingest could not publish: %s", exc)
             return error_reply(
@@ -158,6 +149,6 @@ async def _ingest(
                 "events are deduplicated by event_id",
                 "bus_unavailable",
             )
-    reply = json_reply(status_for(verdicts), response_body(verdicts))
-    reply.counts = {"accepted": len(verdicts.accepted), "rejected": verdicts.rejected}
+    reply = json_reply(status_for(batch), response_body(batch))
+    reply.counts = {"accepted": len(batch.accepted), "rejected": batch.rejected}
     return reply

@@ -1,9 +1,9 @@
-"""``POST /v1/events``: parse a JSON body into per-event verdicts (pure).
+"""``POST /v1/events``: parse a JSON body into per-event results (pure).
 
 A body is a JSON array of events, a single JSON object (compact or pretty-printed), or NDJSON
 (one event per line). It is parsed by the same parser, with the same depth limit, as Kafka
 records (:func:`monitor.contract.limits.parse_json`), and each event passes the same
-:func:`monitor.contract.events.validate_event`, so an event gets the same verdict both ways.
+:func:`monitor.contract.events.validate_event`, so an event gets the same result both ways.
 
 Status codes (every answer is a JSON object):
 - 401 / 403 / 429 / 415 / 408 before the body is parsed (:mod:`monitor.ingest.endpoint`: the
@@ -33,11 +33,11 @@ from typing import Any
 from monitor.contract.events import MAX_EVENT_BYTES, AgentEvent, decode_event, validate_event
 from monitor.contract.limits import check_json_depth, may_hold_nul, parse_json
 from monitor.contract.origin import is_reserved, reserved_id
-from monitor.core.errors import InvalidEvent
+from monitor.core.errors import BadBody, BodyTooLarge, InvalidEvent
 
 
 @dataclass
-class Verdicts:
+class ParsedBatch:
     """The parsed request: accepted events and per-index results, in request order.
     ``allows`` (the caller's credential) refuses events of other agents (``out_of_scope``)."""
 
@@ -64,14 +64,6 @@ class Verdicts:
         return len(self.results) - len(self.accepted)
 
 
-class RequestTooLarge(Exception):
-    """The request exceeds a size limit (-> 413)."""
-
-
-class BadBody(Exception):
-    """The body is neither a JSON array nor NDJSON (-> 400)."""
-
-
 def parse_events(
     body: bytes,
     *,
@@ -80,7 +72,7 @@ def parse_events(
     now: datetime | None = None,
     max_future_skew: timedelta | None = None,
     allows: Callable[[str], bool] | None = None,
-) -> Verdicts:
+) -> ParsedBatch:
     """Validate every event of a JSON array, single JSON object or NDJSON ``body``.
 
     ``now`` and ``max_future_skew`` reject events too far ahead (``future_timestamp``);
@@ -88,15 +80,15 @@ def parse_events(
     event claiming a gate decision id is rejected (``reserved_id``).
 
     Raises:
-        RequestTooLarge: ``body`` longer than ``max_body_bytes`` or more than ``max_events``.
+        BodyTooLarge: ``body`` longer than ``max_body_bytes`` or more than ``max_events``.
         BadBody: a body starting with ``[`` that is not a JSON array, or an empty body.
     """
     if len(body) > max_body_bytes:
-        raise RequestTooLarge(f"body is {len(body)} bytes, limit is {max_body_bytes}")
+        raise BodyTooLarge(f"body is {len(body)} bytes, limit is {max_body_bytes}")
     text = body.lstrip()
     if not text:
         raise BadBody("empty body: send a JSON array, an object or NDJSON, one event per line")
-    verdicts = Verdicts(allows=allows)
+    batch = ParsedBatch(allows=allows)
     limits: dict[str, Any] = {"now": now, "max_future_skew": max_future_skew}
     parsed = {**limits, "check_chars": may_hold_nul(text)}  # for values parsed from ``text``
     if text.startswith(b"{"):
@@ -104,8 +96,8 @@ def parse_events(
             single = parse_json(text)
         except InvalidEvent as exc:
             if exc.reason == "too_deep":
-                verdicts.reject(0, exc)
-                return verdicts
+                batch.reject(0, exc)
+                return batch
             single = None  # several lines: NDJSON below
         if isinstance(single, dict):
             try:
@@ -113,10 +105,10 @@ def parse_events(
                     raise InvalidEvent(
                         "oversize", None, f"event is {len(text)} bytes, limit is {MAX_EVENT_BYTES}"
                     )
-                verdicts.accept(0, validate_event(single, **parsed))
+                batch.accept(0, validate_event(single, **parsed))
             except InvalidEvent as exc:
-                verdicts.reject(0, exc)
-            return verdicts
+                batch.reject(0, exc)
+            return batch
     if text.startswith(b"["):
         try:
             items = parse_json(text, check_depth=False)
@@ -125,7 +117,7 @@ def parse_events(
         if not isinstance(items, list):
             raise BadBody("body starts with '[' but is not a JSON array")
         if len(items) > max_events:
-            raise RequestTooLarge(f"{len(items)} events, limit is {max_events}")
+            raise BodyTooLarge(f"{len(items)} events, limit is {max_events}")
         for i, item in enumerate(items):
             try:
                 check_json_depth(item)
@@ -134,31 +126,31 @@ def parse_events(
                     raise InvalidEvent(
                         "oversize", None, f"event is {size} bytes, limit is {MAX_EVENT_BYTES}"
                     )
-                verdicts.accept(i, validate_event(item, **parsed))
+                batch.accept(i, validate_event(item, **parsed))
             except InvalidEvent as exc:
-                verdicts.reject(i, exc)
-        return verdicts
+                batch.reject(i, exc)
+        return batch
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) > max_events:
-        raise RequestTooLarge(f"{len(lines)} events, limit is {max_events}")
+        raise BodyTooLarge(f"{len(lines)} events, limit is {max_events}")
     for i, line in enumerate(lines):
         try:
-            verdicts.accept(i, decode_event(line, **limits))
+            batch.accept(i, decode_event(line, **limits))
         except InvalidEvent as exc:
-            verdicts.reject(i, exc)
-    return verdicts
+            batch.reject(i, exc)
+    return batch
 
 
-def status_for(verdicts: Verdicts) -> int:
+def status_for(batch: ParsedBatch) -> int:
     """202 all accepted, 207 mixed, 422 none accepted."""
-    if not verdicts.accepted:
+    if not batch.accepted:
         return 422
-    return 207 if verdicts.rejected else 202
+    return 207 if batch.rejected else 202
 
 
-def response_body(verdicts: Verdicts) -> dict[str, Any]:
+def response_body(batch: ParsedBatch) -> dict[str, Any]:
     return {
-        "accepted": len(verdicts.accepted),
-        "rejected": verdicts.rejected,
-        "results": verdicts.results,
+        "accepted": len(batch.accepted),
+        "rejected": batch.rejected,
+        "results": batch.results,
     }

@@ -31,11 +31,11 @@ from typing import Any, NamedTuple
 import httpx
 
 from monitor.core.clock import Clock, SystemClock
+from monitor.core.errors import MalformedOutput
 from monitor.core.resilience import CircuitBreaker, CircuitBreakers, RetryPolicy
 from monitor.core.resilience import parse_retry_after as _retry_after
 from monitor.judges import rubric
 from monitor.judges.base import Conversation, Verdict
-from monitor.judges.rubric import MalformedOutput
 
 log = logging.getLogger(__name__)
 _DETAIL_CHARS = 300

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from monitor.contract.events import AgentEvent
+from monitor.core.errors import MalformedOutput
 from monitor.judges.base import FABRICATION_TYPES, FAILURE_CATEGORIES, Conversation, Verdict
 
 PROMPT_VERSION = "rubric-v1"
@@ -81,25 +82,6 @@ Answer with one JSON object and nothing else, of this exact shape:
 "consistency": 0.0, "label": 0, "categories": [], "fabrication_type": null, \
 "rationale": "<one or two sentences>"}}]}}
 with exactly one entry per item id, using the ids exactly as given."""
-
-
-class MalformedOutput(ValueError):
-    """The judge model's reply cannot be turned into verdicts.
-
-    Attributes:
-        reason: machine-readable code: ``no_json`` (no JSON object in the text), ``invalid``
-            (the object breaks the output shape: a missing field, a score outside [0, 1], an
-            unknown category...), ``unknown_item`` (an item_id that is not an assistant message
-            of the conversation), ``duplicate_item``, ``missing_item`` (an assistant message
-            left ungraded).
-        detail: a readable sentence naming the field or ids at fault (fed back to the model in
-            the repair request).
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from monitor.gate.effect import Effect, Rate
-from monitor.report.verdict import Verdict
+from monitor.report.health import AgentHealth
 
 if TYPE_CHECKING:
     from monitor.report.data import ReportData
@@ -81,7 +81,7 @@ def _badge(level: str) -> str:
     return f'<span class="badge {level}">{level.upper()}</span>'
 
 
-def verdict_cards(found: Sequence[Verdict]) -> str:
+def health_cards(found: Sequence[AgentHealth]) -> str:
     """The first screen: how many agents need action, then one card per agent."""
     if not found:
         return '<p class="summary">No agent has data in this range and scope.</p>'
@@ -152,8 +152,8 @@ def _figure(name: str, png: bytes, caption: str) -> str:
             f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>")
 
 
-def agent_charts(found: Sequence[Verdict], images: Mapping[str, Mapping[str, bytes]]) -> str:
-    """One block per agent (verdict order): its badge and its charts."""
+def agent_charts(found: Sequence[AgentHealth], images: Mapping[str, Mapping[str, bytes]]) -> str:
+    """One block per agent (health order): its badge and its charts."""
     out = []
     for v in found:
         charts = images.get(v.agent, {})
@@ -209,9 +209,13 @@ def full_tables(d: ReportData, combined: Mapping[str, bytes]) -> str:
     ])  # fmt: skip
 
 
-def render_html(d: ReportData, found: Sequence[Verdict], images: Mapping[str, Mapping[str, bytes]],
-                combined: Mapping[str, bytes]) -> str:
-    """The page: the verdict per agent, the firing alerts, the runtime trust gate (only when
+def render_html(
+    d: ReportData,
+    found: Sequence[AgentHealth],
+    images: Mapping[str, Mapping[str, bytes]],
+    combined: Mapping[str, bytes],
+) -> str:
+    """The page: the health level per agent, the firing alerts, the runtime trust gate (only when
     an agent asked it), the charts per agent, then the full tables folded. ``images`` are the
     per-agent charts (agent -> kind -> PNG), ``combined`` the all-agent ones (kind -> PNG)."""
     scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
@@ -223,7 +227,7 @@ def render_html(d: ReportData, found: Sequence[Verdict], images: Mapping[str, Ma
         f"<p class='meta'>Scope: {html.escape(scope or 'all agents')}; "
         f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC"
         f"{'; ' + html.escape(d.source.describe()) if d.source.standby else ''}.</p>",
-        "<h2>Verdict per agent</h2>", verdict_cards(found),
+        "<h2>Health per agent</h2>", health_cards(found),
         f"<h2>Firing alerts ({len(d.alerts)})</h2>", alerts_table(d.alerts),
         gate_section(d.gate),
         "<h2>Charts per agent</h2>", agent_charts(found, images),

@@ -31,8 +31,8 @@ from monitor.gate.effect_repo import gated_conversations, ungated_counts
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.report import plots as rp
 from monitor.report.data import ReportData
+from monitor.report.health import AgentHealth, agents_health
 from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
-from monitor.report.verdict import Verdict, verdicts
 from monitor.store.engine import make_engine
 from monitor.store.replica import read_source
 
@@ -123,10 +123,10 @@ async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: da
 # --- files -------------------------------------------------------------------------------------
 
 
-def report_verdicts(d: ReportData) -> list[Verdict]:
-    """The verdict per agent (monitor.report.verdict) from the report's data."""
+def report_health(d: ReportData) -> list[AgentHealth]:
+    """The health level per agent (monitor.report.health) from the report's data."""
     inverted = {a: s.inversion.inverted for a, s in d.escalation.items() if a != ALL}
-    return verdicts(d.calibration, inverted, d.drift, d.alerts)
+    return agents_health(d.calibration, inverted, d.drift, d.alerts)
 
 
 def _charts(d: ReportData, agents: list[str]) -> dict[str, dict[str, bytes]]:
@@ -148,7 +148,7 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
     """Write ``report.html`` and the PNGs (per agent ``<agent>-<chart>.png``, all agents
     ``<chart>.png``) into ``out_dir`` (created); returns the HTML path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    found = report_verdicts(d)
+    found = report_health(d)
     combined = {
         "reliability": rp.reliability_diagram(d.calibration),
         "ece_over_time": rp.ece_over_time(d.ece_series),

@@ -28,21 +28,20 @@ embedded Tansu broker (memory storage) lacks: use ``idempotent=False`` against i
 from __future__ import annotations
 
 from monitor.contract.events import Agent, AgentEvent, Context, ToolCall
-from monitor.sdk.base import (
+from monitor.core.errors import (
     DeliveryError,
     EmitterError,
     EmitterNotRunning,
-    EventHelpers,
-    new_event_id,
+    GateError,
+    GateUnavailable,
 )
+from monitor.sdk.base import EventHelpers, new_event_id
 from monitor.sdk.emitter_async import EventEmitter
 from monitor.sdk.emitter_sync import SyncEventEmitter
 from monitor.sdk.gate_client import (
     Finding,
     GateAnswer,
     GateClient,
-    GateError,
-    GateUnavailable,
     SyncGateClient,
 )
 

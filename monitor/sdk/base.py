@@ -1,4 +1,4 @@
-"""Shared parts of the SDK (import them from ``monitor.sdk``): errors, event ids, event builders.
+"""Shared parts of the SDK (import them from ``monitor.sdk``): event ids, event builders.
 
 ``EventHelpers`` builds one validated ``AgentEvent`` per helper call (``message``,
 ``tool_result``, ``escalation``, ``outcome``, ``feedback``) and hands it to ``_emit``; the async
@@ -25,41 +25,8 @@ from monitor.contract.events import (
     ToolCall,
     validate_event,
 )
-from monitor.core.errors import MonitorError
 
 R_co = TypeVar("R_co", covariant=True)
-
-
-class EmitterError(MonitorError):
-    """Base of the errors the SDK emitters raise on purpose."""
-
-
-class EmitterNotRunning(EmitterError):
-    """``send`` (or a helper) was called before ``start()`` or after ``close()``."""
-
-
-class DeliveryError(EmitterError):
-    """Some events were not acknowledged by the broker (raised by ``flush``/``close``).
-
-    Attributes:
-        failed: how many events failed since the previous ``flush``/``close`` reported.
-        events: those events, in the order their delivery failed; re-sending them is safe
-            because ``event_id`` is the idempotency key downstream.
-        errors: the exception each one failed with (same order as ``events``).
-    """
-
-    def __init__(self, events: list[AgentEvent], errors: list[BaseException]) -> None:
-        cause = f"; first error: {describe(errors[0])}" if errors else ""
-        super().__init__(f"{len(events)} event(s) were not delivered to Kafka{cause}")
-        self.failed = len(events)
-        self.events = events
-        self.errors = errors
-
-
-def describe(exc: BaseException) -> str:
-    """``"Type: message"`` without repeating the type when the message already starts with it."""
-    text, name = str(exc), type(exc).__name__
-    return text if text.startswith(name) else f"{name}: {text}" if text else name
 
 
 def new_event_id() -> str:

@@ -38,10 +38,7 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from monitor.contract.events import AgentEvent
-
-
-class BufferFull(Exception):
-    """No buffer space freed within the timeout: the broker is not acknowledging."""
+from monitor.core.errors import BufferFull
 
 
 @functools.lru_cache(maxsize=4096)  # about 1 MB; conversations in flight per process

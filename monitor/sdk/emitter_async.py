@@ -11,15 +11,16 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaProducer
 
 from monitor.contract.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context, ToolCall
-from monitor.core.errors import InvalidEvent
-from monitor.sdk.base import (
+from monitor.core.errors import (
+    BufferFull,
     DeliveryError,
     EmitterError,
     EmitterNotRunning,
-    EventHelpers,
+    InvalidEvent,
     describe,
 )
-from monitor.sdk.batches import Batches, BufferFull
+from monitor.sdk.base import EventHelpers
+from monitor.sdk.batches import Batches
 from monitor.sdk.gate_client import GateAnswer, GateClient, body_for
 
 _IDEMPOTENCE_HINT = (

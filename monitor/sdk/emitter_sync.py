@@ -12,7 +12,8 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from monitor.contract.events import Agent, AgentEvent, Context, ToolCall
-from monitor.sdk.base import EmitterError, EmitterNotRunning, EventHelpers
+from monitor.core.errors import EmitterError, EmitterNotRunning
+from monitor.sdk.base import EventHelpers
 from monitor.sdk.emitter_async import EventEmitter
 from monitor.sdk.gate_client import GateAnswer, SyncGateClient, body_for
 

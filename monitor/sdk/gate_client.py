@@ -16,19 +16,7 @@ from typing import Any
 import httpx
 
 from monitor.contract.events import Agent, AgentEvent, ToolCall
-from monitor.sdk.base import EmitterError
-
-
-class GateError(EmitterError):
-    """The gate refused the request: ``status`` (HTTP) and ``reason`` (the gate's code)."""
-
-    def __init__(self, status: int, reason: str, detail: str) -> None:
-        super().__init__(f"gate answered {status} ({reason}): {detail}")
-        self.status, self.reason, self.detail = status, reason, detail
-
-
-class GateUnavailable(EmitterError):
-    """The gate could not be reached or did not answer in time (apply your fail mode)."""
+from monitor.core.errors import GateError, GateUnavailable
 
 
 @dataclass(frozen=True)

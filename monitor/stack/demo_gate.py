@@ -63,7 +63,8 @@ async def ask_gate(run: GatedRun, web_url: str, token: str | None,
                    concurrency: int = 8) -> GatedRun:
     """Ask the gate about every draft (see the module docstring); fills ``run.decisions``."""
     from monitor.contract.events import Agent
-    from monitor.sdk.gate_client import GateClient, GateError, GateUnavailable, gate_body
+    from monitor.core.errors import GateError, GateUnavailable
+    from monitor.sdk.gate_client import GateClient, gate_body
 
     client = GateClient(web_url, token=token, timeout=10.0)
     gate = asyncio.Semaphore(concurrency)

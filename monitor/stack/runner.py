@@ -39,7 +39,7 @@ from typing import IO
 import httpx
 
 from monitor.config import Settings, child_environment, normalize_db_url
-from monitor.core.errors import InfraError, MonitorError
+from monitor.core.errors import InfraError, StackBusy, WorkerFailed
 from monitor.stack import endpoints
 from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.postgres import EmbeddedPostgres
@@ -52,18 +52,6 @@ HEALTH_TIMEOUT_S = 90.0
 WORKER_STOP_S = 10.0
 
 Say = Callable[[str], None]
-
-
-class StackBusy(MonitorError):
-    """Another ``monitor up`` holds the state directory."""
-
-
-class WorkerFailed(InfraError):
-    """The worker subprocess died or did not become healthy; ``log_tail`` is its last lines."""
-
-    def __init__(self, message: str, log_tail: str) -> None:
-        super().__init__(message)
-        self.log_tail = log_tail
 
 
 @dataclass(frozen=True)

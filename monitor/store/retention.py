@@ -1,6 +1,7 @@
 """The retention job: partitions created ahead, old data removed.
 
-:func:`run_retention` at ``now``, with the horizons of :func:`monitor.core.retention.horizons`:
+:func:`run_retention` at ``now``, with the horizons of
+:func:`monitor.core.retention_settings.horizons`:
 
 1. creates today's and the next ``partitions_ahead_days`` daily partitions of ``events``;
 2. drops every ``events`` partition of a day before the events horizon into which nothing was
@@ -38,7 +39,7 @@ from datetime import UTC, date, datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from monitor.core.retention import Horizons, RetentionSettings, horizons, midnight
+from monitor.core.retention_settings import Horizons, RetentionSettings, horizons, midnight
 from monitor.store import partitions
 
 log = logging.getLogger("monitor.retention")

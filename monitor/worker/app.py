@@ -31,7 +31,7 @@ from faust.web import Request, Response, View
 from pydantic_core import to_json
 from sqlalchemy.exc import SQLAlchemyError
 
-from monitor.analytics.calibration_endpoint import StoreUnavailable, answer_calibration
+from monitor.analytics.calibration_endpoint import answer_calibration
 from monitor.analytics.write import current_maps
 from monitor.auth import repo as key_repo
 from monitor.auth.admission import Authorize
@@ -40,7 +40,7 @@ from monitor.auth.cache import KeyCache
 from monitor.auth.keys import Scope
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
-from monitor.core.errors import MonitorError
+from monitor.core.errors import MonitorError, StoreUnavailable
 from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_body import BodyLimits
 from monitor.core.http_guard import Guard

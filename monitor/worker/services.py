@@ -32,8 +32,9 @@ from monitor.analytics.periodic import Every, drift_once
 from monitor.auth.origin_key import origin_key
 from monitor.config import Settings, load_sampling_policy
 from monitor.core.clock import SystemClock
-from monitor.gate.buffer import BufferInUse, DiskBuffer
-from monitor.gate.outbox import DecisionOutbox
+from monitor.core.errors import BufferInUse
+from monitor.gate.buffer import DiskBuffer
+from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.producer import DecisionProducer
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter

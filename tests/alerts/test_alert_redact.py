@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from monitor.alerts.redact import luhn_ok, redact, redact_secrets
 from monitor.alerts.signing import (
-    InvalidSignature,
     encode_body,
     is_valid,
     parse_header,
     sign,
     verify,
 )
+from monitor.core.errors import InvalidSignature
 
 
 @pytest.mark.parametrize(

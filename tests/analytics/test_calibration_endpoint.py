@@ -7,9 +7,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from monitor.analytics.calibration_endpoint import StoreUnavailable, answer_calibration
+from monitor.analytics.calibration_endpoint import answer_calibration
 from monitor.auth.authorizer import Authorizer, Denied, Grant
 from monitor.auth.keys import ApiKey, hash_secret, new_secret
+from monitor.core.errors import StoreUnavailable
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
 

@@ -12,12 +12,12 @@ from monitor.auth.authorizer import Authorizer, Denied, Grant
 from monitor.auth.cache import KeyCache
 from monitor.auth.keys import (
     ApiKey,
-    KeyDefinitionError,
     check_agents,
     hash_secret,
     new_secret,
     parse_scopes,
 )
+from monitor.core.errors import KeyDefinitionError
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 TEAM, SOLO, OLD, GONE = (new_secret() for _ in range(4))

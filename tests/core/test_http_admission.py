@@ -15,10 +15,11 @@ from google.rpc import status_pb2
 from monitor.auth.admission import Authorize
 from monitor.auth.authorizer import Authorizer, Denied, Grant
 from monitor.auth.keys import ApiKey, hash_secret, new_secret
-from monitor.core.http_body import BodyLimits, BodyTimeout, BodyTooLarge, read_body
+from monitor.core.errors import BadEncoding, BodyTimeout, BodyTooLarge
+from monitor.core.http_body import BodyLimits, read_body
 from monitor.core.http_guard import Guard
 from monitor.core.http_reply import inline
-from monitor.core.inflate import STEP, CorruptEncoding, InflateLimit, Inflater
+from monitor.core.inflate import STEP, Inflater
 from monitor.core.rate_limit import Rate, RateLimiter, retry_after
 from monitor.gate.endpoint import GateLimits, GateReply, receive_gate
 from monitor.ingest.endpoint import IngestLimits, receive_events
@@ -76,12 +77,12 @@ def bomb(inflated: int) -> bytes:
 def test_a_bomb_is_refused_after_the_cap_not_inflated_whole() -> None:
     body = bomb(64 << 20)
     inflater = Inflater("gzip", max_bytes=1 << 20, max_ratio=1e9)
-    with pytest.raises(InflateLimit, match="over the limit"):
+    with pytest.raises(BodyTooLarge, match="over the limit"):
         for _ in inflater.feed(body):
             pass
     assert inflater.produced <= (1 << 20) + STEP
     ratio = Inflater("gzip", max_bytes=1 << 30, max_ratio=100, ratio_floor=1 << 20)
-    with pytest.raises(InflateLimit, match="100 times"):
+    with pytest.raises(BodyTooLarge, match="100 times"):
         for _ in ratio.feed(body):
             pass
     assert ratio.produced <= (1 << 20) + STEP
@@ -95,11 +96,11 @@ def test_gzip_members_deflate_identity_and_corrupt_bodies() -> None:
     inflater.finish()
     assert b"".join(Inflater("deflate", 1 << 20, 100).feed(zlib.compress(data))) == data
     assert b"".join(Inflater("identity", 1 << 20, 100).feed(data)) == data
-    with pytest.raises(CorruptEncoding):
+    with pytest.raises(BadEncoding):
         list(Inflater("gzip", 1 << 20, 100).feed(b"\x1f\x8bnot gzip at all"))
     truncated = Inflater("gzip", 1 << 20, 100)
     list(truncated.feed(gzip.compress(data)[:-30]))
-    with pytest.raises(CorruptEncoding, match="truncated"):
+    with pytest.raises(BadEncoding, match="truncated"):
         truncated.finish()
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.gate.buffer import BufferInUse, DiskBuffer
+from monitor.core.errors import BufferInUse
+from monitor.gate.buffer import DiskBuffer
 
 
 def items(lo: int, hi: int) -> list[tuple[bytes, bytes]]:

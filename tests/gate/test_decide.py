@@ -10,17 +10,17 @@ import pytest
 
 from monitor.analytics.recalibration import IsotonicMap
 from monitor.contract.events import decode_event
+from monitor.core.errors import GateRequestError, UnknownAgent
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import (
     MapEntry,
     Maps,
-    UnknownAgent,
     decide,
     decision_event,
     lookup_map,
 )
 from monitor.gate.policy import DEFAULT_POLICY, GatePolicy, GateRule
-from monitor.gate.request import GateRequest, GateRequestError, parse_gate_request
+from monitor.gate.request import GateRequest, parse_gate_request
 from monitor.judges.base import Conversation, Verdict
 from monitor.judges.domains import Domain
 from tests.factories import event_dict

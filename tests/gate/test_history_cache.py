@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from monitor.core.errors import GateRequestError
 from monitor.gate.checks import CheckSet
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate
 from monitor.gate.policy import DEFAULT_POLICY
-from monitor.gate.request import GateRequestError, HistoryCache, parse_gate_request
+from monitor.gate.request import HistoryCache, parse_gate_request
 from monitor.judges.domains import load_domains
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

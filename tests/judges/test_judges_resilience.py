@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from monitor.core.errors import MalformedOutput
 from monitor.core.resilience import (
     CircuitBreaker,
     CircuitBreakers,
@@ -19,7 +20,6 @@ from monitor.judges.rubric import (
     MAX_CONTENT_CHARS,
     PROMPT_VERSION,
     REPAIR_INSTRUCTION,
-    MalformedOutput,
     build_messages,
     parse_output,
     repair_messages,

@@ -90,8 +90,9 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     assert text.count("FIRED: ") >= 1 and "sim-telecom-drifting" in text
     assert "escalation_inverted" in text and "ece_tier1" in text
     assert "drift for sim-telecom" not in text.split("Firing alerts")[1]  # resolved: not firing
-    # for a person with two minutes: verdicts, then alerts, then charts, full tables last, folded
-    order = [page.index(h) for h in ("<h2>Verdict per agent</h2>", "<h2>Firing alerts (",
+    # for a person with two minutes: health per agent, then alerts, then charts, full tables
+    # last, folded
+    order = [page.index(h) for h in ("<h2>Health per agent</h2>", "<h2>Firing alerts (",
                                      "<h2>Charts per agent</h2>", "<h2>Full tables</h2>")]
     assert order == sorted(order)
     first_screen = html.unescape(page[order[0] : order[1]])

@@ -27,8 +27,9 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
-from monitor.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, InvalidSignature, verify
+from monitor.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, verify
 from monitor.alerts.states import Kind, Notification, fingerprint
+from monitor.core.errors import InvalidSignature
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from monitor.analytics import repo, repo_escalation
 from monitor.analytics.bins import BinSums
 from monitor.analytics.design_effect import design_effects
 from monitor.cli.main import app
-from monitor.core.retention import RetentionSettings, midnight
+from monitor.core.retention_settings import RetentionSettings, midnight
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer
 
 from monitor.contract.events import AgentEvent, decode_event, validate_event
 from monitor.gate.buffer import DiskBuffer
-from monitor.gate.outbox import DecisionOutbox
+from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.producer import DecisionProducer
 from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.ports import free_port

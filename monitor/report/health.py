@@ -1,8 +1,9 @@
-"""The report's first screen: one verdict per agent, ``act``, ``watch`` or ``healthy``, with the
-one reason that decided it.
+"""The report's first screen: one health level per agent, ``act``, ``watch`` or ``healthy``, with
+the one reason that decided it.
 
 Pure: plain values in (the report's calibration reports, escalation summaries, drift checks and
-firing alerts), verdicts out. The first rule that holds decides, most severe first:
+firing alerts), one :class:`AgentHealth` per agent out. The first rule that holds decides, most
+severe first:
 
 act
   1. a firing alert of severity ``critical`` on the agent (its rule and summary);
@@ -18,7 +19,7 @@ watch
 healthy
   otherwise: the ECE and item count it rests on.
 
-Verdicts are ordered act, watch, healthy, then by agent id.
+Agents are ordered act, watch, healthy, then by agent id.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Literal
 
 from monitor.analytics.calibration import CalibrationReport
 
-Level = Literal["act", "watch", "healthy"]
+HealthLevel = Literal["act", "watch", "healthy"]
 ALL = "*"  # the all-agents aggregate of the calibration reports (not an agent)
 ACT_ECE = 0.10
 WATCH_ECE = 0.05
@@ -37,11 +38,11 @@ _ORDER = {"act": 0, "watch": 1, "healthy": 2}
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One agent's verdict and the reason for it."""
+class AgentHealth:
+    """One agent's health level and the reason for it."""
 
     agent: str
-    level: Level
+    level: HealthLevel
     reason: str
 
 
@@ -49,67 +50,67 @@ def _fmt(x: float) -> str:
     return f"{x:.3f}"
 
 
-def verdict_for(
+def health_for(
     agent: str,
     calibration: CalibrationReport | None,
     inverted: bool,
     drift: Sequence[Mapping[str, Any]],
     alerts: Sequence[Mapping[str, Any]],
-) -> Verdict:
-    """The verdict of one agent (see the module docstring). ``drift`` are the agent's checks
+) -> AgentHealth:
+    """The health of one agent (see the module docstring). ``drift`` are the agent's checks
     (dicts with ``recent_to``, ``fired``, ``fired_tests``; the latest are those with the newest
     ``recent_to``, one per segment); ``alerts`` its firing
     alerts (dicts with ``severity``, ``rule``, ``summary``)."""
     critical = [a for a in alerts if a.get("severity") == "critical"]
     if critical:
         a = critical[0]
-        return Verdict(agent, "act", f"critical alert {a['rule']}: {a['summary']}")
+        return AgentHealth(agent, "act", f"critical alert {a['rule']}: {a['summary']}")
     if inverted:
-        return Verdict(agent, "act", "escalates more often when it is more confident "
+        return AgentHealth(agent, "act", "escalates more often when it is more confident "
                        "(inversion test)")  # fmt: skip
     newest = max((c["recent_to"] for c in drift), default=None)
     latest_fired = [c for c in drift if c["recent_to"] == newest and c.get("fired")]
     if latest_fired:
         tests = sorted({t for c in latest_fired for t in (c.get("fired_tests") or [])})
-        return Verdict(agent, "act", f"drift in the latest check (to {newest:%H:%M} UTC): "
+        return AgentHealth(agent, "act", f"drift in the latest check (to {newest:%H:%M} UTC): "
                        f"{', '.join(tests) or 'fired'}")  # fmt: skip
     judged = calibration is not None and calibration.meaningful
     low = calibration.ece_ci[0] if calibration is not None else float("nan")
     if judged and calibration is not None and low >= ACT_ECE:  # sure, not just noise
-        return Verdict(agent, "act", f"ECE {_fmt(calibration.ece)}, at least {_fmt(low)} "
+        return AgentHealth(agent, "act", f"ECE {_fmt(calibration.ece)}, at least {_fmt(low)} "
                        f"(95% interval; act at {ACT_ECE:g}): confidence "
                        f"{_fmt(calibration.mean_confidence)} vs accuracy "
                        f"{_fmt(calibration.accuracy)}")  # fmt: skip
     if alerts:
         a = alerts[0]
-        return Verdict(agent, "watch", f"{a['severity']} alert {a['rule']}: {a['summary']}")
+        return AgentHealth(agent, "watch", f"{a['severity']} alert {a['rule']}: {a['summary']}")
     fired = [c for c in drift if c.get("fired")]
     if fired:
-        return Verdict(agent, "watch", f"drift fired at {fired[-1]['recent_to']:%H:%M} UTC, "
+        return AgentHealth(agent, "watch", f"drift fired at {fired[-1]['recent_to']:%H:%M} UTC, "
                        "not in the latest check")  # fmt: skip
     if judged and calibration is not None and calibration.ece >= WATCH_ECE:
-        return Verdict(agent, "watch", f"ECE {_fmt(calibration.ece)} [{_fmt(low)}, "
+        return AgentHealth(agent, "watch", f"ECE {_fmt(calibration.ece)} [{_fmt(low)}, "
                        f"{_fmt(calibration.ece_ci[1])}] (watch at {WATCH_ECE:g}, act when the "
                        f"interval is above {ACT_ECE:g})")  # fmt: skip
     if calibration is None or not calibration.meaningful:
         why = "no labelled items" if calibration is None else (calibration.reason or "too few")
-        return Verdict(agent, "watch", f"calibration cannot be judged yet: {why}")
-    return Verdict(agent, "healthy", f"ECE {_fmt(calibration.ece)} on {calibration.count:,} "
+        return AgentHealth(agent, "watch", f"calibration cannot be judged yet: {why}")
+    return AgentHealth(agent, "healthy", f"ECE {_fmt(calibration.ece)} on {calibration.count:,} "
                    "items; no firing alert, no drift")  # fmt: skip
 
 
-def verdicts(
+def agents_health(
     calibration: Mapping[str, CalibrationReport],
     inverted: Mapping[str, bool],
     drift: Sequence[Mapping[str, Any]],
     alerts: Sequence[Mapping[str, Any]],
-) -> list[Verdict]:
-    """A verdict for every agent seen in any input (see the module docstring)."""
+) -> list[AgentHealth]:
+    """The health of every agent seen in any input (see the module docstring)."""
     agents = {a for a in calibration if a != ALL} | set(inverted)
     agents |= {str(c["agent_id"]) for c in drift if c.get("agent_id")}
     agents |= {str(a["agent_id"]) for a in alerts if a.get("agent_id")}
     out = [
-        verdict_for(
+        health_for(
             agent,
             calibration.get(agent),
             inverted.get(agent, False),

@@ -33,8 +33,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from monitor.contract.events import AgentEvent
+from monitor.core.errors import Refused
 
-log = logging.getLogger("monitor.gate.outbox")
+log = logging.getLogger("monitor.gate.decision_outbox")
 Deliver = Callable[[bytes, bytes], Awaitable[None]]  # (key, value): returns once acknowledged
 
 
@@ -57,11 +58,6 @@ class Buffer(Protocol):
     def append(self, items: Sequence[tuple[bytes, bytes]]) -> None: ...
     def read(self, limit: int) -> Sequence[BufferedRecord]: ...
     def ack(self, end: tuple[int, int]) -> None: ...
-
-
-class Refused(Exception):
-    """The broker refuses this record for good (e.g. above its size limit): retrying cannot
-    help. It is dropped and counted (``dropped["refused"]``) instead of holding back the rest."""
 
 
 def _swallow(task: asyncio.Future[Any]) -> None:
