@@ -37,15 +37,16 @@ def test_agent_and_conversation_inherited_from_ancestors_else_resource_and_trace
                              "gen_ai.agent.name": "Support", "gen_ai.conversation.id": "conv-9"})
     chat = span("2" * 16, "1" * 16, start=2, **{"gen_ai.operation.name": "chat",
                                                  "gen_ai.request.model": "gpt-x"})
-    orphan = span("3" * 16, "f" * 16, start=3, **{"gen_ai.operation.name": "chat"})
+    orphan = Span("6" * 32, "3" * 16, "f" * 16, "chat", 3 * 10**9, 4 * 10**9,
+                  {"gen_ai.operation.name": "chat"}, resource={"service.name": "svc"})
     events = by_id([root, chat, orphan])
     assistant = events[f"otel:{TRACE}:{'2' * 16}:assistant"]
     assert assistant["agent"] == {"id": "a-7", "version": "2.1", "model": "gpt-x"}
     assert assistant["conversation_id"] == "conv-9"
     assert assistant["attributes"]["gen_ai.agent.name"] == "Support"
-    lone = events[f"otel:{TRACE}:{'3' * 16}:assistant"]
+    lone = events[f"otel:{'6' * 32}:{'3' * 16}:assistant"]
     assert lone["agent"]["id"] == "svc"  # resource service.name
-    assert lone["conversation_id"] == TRACE  # no conversation id anywhere: the trace
+    assert lone["conversation_id"] == "6" * 32  # no conversation id in its trace: the trace
 
 
 def test_genai_messages_tool_calls_usage_and_escalation_by_call_id():
