@@ -112,6 +112,29 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
         description="Comma-separated span attributes whose truthy value marks an escalation "
         "(a string value is the reason; '<first>.trigger' names the trigger).",
     )
+    otel_pending_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long spans wait in Postgres for their trace's root before they are "
+        "mapped under the fallback (the trace id as the conversation).",
+    )
+    otel_pending_max_spans: int = Field(
+        default=100_000,
+        ge=1,
+        description="At most this many spans wait; beyond, the traces waiting longest are "
+        "mapped under the fallback first.",
+    )
+    otel_trace_memory_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long a mapped trace's conversation and agent are remembered for spans "
+        "arriving after their root.",
+    )
+    otel_sweep_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the worker maps the traces past the deadline or count bound.",
+    )
 
     # --- analytics ------------------------------------------------------------------------
     sampling_file: Path | None = Field(

@@ -31,6 +31,7 @@ from monitor.otel.spans import Span, SpanEvent
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 GZIP_MAGIC = b"\x1f\x8b"
+_PARENT_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 
 
 class UnsupportedMediaType(Exception):
@@ -113,6 +114,7 @@ def decode_request(body: bytes, kind: str) -> list[Span]:
                         status_code=s.status.code,
                         status_message=s.status.message,
                         resource=resource,
+                        parent_remote=bool(s.flags & _PARENT_IS_REMOTE),
                     )
                 )
     return spans
@@ -177,4 +179,3 @@ def _fix(obj: dict[str, Any]) -> None:
                 obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
             except ValueError:  # left empty: the mapping rejects the span, not the request
                 obj[key] = ""
-

@@ -41,6 +41,7 @@ from typing import Any
 
 from monitor.contract.events import AgentEvent, validate_event
 from monitor.core.errors import InvalidEvent
+from monitor.otel.assembly import TraceContext
 from monitor.otel.build import (
     as_bool,
     as_float,
@@ -51,13 +52,7 @@ from monitor.otel.build import (
     text,
     usage,
 )
-from monitor.otel.context import (
-    AGENT_ATTRIBUTES,
-    CONVERSATION_ATTRIBUTES,
-    SpanContext,
-    kind_of,
-    named_once,
-)
+from monitor.otel.context import SpanContext, kind_of
 from monitor.otel.messages import (
     Message,
     agent_messages,
@@ -153,8 +148,13 @@ def failure_of(span: Span) -> Failure | None:
     return Failure(error, error_type, http)
 
 
-def map_spans(spans: list[Span], config: MappingConfig) -> Mapped:
-    """Map spans given as whole traces (see the module contract)."""
+def map_spans(
+    spans: list[Span],
+    config: MappingConfig,
+    contexts: dict[str, TraceContext] | None = None,
+) -> Mapped:
+    """Map spans given as whole traces (see the module contract); ``contexts`` gives the
+    conversation and agent of traces whose naming spans were mapped before (late spans)."""
     out = Mapped(spans=len(spans))
     traces: dict[str, dict[str, Span]] = {}
     for span in spans:
@@ -167,21 +167,28 @@ def map_spans(spans: list[Span], config: MappingConfig) -> Mapped:
             out.dropped += 1
             continue
         trace[span.span_id] = span
-    for by_id in traces.values():
-        _Trace(by_id, config, out).map()
+    for trace_id, by_id in traces.items():
+        _Trace(by_id, config, out, (contexts or {}).get(trace_id)).map()
     return out
 
 
 class _Trace:
     """The walk over one trace (rules 1-6 of the module docstring)."""
 
-    def __init__(self, by_id: dict[str, Span], config: MappingConfig, out: Mapped) -> None:
+    def __init__(
+        self,
+        by_id: dict[str, Span],
+        config: MappingConfig,
+        out: Mapped,
+        known: TraceContext | None,
+    ) -> None:
         self.by_id = by_id
         self.config = config
         self.out = out
         spans = list(by_id.values())
-        self.conversation = named_once(spans, CONVERSATION_ATTRIBUTES)
-        self.agent = named_once(spans, AGENT_ATTRIBUTES)
+        named = TraceContext.of(spans)
+        self.conversation = named.conversation_id or (known.conversation_id if known else None)
+        self.agent = named.agent_id or (known.agent_id if known else None)
         self.children: dict[str, list[Span]] = {}
         for s in spans:
             self.children.setdefault(s.parent_span_id, []).append(s)

@@ -32,7 +32,8 @@ from monitor.otel.decode import (
     inflate,
     media_type,
 )
-from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.mapping import MappingConfig
+from monitor.otel.traces import TraceAssembler
 
 # gRPC codes of the google.rpc.Status bodies
 INVALID_ARGUMENT = 3
@@ -57,6 +58,8 @@ class Answer:
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  # failed calls by kind
+    traces: dict[str, int] = field(default_factory=dict)  # traces settled by how
 
 
 def _error(kind: str, status: int, code: int, message: str, **headers: str) -> Answer:
@@ -73,6 +76,7 @@ async def receive_traces(
     publish: Callable[[list[AgentEvent]], Awaitable[None]],
     limits: TraceLimits,
     config: MappingConfig,
+    assembler: TraceAssembler | None = None,
 ) -> Answer:
     """Handle one export request (see the module docstring for the answers)."""
     try:
@@ -98,14 +102,17 @@ async def receive_traces(
     if len(spans) > limits.max_spans:
         message = f"{len(spans)} spans, limit is {limits.max_spans}"
         return _error(kind, 413, RESOURCE_EXHAUSTED, message)
-    mapped = map_spans(spans, config)
-    if mapped.events:
-        try:
+    assembler = assembler or TraceAssembler(config)  # whole traces (docs/otel.md)
+    try:
+        prepared = await assembler.prepare(spans)
+        mapped = prepared.mapped
+        if mapped.events:
             await publish(mapped.events)
-        except MonitorError as exc:
-            return _error(kind, 503, UNAVAILABLE, f"event bus unavailable: {exc}", **{
-                "Retry-After": "5"
-            })
+        await assembler.settle(prepared)
+    except MonitorError as exc:
+        return _error(
+            kind, 503, UNAVAILABLE, f"event bus unavailable: {exc}", **{"Retry-After": "5"}
+        )
     message = "; ".join(mapped.errors)
     answer = Answer(200, encode_response(kind, mapped.rejected, message), kind)
     answer.counts = {
@@ -114,6 +121,10 @@ async def receive_traces(
         "rejected": mapped.rejected,
         "events": len(mapped.events),
     }
+    if prepared.parked:  # waiting in the store for their trace's root
+        answer.counts["waiting"] = prepared.parked
+    answer.failures = dict(mapped.failures)
+    answer.traces = prepared.resolutions()
     return answer
 
 

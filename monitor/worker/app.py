@@ -46,7 +46,9 @@ from monitor.ingest.http import (
 )
 from monitor.otel import mapping_config, trace_limits
 from monitor.otel.decode import BodyTooLarge
+from monitor.otel.pending import trace_assembler
 from monitor.otel.receiver import receive_traces
+from monitor.otel.sweeper import TraceSweepService
 from monitor.otel.topic import TraceTopicService
 from monitor.worker.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker.services import (
@@ -92,9 +94,22 @@ def create_app(settings: Settings) -> faust.App:
     outbox = gate_outbox.outbox  # decision events: disk buffer when the broker does not ack
     app.service(cast(Any, gate_outbox))
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
+    assembler = trace_assembler(settings)  # whole traces across requests (docs/otel.md)
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
+
+    async def publish_events(events: list[Any]) -> None:
+        for event in events:
+            await emitter.send(event)
+        await emitter.flush()
+
+    sweeper = TraceSweepService(
+        settings, metrics, assembler, publish_events, loop=app.loop, beacon=app.beacon
+    )
+    app.service(cast(Any, sweeper))
     if settings.topic_traces:
-        traces = TraceTopicService(settings, metrics, emitter, loop=app.loop, beacon=app.beacon)
+        traces = TraceTopicService(
+            settings, metrics, emitter, assembler, loop=app.loop, beacon=app.beacon
+        )
         app.service(cast(Any, traces))
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     retention = RetentionService(settings, metrics, loop=app.loop, beacon=app.beacon)
@@ -224,11 +239,6 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)
         async def post(self, request: Request) -> Response:
-            async def publish(events: list[Any]) -> None:
-                for event in events:
-                    await emitter.send(event)
-                await emitter.flush()
-
             async def read() -> bytes:  # the documented limit, not aiohttp's 1 MiB default
                 body = await read_limited(request, settings.http_max_body_bytes)
                 if body is None:
@@ -239,10 +249,12 @@ def create_app(settings: Settings) -> faust.App:
             answer = await receive_traces(
                 authorization=h.get("Authorization"), content_type=h.get("Content-Type"),
                 content_encoding=h.get("Content-Encoding"), content_length=h.get("Content-Length"),
-                read=read, publish=publish, limits=otel_limits, config=otel_config,
+                read=read, publish=publish_events, limits=otel_limits, config=otel_config,
+                assembler=assembler,
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)
+            metrics.otlp(answer.failures, answer.traces)
             return self.bytes(answer.body, content_type=answer.content_type,
                               status=answer.status, headers=answer.headers)
 

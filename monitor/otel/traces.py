@@ -1,0 +1,95 @@
+"""Spans of export requests -> events, whole traces at a time (``/v1/traces`` and the topic).
+
+``TraceAssembler.prepare(spans)`` loads what waits for the request's traces, parks the spans
+whose trace root is still unknown, and maps the rest (``monitor.otel.assembly``,
+``monitor.otel.mapping``); the caller publishes ``prepared.mapped.events`` and then calls
+``settle(prepared)``, which remembers the mapped traces and deletes their waiting spans, so a
+crash between the two re-maps them (same event ids) instead of losing them. ``sweep()`` maps
+the traces that waited past the deadline or beyond the count bound under the fallback; its
+result is published and settled the same way. Without a store (``store=None``) every request
+is mapped as it is. Store failures raise ``StoreUnavailable`` (a retryable answer upstream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from monitor.otel.assembly import TraceContext, expire, plan
+from monitor.otel.mapping import Mapped, MappingConfig, map_spans
+from monitor.otel.spans import Span
+
+
+class PendingStore(Protocol):
+    """The durable side (``monitor.otel.pending.PendingTraces``)."""
+
+    def load(
+        self, trace_ids: Iterable[str]
+    ) -> Awaitable[tuple[dict[str, list[Span]], dict[str, TraceContext]]]: ...
+    def park(self, spans: list[Span]) -> Awaitable[None]: ...
+    def settle(self, settled: dict[str, tuple[str, TraceContext]]) -> Awaitable[None]: ...
+    def due(self) -> Awaitable[tuple[dict[str, list[Span]], str]]: ...
+    def contexts(self, trace_ids: Iterable[str]) -> Awaitable[dict[str, TraceContext]]: ...
+    def waiting(self) -> Awaitable[int]: ...
+    def forget(self) -> Awaitable[int]: ...
+
+
+@dataclass
+class Prepared:
+    """Events to publish, spans parked, and the traces to settle once published."""
+
+    mapped: Mapped
+    parked: int = 0
+    settle: dict[str, tuple[str, TraceContext]] = field(default_factory=dict)
+
+    def resolutions(self) -> dict[str, int]:
+        """Traces settled by how (``root``, ``late``, ``deadline``, ``overflow``)."""
+        out: dict[str, int] = {}
+        for how, _ in self.settle.values():
+            out[how] = out.get(how, 0) + 1
+        return out
+
+
+class TraceAssembler:
+    """See the module docstring."""
+
+    def __init__(self, config: MappingConfig, store: PendingStore | None = None) -> None:
+        self.config = config
+        self.store = store
+
+    async def prepare(self, spans: list[Span]) -> Prepared:
+        if self.store is None:
+            return Prepared(map_spans(spans, self.config))
+        trace_ids = {s.trace_id for s in spans if s.well_formed is None}
+        pending, resolved = await self.store.load(trace_ids)
+        todo = plan(spans, pending, resolved)
+        await self.store.park(todo.park)
+        mapped = map_spans(todo.ready, self.config, todo.contexts)
+        mapped.spans = len(spans)
+        return Prepared(mapped, len(todo.park), todo.settle)
+
+    async def settle(self, prepared: Prepared) -> None:
+        if self.store is not None and prepared.settle:
+            await self.store.settle(prepared.settle)
+
+    async def sweep(self) -> Prepared:
+        """The traces due under the fallback (nothing without a store)."""
+        if self.store is None:
+            return Prepared(Mapped())
+        due, how = await self.store.due()
+        if not due:
+            return Prepared(Mapped())
+        resolved = await self.store.contexts(due)
+        todo = expire(due, resolved, how)
+        return Prepared(map_spans(todo.ready, self.config, todo.contexts), 0, todo.settle)
+
+    async def waiting(self) -> int:
+        if self.store is None:
+            return 0
+        return await self.store.waiting()
+
+    async def forget(self) -> int:
+        if self.store is None:
+            return 0
+        return await self.store.forget()
