@@ -110,8 +110,9 @@ async def test_openai_v2_protobuf_and_openinference_json_to_postgres(
     assert await asyncio.to_thread(as_json.export, oi_spans) == SpanExportResult.SUCCESS
 
     n_esc = sum(p.escalate for p in genai_plans + oi_plans)
-    # per conversation: GenAI 5 (answer, outcome, 2 assistant, tool_result), OI 6 (+ user)
-    total = 5 * 6 + 6 * 6 + n_esc
+    # per conversation: user, 2 assistant, tool_result, outcome (+ escalation); the agent
+    # span's output repeats the last chat answer: not stored again
+    total = 5 * 6 + 5 * 6 + n_esc
     assert await wait_for_count(database_url, total, stable_s=1.0) == total
     convs = {
         r["conversation_id"]: r for r in await rows(database_url, "SELECT * FROM conversations")
@@ -229,7 +230,7 @@ async def test_example_script_exports_and_analytics_show_its_agent(
     escalated = sum(c < 0.35 for c, _ in truth)
     assert 0 < escalated < n
     await asyncio.to_thread(run_example, worker, "http/protobuf", n, seed)
-    total = 5 * n + escalated  # user, answer, outcome, assistant, tool_result (+ escalation)
+    total = 4 * n + escalated  # user, outcome, assistant, tool_result (+ escalation)
     assert await wait_for_count(database_url, total, stable_s=1.0) == total
 
     calibration = await asyncio.to_thread(cli_json, database_url, "calibration")

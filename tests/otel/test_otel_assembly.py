@@ -1,0 +1,148 @@
+"""Trace assembly across export requests on a real Postgres: waiting spans, the root arriving
+last, first, after a restart (a new store over the same database), the deadline and the count
+bound. Spans come from the real openai-v2 / util-genai instrumentation of the support agent."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from monitor.contract.events import AgentEvent
+from monitor.otel.assembly import TraceContext, plan
+from monitor.otel.decode import PROTOBUF, decode_request
+from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.pending import PendingLimits, PendingTraces
+from monitor.otel.spans import Span
+from monitor.otel.sweeper import sweep_once
+from monitor.otel.traces import TraceAssembler
+from monitor.store.engine import make_engine
+from tests.otel.conformance import instrumented, play
+from tests.otel.support_agent import cases
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+async def genai_spans(monkeypatch: pytest.MonkeyPatch) -> list[Span]:
+    """Two conversations (tool loop, failing tool) as the monitor decodes them."""
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    chosen = [c for c in cases() if c.name in ("tool_loop", "failing_tool")]
+    with instrumented("genai", tp):
+        await play("genai", tp, chosen, "as")
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    return decode_request(body, PROTOBUF)
+
+
+def dump(events: list[AgentEvent]) -> list[dict[str, Any]]:
+    return sorted((json.loads(e.to_json()) for e in events), key=lambda e: e["event_id"])
+
+
+def store(url: str, clock: Clock, **limits: Any) -> PendingTraces:
+    return PendingTraces(make_engine(url, pool_size=1), PendingLimits(**limits), clock)
+
+
+async def send(assembler: TraceAssembler, spans: list[Span]) -> list[AgentEvent]:
+    prepared = await assembler.prepare(spans)
+    await assembler.settle(prepared)  # as the receiver does once the events are published
+    return prepared.mapped.events
+
+
+async def test_split_trace_in_any_order_and_across_a_restart_equals_the_whole(
+    database_url: str, genai_spans: list[Span]
+):
+    config, clock = MappingConfig(), Clock()
+    whole = dump(map_spans(genai_spans, config).events)
+    roots = [s for s in genai_spans if s.is_local_root]
+    children = [s for s in genai_spans if not s.is_local_root]
+    assert len(roots) == 2 and len(children) >= 6
+    first_root, second_root = roots
+    trace_a, trace_b = first_root.trace_id, second_root.trace_id
+
+    a = TraceAssembler(config, store(database_url, clock))
+    got = await send(a, [s for s in children if s.trace_id == trace_a])  # root of A not yet
+    got += await send(a, [second_root])  # B: the root first, alone: it waits for its spans
+    assert got == []
+    assert await a.waiting() == sum(s.trace_id == trace_a for s in children) + 1
+
+    b = TraceAssembler(config, store(database_url, clock))  # a restarted worker
+    got += await send(b, [first_root])
+    got += await send(b, [s for s in children if s.trace_id == trace_b][::-1])
+    assert dump(got) == whole
+    assert await b.waiting() == 0
+    assert {e.conversation_id for e in got} == {"as-tool_loop", "as-failing_tool"}
+
+    # a span of A after its root (an exporter retry): mapped with A's remembered conversation
+    late = await send(b, [children[0]])
+    assert {e.conversation_id for e in late} <= {"as-tool_loop", "as-failing_tool"}
+    assert {e.event_id for e in late} <= {e["event_id"] for e in whole}
+
+
+async def test_deadline_and_count_bound_map_under_the_trace_id(
+    database_url: str, genai_spans: list[Span]
+):
+    config, clock = MappingConfig(), Clock()
+    children = [s for s in genai_spans if not s.is_local_root]
+    pending = store(database_url, clock, deadline_s=60, max_spans=1000)
+    assembler = TraceAssembler(config, pending)
+    assert await send(assembler, children) == []
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    clock.at += timedelta(seconds=59)
+    assert await sweep_once(assembler, publish) == {}
+    clock.at += timedelta(seconds=2)
+    assert await sweep_once(assembler, publish) == {"deadline": 2}
+    # GenAI names the conversation on the root only: the fallback is the trace id
+    assert {e.conversation_id for e in published} == {s.trace_id for s in children}
+    assert sum(e.type == "tool_result" and not e.tool_result.ok for e in published) == 1
+    assert await assembler.waiting() == 0
+
+    # the bound: with at most 3 waiting, the trace waiting longest goes first
+    bounded = TraceAssembler(config, store(database_url, clock, max_spans=3))
+    trace_a = [s for s in children if s.trace_id == children[0].trace_id]
+    trace_b = [s for s in children if s.trace_id != children[0].trace_id]
+    await send(bounded, [Span(**{**s.__dict__, "trace_id": "a" * 32}) for s in trace_a])
+    clock.at += timedelta(seconds=1)
+    await send(bounded, [Span(**{**s.__dict__, "trace_id": "b" * 32}) for s in trace_b])
+    published.clear()
+    assert await sweep_once(bounded, publish) == {"overflow": 1}
+    assert {e.conversation_id for e in published} == {"a" * 32}
+    assert await bounded.waiting() == len(trace_b)
+
+
+def test_plan_is_pure_and_keeps_a_lone_agent_root_waiting():
+    root = Span(
+        "c" * 32,
+        "1" * 16,
+        "",
+        "invoke_agent x",
+        1,
+        9,
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "k"},
+    )
+    chat = Span("c" * 32, "2" * 16, "1" * 16, "chat", 2, 3, {"gen_ai.operation.name": "chat"})
+    assert plan([root], {}, {}).park == [root]
+    ready = plan([chat], {"c" * 32: [root]}, {})
+    assert sorted(s.span_id for s in ready.ready) == ["1" * 16, "2" * 16]
+    assert ready.settle == {"c" * 32: ("root", TraceContext("k", None))}
+    late = plan([chat], {}, {"c" * 32: TraceContext("k", "bot")})
+    assert late.ready == [chat] and late.contexts == {"c" * 32: TraceContext("k", "bot")}
