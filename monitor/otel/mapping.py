@@ -16,9 +16,10 @@ docs/otel.md "Transcript reconstruction":
 3. from an LLM call's input only what is new is taken: the system prompt once per conversation
    and text (``gen_ai.system_instructions`` and ``system`` messages alike), the user messages
    after the last assistant or tool message (a cumulative history repeats the earlier ones),
-   and not at all when the call repeats the input of a failed call before it under the same
-   parent (a retry); tool results given as ``tool`` messages only when no tool span has that
-   call id;
+   and not at all when an earlier call of the trace had the same turn: the same user texts
+   after as many earlier messages (a retry, or a second call on the same turn); the same text
+   later in a longer history is a new turn; tool results given as ``tool`` messages only when
+   no tool span has that call id;
 4. a tool span gives the tool result of its call id (else of the earliest unanswered call of
    that tool name); a failed tool span gives ``ok: false`` and the error;
 5. an agent or chain span that has LLM calls below it adds no message (its input and output
@@ -196,11 +197,11 @@ class _Trace:
         self.tool_span_calls = {
             str(c) for s in spans if self.kinds[s.span_id] == "tool" and (c := _call_id(s))
         }
-        # per conversation: emitted call ids (asked, answered), the previous LLM call
+        # per conversation: emitted call ids (asked, answered), the user turns taken
         self.asked: dict[str, list[tuple[str, str]]] = {}
         self.answered: set[str] = set()
         self.systems: set[str] = set()  # system prompt event ids given
-        self.previous: dict[str, tuple[str, tuple[str, ...], bool]] = {}
+        self.turns: set[tuple[str, int, tuple[str, ...]]] = set()  # user turns taken
         self.last_assistant: dict[str, tuple[int, dict[str, Any]]] = {}  # ancestor -> event
 
     def ctx(self, span: Span) -> SpanContext:
@@ -270,17 +271,14 @@ class _Trace:
         ]
         self.systems.update(system_event_id(conv, t) for t in systems)
         news = _new_user_messages(prompt)
-        tail = tuple(m.content or "" for m in news)
-        previous = self.previous.get(conv)
-        retry = (
-            previous is not None
-            and previous[0] == span.parent_span_id
-            and previous[1] == tail
-            and previous[2]
-            and not any(m.role in ("assistant", "tool") for m in prompt)
+        turn = (
+            conv,
+            sum(m.role != "system" for m in prompt) - len(news),
+            tuple(m.content or "" for m in news),
         )
-        if retry:
+        if turn in self.turns:  # a retry, or a second call on the same turn
             news = []
+        self.turns.add(turn)
         results = [
             m
             for m in prompt
@@ -321,7 +319,6 @@ class _Trace:
             at += US
         end = span.end_unix_nano or span.start_unix_nano
         failed = failure_of(span)
-        self.previous[conv] = (span.parent_span_id, tail, failed is not None)
         if failed is not None:
             events.append(self._error(span, ctx, failed, LLM_ERROR_TOOL, "llm_call"))
             return events
