@@ -192,3 +192,79 @@ async def test_every_conversation_stored_exactly_across_split_and_repeated_expor
             break
         await asyncio.sleep(0.2)
     assert gauge(worker, "monitor_otlp_pending_spans") == 0
+
+
+async def test_traces_split_across_a_worker_restart_over_http_and_the_traces_topic(
+    broker: Any, topic_name: str, database_url: str, tmp_path: Path, capture: None
+):
+    """Part of each trace before a restart, the rest after: over /v1/traces with the root
+    last and with the root first, and over the Kafka traces topic; every transcript exact."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    traces_topic = f"{topic_name}.otlp"
+    await create_topic(broker.bootstrap, topic_name)
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(traces_topic, 1, 1)])
+    finally:
+        await admin.close()
+    memory = InMemorySpanExporter()
+    tp = TracerProvider(resource=Resource.create({"service.name": "restart-svc"}))
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    chosen = [c for c in cases() if c.name in ("tool_loop", "failing_tool", "parallel_tools")]
+    with instrumented("genai", tp):
+        truths = await play("genai", tp, chosen, "rs")
+    spans = list(memory.get_finished_spans())
+
+    def part(case: str, roots: bool) -> list[ReadableSpan]:
+        root = next(
+            s
+            for s in spans
+            if s.parent is None
+            and s.attributes
+            and s.attributes.get("gen_ai.conversation.id") == f"rs-{case}"
+        )
+        trace = [s for s in spans if s.context.trace_id == root.context.trace_id]
+        return [s for s in trace if (s.parent is None) == roots]
+
+    async def to_topic(batch: list[ReadableSpan]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(traces_topic, encode_spans(batch).SerializeToString())
+        finally:
+            await producer.stop()
+
+    env = {"MONITOR_TOPIC_TRACES": traces_topic}
+    first = start_worker(broker, database_url, topic_name, tmp_path, **env)
+    try:
+        await first.wait_ready()
+        http = exporter(first, "protobuf")
+        assert http.export(part("tool_loop", False)) == SpanExportResult.SUCCESS
+        assert http.export(part("failing_tool", True)) == SpanExportResult.SUCCESS  # root first
+        await to_topic(part("parallel_tools", False))
+        waiting = len(part("tool_loop", False)) + 1 + len(part("parallel_tools", False))
+        for _ in range(100):
+            if gauge(first, "monitor_otlp_pending_spans") == waiting:
+                break
+            await asyncio.sleep(0.2)
+        assert gauge(first, "monitor_otlp_pending_spans") == waiting
+        assert await count(database_url) == 0
+    finally:
+        first.stop()
+    second = start_worker(broker, database_url, topic_name, tmp_path, **env)
+    try:
+        await second.wait_ready()
+        http = exporter(second, "protobuf")
+        assert http.export(part("tool_loop", True)) == SpanExportResult.SUCCESS
+        assert http.export(part("failing_tool", False)) == SpanExportResult.SUCCESS
+        await to_topic(part("parallel_tools", True))
+        want = sum(len(t.entries) for t in truths.values())
+        assert await wait_for_count(database_url, want, stable_s=1.5) == want
+        assert_exact(truths, await stored(database_url))
+        assert metric(second, "monitor_otlp_traces_total", "how", "root") == 3
+    finally:
+        second.stop()
