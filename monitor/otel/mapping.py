@@ -22,7 +22,7 @@ docs/otel.md "Transcript reconstruction":
    no tool span has that call id;
 4. a tool span gives the tool result of its call id (else of the earliest unanswered call of
    that tool name); a failed tool span gives ``ok: false`` and the error;
-5. an agent or chain span that has LLM calls below it adds no message (its input and output
+5. an agent span that has LLM calls below it adds no message (its input and output
    repeat its children's) and no usage (its usage is the sum of its children's); its
    confidence goes to the last assistant message below it; without LLM calls below it, it is
    the only witness and gives the user message and the answer (``...:answer``);
