@@ -130,6 +130,16 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
         description="How long a mapped trace's conversation and agent are remembered for spans "
         "arriving after their root.",
     )
+    otel_evaluations_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "
+        "every judge verdict as a gen_ai.evaluation.result event; unset: not exported.",
+    )
+    otel_evaluations_headers: str = Field(
+        default="",
+        description="Headers of the evaluations export, 'key=value' pairs separated by commas "
+        "(values URL-encoded, as OTEL_EXPORTER_OTLP_HEADERS).",
+    )
     otel_sweep_seconds: float = Field(
         default=5.0,
         gt=0,

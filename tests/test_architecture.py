@@ -61,7 +61,7 @@ EDGE_MODULES = frozenset({
     "monitor.alerts.sinks.registry",
     "monitor.dashboards.push", "monitor.replay.send", "monitor.sdk", "monitor.sdk.emitter_async",
     "monitor.sdk.batches", "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.otel.pending",
-    "monitor.otel.sweeper", "monitor.gate.state",
+    "monitor.otel.evaluation_export", "monitor.otel.sweeper", "monitor.gate.state",
     "monitor.gate.effect_repo", "monitor.sdk.gate_client", "monitor.gate.buffer",
     "monitor.gate.producer",
 })

@@ -94,6 +94,10 @@ class JudgeLoop:
         self._pool: asyncpg.Pool | None = None
         self._producer: AIOKafkaProducer | None = None
         self._tool_agents: dict[str, tuple[bool, float]] = {}  # agent -> (uses tools, when)
+        # stored verdicts are handed to this sink (e.g. the OTLP evaluations export), in the
+        # background: it must not raise and never delays judging
+        self.verdict_sink: Callable[[list[Verdict]], Awaitable[object]] | None = None
+        self._sinking: set[asyncio.Future[object]] = set()
 
     async def start(self) -> None:
         cfg = self.config
@@ -209,6 +213,10 @@ class JudgeLoop:
         if await self._store(lambda: judge_repo.write_verdicts(pool, agents, verdicts)) is None:
             return False
         now = self.clock.monotonic()
+        if self.verdict_sink is not None and verdicts:
+            task = asyncio.ensure_future(self.verdict_sink(verdicts))
+            self._sinking.add(task)
+            task.add_done_callback(self._sinking.discard)
         for v in verdicts:
             self.metrics.verdicts.labels(v.judge, v.status).inc()
         for j in done:

@@ -127,6 +127,12 @@ class OpsMetrics:
             ["how"],
             registry=r,
         )
+        self.evaluations_exported = Counter(
+            "monitor_evaluations_exported",
+            "Judge verdicts sent as gen_ai.evaluation.result events, by result (ok, failed)",
+            ["result"],
+            registry=r,
+        )
         self.otlp_pending_spans = Gauge(
             "monitor_otlp_pending_spans",
             "Spans waiting in Postgres for their trace's root",
