@@ -19,13 +19,15 @@ docs/otel.md "Transcript reconstruction":
    and not at all when an earlier call of the trace had the same turn: the same user texts
    after as many earlier messages (a retry, or a second call on the same turn); the same text
    later in a longer history is a new turn; tool results given as ``tool`` messages only when
-   no tool span has that call id;
+   no tool span has that call id and the call was asked in this trace;
 4. a tool span gives the tool result of its call id (else of the earliest unanswered call of
    that tool name); a failed tool span gives ``ok: false`` and the error;
 5. an agent span that has LLM calls below it adds no message (its input and output
    repeat its children's) and no usage (its usage is the sum of its children's); its
-   confidence goes to the last assistant message below it; without LLM calls below it, it is
-   the only witness and gives the user message and the answer (``...:answer``);
+   confidence goes to the last assistant message below it; when no LLM call below carries
+   content (capture off), the outermost agent's input is the user message and its output the
+   text of the last answer that has neither text nor tool calls; without LLM calls below it,
+   it is the only witness and gives the user message and the answer (``...:answer``);
 6. an agent span that failed with no failed span below it gives an error (``agent``).
 
 Event ids are deterministic (``monitor.otel.build``), so re-exporting or re-mapping a trace is
@@ -286,6 +288,7 @@ class _Trace:
             and m.tool_call_id
             and m.tool_call_id not in self.tool_span_calls
             and m.tool_call_id not in self.answered
+            and any(i == m.tool_call_id for i, _ in self.asked.get(conv, []))
         ]
         stamps = len(systems) + len(results) + len(news)
         at = span.start_unix_nano - stamps * US
@@ -422,11 +425,15 @@ class _Trace:
         below = self.below(span)
         confidence = as_float(span.attr(*self.config.confidence_attributes))
         events: list[dict[str, Any]] = []
-        if any(self.kinds[s.span_id] == "llm" for s in below):
+        llms = [s for s in below if self.kinds[s.span_id] == "llm"]
+        if llms:
             last = self.last_assistant.get(span.span_id)
             if confidence is not None and last is not None:
                 last[1]["message"]["confidence"] = confidence
                 last[1]["message"]["confidence_source"] = "other"
+            outermost = not any(self.kinds[a.span_id] == "agent" for a in self._ancestors(span))
+            if outermost and not any(input_messages(s) or output_messages(s) for s in llms):
+                events.extend(self._content_off(span, ctx, last[1] if last else None))
         else:
             prompt = agent_messages(span, "input")
             if prompt and prompt[-1].role == "user":
@@ -448,6 +455,22 @@ class _Trace:
         failed = failure_of(span)
         if failed is not None and not any(failure_of(s) for s in below):
             events.append(self._error(span, ctx, failed, AGENT_ERROR_TOOL, "agent"))
+        return events
+
+    def _content_off(
+        self, span: Span, ctx: SpanContext, last: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        """LLM spans without content (capture off): the agent span's input is the user
+        message, its output the text of the last answer when that has neither text nor calls."""
+        events: list[dict[str, Any]] = []
+        prompt = agent_messages(span, "input")
+        if prompt and prompt[-1].role == "user":
+            payload = {"role": "user", "content": clip(prompt[-1].content)}
+            events.append(event(span, ctx, "message", "user", payload, span.start_unix_nano))
+        answer = next((m for m in agent_messages(span, "output") if m.role == "assistant"), None)
+        bare = last is not None and last["message"].get("content") is None
+        if answer is not None and last is not None and bare and not last["message"]["tool_calls"]:
+            last["message"]["content"] = clip(answer.content)
         return events
 
     def _error(

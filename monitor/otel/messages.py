@@ -178,6 +178,13 @@ def _oi_message(group: dict[str, Any]) -> Message | None:
             break
         calls.append(_call(group.get(p + "id"), name, group.get(p + "function.arguments")))
     content = group.get("message.content")
+    if content is None:  # a list of parts: message.contents.{k}.message_content.text
+        parts = [
+            str(group[f"message.contents.{k}.message_content.text"])
+            for k in range(64)
+            if group.get(f"message.contents.{k}.message_content.text") is not None
+        ]
+        content = "\n".join(parts) if parts else None
     call_id = group.get("message.tool_call_id")
     return Message(
         str(role),

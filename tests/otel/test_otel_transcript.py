@@ -224,3 +224,64 @@ def test_tool_results_from_tool_messages_when_no_tool_span_and_by_name_without_i
     got = [json.loads(e.to_json()) for e in map_spans([root, asks, tool], CONFIG).events]
     results = [e["tool_result"] for e in got if e["type"] == "tool_result"]
     assert results == [{"call_id": "t1", "name": "lookup", "ok": True, "content": "42"}]
+
+
+def test_content_capture_off_takes_the_agent_span_input_and_output():
+    root = agent(**{"input.value": "Where is A-1?", "output.value": "Shipped."})
+    bare = Span(
+        TRACE,
+        "1" * 16,
+        root.span_id,
+        "chat",
+        10**9,
+        2 * 10**9,
+        {"gen_ai.operation.name": "chat", "gen_ai.usage.output_tokens": 3},
+    )
+    assert lines([root, bare]) == [
+        ("message", "user", "Where is A-1?"),
+        ("message", "assistant", "Shipped."),
+    ]
+
+
+def test_a_later_trace_of_the_conversation_does_not_repeat_earlier_tool_results():
+    call = {"type": "tool_call", "id": "t1", "name": "lookup", "arguments": {}}
+    history = json.dumps(
+        [
+            {"role": "user", "parts": [{"type": "text", "content": "find"}]},
+            {"role": "assistant", "parts": [call]},
+            {
+                "role": "tool",
+                "parts": [{"type": "tool_call_response", "id": "t1", "response": "42"}],
+            },
+            {"role": "assistant", "parts": [{"type": "text", "content": "42."}]},
+            {"role": "user", "parts": [{"type": "text", "content": "thanks"}]},
+        ]
+    )
+    second_turn = chat("1" * 16, "a" * 16, 1, history, "You are welcome.")
+    assert lines([agent(), second_turn]) == [
+        ("message", "user", "thanks"),
+        ("message", "assistant", "You are welcome."),
+    ]
+
+
+def test_openinference_content_parts():
+    llm = Span(
+        TRACE,
+        "1" * 16,
+        "",
+        "ChatCompletion",
+        10**9,
+        2 * 10**9,
+        {
+            "openinference.span.kind": "LLM",
+            "session.id": "s",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.contents.0.message_content.type": "text",
+            "llm.input_messages.0.message.contents.0.message_content.text": "Look at",
+            "llm.input_messages.0.message.contents.1.message_content.type": "image",
+            "llm.input_messages.0.message.contents.2.message_content.text": "this",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "Seen.",
+        },
+    )
+    assert lines([llm]) == [("message", "user", "Look at\nthis"), ("message", "assistant", "Seen.")]
