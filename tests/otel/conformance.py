@@ -12,20 +12,41 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.otel.provider import Provider
-from tests.otel.support_agent import Case, Truth, run_genai, run_openinference
+from tests.otel.support_agent import (
+    Case,
+    Truth,
+    cases,
+    run_agents,
+    run_genai,
+    run_openinference,
+)
 
-FLAVORS = ("genai", "openinference")
+FLAVORS = ("genai", "openinference", "agents")
+# the Agents SDK runs its own loop: the cases where the provider fails are not played with it
+AGENT_SDK_CASES = ("plain", "tool_loop", "parallel_tools", "failing_tool", "multi_turn_repeats")
+
+
+def cases_for(flavor: str) -> list[Case]:
+    return [c for c in cases() if flavor != "agents" or c.name in AGENT_SDK_CASES]
 
 
 @contextmanager
 def instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
     """The flavor's OpenAI instrumentor on ``tp`` for the duration (set the content-capture
     environment before entering: the instrumentations read it when instrumenting)."""
+    instrumentor: Any
     if flavor == "genai":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+        instrumentor = OpenAIInstrumentor()
+    elif flavor == "openinference":
+        from openinference.instrumentation.openai import OpenAIInstrumentor as OIOpenAI
+
+        instrumentor = OIOpenAI()
     else:
-        from openinference.instrumentation.openai import OpenAIInstrumentor  # type: ignore
-    instrumentor = OpenAIInstrumentor()
+        from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+        instrumentor = OpenAIAgentsInstrumentor()
     instrumentor.instrument(tracer_provider=tp)
     try:
         yield
@@ -35,7 +56,7 @@ def instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
 
 async def play(flavor: str, tp: TracerProvider, cases: list[Case], prefix: str) -> dict[str, Truth]:
     """Each case once, as conversation ``<prefix>-<case name>``; the truths by conversation."""
-    run = run_genai if flavor == "genai" else run_openinference
+    run = {"genai": run_genai, "openinference": run_openinference, "agents": run_agents}[flavor]
     truths: dict[str, Truth] = {}
     async with Provider() as provider:
         for case in cases:

@@ -160,6 +160,21 @@ def run_tool(name: str, arguments: dict[str, Any], failing: frozenset[str]) -> s
     return json.dumps({"tool": name, "order": arguments.get("order"), "status": "shipped"})
 
 
+class _SomeText:
+    """Equal to any non-empty string (an error whose wording is the SDK's own)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "<some text>"
+
+
+SOME_TEXT = _SomeText()
+
 ToolSpan = Callable[[Call, str | None, str | None], Any]
 
 
@@ -352,4 +367,72 @@ async def run_openinference(
         if final is not None:
             root.set_attribute("output.value", final)
     await client.close()
+    return truth
+
+
+def _agents_tool(name: str, failing: frozenset[str]) -> Any:
+    from agents import function_tool
+
+    def tool(order: str) -> str:
+        return run_tool(name, {"order": order}, failing)
+
+    tool.__doc__ = f"{name} tool"
+    return function_tool(tool, name_override=name)
+
+
+async def run_agents(
+    provider: Provider, provider_tp: TracerProvider, case: Case, cid: str
+) -> Truth:
+    """One conversation run by the OpenAI Agents SDK (chat completions model, function tools,
+    one ``Runner.run`` per user turn: a trace per turn) under ``using_session``, instrumented
+    by ``openinference-instrumentation-openai-agents``. The truth is read from the wire: what
+    the SDK sent (each request's new messages) and received (the scripted answers)."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner
+    from openinference.instrumentation import using_session
+
+    provider.script.clear()
+    provider.push(*case.script)
+    start = len(provider.requests)
+    client = AsyncOpenAI(base_url=provider.base_url, api_key="k", max_retries=case.client_retries)
+    names = [t["function"]["name"] for t in TOOLS]
+    agent = Agent(
+        name="support-bot",
+        instructions=SYSTEM,
+        tools=[_agents_tool(n, case.failing_tools) for n in names],
+        model=OpenAIChatCompletionsModel(model="support-model", openai_client=client),
+    )
+    history: list[Any] = []
+    with using_session(cid):
+        for turn in case.turns:
+            result = await Runner.run(agent, [*history, {"role": "user", "content": turn}])
+            history = result.to_input_list()
+    await client.close()
+    truth = Truth(cid, "support-model")
+    answers = iter(a for a in case.script if isinstance(a, Answer))
+    seen = 0
+    call_names: dict[str, str] = {}
+    for body in provider.requests[start:]:
+        messages = body["messages"]
+        for m in messages[seen:]:
+            if m["role"] in ("system", "user"):
+                truth.entries.append((m["role"], m["content"]))
+            elif m["role"] == "tool":
+                name = call_names[m["tool_call_id"]]
+                ok = name not in case.failing_tools
+                text = m["content"]
+                error = None if ok else SOME_TEXT  # the SDK's (redacted) error, not on the wire
+                truth.entries.append(("tool_result", m["tool_call_id"], name, ok, text, error))
+        answer = next(answers)
+        calls = tuple((c.id, c.name, json.dumps(c.arguments, sort_keys=True)) for c in answer.calls)
+        call_names.update((c.id, c.name) for c in answer.calls)
+        truth.entries.append(
+            (
+                "assistant",
+                answer.content,
+                calls,
+                "support-model",
+                (answer.prompt_tokens, answer.completion_tokens),
+            )
+        )
+        seen = len(messages) + 1
     return truth

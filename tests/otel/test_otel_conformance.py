@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.otel.conformance import instrumented, play, transcript
+from tests.otel.conformance import cases_for, instrumented, play, transcript
 from tests.otel.support_agent import Truth, cases
 from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
 
@@ -140,7 +140,10 @@ def failures(truth: Truth) -> int:
     )
 
 
-@pytest.mark.parametrize(("flavor", "encoding"), [("genai", "protobuf"), ("openinference", "json")])
+@pytest.mark.parametrize(
+    ("flavor", "encoding"),
+    [("genai", "protobuf"), ("openinference", "json"), ("agents", "protobuf")],
+)
 async def test_every_conversation_stored_exactly_across_split_and_repeated_exports(
     worker: WorkerProcess, database_url: str, flavor: str, encoding: str, capture: None
 ):
@@ -153,14 +156,14 @@ async def test_every_conversation_stored_exactly_across_split_and_repeated_expor
         )
     )
     with instrumented(flavor, tp):
-        truths = await play(flavor, tp, cases(), flavor)
+        truths = await play(flavor, tp, cases_for(flavor), flavor)
     assert await asyncio.to_thread(tp.force_flush, 30_000)
     spans: list[ReadableSpan] = list(memory.get_finished_spans())
     traces = {s.context.trace_id for s in spans}
-    assert len(traces) == len(truths)
-    # every trace but two (plain answer, exhausted retries: chat + agent) outgrows a batch
+    assert len(traces) >= len(truths)  # the Agents SDK makes a trace per user turn
+    # most traces outgrow a batch of 2 spans: they arrive over several requests, root last
     sizes = [sum(s.context.trace_id == t for s in spans) for t in traces]
-    assert sum(n > 2 for n in sizes) == len(traces) - 2
+    assert sum(n > 2 for n in sizes) >= len(traces) - 2
     want = sum(len(t.entries) for t in truths.values())
     assert await wait_for_count(database_url, want, stable_s=1.5) == want
     assert_exact(truths, await stored(database_url))

@@ -11,6 +11,7 @@ path (worker, Kafka, Postgres, split exports, restarts) is tests/otel/test_otel_
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as json_spans
@@ -21,8 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from monitor.otel.decode import JSON, PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
-from tests.otel.conformance import FLAVORS, instrumented, play, transcript
-from tests.otel.support_agent import cases
+from tests.otel.conformance import FLAVORS, cases_for, instrumented, play, transcript
 
 
 @pytest.fixture(params=["SPAN_ONLY", "SPAN_AND_EVENT"])
@@ -39,7 +39,7 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capt
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(memory))
     with instrumented(flavor, tp):
-        truths = await play(flavor, tp, cases(), flavor)
+        truths = await play(flavor, tp, cases_for(flavor), flavor)
     finished = list(memory.get_finished_spans())
     if encoding == PROTOBUF:
         body = encode_spans(finished).SerializeToString()
@@ -49,10 +49,16 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capt
     mapped = map_spans(spans, MappingConfig())
     assert mapped.rejected == 0, mapped.errors
     by_conv: dict[str, list[dict]] = {}
-    for e in mapped.events:
+    unique: dict[str, Any] = {}
+    for e in mapped.events:  # the first of an id, as the store keeps it
+        unique.setdefault(e.event_id, e)
+    for e in unique.values():
         by_conv.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
     assert set(by_conv) == set(truths)
     for cid, truth in truths.items():
         assert transcript(by_conv[cid]) == truth.entries, cid
-    ids = [e.event_id for e in mapped.events]
-    assert len(ids) == len(set(ids))
+    # one event id twice only for what a conversation's later trace repeats: its system prompt
+    counts: dict[str, int] = {}
+    for e in mapped.events:
+        counts[e.event_id] = counts.get(e.event_id, 0) + 1
+    assert all(":system:" in i for i, n in counts.items() if n > 1), counts
