@@ -66,8 +66,50 @@ def input_messages(span: Span) -> list[Message]:
 
 
 def output_messages(span: Span) -> list[Message]:
-    """The completion messages of ``span`` (possibly empty)."""
-    return _messages(span, "output")
+    """The completion messages of ``span`` (possibly empty); last resort: a JSON
+    ``output.value`` holding a chat completion, chat messages or a Responses API response (the
+    OpenAI Agents SDK's streamed generations carry only that)."""
+    return _messages(span, "output") or _output_value(span)
+
+
+def _output_value(span: Span) -> list[Message]:
+    value = span.attributes.get("output.value")
+    if not isinstance(value, str) or not value.lstrip().startswith(("{", "[")):
+        return []
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return []
+    items = data if isinstance(data, list) else [data]
+    out: list[Message] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("choices"), list):  # a chat completion
+            for choice in item["choices"][:1]:
+                if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+                    out.append(_semconv_message({"role": "assistant", **choice["message"]}))
+        elif item.get("object") == "response" and isinstance(item.get("output"), list):
+            out.append(_response_message(item["output"]))
+        elif item.get("role") == "assistant":  # a chat message
+            out.append(_semconv_message(item))
+    return out
+
+
+def _response_message(output: list[Any]) -> Message:
+    """A Responses API ``output`` list as one assistant message (texts and function calls)."""
+    texts: list[str] = []
+    calls: list[ToolCallOut] = []
+    for item in output:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call" and item.get("name"):
+            calls.append(_call(item.get("call_id"), item["name"], item.get("arguments")))
+        elif item.get("type") == "message":
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"]:
+                    texts.append(part["text"])
+    return Message("assistant", "\n".join(texts) if texts else None, tuple(calls))
 
 
 def agent_messages(span: Span, side: str) -> list[Message]:

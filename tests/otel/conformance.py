@@ -22,8 +22,18 @@ from tests.otel.support_agent import (
 )
 
 FLAVORS = ("genai", "openinference", "agents")
-# the Agents SDK runs its own loop: the cases where the provider fails are not played with it
-AGENT_SDK_CASES = ("plain", "tool_loop", "parallel_tools", "failing_tool", "multi_turn_repeats")
+# every case: the Agents SDK runs its own loop (it does not retry a failed call itself)
+AGENT_SDK_CASES = (
+    "plain",
+    "tool_loop",
+    "parallel_tools",
+    "failing_tool",
+    "provider_500",
+    "rate_limit_429_client_retry",
+    "rate_limit_429_exhausted",
+    "streaming",
+    "multi_turn_repeats",
+)
 
 
 def cases_for(flavor: str) -> list[Case]:

@@ -175,6 +175,22 @@ class _SomeText:
 
 SOME_TEXT = _SomeText()
 
+
+class _Anything:
+    """Equal to anything (what an instrumentation does not record, e.g. an error's type)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "<anything>"
+
+
+ANYTHING = _Anything()
+
 ToolSpan = Callable[[Call, str | None, str | None], Any]
 
 
@@ -404,15 +420,34 @@ async def run_agents(
     history: list[Any] = []
     with using_session(cid):
         for turn in case.turns:
-            result = await Runner.run(agent, [*history, {"role": "user", "content": turn}])
-            history = result.to_input_list()
+            said = [*history, {"role": "user", "content": turn}]
+            try:
+                if case.stream:
+                    streamed = Runner.run_streamed(agent, said)
+                    async for _ in streamed.stream_events():
+                        pass
+                    history = streamed.to_input_list()
+                else:
+                    history = (await Runner.run(agent, said)).to_input_list()
+            except openai.APIStatusError:
+                break  # the SDK gives up on a failed model call: the conversation ends
     await client.close()
     truth = Truth(cid, "support-model")
-    answers = iter(a for a in case.script if isinstance(a, Answer))
+    actions = iter(case.script)
     seen = 0
     call_names: dict[str, str] = {}
-    for body in provider.requests[start:]:
+    requests = provider.requests[start:]
+    for n, body in enumerate(requests):
+        action = next(actions)
         messages = body["messages"]
+        if isinstance(action, Fail):
+            if n + 1 < len(requests):
+                continue  # retried by the client: inside one span, as the agent saw nothing
+            for m in messages[seen:]:
+                if m["role"] in ("system", "user"):
+                    truth.entries.append((m["role"], m["content"]))
+            truth.entries.append(("llm_error", ANYTHING, action.status))
+            break
         for m in messages[seen:]:
             if m["role"] in ("system", "user"):
                 truth.entries.append((m["role"], m["content"]))
@@ -422,17 +457,12 @@ async def run_agents(
                 text = m["content"]
                 error = None if ok else SOME_TEXT  # the SDK's (redacted) error, not on the wire
                 truth.entries.append(("tool_result", m["tool_call_id"], name, ok, text, error))
-        answer = next(answers)
+        answer = action
         calls = tuple((c.id, c.name, json.dumps(c.arguments, sort_keys=True)) for c in answer.calls)
         call_names.update((c.id, c.name) for c in answer.calls)
-        truth.entries.append(
-            (
-                "assistant",
-                answer.content,
-                calls,
-                "support-model",
-                (answer.prompt_tokens, answer.completion_tokens),
-            )
-        )
+        usage: tuple[int | None, int | None] = (answer.prompt_tokens, answer.completion_tokens)
+        if body.get("stream") and not (body.get("stream_options") or {}).get("include_usage"):
+            usage = (None, None)  # the provider sent no usage
+        truth.entries.append(("assistant", answer.content, calls, "support-model", usage))
         seen = len(messages) + 1
     return truth
