@@ -196,6 +196,9 @@ class _Trace:
         for s in spans:
             self.children.setdefault(s.parent_span_id, []).append(s)
         self.kinds = {s.span_id: kind_of(s) for s in spans}
+        self.wraps_llm = {  # spans with an LLM span below them
+            a.span_id for s in spans if self.kinds[s.span_id] == "llm" for a in self._ancestors(s)
+        }
         self.tool_span_calls = {
             str(c) for s in spans if self.kinds[s.span_id] == "tool" and (c := _call_id(s))
         }
@@ -203,6 +206,7 @@ class _Trace:
         self.asked: dict[str, list[tuple[str, str]]] = {}
         self.answered: set[str] = set()
         self.systems: set[str] = set()  # system prompt event ids given
+        self.with_content: set[str] = set()  # LLM spans that carry messages
         self.turns: set[tuple[str, int, tuple[str, ...]]] = set()  # user turns taken
         self.last_assistant: dict[str, tuple[int, dict[str, Any]]] = {}  # ancestor -> event
 
@@ -230,9 +234,7 @@ class _Trace:
             kind = self.kinds[span.span_id]
             per_span[span.span_id] = []
             try:
-                if kind == "llm" and not any(
-                    self.kinds[s.span_id] == "llm" for s in self.below(span)
-                ):
+                if kind == "llm" and span.span_id not in self.wraps_llm:
                     per_span[span.span_id] = self._llm(span)
                 elif kind == "tool":
                     per_span[span.span_id] = self._tool(span)
@@ -268,6 +270,8 @@ class _Trace:
         conv = ctx.conversation_id
         events: list[dict[str, Any]] = []
         prompt = input_messages(span)
+        if prompt:
+            self.with_content.add(span.span_id)
         systems = [
             t for t in system_instructions(span) if system_event_id(conv, t) not in self.systems
         ]
@@ -325,9 +329,10 @@ class _Trace:
         if failed is not None:
             events.append(self._error(span, ctx, failed, LLM_ERROR_TOOL, "llm_call"))
             return events
-        answer: Message | None = next(
-            (m for m in output_messages(span) if m.role == "assistant"), None
-        )
+        outputs = output_messages(span)
+        if outputs:
+            self.with_content.add(span.span_id)
+        answer: Message | None = next((m for m in outputs if m.role == "assistant"), None)
         calls = answer.tool_calls if answer else ()
         tool_calls: list[dict[str, Any]] = [
             {"id": c.id or f"{span.span_id}-{i}", "name": c.name, "arguments": c.arguments}
@@ -422,17 +427,16 @@ class _Trace:
 
     def _agent(self, span: Span) -> list[dict[str, Any]]:
         ctx = self.ctx(span)
-        below = self.below(span)
         confidence = as_float(span.attr(*self.config.confidence_attributes))
         events: list[dict[str, Any]] = []
-        llms = [s for s in below if self.kinds[s.span_id] == "llm"]
-        if llms:
+        if span.span_id in self.wraps_llm:
             last = self.last_assistant.get(span.span_id)
             if confidence is not None and last is not None:
                 last[1]["message"]["confidence"] = confidence
                 last[1]["message"]["confidence_source"] = "other"
             outermost = not any(self.kinds[a.span_id] == "agent" for a in self._ancestors(span))
-            if outermost and not any(input_messages(s) or output_messages(s) for s in llms):
+            below = self.below(span)
+            if outermost and not any(s.span_id in self.with_content for s in below):
                 events.extend(self._content_off(span, ctx, last[1] if last else None))
         else:
             prompt = agent_messages(span, "input")
@@ -453,7 +457,7 @@ class _Trace:
                 end = span.end_unix_nano or span.start_unix_nano
                 events.append(event(span, ctx, "message", "answer", message, end))
         failed = failure_of(span)
-        if failed is not None and not any(failure_of(s) for s in below):
+        if failed is not None and not any(failure_of(s) for s in self.below(span)):
             events.append(self._error(span, ctx, failed, AGENT_ERROR_TOOL, "agent"))
         return events
 
