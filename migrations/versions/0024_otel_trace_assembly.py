@@ -2,7 +2,8 @@
 
 ``otel_pending_spans`` keeps, durably, the spans of a trace whose root has not arrived yet
 (one export request often carries part of a trace, and the root ends last); ``otel_traces``
-remembers each mapped trace's conversation and agent for spans arriving after their root.
+remembers each mapped trace's conversation and agent (and whether it had LLM calls) for spans
+arriving after their root.
 The downgrade drops both (waiting spans are lost: map them first by letting the deadline pass).
 
 Revision ID: 0024
@@ -40,6 +41,7 @@ def upgrade() -> None:
         sa.Column("trace_id", sa.Text(), nullable=False),
         sa.Column("conversation_id", sa.Text(), nullable=True),
         sa.Column("agent_id", sa.Text(), nullable=True),
+        sa.Column("llm_calls", sa.Boolean(), nullable=False, server_default="false"),
         sa.Column("how", sa.Text(), nullable=False),
         sa.Column("resolved_at", TS, nullable=False, server_default=sa.func.now()),
         sa.PrimaryKeyConstraint("trace_id", name="otel_traces_pkey"),

@@ -15,6 +15,11 @@ of traces resolved before (``resolved``):
   once with the remembered conversation and agent (``late``);
 - the other spans wait (``park``).
 
+Traces that only wait (in ``pending``, none of their spans in the request) are planned the same
+way: after parking, the caller plans what waits for the parked traces again, so that two
+requests of one trace handled at once, each parking before it looks again, cannot both leave
+the trace waiting.
+
 ``expire`` maps what waited past the deadline (or beyond the count bound) as it is: a trace
 resolved meanwhile gets its remembered context (``late``), else the fallback: the conversation
 and agent the spans name, else the trace id as the conversation (``deadline``/``overflow``).
@@ -30,15 +35,20 @@ from monitor.otel.spans import Span
 
 @dataclass(frozen=True)
 class TraceContext:
-    """What a resolved trace named: its conversation and agent (None when not exactly one)."""
+    """What a resolved trace named: its conversation and agent (None when not exactly one),
+    and whether it had LLM calls (then a late agent span is not the only witness of its turn:
+    mapped alone it would repeat the answer its LLM spans gave)."""
 
     conversation_id: str | None
     agent_id: str | None
+    llm_calls: bool = False
 
     @staticmethod
     def of(spans: list[Span]) -> TraceContext:
         return TraceContext(
-            named_once(spans, CONVERSATION_ATTRIBUTES), named_once(spans, AGENT_ATTRIBUTES)
+            named_once(spans, CONVERSATION_ATTRIBUTES),
+            named_once(spans, AGENT_ATTRIBUTES),
+            any(kind_of(s) == "llm" for s in spans),
         )
 
 
@@ -66,7 +76,8 @@ def plan(
             out.ready.append(span)
             continue
         traces.setdefault(span.trace_id, {})[span.span_id] = span
-    for trace_id, new in traces.items():
+    for trace_id in [*traces, *(t for t in pending if t not in traces)]:
+        new = traces.get(trace_id, {})
         waiting = {s.span_id: s for s in pending.get(trace_id, [])}
         whole = {**waiting, **new}
         if trace_id in resolved:

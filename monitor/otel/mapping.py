@@ -192,6 +192,7 @@ class _Trace:
         named = TraceContext.of(spans)
         self.conversation = named.conversation_id or (known.conversation_id if known else None)
         self.agent = named.agent_id or (known.agent_id if known else None)
+        self.known_llm = known is not None and known.llm_calls  # mapped before, with LLM calls
         self.children: dict[str, list[Span]] = {}
         for s in spans:
             self.children.setdefault(s.parent_span_id, []).append(s)
@@ -438,6 +439,8 @@ class _Trace:
             below = self.below(span)
             if outermost and not any(s.span_id in self.with_content for s in below):
                 events.extend(self._content_off(span, ctx, last[1] if last else None))
+        elif self.known_llm:
+            pass  # a late agent span of a trace mapped with its LLM calls: they spoke
         else:
             prompt = agent_messages(span, "input")
             if prompt and prompt[-1].role == "user":

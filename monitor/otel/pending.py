@@ -79,11 +79,14 @@ class PendingTraces:
             for trace_id, text in rows:
                 waiting.setdefault(str(trace_id), []).append(Span.from_json(str(text)))
             known = await conn.execute(
-                select(traces_t.c.trace_id, traces_t.c.conversation_id, traces_t.c.agent_id).where(
-                    traces_t.c.trace_id.in_(ids)
-                )
+                select(
+                    traces_t.c.trace_id,
+                    traces_t.c.conversation_id,
+                    traces_t.c.agent_id,
+                    traces_t.c.llm_calls,
+                ).where(traces_t.c.trace_id.in_(ids))
             )
-            resolved = {str(t): _context(c, a) for t, c, a in known}
+            resolved = {str(t): _context(c, a, k) for t, c, a, k in known}
         return waiting, resolved
 
     @_guarded
@@ -110,6 +113,7 @@ class PendingTraces:
                 "trace_id": trace_id,
                 "conversation_id": ctx.conversation_id,
                 "agent_id": ctx.agent_id,
+                "llm_calls": ctx.llm_calls,
                 "how": how,
                 "resolved_at": now,
             }
@@ -118,7 +122,10 @@ class PendingTraces:
         stmt = insert(traces_t).values(rows)
         stmt = stmt.on_conflict_do_update(
             index_elements=[traces_t.c.trace_id],
-            set_={"resolved_at": stmt.excluded.resolved_at},
+            set_={
+                "resolved_at": stmt.excluded.resolved_at,
+                "llm_calls": traces_t.c.llm_calls | stmt.excluded.llm_calls,
+            },
         )
         async with self.engine.begin() as conn:
             await conn.execute(stmt)
@@ -173,11 +180,14 @@ class PendingTraces:
             return {}
         async with self.engine.connect() as conn:
             known = await conn.execute(
-                select(traces_t.c.trace_id, traces_t.c.conversation_id, traces_t.c.agent_id).where(
-                    traces_t.c.trace_id.in_(ids)
-                )
+                select(
+                    traces_t.c.trace_id,
+                    traces_t.c.conversation_id,
+                    traces_t.c.agent_id,
+                    traces_t.c.llm_calls,
+                ).where(traces_t.c.trace_id.in_(ids))
             )
-            return {str(t): _context(c, a) for t, c, a in known}
+            return {str(t): _context(c, a, k) for t, c, a, k in known}
 
     @_guarded
     async def waiting(self) -> int:
@@ -195,9 +205,11 @@ class PendingTraces:
         return int(result.rowcount or 0)
 
 
-def _context(conversation: object, agent: object) -> TraceContext:
+def _context(conversation: object, agent: object, llm_calls: object) -> TraceContext:
     return TraceContext(
-        None if conversation is None else str(conversation), None if agent is None else str(agent)
+        None if conversation is None else str(conversation),
+        None if agent is None else str(agent),
+        bool(llm_calls),
     )
 
 

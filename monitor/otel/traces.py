@@ -65,6 +65,11 @@ class TraceAssembler:
         pending, resolved = await self.store.load(trace_ids)
         todo = plan(spans, pending, resolved)
         await self.store.park(todo.park)
+        if todo.park:  # another request of the same trace may have parked its root meanwhile
+            again = plan([], *await self.store.load({s.trace_id for s in todo.park}))
+            todo.ready.extend(again.ready)
+            todo.contexts.update(again.contexts)
+            todo.settle.update(again.settle)
         mapped = map_spans(todo.ready, self.config, todo.contexts)
         mapped.spans = len(spans)
         return Prepared(mapped, len(todo.park), todo.settle)

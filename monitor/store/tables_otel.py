@@ -5,14 +5,15 @@
     kept until the root arrives (then mapped with its trace and deleted) or until the deadline
     or the count bound (then mapped under the fallback and deleted).
 ``otel_traces``
-    One row per trace already mapped: the conversation and agent it named and how it was
-    resolved (``root``, ``late``, ``deadline``, ``overflow``), so spans arriving after their
-    root are mapped with that context. Rows older than the memory window are deleted.
+    One row per trace already mapped: the conversation and agent it named, whether it had LLM
+    calls, and how it was resolved (``root``, ``late``, ``deadline``, ``overflow``), so spans
+    arriving after their root are mapped with that context. Rows older than the memory window
+    are deleted.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, PrimaryKeyConstraint, Table, Text, func
+from sqlalchemy import Boolean, Column, Index, PrimaryKeyConstraint, Table, Text, func
 
 from monitor.store.tables import TS, metadata
 
@@ -33,6 +34,7 @@ otel_traces = Table(
     Column("trace_id", Text, primary_key=True),
     Column("conversation_id", Text),
     Column("agent_id", Text),
+    Column("llm_calls", Boolean, nullable=False, server_default="false"),
     Column("how", Text, nullable=False),
     Column("resolved_at", TS, nullable=False, server_default=func.now()),
     Index("otel_traces_resolved_at", "resolved_at"),

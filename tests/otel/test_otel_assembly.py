@@ -4,6 +4,7 @@ bound. Spans come from the real openai-v2 / util-genai instrumentation of the su
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -88,6 +89,10 @@ async def test_split_trace_in_any_order_and_across_a_restart_equals_the_whole(
     assert await b.waiting() == 0
     assert {e.conversation_id for e in got} == {"as-tool_loop", "as-failing_tool"}
 
+    # the root's request again (an exporter retry), alone: its LLM calls spoke, it adds nothing
+    again = await send(b, [first_root])
+    assert {e.event_id for e in again} <= {e["event_id"] for e in whole}
+    assert not any(e.event_id.endswith(":answer") for e in again)
     # a span of A after its root (an exporter retry): mapped with A's remembered conversation
     late = await send(b, [children[0]])
     assert {e.conversation_id for e in late} <= {"as-tool_loop", "as-failing_tool"}
@@ -143,6 +148,24 @@ def test_plan_is_pure_and_keeps_a_lone_agent_root_waiting():
     assert plan([root], {}, {}).park == [root]
     ready = plan([chat], {"c" * 32: [root]}, {})
     assert sorted(s.span_id for s in ready.ready) == ["1" * 16, "2" * 16]
-    assert ready.settle == {"c" * 32: ("root", TraceContext("k", None))}
+    assert ready.settle == {"c" * 32: ("root", TraceContext("k", None, llm_calls=True))}
     late = plan([chat], {}, {"c" * 32: TraceContext("k", "bot")})
     assert late.ready == [chat] and late.contexts == {"c" * 32: TraceContext("k", "bot")}
+
+
+async def test_two_requests_of_one_trace_at_once_never_leave_it_waiting(
+    database_url: str, genai_spans: list[Span]
+):
+    """The root alone and its children, handled concurrently by two stores (two workers):
+    each parks, then looks again, so one of them maps the whole trace."""
+    config, clock = MappingConfig(), Clock()
+    whole = dump(map_spans(genai_spans, config).events)
+    roots = [s for s in genai_spans if s.is_local_root]
+    children = [s for s in genai_spans if not s.is_local_root]
+    a = TraceAssembler(config, store(database_url, clock))
+    b = TraceAssembler(config, store(database_url, clock))
+    for _ in range(3):  # several interleavings
+        firsts = await asyncio.gather(send(a, children), send(b, roots))
+        got = {e.event_id: e for batch in firsts for e in batch}
+        assert dump(list(got.values())) == whole
+        assert await a.waiting() == 0
