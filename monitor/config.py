@@ -130,6 +130,12 @@ class Settings(BaseSettings, RetentionSettings, GateSettings):
         description="How long a mapped trace's conversation and agent are remembered for spans "
         "arriving after their root.",
     )
+    otel_witness_wait_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a trace with its root but no LLM span waits for LLM spans "
+        "overtaken by the root before its agent span is taken as the only witness.",
+    )
     otel_evaluations_endpoint: str | None = Field(
         default=None,
         description="OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "

@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("trace_id", sa.Text(), nullable=False),
         sa.Column("span_id", sa.Text(), nullable=False),
         sa.Column("received_at", TS, nullable=False, server_default=sa.func.now()),
+        sa.Column("root", sa.Boolean(), nullable=False, server_default="false"),
         sa.Column("span", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("trace_id", "span_id", name="otel_pending_spans_pkey"),
     )

@@ -9,8 +9,9 @@ of traces resolved before (``resolved``):
 
 - a trace whose root is now known (in the request or waiting) is ready: all its spans are
   mapped together and the trace is settled ``root`` (its conversation and agent remembered);
-  an agent root that came alone, with no other span of its trace, keeps waiting for them (or
-  the deadline): mapped alone it would give the answer its LLM spans give too;
+  a trace with an agent span and no LLM span yet waits for them a grace period (then the
+  sweep maps it as it is, ``root``): mapped without them its agent span would give the answer
+  they give;
 - spans of a trace resolved before (late spans: a child ending after its root) are mapped at
   once with the remembered conversation and agent (``late``);
 - the other spans wait (``park``).
@@ -94,7 +95,8 @@ def plan(
 
 
 def expire(due: dict[str, list[Span]], resolved: dict[str, TraceContext], how: str) -> Plan:
-    """Map traces that waited too long (``how``: ``deadline`` or ``overflow``)."""
+    """Map traces that waited long enough (``how``: ``root`` past the grace period,
+    ``deadline`` or ``overflow``)."""
     out = Plan()
     for trace_id, spans in due.items():
         out.ready.extend(spans)
@@ -107,8 +109,11 @@ def expire(due: dict[str, list[Span]], resolved: dict[str, TraceContext], how: s
 
 
 def _complete(spans: list[Span]) -> bool:
-    """The local root is known; an agent root alone (its children not come yet, as when a
-    retried export overtakes them) is not enough: mapped alone it would give the answer its
-    children give too."""
-    roots = [s for s in spans if s.is_local_root]
-    return any(len(spans) > 1 or kind_of(r) != "agent" for r in roots)
+    """The local root is known, and an LLM span or no agent span. An agent span with no LLM
+    span in its trace would be the only witness of the turn (its input and output as the
+    messages): that waits a grace period (``PendingLimits.grace_s``) for LLM spans overtaken by
+    the root (a retried or concurrent export) before the sweep maps it as it is."""
+    if not any(s.is_local_root for s in spans):
+        return False
+    kinds = {kind_of(s) for s in spans}
+    return "llm" in kinds or "agent" not in kinds

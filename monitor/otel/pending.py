@@ -51,6 +51,7 @@ class PendingLimits:
     deadline_s: float = 600.0
     max_spans: int = 100_000
     memory_s: float = 3600.0
+    grace_s: float = 30.0  # a trace with its root and no LLM span waits this long for them
 
 
 class PendingTraces:
@@ -96,7 +97,13 @@ class PendingTraces:
             return
         now = self.now()
         rows = [
-            {"trace_id": s.trace_id, "span_id": s.span_id, "received_at": now, "span": s.to_json()}
+            {
+                "trace_id": s.trace_id,
+                "span_id": s.span_id,
+                "received_at": now,
+                "root": s.is_local_root,
+                "span": s.to_json(),
+            }
             for s in spans
         ]
         async with self.engine.begin() as conn:
@@ -133,20 +140,33 @@ class PendingTraces:
 
     @_guarded
     async def due(self, limit: int = 1000) -> tuple[dict[str, list[Span]], str]:
-        """Traces to map under the fallback now: waiting past the deadline (``deadline``), else
-        the longest waiting while more than ``max_spans`` spans wait (``overflow``)."""
+        """Traces to map as they are now: waiting past the deadline (``deadline``), else with
+        their root and nothing new for the grace period (``root``), else the longest waiting
+        while more than ``max_spans`` spans wait (``overflow``)."""
         cutoff = self.now() - timedelta(seconds=self.limits.deadline_s)
+        grace = self.now() - timedelta(seconds=self.limits.grace_s)
         first = func.min(pending_t.c.received_at)
         async with self.engine.connect() as conn:
-            late = await conn.execute(
-                select(pending_t.c.trace_id)
-                .group_by(pending_t.c.trace_id)
-                .having(first < cutoff)
-                .order_by(first)
-                .limit(limit)
-            )
-            ids = [str(r[0]) for r in late]
+            ids: list[str] = []
             how = "deadline"
+            for name, having in (
+                ("deadline", first < cutoff),
+                (
+                    "root",
+                    func.bool_or(pending_t.c.root) & (func.max(pending_t.c.received_at) < grace),
+                ),
+            ):
+                how = name
+                found = await conn.execute(
+                    select(pending_t.c.trace_id)
+                    .group_by(pending_t.c.trace_id)
+                    .having(having)
+                    .order_by(first)
+                    .limit(limit)
+                )
+                ids = [str(r[0]) for r in found]
+                if ids:
+                    break
             if not ids:
                 total = (await conn.execute(select(func.count()).select_from(pending_t))).scalar()
                 excess = int(total or 0) - self.limits.max_spans
@@ -220,6 +240,7 @@ def trace_assembler(settings: Settings) -> TraceAssembler:
         deadline_s=settings.otel_pending_seconds,
         max_spans=settings.otel_pending_max_spans,
         memory_s=settings.otel_trace_memory_seconds,
+        grace_s=settings.otel_witness_wait_seconds,
     )
     store = PendingTraces(make_engine(settings.database_url, pool_size=2), limits, _now)
     return TraceAssembler(mapping_config(settings), store)

@@ -23,6 +23,7 @@ otel_pending_spans = Table(
     Column("trace_id", Text, nullable=False),
     Column("span_id", Text, nullable=False),
     Column("received_at", TS, nullable=False, server_default=func.now()),
+    Column("root", Boolean, nullable=False, server_default="false"),
     Column("span", Text, nullable=False),
     PrimaryKeyConstraint("trace_id", "span_id", name="otel_pending_spans_pkey"),
     Index("otel_pending_spans_received_at", "received_at"),

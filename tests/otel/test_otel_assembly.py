@@ -169,3 +169,35 @@ async def test_two_requests_of_one_trace_at_once_never_leave_it_waiting(
         got = {e.event_id: e for batch in firsts for e in batch}
         assert dump(list(got.values())) == whole
         assert await a.waiting() == 0
+
+
+async def test_root_overtaking_the_llm_spans_waits_for_them_or_the_grace_period(
+    database_url: str, genai_spans: list[Span]
+):
+    """A root with some children but no LLM span yet (its LLM spans overtaken: a retried or
+    concurrent export) waits: with them it is exact; without them, after the grace period,
+    the agent span is the only witness."""
+    config, clock = MappingConfig(), Clock()
+    trace = [s for s in genai_spans if s.trace_id == genai_spans[0].trace_id]
+    whole = dump(map_spans(trace, config).events)
+    llm = [s for s in trace if s.attributes.get("gen_ai.operation.name") == "chat"]
+    rest = [s for s in trace if s not in llm]
+    assert llm and any(s.is_local_root for s in rest)
+    a = TraceAssembler(config, store(database_url, clock, grace_s=30))
+    b = TraceAssembler(config, store(database_url, clock, grace_s=30))
+    firsts = await asyncio.gather(send(a, rest), send(b, llm))
+    assert dump(list({e.event_id: e for x in firsts for e in x}.values())) == whole
+
+    # an agent-only trace (no LLM span ever): mapped by the sweep once quiet for the grace
+    agent_only = [Span(**{**s.__dict__, "trace_id": "d" * 32}) for s in rest if s.is_local_root]
+    assert await send(a, agent_only) == []
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    clock.at += timedelta(seconds=29)
+    assert await sweep_once(a, publish) == {}
+    clock.at += timedelta(seconds=2)
+    assert await sweep_once(a, publish) == {"root": 1}
+    assert [e.event_id.rsplit(":", 1)[1] for e in published if e.type == "message"] == ["answer"]
