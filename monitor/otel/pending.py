@@ -140,22 +140,30 @@ class PendingTraces:
 
     @_guarded
     async def due(self, limit: int = 1000) -> tuple[dict[str, list[Span]], str]:
-        """Traces to map as they are now: waiting past the deadline (``deadline``), else with
+        """Traces to map as they are now: spans of a trace already mapped (parked while another
+        request mapped it: ``late``), else waiting past the deadline (``deadline``), else with
         their root and nothing new for the grace period (``root``), else the longest waiting
         while more than ``max_spans`` spans wait (``overflow``)."""
         cutoff = self.now() - timedelta(seconds=self.limits.deadline_s)
         grace = self.now() - timedelta(seconds=self.limits.grace_s)
         first = func.min(pending_t.c.received_at)
         async with self.engine.connect() as conn:
-            ids: list[str] = []
-            how = "deadline"
-            for name, having in (
+            late = await conn.execute(
+                select(pending_t.c.trace_id)
+                .join(traces_t, traces_t.c.trace_id == pending_t.c.trace_id)
+                .distinct()
+                .limit(limit)
+            )
+            ids: list[str] = [str(r[0]) for r in late]
+            how = "late"
+            quiet = func.max(pending_t.c.received_at) < grace
+            criteria = (
                 ("deadline", first < cutoff),
-                (
-                    "root",
-                    func.bool_or(pending_t.c.root) & (func.max(pending_t.c.received_at) < grace),
-                ),
-            ):
+                ("root", func.bool_or(pending_t.c.root) & quiet),
+            )
+            for name, having in criteria:
+                if ids:
+                    break
                 how = name
                 found = await conn.execute(
                     select(pending_t.c.trace_id)
@@ -165,8 +173,6 @@ class PendingTraces:
                     .limit(limit)
                 )
                 ids = [str(r[0]) for r in found]
-                if ids:
-                    break
             if not ids:
                 total = (await conn.execute(select(func.count()).select_from(pending_t))).scalar()
                 excess = int(total or 0) - self.limits.max_spans

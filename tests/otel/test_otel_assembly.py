@@ -201,3 +201,26 @@ async def test_root_overtaking_the_llm_spans_waits_for_them_or_the_grace_period(
     clock.at += timedelta(seconds=2)
     assert await sweep_once(a, publish) == {"root": 1}
     assert [e.event_id.rsplit(":", 1)[1] for e in published if e.type == "message"] == ["answer"]
+
+
+async def test_spans_parked_while_their_trace_was_mapped_are_swept_at_once(
+    database_url: str, genai_spans: list[Span]
+):
+    """A span parked by one request while another mapped its trace (it looked before the
+    other settled) is mapped by the next sweep with the trace's conversation, not at the
+    deadline."""
+    config, clock = MappingConfig(), Clock()
+    trace = [s for s in genai_spans if s.trace_id == genai_spans[0].trace_id]
+    tool = next(s for s in trace if s.attributes.get("gen_ai.operation.name") == "execute_tool")
+    pending = store(database_url, clock)
+    assembler = TraceAssembler(config, pending)
+    await send(assembler, [s for s in trace if s is not tool])  # mapped and settled
+    await pending.park([tool])  # what the other request did after looking
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    assert await sweep_once(assembler, publish) == {"late": 1}
+    assert [(e.type, e.conversation_id) for e in published] == [("tool_result", "as-tool_loop")]
+    assert await assembler.waiting() == 0
