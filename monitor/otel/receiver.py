@@ -104,11 +104,8 @@ async def receive_traces(
         return _error(kind, 413, RESOURCE_EXHAUSTED, message)
     assembler = assembler or TraceAssembler(config)  # whole traces (docs/otel.md)
     try:
-        prepared = await assembler.prepare(spans)
+        prepared = await assembler.handle(spans, publish)
         mapped = prepared.mapped
-        if mapped.events:
-            await publish(mapped.events)
-        await assembler.settle(prepared)
     except MonitorError as exc:
         return _error(
             kind, 503, UNAVAILABLE, f"event bus unavailable: {exc}", **{"Retry-After": "5"}

@@ -12,10 +12,11 @@ is mapped as it is. Store failures raise ``StoreUnavailable`` (a retryable answe
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from monitor.contract.events import AgentEvent
 from monitor.otel.assembly import TraceContext, expire, plan
 from monitor.otel.mapping import Mapped, MappingConfig, map_spans
 from monitor.otel.spans import Span
@@ -73,6 +74,30 @@ class TraceAssembler:
         mapped = map_spans(todo.ready, self.config, todo.contexts)
         mapped.spans = len(spans)
         return Prepared(mapped, len(todo.park), todo.settle)
+
+    async def handle(
+        self, spans: list[Span], publish: Callable[[list[AgentEvent]], Awaitable[None]]
+    ) -> Prepared:
+        """``prepare``, publish, ``settle``; then the spans another request parked while these
+        traces were being mapped (it looked before they were settled) are mapped, published and
+        settled too (``late``), so that they do not wait for the sweep."""
+        prepared = await self.prepare(spans)
+        if prepared.mapped.events:
+            await publish(prepared.mapped.events)
+        await self.settle(prepared)
+        if self.store is None or not prepared.settle:
+            return prepared
+        waiting, resolved = await self.store.load(prepared.settle)
+        if waiting:
+            todo = expire(waiting, resolved, "late")
+            late = map_spans(todo.ready, self.config, todo.contexts)
+            if late.events:
+                await publish(late.events)
+            await self.store.settle(todo.settle)
+            late.spans = 0  # counted by the request that parked them
+            prepared.mapped.add(late)
+            prepared.settle.update(todo.settle)
+        return prepared
 
     async def settle(self, prepared: Prepared) -> None:
         if self.store is not None and prepared.settle:
