@@ -414,6 +414,8 @@ class _Trace:
             self.out.failures["tool"] = self.out.failures.get("tool", 0) + 1
             extra = _failure_attributes(failed)
         e = event(span, ctx, "tool_result", "tool_result", payload, end, extra)
+        if call_id is not None:  # one result per call, whichever span reports it
+            e["event_id"] = call_event_id(span.trace_id, call_id, "result")
         events = [e]
         if self.config.is_escalation_tool(name):
             confidence = as_float(span.attr(*self.config.confidence_attributes))

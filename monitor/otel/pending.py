@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -110,8 +110,9 @@ class PendingTraces:
             await conn.execute(insert(pending_t).values(rows).on_conflict_do_nothing())
 
     @_guarded
-    async def settle(self, settled: dict[str, tuple[str, TraceContext]]) -> None:
-        """Remember the traces just mapped and delete their waiting spans (after publishing)."""
+    async def settle(self, settled: dict[str, tuple[str, TraceContext]], done: list[Span]) -> None:
+        """Remember the traces just mapped and delete those of their spans that were mapped
+        (after publishing): a span parked meanwhile stays for the next look."""
         if not settled:
             return
         now = self.now()
@@ -136,7 +137,13 @@ class PendingTraces:
         )
         async with self.engine.begin() as conn:
             await conn.execute(stmt)
-            await conn.execute(delete(pending_t).where(pending_t.c.trace_id.in_(sorted(settled))))
+            keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
+            if keys:
+                await conn.execute(
+                    delete(pending_t).where(
+                        tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(keys)
+                    )
+                )
 
     @_guarded
     async def due(self, limit: int = 1000) -> tuple[dict[str, list[Span]], str]:

@@ -29,7 +29,9 @@ class PendingStore(Protocol):
         self, trace_ids: Iterable[str]
     ) -> Awaitable[tuple[dict[str, list[Span]], dict[str, TraceContext]]]: ...
     def park(self, spans: list[Span]) -> Awaitable[None]: ...
-    def settle(self, settled: dict[str, tuple[str, TraceContext]]) -> Awaitable[None]: ...
+    def settle(
+        self, settled: dict[str, tuple[str, TraceContext]], done: list[Span]
+    ) -> Awaitable[None]: ...
     def due(self) -> Awaitable[tuple[dict[str, list[Span]], str]]: ...
     def contexts(self, trace_ids: Iterable[str]) -> Awaitable[dict[str, TraceContext]]: ...
     def waiting(self) -> Awaitable[int]: ...
@@ -43,6 +45,7 @@ class Prepared:
     mapped: Mapped
     parked: int = 0
     settle: dict[str, tuple[str, TraceContext]] = field(default_factory=dict)
+    done: list[Span] = field(default_factory=list)  # the spans mapped (deleted if waiting)
 
     def resolutions(self) -> dict[str, int]:
         """Traces settled by how (``root``, ``late``, ``deadline``, ``overflow``)."""
@@ -72,8 +75,9 @@ class TraceAssembler:
             todo.contexts.update(again.contexts)
             todo.settle.update(again.settle)
         mapped = map_spans(todo.ready, self.config, todo.contexts)
+        done = [s for s in todo.ready if s.trace_id in todo.settle]
         mapped.spans = len(spans)
-        return Prepared(mapped, len(todo.park), todo.settle)
+        return Prepared(mapped, len(todo.park), todo.settle, done)
 
     async def handle(
         self, spans: list[Span], publish: Callable[[list[AgentEvent]], Awaitable[None]]
@@ -93,7 +97,7 @@ class TraceAssembler:
             late = map_spans(todo.ready, self.config, todo.contexts)
             if late.events:
                 await publish(late.events)
-            await self.store.settle(todo.settle)
+            await self.store.settle(todo.settle, todo.ready)
             late.spans = 0  # counted by the request that parked them
             prepared.mapped.add(late)
             prepared.settle.update(todo.settle)
@@ -101,7 +105,7 @@ class TraceAssembler:
 
     async def settle(self, prepared: Prepared) -> None:
         if self.store is not None and prepared.settle:
-            await self.store.settle(prepared.settle)
+            await self.store.settle(prepared.settle, prepared.done)
 
     async def sweep(self) -> Prepared:
         """The traces due under the fallback (nothing without a store)."""
@@ -112,7 +116,8 @@ class TraceAssembler:
             return Prepared(Mapped())
         resolved = await self.store.contexts(due)
         todo = expire(due, resolved, how)
-        return Prepared(map_spans(todo.ready, self.config, todo.contexts), 0, todo.settle)
+        mapped = map_spans(todo.ready, self.config, todo.contexts)
+        return Prepared(mapped, 0, todo.settle, todo.ready)
 
     async def waiting(self) -> int:
         if self.store is None:

@@ -60,9 +60,14 @@ def store(url: str, clock: Clock, **limits: Any) -> PendingTraces:
 
 
 async def send(assembler: TraceAssembler, spans: list[Span]) -> list[AgentEvent]:
-    prepared = await assembler.prepare(spans)
-    await assembler.settle(prepared)  # as the receiver does once the events are published
-    return prepared.mapped.events
+    """What one export request publishes (as the receiver: ``handle``)."""
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    await assembler.handle(spans, publish)
+    return published
 
 
 async def test_split_trace_in_any_order_and_across_a_restart_equals_the_whole(
@@ -223,4 +228,28 @@ async def test_spans_parked_while_their_trace_was_mapped_are_swept_at_once(
 
     assert await sweep_once(assembler, publish) == {"late": 1}
     assert [(e.type, e.conversation_id) for e in published] == [("tool_result", "as-tool_loop")]
+    assert await assembler.waiting() == 0
+
+
+async def test_a_span_parked_while_its_trace_is_published_is_mapped_by_that_request(
+    database_url: str, genai_spans: list[Span]
+):
+    config, clock = MappingConfig(), Clock()
+    trace = [s for s in genai_spans if s.trace_id == genai_spans[0].trace_id]
+    tool = next(s for s in trace if s.attributes.get("gen_ai.operation.name") == "execute_tool")
+    pending = store(database_url, clock)
+    assembler = TraceAssembler(config, pending)
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        if not published:  # another request parks the tool span while this one publishes
+            await pending.park([tool])
+        published.extend(events)
+
+    await assembler.handle([s for s in trace if s is not tool], publish)
+    # the trace was mapped without its tool span (the result from the next call's history);
+    # the tool span then gives the same call's result under the same id: stored once
+    assert {e.event_id for e in published} == {e.event_id for e in map_spans(trace, config).events}
+    results = [e for e in published if e.type == "tool_result"]
+    assert len(results) == 2 and len({e.event_id for e in results}) == 1
     assert await assembler.waiting() == 0

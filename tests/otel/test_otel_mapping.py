@@ -128,7 +128,7 @@ def test_genai_messages_tool_calls_usage_and_escalation_by_call_id():
     ]
     assert msg["attributes"]["gen_ai.usage.input_tokens"] == 12
     assert events[call_escalation]["escalation"]["trigger"] == "agent"
-    assert events[f"otel:{TRACE}:{'3' * 16}:tool_result"]["tool_result"]["ok"] is True
+    assert events[f"otel:{TRACE}:call:call-1:result"]["tool_result"]["ok"] is True
 
 
 def test_openinference_and_openllmetry_flattened_messages():
