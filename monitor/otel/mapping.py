@@ -24,7 +24,9 @@ docs/otel.md "Transcript reconstruction":
    that tool name); a failed tool span gives ``ok: false`` and the error;
 5. an agent span that has LLM calls below it adds no message (its input and output
    repeat its children's) and no usage (its usage is the sum of its children's); its
-   confidence goes to the last assistant message below it; when no LLM call below carries
+   confidence goes to the last assistant message below it; but when that message has no text
+   (the last call asked for tools, or failed) and the agent span has an output, that output
+   is the agent's own answer (``...:answer``, with the confidence); when no LLM call below carries
    content (capture off), the outermost agent's input is the user message and its output the
    text of the last answer that has neither text nor tool calls; without LLM calls below it,
    it is the only witness and gives the user message and the answer (``...:answer``);
@@ -434,13 +436,16 @@ class _Trace:
         events: list[dict[str, Any]] = []
         if span.span_id in self.wraps_llm:
             last = self.last_assistant.get(span.span_id)
+            outermost = not any(self.kinds[a.span_id] == "agent" for a in self._ancestors(span))
+            if outermost and not any(s.span_id in self.with_content for s in self.below(span)):
+                events.extend(self._content_off(span, ctx, last[1] if last else None))
+            elif (last is None or last[1]["message"].get("content") is None) and self._said(span):
+                # the last LLM call below asked for tools (or failed): the agent's own answer
+                events.append(self._answer(span, ctx, confidence))
+                confidence = None
             if confidence is not None and last is not None:
                 last[1]["message"]["confidence"] = confidence
                 last[1]["message"]["confidence_source"] = "other"
-            outermost = not any(self.kinds[a.span_id] == "agent" for a in self._ancestors(span))
-            below = self.below(span)
-            if outermost and not any(s.span_id in self.with_content for s in below):
-                events.extend(self._content_off(span, ctx, last[1] if last else None))
         elif self.known_llm:
             pass  # a late agent span of a trace mapped with its LLM calls: they spoke
         else:
@@ -448,23 +453,29 @@ class _Trace:
             if prompt and prompt[-1].role == "user":
                 payload = {"role": "user", "content": clip(prompt[-1].content)}
                 events.append(event(span, ctx, "message", "user", payload, span.start_unix_nano))
-            answer = next(
-                (m for m in agent_messages(span, "output") if m.role == "assistant"), None
-            )
-            if answer is not None or confidence is not None:
-                message: dict[str, Any] = {
-                    "role": "assistant",
-                    "content": clip(answer.content) if answer else None,
-                }
-                if confidence is not None:
-                    message["confidence"] = confidence
-                    message["confidence_source"] = "other"
-                end = span.end_unix_nano or span.start_unix_nano
-                events.append(event(span, ctx, "message", "answer", message, end))
+            if confidence is not None or self._said(span):
+                events.append(self._answer(span, ctx, confidence))
         failed = failure_of(span)
         if failed is not None and not any(failure_of(s) for s in self.below(span)):
             events.append(self._error(span, ctx, failed, AGENT_ERROR_TOOL, "agent"))
         return events
+
+    def _answer(self, span: Span, ctx: SpanContext, confidence: float | None) -> dict[str, Any]:
+        """The agent span's own answer (part ``answer``), with its confidence."""
+        answer = next((m for m in agent_messages(span, "output") if m.role == "assistant"), None)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": clip(answer.content) if answer else None,
+        }
+        if confidence is not None:
+            message["confidence"] = confidence
+            message["confidence_source"] = "other"
+        end = span.end_unix_nano or span.start_unix_nano
+        return event(span, ctx, "message", "answer", message, end)
+
+    def _said(self, span: Span) -> bool:
+        """The agent span has an output of its own (an answer)."""
+        return any(m.role == "assistant" for m in agent_messages(span, "output"))
 
     def _content_off(
         self, span: Span, ctx: SpanContext, last: dict[str, Any] | None

@@ -230,7 +230,7 @@ async def test_example_script_exports_and_analytics_show_its_agent(
     escalated = sum(c < 0.35 for c, _ in truth)
     assert 0 < escalated < n
     await asyncio.to_thread(run_example, worker, "http/protobuf", n, seed)
-    total = 4 * n + escalated  # user, outcome, assistant, tool_result (+ escalation)
+    total = 5 * n + escalated  # user, assistant, tool_result, answer, outcome (+ escalation)
     assert await wait_for_count(database_url, total, stable_s=1.0) == total
 
     calibration = await asyncio.to_thread(cli_json, database_url, "calibration")

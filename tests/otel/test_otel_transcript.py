@@ -285,3 +285,36 @@ def test_openinference_content_parts():
         },
     )
     assert lines([llm]) == [("message", "user", "Look at\nthis"), ("message", "assistant", "Seen.")]
+
+
+def test_agent_answer_after_a_tool_asking_call_is_its_own_and_takes_the_confidence():
+    call = {"type": "tool_call", "id": "t1", "name": "lookup", "arguments": {}}
+    root = agent(
+        **{
+            "gen_ai.output.messages": msgs(("assistant", "It is on its way.")),
+            "monitor.confidence": 0.8,
+        }
+    )
+    asks = Span(
+        TRACE,
+        "1" * 16,
+        root.span_id,
+        "chat",
+        10**9,
+        2 * 10**9,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": msgs(("user", "Where?")),
+            "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [call]}]),
+        },
+    )
+    events = [json.loads(e.to_json()) for e in map_spans([root, asks], CONFIG).events]
+    answers = [e for e in events if e["type"] == "message" and e["message"]["role"] == "assistant"]
+    assert [
+        (
+            a["event_id"].rsplit(":", 1)[1],
+            a["message"].get("content"),
+            a["message"].get("confidence"),
+        )
+        for a in answers
+    ] == [("assistant", None, None), ("answer", "It is on its way.", 0.8)]
