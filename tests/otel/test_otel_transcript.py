@@ -310,6 +310,7 @@ def test_agent_answer_after_a_tool_asking_call_is_its_own_and_takes_the_confiden
     )
     events = [json.loads(e.to_json()) for e in map_spans([root, asks], CONFIG).events]
     answers = [e for e in events if e["type"] == "message" and e["message"]["role"] == "assistant"]
+    answers.sort(key=lambda e: datetime.fromisoformat(e["ts"]))
     assert [
         (
             a["event_id"].rsplit(":", 1)[1],
