@@ -174,6 +174,10 @@ def map_spans(
         trace[span.span_id] = span
     for trace_id, by_id in traces.items():
         _Trace(by_id, config, out, (contexts or {}).get(trace_id)).map()
+    unique: dict[str, AgentEvent] = {}
+    for e in out.events:  # one event per id (the first), as the store keeps it
+        unique.setdefault(e.event_id, e)
+    out.events = list(unique.values())
     return out
 
 
