@@ -119,6 +119,45 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="Comma-separated span attributes whose truthy value marks an escalation "
         "(a string value is the reason; '<first>.trigger' names the trigger).",
     )
+    otel_pending_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long spans wait in Postgres for their trace's root before they are "
+        "mapped under the fallback (the trace id as the conversation).",
+    )
+    otel_pending_max_spans: int = Field(
+        default=100_000,
+        ge=1,
+        description="At most this many spans wait; beyond, the traces waiting longest are "
+        "mapped under the fallback first.",
+    )
+    otel_trace_memory_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long a mapped trace's conversation and agent are remembered for spans "
+        "arriving after their root.",
+    )
+    otel_witness_wait_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a trace with its root but no LLM span waits for LLM spans "
+        "overtaken by the root before its agent span is taken as the only witness.",
+    )
+    otel_evaluations_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "
+        "every judge verdict as a gen_ai.evaluation.result event; unset: not exported.",
+    )
+    otel_evaluations_headers: str = Field(
+        default="",
+        description="Headers of the evaluations export, 'key=value' pairs separated by commas "
+        "(values URL-encoded, as OTEL_EXPORTER_OTLP_HEADERS).",
+    )
+    otel_sweep_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the worker maps the traces past the deadline or count bound.",
+    )
 
     # --- credentials (monitor.auth; docs/robustness.md "Threat model") ---------------------
     gate_origin_key: str | None = Field(

@@ -62,12 +62,14 @@ EDGE_MODULES = frozenset({
     "monitor.alerts.sinks.alertmanager", "monitor.alerts.sinks.slack",
     "monitor.alerts.sinks.registry",
     "monitor.dashboards.push", "monitor.replay.send", "monitor.sdk", "monitor.sdk.emitter_async",
-    "monitor.sdk.batches", "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.gate.state",
+    "monitor.sdk.batches", "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.otel.pending",
+    "monitor.otel.evaluation_export", "monitor.otel.sweeper", "monitor.gate.state",
     "monitor.gate.effect_repo", "monitor.sdk.gate_client", "monitor.gate.buffer",
     "monitor.gate.producer", "monitor.auth.repo", "monitor.auth.origin_key",
 })
 # mode (faust's service library) only where the worker's long-running services are defined
-MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic"})
+MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic",
+                          "monitor.otel.sweeper"})
 TOP_LEVEL_ALLOWED = frozenset({"__init__.py", "config.py"})
 
 

@@ -4,13 +4,17 @@ which topic and consumer group (``monitor.worker.services`` calls :func:`build_l
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 from monitor.config import Settings
+from monitor.judges.base import Verdict
 from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.domains import load_domains
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.judges.runner import JudgeRunner
 from monitor.judges.worker import JudgeConfig, JudgeLoop
+from monitor.otel.evaluation_export import EvaluationExporter
 from monitor.sampling.rules import AlwaysSampleRules
 from monitor.telemetry.ops_metrics import OpsMetrics
 
@@ -54,4 +58,34 @@ def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules
     log.info("judge domains: %s", ", ".join(f"{n} ({len(d.references)} references)"
                                             for n, d in sorted(domains.items())) or "none")
     runner = JudgeRunner(deterministic_judges(), llm, domains)
-    return JudgeLoop(config, runner, rules, metrics)
+    loop = JudgeLoop(config, runner, rules, metrics)
+    if settings.otel_evaluations_endpoint:
+        loop.verdict_sink = evaluation_sink(settings, metrics)
+    return loop
+
+
+def evaluation_sink(
+    settings: Settings, metrics: OpsMetrics
+) -> Callable[[list[Verdict]], Awaitable[bool]]:
+    """Export verdicts to ``otel_evaluations_endpoint`` and count the outcome."""
+    assert settings.otel_evaluations_endpoint
+    exporter = EvaluationExporter(
+        settings.otel_evaluations_endpoint, otlp_headers(settings.otel_evaluations_headers)
+    )
+
+    async def sink(verdicts: list[Verdict]) -> bool:
+        ok = await exporter.export(verdicts)
+        metrics.evaluations_exported.labels("ok" if ok else "failed").inc(len(verdicts))
+        return ok
+
+    return sink
+
+
+def otlp_headers(text: str) -> dict[str, str]:
+    """``k1=v1,k2=v2`` with URL-encoded values (the OTEL_EXPORTER_OTLP_HEADERS format)."""
+    out: dict[str, str] = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = unquote(value.strip())
+    return out

@@ -107,6 +107,10 @@ class JudgeLoop:
         self._producer: AIOKafkaProducer | None = None
         self._tool_agents: dict[str, tuple[bool, float]] = {}  # agent -> (uses tools, when)
         self._executor = ThreadPoolExecutor(config.threads, thread_name_prefix="judge")
+        # stored verdicts are handed to this sink (e.g. the OTLP evaluations export), in the
+        # background: it must not raise and never delays judging
+        self.verdict_sink: Callable[[list[Verdict]], Awaitable[object]] | None = None
+        self._sinking: set[asyncio.Future[object]] = set()
 
     async def start(self) -> None:
         cfg = self.config
@@ -225,6 +229,10 @@ class JudgeLoop:
         if await self._store(lambda: write(pool, list(agents), cols)) is None:
             return False
         now = self.clock.monotonic()
+        if self.verdict_sink is not None and verdicts:
+            task = asyncio.ensure_future(self.verdict_sink(verdicts))
+            self._sinking.add(task)
+            task.add_done_callback(self._sinking.discard)
         for v in verdicts:
             self.metrics.verdicts.labels(v.judge, v.status).inc()
         for j in done:

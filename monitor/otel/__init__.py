@@ -3,6 +3,8 @@
 - ``spans``: the neutral span model; ``messages``: chat messages of an LLM span under the GenAI,
   OpenInference and OpenLLMetry conventions; ``mapping``: spans -> events (pure, docs/otel.md);
 - ``decode``: OTLP protobuf/JSON/gzip decoding and OTLP answers (``opentelemetry-proto``);
+- ``assembly`` (pure) / ``pending`` (Postgres) / ``traces``: whole traces across export
+  requests; ``sweeper``: the fallback for traces whose root never came;
 - ``receiver``: the endpoint's logic as a pure async function, wired by ``monitor.worker.app``.
 """
 
@@ -41,6 +43,9 @@ def trace_limits(settings: Settings) -> TraceLimits:
 # The modules other packages may import (besides this package's own names): the
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
+    "evaluation_export",
+    "pending",
     "receiver",
+    "sweeper",
     "topic",
 )

@@ -2,8 +2,10 @@
 
 ``kind_of``: ``agent``, ``llm``, ``tool`` or ``other`` from ``gen_ai.operation.name``,
 ``openinference.span.kind`` or ``traceloop.span.kind``. ``SpanContext.of``: agent, conversation,
-version and model from the span or its nearest ancestor in the same request that has them,
-else the resource (``gen_ai.agent.*``, ``service.name``, ``service.version``) and the trace id.
+version and model from the span or its nearest ancestor in the trace that has them, else the
+one conversation / agent the rest of the trace names (OpenInference puts ``session.id`` on the
+LLM spans only, GenAI on the agent span only), else the resource (``gen_ai.agent.*``,
+``service.name``, ``service.version``) and, for the conversation, the trace id.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from monitor.otel.spans import Span
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
+CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id")
+AGENT_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
 
 
 def kind_of(span: Span) -> str:
@@ -39,10 +43,14 @@ class SpanContext:
     agent_version: str | None
     conversation_id: str
     model: str | None
-    nested: bool  # an agent or LLM span is among the ancestors in this request
 
     @staticmethod
-    def of(span: Span, by_id: dict[str, Span]) -> SpanContext:
+    def of(
+        span: Span,
+        by_id: dict[str, Span],
+        trace_conversation: str | None = None,
+        trace_agent: str | None = None,
+    ) -> SpanContext:
         chain = [span]
         seen = {span.span_id}
         while (parent := by_id.get(chain[-1].parent_span_id)) is not None:
@@ -58,10 +66,10 @@ class SpanContext:
             return None
 
         res = span.resource
-        agent = first("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
+        agent = first(*AGENT_ATTRIBUTES) or trace_agent
         agent = agent or res.get("gen_ai.agent.id") or res.get("gen_ai.agent.name")
         agent = agent or res.get("service.name") or "unknown_service"
-        conversation = first("gen_ai.conversation.id", "session.id") or span.trace_id
+        conversation = first(*CONVERSATION_ATTRIBUTES) or trace_conversation or span.trace_id
         model = span.attr("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
         return SpanContext(
             agent_id=str(agent),
@@ -69,8 +77,13 @@ class SpanContext:
             agent_version=_str(first("gen_ai.agent.version") or res.get("service.version")),
             conversation_id=str(conversation),
             model=_str(model),
-            nested=any(kind_of(s) in ("agent", "llm") for s in chain[1:]),
         )
+
+
+def named_once(spans: list[Span], names: tuple[str, ...]) -> str | None:
+    """The value of ``names`` when the spans name exactly one, else None."""
+    values = {str(v) for s in spans if (v := s.attr(*names)) is not None}
+    return values.pop() if len(values) == 1 else None
 
 
 def _str(value: Any) -> str | None:

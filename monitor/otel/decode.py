@@ -28,6 +28,7 @@ from monitor.otel.spans import Span, SpanEvent
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+_PARENT_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 
 
 class UnsupportedMediaType(Exception):
@@ -84,6 +85,7 @@ def decode_request(body: bytes, kind: str) -> list[Span]:
                         status_code=s.status.code,
                         status_message=s.status.message,
                         resource=resource,
+                        parent_remote=bool(s.flags & _PARENT_IS_REMOTE),
                     )
                 )
     return spans

@@ -33,9 +33,31 @@ class ToolCallOut:
 
 @dataclass(frozen=True)
 class Message:
+    """One chat message; ``tool_call_id`` is set on a tool result (role ``tool``)."""
+
     role: str
     content: str | None
     tool_calls: tuple[ToolCallOut, ...] = ()
+    tool_call_id: str | None = None
+
+
+def system_instructions(span: Span) -> list[str]:
+    """The system prompt texts of ``span``: ``gen_ai.system_instructions`` (a JSON list of
+    parts, or a string) and the ``system``-role input messages, each distinct text once."""
+    texts: list[str] = []
+    value = span.attributes.get("gen_ai.system_instructions")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = [{"type": "text", "content": value}]
+    for part in value if isinstance(value, list) else []:
+        if isinstance(part, dict) and isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        elif isinstance(part, str):
+            texts.append(part)
+    texts.extend(m.content for m in input_messages(span) if m.role == "system" and m.content)
+    return list(dict.fromkeys(texts))
 
 
 def input_messages(span: Span) -> list[Message]:
@@ -44,8 +66,50 @@ def input_messages(span: Span) -> list[Message]:
 
 
 def output_messages(span: Span) -> list[Message]:
-    """The completion messages of ``span`` (possibly empty)."""
-    return _messages(span, "output")
+    """The completion messages of ``span`` (possibly empty); last resort: a JSON
+    ``output.value`` holding a chat completion, chat messages or a Responses API response (the
+    OpenAI Agents SDK's streamed generations carry only that)."""
+    return _messages(span, "output") or _output_value(span)
+
+
+def _output_value(span: Span) -> list[Message]:
+    value = span.attributes.get("output.value")
+    if not isinstance(value, str) or not value.lstrip().startswith(("{", "[")):
+        return []
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return []
+    items = data if isinstance(data, list) else [data]
+    out: list[Message] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("choices"), list):  # a chat completion
+            for choice in item["choices"][:1]:
+                if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+                    out.append(_semconv_message({"role": "assistant", **choice["message"]}))
+        elif item.get("object") == "response" and isinstance(item.get("output"), list):
+            out.append(_response_message(item["output"]))
+        elif item.get("role") == "assistant":  # a chat message
+            out.append(_semconv_message(item))
+    return out
+
+
+def _response_message(output: list[Any]) -> Message:
+    """A Responses API ``output`` list as one assistant message (texts and function calls)."""
+    texts: list[str] = []
+    calls: list[ToolCallOut] = []
+    for item in output:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call" and item.get("name"):
+            calls.append(_call(item.get("call_id"), item["name"], item.get("arguments")))
+        elif item.get("type") == "message":
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"]:
+                    texts.append(part["text"])
+    return Message("assistant", "\n".join(texts) if texts else None, tuple(calls))
 
 
 def agent_messages(span: Span, side: str) -> list[Message]:
@@ -103,21 +167,34 @@ def _semconv_message(item: dict[str, Any]) -> Message:
     role = str(item.get("role") or "assistant")
     texts: list[str] = []
     calls: list[ToolCallOut] = []
+    call_id = item.get("tool_call_id")
     if isinstance(item.get("content"), str):  # the older {"role", "content"} shape
         texts.append(item["content"])
     for part in item.get("parts") or []:
         if not isinstance(part, dict):
             continue
         if part.get("type") == "text" and isinstance(part.get("content"), str):
+            if not part["content"]:  # a stream's empty first delta is no text
+                continue
             texts.append(part["content"])
         elif part.get("type") == "tool_call" and part.get("name"):
             calls.append(_call(part.get("id"), part["name"], part.get("arguments")))
+        elif part.get("type") == "tool_call_response":
+            call_id = part.get("id") or call_id
+            response = part.get("response")
+            if response is not None:
+                texts.append(response if isinstance(response, str) else _dumps(response))
     for call in item.get("tool_calls") or []:
         if isinstance(call, dict):
             fn = call.get("function") if isinstance(call.get("function"), dict) else call
             if fn and fn.get("name"):
                 calls.append(_call(call.get("id"), fn["name"], fn.get("arguments")))
-    return Message(role, "\n".join(texts) if texts else None, tuple(calls))
+    content = "\n".join(texts) if texts else None
+    return Message(role, content, tuple(calls), None if call_id in (None, "") else str(call_id))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=str)
 
 
 def _flattened(attrs: dict[str, Any], prefix: str, build: Any) -> list[Message]:
@@ -143,7 +220,20 @@ def _oi_message(group: dict[str, Any]) -> Message | None:
             break
         calls.append(_call(group.get(p + "id"), name, group.get(p + "function.arguments")))
     content = group.get("message.content")
-    return Message(str(role), None if content is None else str(content), tuple(calls))
+    if content is None:  # a list of parts: message.contents.{k}.message_content.text
+        parts = [
+            str(group[f"message.contents.{k}.message_content.text"])
+            for k in range(64)
+            if group.get(f"message.contents.{k}.message_content.text") is not None
+        ]
+        content = "\n".join(parts) if parts else None
+    call_id = group.get("message.tool_call_id")
+    return Message(
+        str(role),
+        None if content is None else str(content),
+        tuple(calls),
+        None if call_id in (None, "") else str(call_id),
+    )
 
 
 def _openllmetry_message(group: dict[str, Any]) -> Message | None:
@@ -159,7 +249,13 @@ def _openllmetry_message(group: dict[str, Any]) -> Message | None:
             _call(group.get(f"tool_calls.{j}.id"), name, group.get(f"tool_calls.{j}.arguments"))
         )
     content = group.get("content")
-    return Message(str(role), None if content is None else str(content), tuple(calls))
+    call_id = group.get("tool_call_id")
+    return Message(
+        str(role),
+        None if content is None else str(content),
+        tuple(calls),
+        None if call_id in (None, "") else str(call_id),
+    )
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> ToolCallOut:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
@@ -59,7 +59,9 @@ from monitor.otel.decode import (
     encode_status,
     media_type,
 )
-from monitor.otel.mapping import Mapped, MappingConfig, map_spans
+from monitor.otel.mapping import MappingConfig
+from monitor.otel.spans import Span
+from monitor.otel.traces import TraceAssembler
 
 # gRPC codes of the google.rpc.Status bodies
 INVALID_ARGUMENT = 3
@@ -70,7 +72,13 @@ UNAUTHENTICATED = 16
 PERMISSION_DENIED = 7
 STATUS_CODES = {401: UNAUTHENTICATED, 403: PERMISSION_DENIED}  # else RESOURCE_EXHAUSTED (429)
 
-Answer = Reply  # what to send back; ``counts``: accepted/dropped/rejected spans for the metrics
+@dataclass
+class Answer(Reply):
+    """What to send back; ``counts``: mapped/dropped/rejected spans and those waiting for their
+    trace's root, ``failures``: failed calls by kind, ``traces``: traces settled by how."""
+
+    failures: dict[str, int] = field(default_factory=dict)
+    traces: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,10 +92,6 @@ class TraceLimits:
     @property
     def body(self) -> BodyLimits:
         return BodyLimits(self.max_body_bytes, self.max_inflate_ratio, self.read_timeout_s)
-
-
-class TooManySpans(Exception):
-    """More spans than ``max_spans`` (-> 413)."""
 
 
 def _error(kind: str, status: int, code: int, message: str, **headers: str) -> Answer:
@@ -114,9 +118,12 @@ async def receive_traces(
     peer: str | None = None,
     offload: Offload = inline,
     slots: asyncio.Semaphore | None = None,
+    assembler: TraceAssembler | None = None,
 ) -> Answer:
     """Handle one export request (see the module docstring for the answers); ``slots``
-    bounds the requests reading and decoding a body at once (503 when none frees up)."""
+    bounds the requests reading and decoding a body at once (503 when none frees up);
+    ``assembler`` holds spans whose trace root has not arrived (docs/otel.md; without one,
+    each request is mapped on its own)."""
     try:
         kind: str | None = media_type(content_type)
     except UnsupportedMediaType:
@@ -145,6 +152,7 @@ async def receive_traces(
                 config,
                 offload,
                 grant,
+                assembler or TraceAssembler(config),
             )
     except Busy as exc:
         return _error(kind, 503, UNAVAILABLE, str(exc), **{"Retry-After": "1"})
@@ -160,6 +168,7 @@ async def _receive(
     config: MappingConfig,
     offload: Offload,
     grant: Grant,
+    assembler: TraceAssembler,
 ) -> Answer:
     """Read, decode, map and publish one admitted request (events outside ``grant``
     rejected)."""
@@ -177,27 +186,39 @@ async def _receive(
     except BadEncoding as exc:
         return _error(kind, 400, INVALID_ARGUMENT, str(exc))
 
-    def decode_and_map() -> Mapped:
+    def decode() -> list[Span]:
         spans = decode_request(body, kind)
         if len(spans) > limits.max_spans:
-            raise TooManySpans(f"{len(spans)} spans, limit is {limits.max_spans}")
-        return in_scope(map_spans(spans, config), grant)
+            raise BodyTooLarge(f"{len(spans)} spans, limit is {limits.max_spans}")
+        return spans
 
     try:
-        if len(body) <= limits.inline_parse_bytes:
-            mapped = decode_and_map()
-        else:
-            mapped = await offload(decode_and_map)
+        spans = decode() if len(body) <= limits.inline_parse_bytes else await offload(decode)
     except UndecodableBody as exc:
         return _error(kind, 400, INVALID_ARGUMENT, str(exc))
-    except TooManySpans as exc:
+    except BodyTooLarge as exc:
         return _error(kind, 413, RESOURCE_EXHAUSTED, str(exc))
-    if mapped.events:
-        try:
-            await publish(mapped.events)
-        except MonitorError as exc:
-            message = f"event bus unavailable: {exc}"
-            return _error(kind, 503, UNAVAILABLE, message, **{"Retry-After": "5"})
+    out_of_scope: list[str] = []
+
+    async def publish_in_scope(events: list[AgentEvent]) -> None:
+        kept = [e for e in events if grant.allows(e.agent.id)]
+        out_of_scope.extend(
+            f"out_of_scope: agent {e.agent.id[:140]!r} is outside the scope of this key"
+            for e in events
+            if not grant.allows(e.agent.id)
+        )
+        if kept:
+            await publish(kept)
+
+    try:
+        prepared = await assembler.handle(spans, publish_in_scope)
+    except MonitorError as exc:
+        message = f"event bus unavailable: {exc}"
+        return _error(kind, 503, UNAVAILABLE, message, **{"Retry-After": "5"})
+    mapped = prepared.mapped
+    for reason in out_of_scope:
+        mapped.reject(reason)
+    mapped.events = [e for e in mapped.events if grant.allows(e.agent.id)]
     message = "; ".join(mapped.errors)
     answer = Answer(200, encode_response(kind, mapped.rejected, message), kind)
     answer.counts = {
@@ -206,20 +227,11 @@ async def _receive(
         "rejected": mapped.rejected,
         "events": len(mapped.events),
     }
+    if prepared.parked:  # waiting in the store for their trace's root
+        answer.counts["waiting"] = prepared.parked
+    answer.failures = dict(mapped.failures)
+    answer.traces = prepared.resolutions()
     return answer
-
-
-def in_scope(mapped: Mapped, grant: Grant) -> Mapped:
-    """``mapped`` with the events of agents outside ``grant`` rejected (``out_of_scope``)."""
-    kept = []
-    for event in mapped.events:
-        if grant.allows(event.agent.id):
-            kept.append(event)
-        else:
-            who = event.agent.id[:140]
-            mapped.reject(f"out_of_scope: agent {who!r} is outside the scope of this key")
-    mapped.events = kept
-    return mapped
 
 
 __all__ = ["JSON", "PROTOBUF", "Answer", "TraceLimits", "receive_traces"]

@@ -8,7 +8,8 @@ keeps them as given; the mapping rejects it (OTLP partial success) instead of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 STATUS_UNSET = 0
@@ -40,6 +41,22 @@ class Span:
     status_code: int = STATUS_UNSET
     status_message: str = ""
     resource: dict[str, Any] = field(default_factory=dict)
+    parent_remote: bool = False  # the parent is in another process (OTLP span flags)
+
+    @property
+    def is_local_root(self) -> bool:
+        """No parent, or a parent in another process: the top of this process' trace tree."""
+        return not self.parent_span_id or self.parent_remote
+
+    def to_json(self) -> str:
+        """The span as JSON (for the pending store); ``from_json`` reads it back."""
+        return json.dumps(asdict(self), default=str)
+
+    @staticmethod
+    def from_json(text: str) -> Span:
+        data = json.loads(text)
+        events = tuple(SpanEvent(**e) for e in data.pop("events", []))
+        return Span(**data, events=events)
 
     def attr(self, *names: str) -> Any:
         """The value of the first of ``names`` present on the span (None if none is)."""

@@ -3,11 +3,13 @@
 Each record's value is one OTLP ``ExportTraceServiceRequest`` in protobuf, as the OpenTelemetry
 Collector's ``kafka`` exporter writes it (``encoding: otlp_proto``). ``TraceTopicService`` reads
 the topic in its own consumer group (``<consumer_group>-traces``), maps the spans exactly as
-``POST /v1/traces`` does, publishes the events to the events topic through the worker's
-producer, and commits the offsets only after the producer acknowledged them (at-least-once; the
-deterministic event ids make a replay idempotent). A record that is not a request is counted as
-rejected (``monitor_otlp_spans_total{result="bad_record"}``) and skipped; when the producer
-fails the consumer goes back to the last committed offsets and retries after a pause.
+``POST /v1/traces`` does (the same ``TraceAssembler``: spans whose trace root has not come yet
+wait in Postgres), publishes the events to the events topic through the worker's producer,
+settles the mapped traces, and commits the offsets only after the producer acknowledged them
+(at-least-once; the deterministic event ids make a replay idempotent). A record that is not a
+request is counted as rejected (``monitor_otlp_spans_total{result="bad_record"}``) and
+skipped; when the producer fails the consumer goes back to the last committed offsets and
+retries after a pause.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from mode import Service
 
 from monitor.config import Settings
 from monitor.core.errors import MonitorError
-from monitor.otel import mapping_config
 from monitor.otel.decode import PROTOBUF, UndecodableBody, decode_request
-from monitor.otel.mapping import map_spans
+from monitor.otel.traces import Prepared, TraceAssembler
 from monitor.sdk import EventEmitter
 from monitor.telemetry.ops_metrics import OpsMetrics
 
@@ -35,14 +36,19 @@ class TraceTopicService(Service):
     """Consumes ``settings.topic_traces`` for the worker's lifetime (see the module docstring)."""
 
     def __init__(
-        self, settings: Settings, metrics: OpsMetrics, emitter: EventEmitter, **kwargs: Any
+        self,
+        settings: Settings,
+        metrics: OpsMetrics,
+        emitter: EventEmitter,
+        assembler: TraceAssembler,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         assert settings.kafka_bootstrap and settings.topic_traces
         self.settings = settings
         self.metrics = metrics
         self.emitter = emitter
-        self.config = mapping_config(settings)
+        self.assembler = assembler
         self.consumer: AIOKafkaConsumer | None = None
 
     async def on_start(self) -> None:
@@ -62,12 +68,24 @@ class TraceTopicService(Service):
             batches = await self.consumer.getmany(timeout_ms=500, max_records=200)
             if not batches:
                 continue
-            counts = {"mapped": 0, "dropped": 0, "rejected": 0, "events": 0, "bad_record": 0}
+            counts = {
+                "mapped": 0,
+                "dropped": 0,
+                "rejected": 0,
+                "events": 0,
+                "bad_record": 0,
+                "waiting": 0,
+            }
+            settled: list[Prepared] = []
             try:
                 for records in batches.values():
                     for record in records:
-                        await self._one(record.value or b"", counts)
+                        prepared = await self._one(record.value or b"", counts)
+                        if prepared is not None:
+                            settled.append(prepared)
                 await self.emitter.flush()
+                for prepared in settled:  # published: their waiting spans can go
+                    await self.assembler.settle(prepared)
             except MonitorError as exc:
                 log.error("trace topic: cannot publish events, retrying: %s", exc)
                 await asyncio.sleep(RETRY_S)
@@ -82,23 +100,28 @@ class TraceTopicService(Service):
             for result, n in counts.items():
                 if n:
                     self.metrics.otlp_spans.labels(result).inc(n)
+            for prepared in settled:
+                self.metrics.otlp(prepared.mapped.failures, prepared.resolutions())
 
-    async def _one(self, value: bytes, counts: dict[str, int]) -> None:
+    async def _one(self, value: bytes, counts: dict[str, int]) -> Prepared | None:
         try:
             spans = decode_request(value, PROTOBUF)
         except UndecodableBody as exc:
             counts["bad_record"] += 1
             log.warning("trace topic: skipped a record: %s", exc)
-            return
-        mapped = map_spans(spans, self.config)
+            return None
+        prepared = await self.assembler.prepare(spans)
+        mapped = prepared.mapped
         for event in mapped.events:
             await self.emitter.send(event)
+        counts["waiting"] += prepared.parked
         counts["mapped"] += mapped.mapped
         counts["dropped"] += mapped.dropped
         counts["rejected"] += mapped.rejected
         counts["events"] += len(mapped.events)
         if mapped.errors:
             log.warning("trace topic: rejected spans: %s", "; ".join(mapped.errors))
+        return prepared
 
     async def on_stop(self) -> None:
         if self.consumer is not None:

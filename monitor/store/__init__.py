@@ -12,5 +12,6 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "tables_alerts",
     "tables_analytics",
     "tables_auth",
+    "tables_otel",
     "tables_rollups",
 )

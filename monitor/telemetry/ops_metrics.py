@@ -131,8 +131,33 @@ class OpsMetrics:
         )
         self.otlp_spans = Counter(
             "monitor_otlp_spans",
-            "Spans posted to /v1/traces by fate (mapped, dropped, rejected; events: events made)",
+            "Spans posted to /v1/traces by fate (mapped, dropped, rejected, waiting: parked "
+            "until their trace's root; events: events made)",
             ["result"],
+            registry=r,
+        )
+        self.otlp_failures = Counter(
+            "monitor_otlp_failures",
+            "Failed operations seen in mapped spans, by kind (llm_call, tool, agent)",
+            ["kind"],
+            registry=r,
+        )
+        self.otlp_traces = Counter(
+            "monitor_otlp_traces",
+            "Traces mapped, by how they were resolved (root: with their root; late: spans after "
+            "their root; deadline / overflow: under the fallback, the trace id as conversation)",
+            ["how"],
+            registry=r,
+        )
+        self.evaluations_exported = Counter(
+            "monitor_evaluations_exported",
+            "Judge verdicts sent as gen_ai.evaluation.result events, by result (ok, failed)",
+            ["result"],
+            registry=r,
+        )
+        self.otlp_pending_spans = Gauge(
+            "monitor_otlp_pending_spans",
+            "Spans waiting in Postgres for their trace's root",
             registry=r,
         )
         # judging
@@ -167,19 +192,25 @@ class OpsMetrics:
         self.retention_runs = Counter(
             "monitor_retention_runs",
             "Retention runs by result (ok, partial: a step failed, skipped: another worker ran it)",
-            ["result"], registry=r,
+            ["result"],
+            registry=r,
         )
         self.retention_partitions = Counter(
-            "monitor_retention_partitions", "Daily events partitions by action (created, dropped)",
-            ["action"], registry=r,
+            "monitor_retention_partitions",
+            "Daily events partitions by action (created, dropped)",
+            ["action"],
+            registry=r,
         )
         self.retention_rows = Counter(
-            "monitor_retention_rows_deleted", "Rows deleted by retention, per kind", ["kind"],
+            "monitor_retention_rows_deleted",
+            "Rows deleted by retention, per kind",
+            ["kind"],
             registry=r,
         )
         self.retention_last_ok = Gauge(
             "monitor_retention_last_success_timestamp_seconds",
-            "Unix time of the last retention run with no failed step", registry=r,
+            "Unix time of the last retention run with no failed step",
+            registry=r,
         )
 
     def retention(self, report: RetentionReport, unix_now: float) -> None:
@@ -194,6 +225,13 @@ class OpsMetrics:
             self.retention_rows.labels(kind).inc(rows)
         if not report.failed:
             self.retention_last_ok.set(unix_now)
+
+    def otlp(self, failures: dict[str, int], traces: dict[str, int]) -> None:
+        """Count the failures and trace resolutions of one mapped request or sweep."""
+        for kind, n in failures.items():
+            self.otlp_failures.labels(kind).inc(n)
+        for how, n in traces.items():
+            self.otlp_traces.labels(how).inc(n)
 
     def set_gate_outbox(self, status: dict[str, Any]) -> None:
         """The gate's buffer gauges from :meth:`DecisionOutbox.status` (set at scrape time)."""

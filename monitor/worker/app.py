@@ -51,7 +51,9 @@ from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
+from monitor.otel.pending import trace_assembler
 from monitor.otel.receiver import receive_traces
+from monitor.otel.sweeper import TraceSweepService
 from monitor.otel.topic import TraceTopicService
 from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker import http_server
@@ -122,9 +124,13 @@ def create_app(settings: Settings) -> faust.App:
     app.service(cast(Any, gate_outbox))
     app.service(cast(Any, LoopLagService(metrics, loop=app.loop, beacon=app.beacon)))
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
+    assembler = trace_assembler(settings)  # whole traces across requests (docs/otel.md)
     app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
+
     if settings.topic_traces:
-        traces = TraceTopicService(settings, metrics, emitter, loop=app.loop, beacon=app.beacon)
+        traces = TraceTopicService(
+            settings, metrics, emitter, assembler, loop=app.loop, beacon=app.beacon
+        )
         app.service(cast(Any, traces))
     app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
     retention = RetentionService(settings, metrics, loop=app.loop, beacon=app.beacon)
@@ -181,6 +187,11 @@ def create_app(settings: Settings) -> faust.App:
             if i % PUBLISH_YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # a large batch does not hold the loop
         await emitter.flush()
+
+    sweeper = TraceSweepService(  # traces whose root never came, past the deadline
+        settings, metrics, assembler, publish, loop=app.loop, beacon=app.beacon
+    )
+    app.service(cast(Any, sweeper))
 
     @app.page("/v1/events")
     class Events(View):  # the logic is monitor.ingest.endpoint
@@ -295,9 +306,11 @@ def create_app(settings: Settings) -> faust.App:
                 peer=peer_of(request),
                 offload=offload,
                 slots=body_slots,
+                assembler=assembler,
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)
+            metrics.otlp(answer.failures, answer.traces)
             return respond(self, answer, metrics, "/v1/traces")
 
     async def load_maps(agent_id: str) -> list[Any]:

@@ -8,6 +8,7 @@ import asyncio
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -104,6 +105,12 @@ async def test_judging_end_to_end(broker, database_url):
             SamplingPolicy().always_sample,
             clock=clock,
         )
+        sunk: list[Any] = []  # what the OTLP evaluations export would send
+
+        async def sink(verdicts: list[Any]) -> None:
+            sunk.extend(verdicts)
+
+        loop.verdict_sink = sink
         await loop.start()
         ready = asyncio.Event()
         consumer = asyncio.create_task(loop.consume_forever(ready))
@@ -112,6 +119,14 @@ async def test_judging_end_to_end(broker, database_url):
             assert await loop.schedule_once() == 3
             assert await loop.schedule_once() == 0  # requested once only
             await wait_for(lambda: judged(database_url), 3)
+            stored = await fetch(database_url, "SELECT judge, item_id FROM verdicts")
+            for _ in range(50):
+                if len(sunk) >= len(stored):
+                    break
+                await asyncio.sleep(0.1)
+            assert sorted((v.judge, v.item_id or "") for v in sunk) == sorted(
+                (r["judge"], r["item_id"]) for r in stored
+            )
             n_llm = len(server.requests)
             assert n_llm == 3
             labels = await items(database_url)

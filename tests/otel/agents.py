@@ -37,14 +37,27 @@ class Plan:
 
 def tool_call_reply(call_id: str, name: str, model: str) -> Reply:
     body = {
-        "id": f"r-{call_id}", "object": "chat.completion", "created": 1, "model": model,
-        "choices": [{
-            "index": 0, "finish_reason": "tool_calls",
-            "message": {"role": "assistant", "content": None, "tool_calls": [{
-                "id": call_id, "type": "function",
-                "function": {"name": name, "arguments": json.dumps({"why": "policy"})},
-            }]},
-        }],
+        "id": f"r-{call_id}",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps({"why": "policy"})},
+                        }
+                    ],
+                },
+            }
+        ],
         "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
     }
     return Reply(None, raw=json.dumps(body))
@@ -62,8 +75,12 @@ def collecting(service: str) -> Iterator[tuple[TracerProvider, InMemorySpanExpor
 
 
 async def _talk(
-    server: ChatServer, client: AsyncOpenAI, plan: Plan, model: str,
-    tool_span: Any, tool_attrs: dict[str, Any],
+    server: ChatServer,
+    client: AsyncOpenAI,
+    plan: Plan,
+    model: str,
+    tool_span: Any,
+    tool_attrs: dict[str, Any],
 ) -> None:
     """Model call -> tool -> model call, as an agent loop does."""
     call_id = f"call-{plan.conversation_id}"
@@ -75,8 +92,10 @@ async def _talk(
         span.set_attributes(tool_attrs)
         if plan.tool_fails:
             span.set_status(Status(StatusCode.ERROR, "order service timed out"))
-    history += [first.choices[0].message.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call_id, "content": "ok"}]
+    history += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+    ]
     await client.chat.completions.create(model=model, messages=history)
 
 
@@ -92,23 +111,38 @@ async def run_genai(server: ChatServer, plans: list[Plan], agent: str) -> list[R
         try:
             for plan in plans:
                 with tracer.start_as_current_span(f"invoke_agent {agent}") as root:
-                    root.set_attributes({
-                        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
-                        "gen_ai.conversation.id": plan.conversation_id,
-                    })
+                    root.set_attributes(
+                        {
+                            "gen_ai.operation.name": "invoke_agent",
+                            "gen_ai.agent.name": agent,
+                            "gen_ai.conversation.id": plan.conversation_id,
+                        }
+                    )
 
                     def tool_span(name: str, call_id: str) -> Any:
-                        return tracer.start_as_current_span(f"execute_tool {name}", attributes={
-                            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                            "gen_ai.tool.call.id": call_id,
-                        })
+                        return tracer.start_as_current_span(
+                            f"execute_tool {name}",
+                            attributes={
+                                "gen_ai.operation.name": "execute_tool",
+                                "gen_ai.tool.name": name,
+                                "gen_ai.tool.call.id": call_id,
+                            },
+                        )
 
-                    await _talk(server, client, plan, "gpt-test", tool_span,
-                                {"gen_ai.tool.call.result": "done"})
-                    root.set_attributes({
-                        "monitor.confidence": plan.confidence,
-                        "monitor.outcome.success": plan.success,
-                    })
+                    await _talk(
+                        server,
+                        client,
+                        plan,
+                        "gpt-test",
+                        tool_span,
+                        {"gen_ai.tool.call.result": "done"},
+                    )
+                    root.set_attributes(
+                        {
+                            "monitor.confidence": plan.confidence,
+                            "monitor.outcome.success": plan.success,
+                        }
+                    )
                 with tracer.start_as_current_span("GET /healthz"):  # nothing to map: dropped
                     pass
         finally:
@@ -130,27 +164,48 @@ async def run_openinference(
         client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
         try:
             for plan in plans:
-                with using_session(plan.conversation_id), tracer.start_as_current_span(
-                    agent, attributes={"openinference.span.kind": "AGENT", "agent.name": agent,
-                                       "session.id": plan.conversation_id,
-                                       "input.value": "where is my order?"},
-                ) as root:
+                with (
+                    using_session(plan.conversation_id),
+                    tracer.start_as_current_span(
+                        agent,
+                        attributes={
+                            "openinference.span.kind": "AGENT",
+                            "agent.name": agent,
+                            "session.id": plan.conversation_id,
+                            "input.value": "where is my order?",
+                        },
+                    ) as root,
+                ):
 
                     def tool_span(name: str, call_id: str, cid: str = plan.conversation_id) -> Any:
-                        return tracer.start_as_current_span(name, attributes={
-                            "openinference.span.kind": "TOOL", "tool.name": name,
-                            "tool_call.id": call_id, "session.id": cid,
-                        })
+                        return tracer.start_as_current_span(
+                            name,
+                            attributes={
+                                "openinference.span.kind": "TOOL",
+                                "tool.name": name,
+                                "tool_call.id": call_id,
+                                "session.id": cid,
+                            },
+                        )
 
-                    await _talk(server, client, plan, "oi-model", tool_span,
-                                {"output.value": "{\"status\": \"shipped\"}"})
-                    root.set_attributes({
-                        "output.value": "It has shipped.",
-                        "monitor.confidence": plan.confidence,
-                        "monitor.outcome.success": plan.success,
-                    })
-                with tracer.start_as_current_span("retriever-cache", attributes={
-                    "openinference.span.kind": "CHAIN"}):  # nothing to map: dropped
+                    await _talk(
+                        server,
+                        client,
+                        plan,
+                        "oi-model",
+                        tool_span,
+                        {"output.value": '{"status": "shipped"}'},
+                    )
+                    root.set_attributes(
+                        {
+                            "output.value": "It has shipped.",
+                            "monitor.confidence": plan.confidence,
+                            "monitor.outcome.success": plan.success,
+                        }
+                    )
+                with tracer.start_as_current_span(
+                    "retriever-cache", attributes={"openinference.span.kind": "CHAIN"}
+                ):  # nothing to map: dropped
                     pass
         finally:
             instrumentor.uninstrument()

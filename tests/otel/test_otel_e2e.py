@@ -44,8 +44,12 @@ TOKEN = "otel-s3cret"
 async def worker(broker, topic_name: str, database_url: str, tmp_path: Path):
     await create_topic(broker.bootstrap, topic_name)
     w = WorkerProcess(
-        broker.bootstrap, database_url, topic_name, tmp_path,
-        MONITOR_INGEST_TOKEN=TOKEN, MONITOR_JUDGE_ENABLED="false",
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_INGEST_TOKEN=TOKEN,
+        MONITOR_JUDGE_ENABLED="false",
         MONITOR_ALERTING_ENABLED="false",
     ).start()
     try:
@@ -98,15 +102,17 @@ async def test_openai_v2_protobuf_and_openinference_json_to_postgres(
     assert any(s.startswith("openinference.instrumentation.openai") for s in scopes)
 
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    proto = OTLPSpanExporter(f"{worker.url}/v1/traces", headers=headers,
-                             compression=Compression.Gzip)
+    proto = OTLPSpanExporter(
+        f"{worker.url}/v1/traces", headers=headers, compression=Compression.Gzip
+    )
     as_json = JsonExporter(f"{worker.url}/v1/traces", headers=headers)
     assert await asyncio.to_thread(proto.export, genai_spans) == SpanExportResult.SUCCESS
     assert await asyncio.to_thread(as_json.export, oi_spans) == SpanExportResult.SUCCESS
 
     n_esc = sum(p.escalate for p in genai_plans + oi_plans)
-    # per conversation: GenAI 5 (answer, outcome, 2 assistant, tool_result), OI 6 (+ user)
-    total = 5 * 6 + 6 * 6 + n_esc
+    # per conversation: user, 2 assistant, tool_result, outcome (+ escalation); the agent
+    # span's output repeats the last chat answer: not stored again
+    total = 5 * 6 + 5 * 6 + n_esc
     assert await wait_for_count(database_url, total, stable_s=1.0) == total
     convs = {
         r["conversation_id"]: r for r in await rows(database_url, "SELECT * FROM conversations")
@@ -116,17 +122,25 @@ async def test_openai_v2_protobuf_and_openinference_json_to_postgres(
     for cid, plan in want.items():
         assert convs[cid]["escalated"] == plan.escalate, cid
         assert convs[cid]["outcome_success"] is plan.success, cid
-    agents = {r["conversation_id"]: r["agent_id"] for r in await rows(
-        database_url, "SELECT DISTINCT conversation_id, agent_id FROM events")}
+    agents = {
+        r["conversation_id"]: r["agent_id"]
+        for r in await rows(database_url, "SELECT DISTINCT conversation_id, agent_id FROM events")
+    }
     assert {agents[p.conversation_id] for p in genai_plans} == {"genai-bot"}
     assert {agents[p.conversation_id] for p in oi_plans} == {"oi-bot"}
     # calibration items: assistant messages with the agent's confidence
-    items = await rows(database_url, "SELECT conversation_id, confidence AS c FROM events "
-                       "WHERE role = 'assistant' AND confidence IS NOT NULL")
+    items = await rows(
+        database_url,
+        "SELECT conversation_id, confidence AS c FROM events "
+        "WHERE role = 'assistant' AND confidence IS NOT NULL",
+    )
     assert sorted((r["conversation_id"], r["c"]) for r in items) == sorted(
-        (p.conversation_id, p.confidence) for p in want.values())
-    failed = await rows(database_url, "SELECT conversation_id, body FROM events "
-                        "WHERE type = 'tool_result' AND NOT tool_ok")
+        (p.conversation_id, p.confidence) for p in want.values()
+    )
+    failed = await rows(
+        database_url,
+        "SELECT conversation_id, body FROM events WHERE type = 'tool_result' AND NOT tool_ok",
+    )
     assert sorted(r["conversation_id"] for r in failed) == ["g-1", "oi-1"]
     assert json.loads(failed[0]["body"])["tool_result"]["error"] == "order service timed out"
     assert labelled(worker, "monitor_otlp_spans_total", "dropped") == 12  # healthz + CHAIN
@@ -152,9 +166,20 @@ def run_example(worker: WorkerProcess, protocol: str, n: int, seed: int) -> str:
         "OTEL_SERVICE_NAME": "example-service",
     }
     done = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "otel_agent.py"), "--conversations", str(n),
-         "--seed", str(seed), "--agent", "otel-support-bot"],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(REPO / "examples" / "otel_agent.py"),
+            "--conversations",
+            str(n),
+            "--seed",
+            str(seed),
+            "--agent",
+            "otel-support-bot",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "Failed to export" not in done.stderr, done.stderr
@@ -178,15 +203,21 @@ def example_plan(n: int, seed: int) -> list[tuple[float, bool]]:
     for i in range(n):
         module.conversation(provider.get_tracer("t"), rng, "x", f"c{i}")
     roots = [s for s in memory.get_finished_spans() if s.name.startswith("invoke_agent")]
-    return [(s.attributes["monitor.confidence"], s.attributes["monitor.outcome.success"])
-            for s in roots]
+    return [
+        (s.attributes["monitor.confidence"], s.attributes["monitor.outcome.success"]) for s in roots
+    ]
 
 
 def cli_json(database_url: str, *args: str) -> dict:
     """``monitor <args> --json`` as a process, as a user runs it."""
     env = {**os.environ, "MONITOR_DATABASE_URL": database_url}
-    done = subprocess.run([sys.executable, "-m", "monitor.cli", *args, "--json"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor.cli", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     return json.loads(done.stdout)
 
@@ -199,7 +230,7 @@ async def test_example_script_exports_and_analytics_show_its_agent(
     escalated = sum(c < 0.35 for c, _ in truth)
     assert 0 < escalated < n
     await asyncio.to_thread(run_example, worker, "http/protobuf", n, seed)
-    total = 5 * n + escalated  # user, answer, outcome, assistant, tool_result (+ escalation)
+    total = 5 * n + escalated  # user, assistant, tool_result, answer, outcome (+ escalation)
     assert await wait_for_count(database_url, total, stable_s=1.0) == total
 
     calibration = await asyncio.to_thread(cli_json, database_url, "calibration")
@@ -226,19 +257,37 @@ async def test_example_script_exports_and_analytics_show_its_agent(
 async def test_http_answers_follow_otlp(worker: WorkerProcess, database_url: str):
     url = f"{worker.url}/v1/traces"
     auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-protobuf"}
-    good = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-            "name": "chat m", "startTimeUnixNano": "1700000000000000000",
-            "endTimeUnixNano": "1700000001000000000",
-            "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-                           {"key": "monitor.confidence", "value": {"doubleValue": 0.8}}]}
-    bad_conf = {**good, "spanId": "eee19b7ec3c1b175", "attributes": [
-        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-        {"key": "monitor.confidence", "value": {"doubleValue": 1.7}}]}
+    good = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "chat m",
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000001000000000",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "monitor.confidence", "value": {"doubleValue": 0.8}},
+        ],
+    }
+    bad_conf = {
+        **good,
+        "spanId": "eee19b7ec3c1b175",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "monitor.confidence", "value": {"doubleValue": 1.7}},
+        ],
+    }
     short_id = {**good, "spanId": "eee19b"}
     useless = {**good, "spanId": "eee19b7ec3c1b176", "name": "SELECT", "attributes": []}
-    body = {"resourceSpans": [{
-        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]},
-        "scopeSpans": [{"spans": [good, bad_conf, short_id, useless]}]}]}
+    body = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]
+                },
+                "scopeSpans": [{"spans": [good, bad_conf, short_id, useless]}],
+            }
+        ]
+    }
     async with httpx.AsyncClient(timeout=30) as client:
         r = await client.post(url, content=b"\x0a\x00", headers={**auth, "Authorization": "x"})
         assert r.status_code == 401
@@ -249,8 +298,11 @@ async def test_http_answers_follow_otlp(worker: WorkerProcess, database_url: str
         assert r.status_code == 415
         r = await client.post(url, content=b"\xff\xff\xff", headers=auth)
         assert r.status_code == 400
-        r = await client.post(url, content=gzip.compress(json.dumps(body).encode()), headers={
-            **auth, "Content-Type": "application/json", "Content-Encoding": "gzip"})
+        r = await client.post(
+            url,
+            content=gzip.compress(json.dumps(body).encode()),
+            headers={**auth, "Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
         assert r.status_code == 200, r.text
         answer = r.json()["partialSuccess"]
         assert answer["rejectedSpans"] == "2"
@@ -271,6 +323,7 @@ async def test_http_answers_follow_otlp(worker: WorkerProcess, database_url: str
         r = await client.post(url, content=request.SerializeToString(), headers=auth)
         assert r.status_code == 200, r.content[:200]
         over = b"\x0a" + b"\x00" * (8 * 1024 * 1024)  # no Content-Length: streamed, then cut
+
         async def streamed():  # chunked: the size is only known while reading
             yield over
 
@@ -318,9 +371,14 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
     with collecting("kafka-agent") as (provider, memory):
         tracer = provider.get_tracer("t")
         for i in range(4):
-            with tracer.start_as_current_span("chat", attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.conversation.id": f"k-{i}",
-                "monitor.confidence": 0.5}):
+            with tracer.start_as_current_span(
+                "chat",
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.conversation.id": f"k-{i}",
+                    "monitor.confidence": 0.5,
+                },
+            ):
                 pass
         spans = list(memory.get_finished_spans())
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -331,16 +389,25 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
             await producer.send_and_wait(traces_topic, encode_spans(half).SerializeToString())
     finally:
         await producer.stop()
-    w = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path,
-                      MONITOR_TOPIC_TRACES=traces_topic, MONITOR_JUDGE_ENABLED="false",
-                      MONITOR_ALERTING_ENABLED="false").start()
+    w = WorkerProcess(
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_TOPIC_TRACES=traces_topic,
+        MONITOR_JUDGE_ENABLED="false",
+        MONITOR_ALERTING_ENABLED="false",
+    ).start()
     try:
         await w.wait_ready()
         assert await wait_for_count(database_url, 4, stable_s=1.0) == 4
-        convs = await rows(database_url, "SELECT conversation_id, agent_id, confidence "
-                           "FROM events ORDER BY conversation_id")
+        convs = await rows(
+            database_url,
+            "SELECT conversation_id, agent_id, confidence FROM events ORDER BY conversation_id",
+        )
         assert [(r["conversation_id"], r["agent_id"], r["confidence"]) for r in convs] == [
-            (f"k-{i}", "kafka-agent", 0.5) for i in range(4)]
+            (f"k-{i}", "kafka-agent", 0.5) for i in range(4)
+        ]
         assert labelled(w, "monitor_otlp_spans_total", "bad_record") == 1
         assert labelled(w, "monitor_otlp_spans_total", "mapped") == 4
     finally:

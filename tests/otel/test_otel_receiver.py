@@ -52,9 +52,14 @@ def sdk_spans(n: int, confidence: float = 0.7) -> list[ReadableSpan]:
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("t")
     for i in range(n):
-        with tracer.start_as_current_span("chat", attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.conversation.id": f"c{i}",
-            "monitor.confidence": confidence}):
+        with tracer.start_as_current_span(
+            "chat",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": f"c{i}",
+                "monitor.confidence": confidence,
+            },
+        ):
             pass
     return list(memory.get_finished_spans())
 
@@ -67,9 +72,15 @@ def json_body(spans: list[ReadableSpan]) -> bytes:
     return str(encode_json(spans).to_json()).encode()  # what the JSON exporter posts
 
 
-async def post(body: bytes, *, ctype: str = PROTO, encoding: str | None = None,
-               auth: str | None = "Bearer tok", length: str | None = None,
-               fail: bool = False) -> tuple[Answer, list[AgentEvent]]:
+async def post(
+    body: bytes,
+    *,
+    ctype: str = PROTO,
+    encoding: str | None = None,
+    auth: str | None = "Bearer tok",
+    length: str | None = None,
+    fail: bool = False,
+) -> tuple[Answer, list[AgentEvent]]:
     sent: list[AgentEvent] = []
 
     pieces = [body]
@@ -139,13 +150,16 @@ async def test_partial_success_counts_rejected_spans():
     assert len(sent) == 2
 
 
-@pytest.mark.parametrize(("kwargs", "status", "code"), [
-    ({"auth": None}, 401, 16),
-    ({"auth": "Bearer wrong"}, 401, 16),
-    ({"ctype": "text/plain"}, 415, 3),
-    ({"encoding": "br"}, 415, 3),
-    ({"length": str(10**9)}, 413, 8),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "status", "code"),
+    [
+        ({"auth": None}, 401, 16),
+        ({"auth": "Bearer wrong"}, 401, 16),
+        ({"ctype": "text/plain"}, 415, 3),
+        ({"encoding": "br"}, 415, 3),
+        ({"length": str(10**9)}, 413, 8),
+    ],
+)
 async def test_error_answers_carry_a_status_body(kwargs, status, code):
     answer, sent = await post(proto_body(sdk_spans(1)), **kwargs)
     assert answer.status == status and not sent

@@ -1,0 +1,42 @@
+"""Tables of the OTLP trace assembly, on the shared metadata (``monitor.otel.pending``).
+
+``otel_pending_spans``
+    Spans received before their trace's root: one row per (trace, span), the span as JSON,
+    kept until the root arrives (then mapped with its trace and deleted) or until the deadline
+    or the count bound (then mapped under the fallback and deleted).
+``otel_traces``
+    One row per trace already mapped: the conversation and agent it named, whether it had LLM
+    calls, and how it was resolved (``root``, ``late``, ``deadline``, ``overflow``), so spans
+    arriving after their root are mapped with that context. Rows older than the memory window
+    are deleted.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, Index, PrimaryKeyConstraint, Table, Text, func
+
+from monitor.store.tables import TS, metadata
+
+otel_pending_spans = Table(
+    "otel_pending_spans",
+    metadata,
+    Column("trace_id", Text, nullable=False),
+    Column("span_id", Text, nullable=False),
+    Column("received_at", TS, nullable=False, server_default=func.now()),
+    Column("root", Boolean, nullable=False, server_default="false"),
+    Column("span", Text, nullable=False),
+    PrimaryKeyConstraint("trace_id", "span_id", name="otel_pending_spans_pkey"),
+    Index("otel_pending_spans_received_at", "received_at"),
+)
+
+otel_traces = Table(
+    "otel_traces",
+    metadata,
+    Column("trace_id", Text, primary_key=True),
+    Column("conversation_id", Text),
+    Column("agent_id", Text),
+    Column("llm_calls", Boolean, nullable=False, server_default="false"),
+    Column("how", Text, nullable=False),
+    Column("resolved_at", TS, nullable=False, server_default=func.now()),
+    Index("otel_traces_resolved_at", "resolved_at"),
+)

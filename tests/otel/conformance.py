@@ -1,0 +1,116 @@
+"""The conformance harness: play the support agent's cases under a real instrumentation, and
+turn stored events back into the same shape as the agent's ground truth to compare them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from tests.otel.provider import Provider
+from tests.otel.support_agent import (
+    Case,
+    Truth,
+    cases,
+    run_agents,
+    run_genai,
+    run_openinference,
+)
+
+FLAVORS = ("genai", "openinference", "agents")
+# every case: the Agents SDK runs its own loop (it does not retry a failed call itself)
+AGENT_SDK_CASES = (
+    "plain",
+    "tool_loop",
+    "parallel_tools",
+    "failing_tool",
+    "provider_500",
+    "rate_limit_429_client_retry",
+    "rate_limit_429_exhausted",
+    "streaming",
+    "multi_turn_repeats",
+)
+
+
+def cases_for(flavor: str) -> list[Case]:
+    return [c for c in cases() if flavor != "agents" or c.name in AGENT_SDK_CASES]
+
+
+@contextmanager
+def instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
+    """The flavor's OpenAI instrumentor on ``tp`` for the duration (set the content-capture
+    environment before entering: the instrumentations read it when instrumenting)."""
+    instrumentor: Any
+    if flavor == "genai":
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+        instrumentor = OpenAIInstrumentor()
+    elif flavor == "openinference":
+        from openinference.instrumentation.openai import OpenAIInstrumentor as OIOpenAI
+
+        instrumentor = OIOpenAI()
+    else:
+        from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+        instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=tp)
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
+async def play(flavor: str, tp: TracerProvider, cases: list[Case], prefix: str) -> dict[str, Truth]:
+    """Each case once, as conversation ``<prefix>-<case name>``; the truths by conversation."""
+    run = {"genai": run_genai, "openinference": run_openinference, "agents": run_agents}[flavor]
+    truths: dict[str, Truth] = {}
+    async with Provider() as provider:
+        for case in cases:
+            cid = f"{prefix}-{case.name}"
+            truths[cid] = await run(provider, tp, case, cid)
+    return truths
+
+
+def transcript(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Events of one conversation (agent-event/v1 JSON bodies) in the truth's shape, in order."""
+    out: list[tuple[Any, ...]] = []
+    for e in sorted(events, key=lambda e: (datetime.fromisoformat(e["ts"]), e["event_id"])):
+        attrs = e.get("attributes") or {}
+        if e["type"] == "message":
+            m = e["message"]
+            if m["role"] != "assistant":
+                out.append((m["role"], m.get("content")))
+                continue
+            calls = tuple(
+                (c["id"], c["name"], json.dumps(c["arguments"], sort_keys=True))
+                for c in m.get("tool_calls") or []
+            )
+            tokens = (
+                attrs.get("gen_ai.usage.input_tokens", attrs.get("llm.token_count.prompt")),
+                attrs.get("gen_ai.usage.output_tokens", attrs.get("llm.token_count.completion")),
+            )
+            out.append(("assistant", m.get("content"), calls, e["agent"].get("model"), tokens))
+        elif e["type"] == "tool_result":
+            r = e["tool_result"]
+            if r["name"] == "llm" and r["call_id"].startswith("llm:"):
+                out.append(
+                    ("llm_error", attrs.get("error.type"), attrs.get("http.response.status_code"))
+                )
+            else:
+                out.append(
+                    (
+                        "tool_result",
+                        r["call_id"],
+                        r["name"],
+                        r["ok"],
+                        r.get("content"),
+                        r.get("error"),
+                    )
+                )
+        else:
+            out.append((e["type"],))
+    return out

@@ -1,0 +1,255 @@
+"""Trace assembly across export requests on a real Postgres: waiting spans, the root arriving
+last, first, after a restart (a new store over the same database), the deadline and the count
+bound. Spans come from the real openai-v2 / util-genai instrumentation of the support agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from monitor.contract.events import AgentEvent
+from monitor.otel.assembly import TraceContext, plan
+from monitor.otel.decode import PROTOBUF, decode_request
+from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.pending import PendingLimits, PendingTraces
+from monitor.otel.spans import Span
+from monitor.otel.sweeper import sweep_once
+from monitor.otel.traces import TraceAssembler
+from monitor.store.engine import make_engine
+from tests.otel.conformance import instrumented, play
+from tests.otel.support_agent import cases
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+async def genai_spans(monkeypatch: pytest.MonkeyPatch) -> list[Span]:
+    """Two conversations (tool loop, failing tool) as the monitor decodes them."""
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    chosen = [c for c in cases() if c.name in ("tool_loop", "failing_tool")]
+    with instrumented("genai", tp):
+        await play("genai", tp, chosen, "as")
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    return decode_request(body, PROTOBUF)
+
+
+def dump(events: list[AgentEvent]) -> list[dict[str, Any]]:
+    return sorted((json.loads(e.to_json()) for e in events), key=lambda e: e["event_id"])
+
+
+def store(url: str, clock: Clock, **limits: Any) -> PendingTraces:
+    return PendingTraces(make_engine(url, pool_size=1), PendingLimits(**limits), clock)
+
+
+async def send(assembler: TraceAssembler, spans: list[Span]) -> list[AgentEvent]:
+    """What one export request publishes (as the receiver: ``handle``)."""
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    await assembler.handle(spans, publish)
+    return published
+
+
+async def test_split_trace_in_any_order_and_across_a_restart_equals_the_whole(
+    database_url: str, genai_spans: list[Span]
+):
+    config, clock = MappingConfig(), Clock()
+    whole = dump(map_spans(genai_spans, config).events)
+    roots = [s for s in genai_spans if s.is_local_root]
+    children = [s for s in genai_spans if not s.is_local_root]
+    assert len(roots) == 2 and len(children) >= 6
+    first_root, second_root = roots
+    trace_a, trace_b = first_root.trace_id, second_root.trace_id
+
+    a = TraceAssembler(config, store(database_url, clock))
+    got = await send(a, [s for s in children if s.trace_id == trace_a])  # root of A not yet
+    got += await send(a, [second_root])  # B: the root first, alone: it waits for its spans
+    assert got == []
+    assert await a.waiting() == sum(s.trace_id == trace_a for s in children) + 1
+
+    b = TraceAssembler(config, store(database_url, clock))  # a restarted worker
+    got += await send(b, [first_root])
+    got += await send(b, [s for s in children if s.trace_id == trace_b][::-1])
+    assert dump(got) == whole
+    assert await b.waiting() == 0
+    assert {e.conversation_id for e in got} == {"as-tool_loop", "as-failing_tool"}
+
+    # the root's request again (an exporter retry), alone: its LLM calls spoke, it adds nothing
+    again = await send(b, [first_root])
+    assert {e.event_id for e in again} <= {e["event_id"] for e in whole}
+    assert not any(e.event_id.endswith(":answer") for e in again)
+    # a span of A after its root (an exporter retry): mapped with A's remembered conversation
+    late = await send(b, [children[0]])
+    assert {e.conversation_id for e in late} <= {"as-tool_loop", "as-failing_tool"}
+    assert {e.event_id for e in late} <= {e["event_id"] for e in whole}
+
+
+async def test_deadline_and_count_bound_map_under_the_trace_id(
+    database_url: str, genai_spans: list[Span]
+):
+    config, clock = MappingConfig(), Clock()
+    children = [s for s in genai_spans if not s.is_local_root]
+    pending = store(database_url, clock, deadline_s=60, max_spans=1000)
+    assembler = TraceAssembler(config, pending)
+    assert await send(assembler, children) == []
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    clock.at += timedelta(seconds=59)
+    assert await sweep_once(assembler, publish) == {}
+    clock.at += timedelta(seconds=2)
+    assert await sweep_once(assembler, publish) == {"deadline": 2}
+    # GenAI names the conversation on the root only: the fallback is the trace id
+    assert {e.conversation_id for e in published} == {s.trace_id for s in children}
+    assert sum(e.type == "tool_result" and not e.tool_result.ok for e in published) == 1
+    assert await assembler.waiting() == 0
+
+    # the bound: with at most 3 waiting, the trace waiting longest goes first
+    bounded = TraceAssembler(config, store(database_url, clock, max_spans=3))
+    trace_a = [s for s in children if s.trace_id == children[0].trace_id]
+    trace_b = [s for s in children if s.trace_id != children[0].trace_id]
+    await send(bounded, [Span(**{**s.__dict__, "trace_id": "a" * 32}) for s in trace_a])
+    clock.at += timedelta(seconds=1)
+    await send(bounded, [Span(**{**s.__dict__, "trace_id": "b" * 32}) for s in trace_b])
+    published.clear()
+    assert await sweep_once(bounded, publish) == {"overflow": 1}
+    assert {e.conversation_id for e in published} == {"a" * 32}
+    assert await bounded.waiting() == len(trace_b)
+
+
+def test_plan_is_pure_and_keeps_a_lone_agent_root_waiting():
+    root = Span(
+        "c" * 32,
+        "1" * 16,
+        "",
+        "invoke_agent x",
+        1,
+        9,
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "k"},
+    )
+    chat = Span("c" * 32, "2" * 16, "1" * 16, "chat", 2, 3, {"gen_ai.operation.name": "chat"})
+    assert plan([root], {}, {}).park == [root]
+    ready = plan([chat], {"c" * 32: [root]}, {})
+    assert sorted(s.span_id for s in ready.ready) == ["1" * 16, "2" * 16]
+    assert ready.settle == {"c" * 32: ("root", TraceContext("k", None, llm_calls=True))}
+    late = plan([chat], {}, {"c" * 32: TraceContext("k", "bot")})
+    assert late.ready == [chat] and late.contexts == {"c" * 32: TraceContext("k", "bot")}
+
+
+async def test_two_requests_of_one_trace_at_once_never_leave_it_waiting(
+    database_url: str, genai_spans: list[Span]
+):
+    """The root alone and its children, handled concurrently by two stores (two workers):
+    each parks, then looks again, so one of them maps the whole trace."""
+    config, clock = MappingConfig(), Clock()
+    whole = dump(map_spans(genai_spans, config).events)
+    roots = [s for s in genai_spans if s.is_local_root]
+    children = [s for s in genai_spans if not s.is_local_root]
+    a = TraceAssembler(config, store(database_url, clock))
+    b = TraceAssembler(config, store(database_url, clock))
+    for _ in range(3):  # several interleavings
+        firsts = await asyncio.gather(send(a, children), send(b, roots))
+        got = {e.event_id: e for batch in firsts for e in batch}
+        assert dump(list(got.values())) == whole
+        assert await a.waiting() == 0
+
+
+async def test_root_overtaking_the_llm_spans_waits_for_them_or_the_grace_period(
+    database_url: str, genai_spans: list[Span]
+):
+    """A root with some children but no LLM span yet (its LLM spans overtaken: a retried or
+    concurrent export) waits: with them it is exact; without them, after the grace period,
+    the agent span is the only witness."""
+    config, clock = MappingConfig(), Clock()
+    trace = [s for s in genai_spans if s.trace_id == genai_spans[0].trace_id]
+    whole = dump(map_spans(trace, config).events)
+    llm = [s for s in trace if s.attributes.get("gen_ai.operation.name") == "chat"]
+    rest = [s for s in trace if s not in llm]
+    assert llm and any(s.is_local_root for s in rest)
+    a = TraceAssembler(config, store(database_url, clock, grace_s=30))
+    b = TraceAssembler(config, store(database_url, clock, grace_s=30))
+    firsts = await asyncio.gather(send(a, rest), send(b, llm))
+    assert dump(list({e.event_id: e for x in firsts for e in x}.values())) == whole
+
+    # an agent-only trace (no LLM span ever): mapped by the sweep once quiet for the grace
+    agent_only = [Span(**{**s.__dict__, "trace_id": "d" * 32}) for s in rest if s.is_local_root]
+    assert await send(a, agent_only) == []
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    clock.at += timedelta(seconds=29)
+    assert await sweep_once(a, publish) == {}
+    clock.at += timedelta(seconds=2)
+    assert await sweep_once(a, publish) == {"root": 1}
+    assert [e.event_id.rsplit(":", 1)[1] for e in published if e.type == "message"] == ["answer"]
+
+
+async def test_spans_parked_while_their_trace_was_mapped_are_swept_at_once(
+    database_url: str, genai_spans: list[Span]
+):
+    """A span parked by one request while another mapped its trace (it looked before the
+    other settled) is mapped by the next sweep with the trace's conversation, not at the
+    deadline."""
+    config, clock = MappingConfig(), Clock()
+    trace = [s for s in genai_spans if s.trace_id == genai_spans[0].trace_id]
+    tool = next(s for s in trace if s.attributes.get("gen_ai.operation.name") == "execute_tool")
+    pending = store(database_url, clock)
+    assembler = TraceAssembler(config, pending)
+    await send(assembler, [s for s in trace if s is not tool])  # mapped and settled
+    await pending.park([tool])  # what the other request did after looking
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    assert await sweep_once(assembler, publish) == {"late": 1}
+    assert [(e.type, e.conversation_id) for e in published] == [("tool_result", "as-tool_loop")]
+    assert await assembler.waiting() == 0
+
+
+async def test_a_span_parked_while_its_trace_is_published_is_mapped_by_that_request(
+    database_url: str, genai_spans: list[Span]
+):
+    config, clock = MappingConfig(), Clock()
+    trace = [s for s in genai_spans if s.trace_id == genai_spans[0].trace_id]
+    tool = next(s for s in trace if s.attributes.get("gen_ai.operation.name") == "execute_tool")
+    pending = store(database_url, clock)
+    assembler = TraceAssembler(config, pending)
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        if not published:  # another request parks the tool span while this one publishes
+            await pending.park([tool])
+        published.extend(events)
+
+    await assembler.handle([s for s in trace if s is not tool], publish)
+    # the trace was mapped without its tool span (the result from the next call's history);
+    # the tool span then gives the same call's result under the same id: stored once
+    assert {e.event_id for e in published} == {e.event_id for e in map_spans(trace, config).events}
+    results = [e for e in published if e.type == "tool_result"]
+    assert len(results) == 2 and len({e.event_id for e in results}) == 1
+    assert await assembler.waiting() == 0
