@@ -19,6 +19,8 @@
     ├── BodyTimeout                   a request body did not arrive within the deadline (408)
     ├── BadEncoding                   a request body is not valid data of its Content-Encoding (400)
     ├── BadBody                       an ingest body is neither a JSON array, an object nor NDJSON
+    ├── UnsupportedMediaType          an OTLP body is neither protobuf nor JSON (415)
+    ├── UndecodableBody               not a valid OTLP export request in its encoding (400)
     ├── Busy                          no body slot freed up within the wait (503, Retry-After)
     ├── GateRequestError              a gate request refused with a 4xx status and a reason
     ├── UnknownAgent                  no gate policy rule covers the agent (404)
@@ -153,6 +155,14 @@ class BadEncoding(MonitorError):
 
 class BadBody(MonitorError):
     """A decoded ingest body that is neither a JSON array, an object nor NDJSON (-> 400)."""
+
+
+class UnsupportedMediaType(MonitorError):
+    """An OTLP body that is neither protobuf nor JSON (-> 415)."""
+
+
+class UndecodableBody(MonitorError):
+    """Not a valid ExportTraceServiceRequest in the declared encoding (-> 400)."""
 
 
 class Busy(MonitorError):

@@ -24,19 +24,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from monitor.core.errors import UndecodableBody, UnsupportedMediaType
 from monitor.otel.spans import Span, SpanEvent
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _PARENT_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-
-
-class UnsupportedMediaType(Exception):
-    """Neither protobuf nor JSON (-> 415)."""
-
-
-class UndecodableBody(Exception):
-    """Not a valid ExportTraceServiceRequest in the declared encoding (-> 400)."""
 
 
 def media_type(content_type: str | None) -> str:

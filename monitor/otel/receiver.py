@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
 from monitor.contract.events import AgentEvent
-from monitor.core.errors import MonitorError
+from monitor.core.errors import MonitorError, UndecodableBody, UnsupportedMediaType
 from monitor.core.http_body import (
     BadEncoding,
     BodyLimits,
@@ -52,8 +52,6 @@ from monitor.core.inflate import encoding_of
 from monitor.otel.decode import (
     JSON,
     PROTOBUF,
-    UndecodableBody,
-    UnsupportedMediaType,
     decode_request,
     encode_response,
     encode_status,

@@ -22,8 +22,8 @@ from aiokafka import AIOKafkaConsumer
 from mode import Service
 
 from monitor.config import Settings
-from monitor.core.errors import MonitorError
-from monitor.otel.decode import PROTOBUF, UndecodableBody, decode_request
+from monitor.core.errors import MonitorError, UndecodableBody
+from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.traces import Prepared, TraceAssembler
 from monitor.sdk import EventEmitter
 from monitor.telemetry.ops_metrics import OpsMetrics
