@@ -16,8 +16,9 @@ from monitor.analytics.drift_state import load_references
 from monitor.analytics.periodic import drift_once
 from monitor.cli import app
 from monitor.core.clock import FixedClock
-from monitor.store.engine import drop_database, make_engine, with_database
-from tests.analytics.test_drift_tracked import CHANGE, DRIFTING, END, RECENT, START, _seed
+from monitor.store.engine import make_engine
+from tests.analytics.test_drift_tracked import CHANGE, DRIFTING, END, RECENT, START, _events
+from tests.seeding import seeded_database
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 KEY = (DRIFTING, "1.0", "telecom", 3)
@@ -45,10 +46,8 @@ def test_accept_repins_the_reference_and_clears_the_flag():
 
 @pytest.fixture
 def seeded(pg_admin_url: str) -> Iterator[str]:
-    url = with_database(pg_admin_url, f"mon_da_{T0:%H%M%S}{id(object()) % 10**6}")
-    asyncio.run(_seed(url))
-    yield url
-    asyncio.run(drop_database(url))
+    with seeded_database(pg_admin_url, "mon_da", _events()) as url:
+        yield url
 
 
 def _checks(url: str, start: datetime, end: datetime) -> dict[datetime, Reference | None]:
