@@ -21,6 +21,7 @@ from monitor.ingest.writer import EventWriter
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
 from tests.analytics.design_tables import assert_design_tables_match_items
+from tests.db import fetch
 from tests.factories import event
 
 SUMS = "bin, weight, sum_conf, sum_y, sum_sq_err, sum_w2, count"
@@ -165,14 +166,11 @@ async def test_sampling_weights(database_url):
     assert got.isclose(want)
     in_sample = sum(1 for cid in truth if weight(cid) > 0)
     assert 60 < in_sample < 140
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
-        rows = await conn.fetch(
-            "SELECT conversation_id, sample_rate, sampled_by_rate, sample_weight, sample_policy"
-            " FROM conversations"
-        )
-    finally:
-        await conn.close()
+    rows = await fetch(
+        database_url,
+        "SELECT conversation_id, sample_rate, sampled_by_rate, sample_weight, sample_policy"
+        " FROM conversations",
+    )
     assert len(rows) == 200
     for r in rows:
         assert r["sample_rate"] == 0.5

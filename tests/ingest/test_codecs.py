@@ -12,7 +12,6 @@ import struct
 import zlib
 from collections import Counter
 
-import asyncpg
 import cramjam
 import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -33,7 +32,7 @@ from monitor.ingest.batch_scan import codec_of, scan
 from monitor.ingest.guarded_fetch import may_be_undecodable
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import libpq_url
+from tests.db import fetch
 from tests.factories import event_dict
 from tests.ingest.test_ingest_loop import wait_count
 
@@ -158,11 +157,7 @@ def loop_for(
 
 
 async def stored_ids(database_url: str) -> list[str]:
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
-        return [r[0] for r in await conn.fetch("SELECT event_id FROM events")]
-    finally:
-        await conn.close()
+    return [r[0] for r in await fetch(database_url, "SELECT event_id FROM events")]
 
 
 async def test_every_codec_between_uncompressed_events(broker, topic_name: str, database_url):
@@ -244,14 +239,11 @@ async def test_undecodable_batches_are_dead_lettered_between_good_events(
     assert Counter(await stored_ids(database_url)) == Counter(
         json.loads(v)["event_id"] for v in good
     )
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
-        dead = await conn.fetch(
-            "SELECT source, source_partition, source_offset, reason, detail, raw FROM dead_letters"
-            " ORDER BY source_offset"
-        )
-    finally:
-        await conn.close()
+    dead = await fetch(
+        database_url,
+        "SELECT source, source_partition, source_offset, reason, detail, raw FROM dead_letters"
+        " ORDER BY source_offset",
+    )
     assert [(d["source"], d["source_partition"], d["source_offset"]) for d in dead] == [
         (topic_name, 0, zstd_at),
         (topic_name, 0, crc_at),

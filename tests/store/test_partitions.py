@@ -17,6 +17,7 @@ from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.store import partitions
 from monitor.store.engine import libpq_url, make_engine
+from tests.db import fetch
 from tests.factories import T0, event
 
 T0_DAY = T0.date()
@@ -29,14 +30,11 @@ async def days_and_rows(url: str) -> tuple[list[date], list[tuple[str, date, str
             days = await partitions.partition_days(conn)
     finally:
         await engine.dispose()
-    conn2 = await asyncpg.connect(libpq_url(url))
-    try:
-        rows = await conn2.fetch(
-            "SELECT e.event_id, (e.ts AT TIME ZONE 'UTC')::date AS day, c.relname"
-            " FROM events e JOIN pg_class c ON c.oid = e.tableoid ORDER BY 1"
-        )
-    finally:
-        await conn2.close()
+    rows = await fetch(
+        url,
+        "SELECT e.event_id, (e.ts AT TIME ZONE 'UTC')::date AS day, c.relname"
+        " FROM events e JOIN pg_class c ON c.oid = e.tableoid ORDER BY 1",
+    )
     return days, [(r["event_id"], r["day"], r["relname"]) for r in rows]
 
 
