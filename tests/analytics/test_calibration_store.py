@@ -77,14 +77,6 @@ async def write(writer: EventWriter, events: list[AgentEvent], batch: int = 50) 
         await writer.write([event_row(e) for e in events[i : i + batch]])
 
 
-@pytest.fixture
-async def writer(database_url: str):
-    w = EventWriter(database_url)
-    await w.start()
-    yield w
-    await w.close()
-
-
 async def test_bins_equal_direct_computation_at_every_resolution(database_url, writer):
     events, truth = build(300, seed=1)
     await write(writer, events)
