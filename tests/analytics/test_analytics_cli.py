@@ -204,34 +204,16 @@ def test_passk_on_tau2_equals_direct_computation(seeded, tau2_files):
 
 def test_recalibration_fit_show_and_lower_ece(seeded):
     url, _ = seeded
-    fit = cli(
-        url,
-        "calibration",
-        "fit",
-        "--agent",
-        "sim-retail-overconfident",
-        "--from",
-        START.isoformat(),
-        "--to",
-        NOW.isoformat(),
-    )
+    fit_cmd = ("calibration", "fit", "--agent", "sim-retail-overconfident")
+    window = ("--from", START.isoformat(), "--to", NOW.isoformat())
+    fit = cli(url, *fit_cmd, *window)
     assert len(fit) == 1 and fit[0]["stored"] is True
     assert fit[0]["ece_after"] < fit[0]["ece_before"] / 2
     shown = cli(url, "calibration", "show", "sim-retail-overconfident")
     assert shown["maps"][0]["version"] == 1
     xs, ys = shown["maps"][0]["map"]["xs"], shown["maps"][0]["map"]["ys"]
     assert ys == sorted(ys) and len(xs) == len(ys) >= 2
-    again = cli(
-        url,
-        "calibration",
-        "fit",
-        "--agent",
-        "sim-retail-overconfident",
-        "--from",
-        START.isoformat(),
-        "--to",
-        NOW.isoformat(),
-    )
+    again = cli(url, *fit_cmd, *window)
     assert again[0]["stored"] is True
     assert cli(url, "calibration", "show", "sim-retail-overconfident")["maps"][0]["version"] == 2
 
