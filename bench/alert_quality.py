@@ -85,6 +85,22 @@ def expected(
     return False
 
 
+def page_times(
+    tl: Timeline, rule: str, agent: str, kind: Kind, start: datetime, end: datetime | None = None
+) -> list[datetime]:
+    """When ``rule`` sent ``agent`` a page of ``kind`` in ``[start, end)`` (no end: from
+    ``start`` on), in order."""
+    return [
+        p.at
+        for p in tl.pages
+        if p.rule == rule
+        and p.agent == agent
+        and p.kind is kind
+        and start <= p.at
+        and (end is None or p.at < end)
+    ]
+
+
 def run_month(seed: int, days: float) -> tuple[Timeline, datetime, datetime, float]:
     rng_minute = (seed * 7919) % (24 * 60)
     change = T0 + timedelta(days=1, minutes=rng_minute)
@@ -125,26 +141,12 @@ def report_month(seeds: list[int], days: float, jobs: int = 1) -> None:
                 p.rule == rule and p.agent == agent and p.kind is Kind.FIRING for p in tl.pages
             )
         for rule in (*DRIFT_RULES, "ece_tier3", "overconfidence_tier3"):
-            fired = [
-                p.at
-                for p in tl.pages
-                if p.rule == rule
-                and p.agent == DRIFTING
-                and p.kind is Kind.FIRING
-                and change <= p.at < recovery
-            ]
+            fired = page_times(tl, rule, DRIFTING, Kind.FIRING, change, recovery)
             if fired:
                 delays[rule].append((fired[0] - change) / timedelta(minutes=1))
             else:
                 missed[rule] += 1
-            resolved = [
-                p.at
-                for p in tl.pages
-                if p.rule == rule
-                and p.agent == DRIFTING
-                and p.kind is Kind.RESOLVED
-                and p.at >= recovery
-            ]
+            resolved = page_times(tl, rule, DRIFTING, Kind.RESOLVED, recovery)
             if fired and resolved:
                 resolve[rule].append((resolved[0] - recovery) / timedelta(minutes=1))
     weeks = stable_days / 7
@@ -341,14 +343,7 @@ def report_real(seeds: list[int], jobs: int) -> None:
                     stat_checks += len(checks)
                     stat_fired += sum(f for _, f in checks)
             for agent in ("changed:overconfident", "changed:ece"):
-                first = [
-                    p.at
-                    for p in tl.pages
-                    if p.agent == agent
-                    and p.rule == "drift_tier3"
-                    and p.kind is Kind.FIRING
-                    and p.at >= change
-                ]
+                first = page_times(tl, "drift_tier3", agent, Kind.FIRING, change)
                 delays.append((first[0] - change) / timedelta(minutes=1) if first else None)
                 firsts = [
                     p.at
@@ -369,14 +364,7 @@ def report_real(seeds: list[int], jobs: int) -> None:
                 ]
                 flagged.append(sum(checks) / len(checks))
             for rule in ("drift_tier3", *TIER3):
-                done = [
-                    p.at
-                    for p in tl.pages
-                    if p.agent == "recovers"
-                    and p.rule == rule
-                    and p.kind is Kind.RESOLVED
-                    and p.at >= recovery
-                ]
+                done = page_times(tl, rule, "recovers", Kind.RESOLVED, recovery)
                 resolve[rule].append((done[0] - recovery) / timedelta(minutes=1) if done else None)
         print(f"\n### {name}")
         print("| rule | pages / stationary agent-day |")

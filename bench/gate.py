@@ -28,15 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,8 +42,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import REPO, Worker, postgres_server, running, scratch_database, scratch_topic
-from monitor.stack.broker import EmbeddedBroker
+from bench import harness
+from bench.harness import REPO, Worker, running, scratch_database, scratch_topic
 
 TOKEN = "bench-gate"
 T = "2026-01-01T00:00:0{}+00:00"
@@ -227,14 +224,11 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=256,
                         help="Distinct conversations the requests cycle over.")  # fmt: skip
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-gate-"))
-    try:
-        with contextlib.ExitStack() as stack:
-            broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
-            admin_url = postgres_server(stack, workdir)
-            asyncio.run(bench(args, broker.bootstrap, admin_url, workdir))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with (
+        harness.work_dir("bench-gate-") as workdir,
+        harness.broker_and_postgres(workdir) as (bootstrap, pg),
+    ):
+        asyncio.run(bench(args, bootstrap, pg, workdir))
     return 0
 
 

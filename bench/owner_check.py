@@ -15,18 +15,15 @@ set, else a private embedded Postgres::
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import postgres_server, scratch_database
-from bench.write_overlap import batches
+from bench.harness import scratch_database
+from bench.write_overlap import batches, run_write_bench
 from monitor.ingest import owner_sql, writer
 from monitor.ingest.direct_sql import ROLLUP_TABLE
 from monitor.ingest.rows import EventRow
@@ -84,17 +81,9 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="bench/owner_check.py", description=__doc__.split("\n")[0])
-    p.add_argument("--events", type=int, default=50_000, help="events per run (50000)")
-    p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
-    p.add_argument("--repeat", type=int, default=3, help="runs of each mode (3)")
-    p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
-    p.add_argument("--staged", action="store_true", help="the staging path (replays)")
-    args = p.parse_args()
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="owner-")))
-        asyncio.run(main_async(args, postgres_server(stack, workdir)))
-    return 0
+    return run_write_bench(
+        "bench/owner_check.py", __doc__.split("\n")[0], "the staging path (replays)", main_async
+    )
 
 
 if __name__ == "__main__":

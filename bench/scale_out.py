@@ -30,11 +30,9 @@ import contextlib
 import itertools
 import os
 import re
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -45,16 +43,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a scr
 from bench.harness import (
     CpuMeter,
     Worker,
-    local_postmaster,
-    postmaster_pid,
+    metered_postgres,
     scratch_database,
     scratch_topic,
+    work_dir,
 )
 from bench.ingest import PARTITIONS, baseline, produce, wait_rows
 from monitor.contract.events import AgentEvent
 from monitor.sim.traffic import Simulator
 from monitor.stack.broker import EmbeddedBroker
-from monitor.stack.postgres import EmbeddedPostgres
 
 ASSIGNED = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*assigned partitions: \[([\d, ]*)\]", re.M
@@ -165,23 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per phase (600)")
     args = p.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    server_url = os.environ.get("DATABASE_URL") or os.environ.get("MONITOR_DATABASE_URL")
-    try:
-        with contextlib.ExitStack() as stack:
-            broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
-            assert broker._proc is not None
-            postmaster = None
-            if server_url:
-                admin_url = server_url
-                postmaster = asyncio.run(local_postmaster(admin_url))
-            else:
-                embedded = stack.enter_context(EmbeddedPostgres(workdir / "pg"))
-                admin_url, postmaster = embedded.admin_url, postmaster_pid(embedded.data_dir)
-            meter = CpuMeter({"bench": os.getpid(), "tansu": broker._proc.pid}, postmaster)
-            runs = asyncio.run(bench(args, broker.bootstrap, admin_url, meter, workdir))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with work_dir("bench-scale-") as workdir, contextlib.ExitStack() as stack:
+        broker = stack.enter_context(EmbeddedBroker(log_path=workdir / "tansu.log"))
+        assert broker._proc is not None
+        db = metered_postgres(stack, workdir)
+        meter = CpuMeter({"bench": os.getpid(), "tansu": broker._proc.pid}, db.postmaster)
+        runs = asyncio.run(bench(args, broker.bootstrap, db.admin_url, meter, workdir))
     print(f"\n{args.events:,} events, {PARTITIONS} partitions, {args.repeat} repeats; "
           f"{os.cpu_count()} cores\n\n{report(runs, args.events)}")
     return 0

@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,19 +95,34 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
           f"overlapped / serial = {overlapped / serial:.2f}")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(prog="bench/write_overlap.py", description=__doc__.split("\n")[0])
+def run_write_bench(
+    prog: str,
+    description: str,
+    staged_help: str,
+    bench: Callable[[argparse.Namespace, str], Awaitable[None]],
+) -> int:
+    """Parse the options the write benchmarks share (events, batch, repeat, seed, staged) and
+    run ``bench(args, admin_url)`` on :func:`postgres_server`'s server."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--events", type=int, default=50_000, help="events per run (50000)")
     p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each mode (3)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
-    p.add_argument("--staged", action="store_true",
-                   help="stage every batch (the path of replays) instead of the direct write")
+    p.add_argument("--staged", action="store_true", help=staged_help)
     args = p.parse_args()
     with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="overlap-")))
-        asyncio.run(main_async(args, postgres_server(stack, workdir)))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="write-bench-")))
+        asyncio.run(bench(args, postgres_server(stack, workdir)))
     return 0
+
+
+def main() -> int:
+    return run_write_bench(
+        "bench/write_overlap.py",
+        __doc__.split("\n")[0],
+        "stage every batch (the path of replays) instead of the direct write",
+        main_async,
+    )
 
 
 if __name__ == "__main__":

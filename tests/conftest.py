@@ -11,10 +11,14 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from monitor.stack.broker import EmbeddedBroker
+
+if TYPE_CHECKING:
+    from monitor.ingest.writer import EventWriter
 
 REPO = Path(__file__).resolve().parent.parent
 TAU2_DIR = REPO / "tests" / "data" / "tau2"  # committed copy (see tests/data/README.md)
@@ -110,6 +114,17 @@ async def second_database_url(pg_admin_url: str) -> AsyncIterator[str]:
     """Another fresh, migrated database beside ``database_url`` (comparisons of two stores)."""
     async for url in _fresh_database(pg_admin_url):
         yield url
+
+
+@pytest.fixture
+async def writer(database_url: str) -> AsyncIterator[EventWriter]:
+    """A started ingest writer on ``database_url``, closed after the test."""
+    from monitor.ingest.writer import EventWriter
+
+    w = EventWriter(database_url)
+    await w.start()
+    yield w
+    await w.close()
 
 
 # --- markers ------------------------------------------------------------------------------

@@ -21,20 +21,12 @@ from monitor.cli import analytics_common as ac
 
 
 def _parse_change(text: str) -> tuple[str, datetime]:
+    from monitor.cli.alerts import _when
+
     agent, sep, when = text.rpartition("@")
     if not sep or not agent:
         raise typer.BadParameter(f"{text!r} is not AGENT@TIME", param_hint="--change")
     return agent, _when(when, "--change")
-
-
-def _when(text: str, option: str) -> datetime:
-    from datetime import UTC
-
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint=option) from None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def backtest_table(rows: list[dict[str, Any]], changes: list[str]) -> Table:
@@ -80,7 +72,7 @@ def add_backtest_command(group: typer.Typer) -> None:
     ) -> None:
         """Replay stored history through the drift checks and rules; live state untouched."""
         from monitor.alerts.backtest import Change, DriftJob, backtest, only_agent, summarize
-        from monitor.cli.alerts import _rules_or_exit
+        from monitor.cli.alerts import _rules_or_exit, _when
         from monitor.config import load_settings
 
         rules = _rules_or_exit(rules_file)

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,12 +24,12 @@ from monitor.alerts.observations import observe
 from monitor.alerts.rules import RuleSet, default_rules, load_rules
 from monitor.alerts.timeline import replay_alert_timeline
 from monitor.cli.main import app
-from monitor.ingest.rows import event_row
-from monitor.ingest.writer import EventWriter
+from monitor.contract.events import AgentEvent
 from monitor.sim.answers import AnswerAgent, Mixture, answer_events, answer_items, parse_pools
 from monitor.sim.answers import tune as tune_mix
 from monitor.store import engine as pg
 from monitor.telemetry.ops_metrics import OpsMetrics
+from tests.seeding import database_copy, seeded_database
 
 ANSWERS = Path(__file__).resolve().parents[1] / "data" / "answers" / "stated_confidence_answers.csv"
 START = datetime(2026, 5, 4, tzinfo=UTC)
@@ -54,44 +52,28 @@ def _agents() -> list[AnswerAgent]:
     ]
 
 
-async def _seed(url: str) -> None:
-    await pg.ensure_database(url)
-    await asyncio.to_thread(pg.upgrade, url)
+def _events() -> list[AgentEvent]:
     pools = parse_pools(ANSWERS.read_text())
     events = []
     for agent in _agents():
         items = answer_items(agent, pools, START, START + timedelta(hours=HOURS), 150, seed=7)
         events += answer_events(agent, items, "bt")
-    w = EventWriter(url)
-    try:
-        for i in range(0, len(events), 3000):
-            await w.write([event_row(e) for e in events[i : i + 3000]])
-    finally:
-        await w.close()
+    return events
 
 
 @pytest.fixture(scope="module")
 def template(pg_admin_url: str) -> Iterator[str]:
-    url = pg.with_database(pg_admin_url, f"mon_bttpl_{uuid.uuid4().hex[:10]}")
-    asyncio.run(_seed(url))
-    yield url
-    asyncio.run(pg.drop_database(url))
+    with seeded_database(pg_admin_url, "mon_bttpl", _events()) as url:
+        yield url
 
 
 @pytest.fixture
 async def db(template: str) -> AsyncIterator[tuple[str, AsyncEngine]]:
     """A fresh copy of the seeded database: its URL and an engine on it."""
-    name = f"mon_bt_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(pg.libpq_url(pg.with_database(template, "postgres")))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template.rsplit("/", 1)[1]}"')
-    finally:
-        await admin.close()
-    url = pg.with_database(template, name)
-    eng = pg.make_engine(url)
-    yield url, eng
-    await eng.dispose()
-    await pg.drop_database(url)
+    async with database_copy(template, "mon_bt") as url:
+        eng = pg.make_engine(url)
+        yield url, eng
+        await eng.dispose()
 
 
 async def q(engine: AsyncEngine, sql: str) -> list[Any]:

@@ -9,12 +9,10 @@ Evaluations run at explicit simulated times; assertions are on the committed row
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,10 +24,10 @@ from monitor.alerts.silences import Ack, Matcher, Silence
 from monitor.alerts.states import fingerprint
 from monitor.analytics import reports as fa
 from monitor.analytics.repo import Segment
-from monitor.ingest.rows import event_row
-from monitor.ingest.writer import EventWriter
+from monitor.contract.events import AgentEvent
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 from monitor.store import engine as pg
+from tests.seeding import database_copy, seeded_database
 
 N_CONV = 2400
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -69,46 +67,28 @@ def seg_fp(rule: str, agent: str) -> str:
     return fingerprint(rule, {"agent": agent, "domain": spec.domain, "tier": str(spec.tier)})
 
 
-async def _seed(url: str) -> None:
-    await pg.ensure_database(url)
-    await asyncio.to_thread(pg.upgrade, url)
+def _events() -> list[AgentEvent]:
     events = list(Simulator(11, START, default_agents(CHANGE)).events(N_CONV))
     recovered = tuple(
         AgentSpec(a.agent_id, "calibrated", a.domain, a.tier, confidence_range=a.confidence_range)
         for a in default_agents()
     )
-    events += list(Simulator(12, NOW, recovered).events(1200))
-    w = EventWriter(url)
-    try:
-        for i in range(0, len(events), 3000):
-            await w.write([event_row(e) for e in events[i : i + 3000]])
-    finally:
-        await w.close()
+    return events + list(Simulator(12, NOW, recovered).events(1200))
 
 
 @pytest.fixture(scope="module")
 def template(pg_admin_url: str) -> Iterator[str]:
-    url = pg.with_database(pg_admin_url, f"mon_altpl_{uuid.uuid4().hex[:10]}")
-    asyncio.run(_seed(url))
-    yield url
-    asyncio.run(pg.drop_database(url))
+    with seeded_database(pg_admin_url, "mon_altpl", _events()) as url:
+        yield url
 
 
 @pytest.fixture
 async def engine(template: str) -> AsyncIterator[AsyncEngine]:
     """A fresh copy of the seeded database (CREATE DATABASE ... TEMPLATE)."""
-    name = f"mon_alev_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(pg.libpq_url(pg.with_database(template, "postgres")))
-    try:
-        tpl = template.rsplit("/", 1)[1]
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{tpl}"')
-    finally:
-        await admin.close()
-    url = pg.with_database(template, name)
-    eng = pg.make_engine(url)
-    yield eng
-    await eng.dispose()
-    await pg.drop_database(url)
+    async with database_copy(template, "mon_alev") as url:
+        eng = pg.make_engine(url)
+        yield eng
+        await eng.dispose()
 
 
 async def q(engine: AsyncEngine, sql: str, **params: Any) -> list[Any]:

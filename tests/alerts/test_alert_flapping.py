@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.alert_quality import without_hysteresis
 from monitor.alerts.flapping import flap_share
 from monitor.alerts.lifecycle import Observation, evaluate
 from monitor.alerts.observations import evidence_sums
@@ -169,24 +170,6 @@ def test_evidence_windows_grow_until_the_effective_size_is_reached() -> None:
         )
 
 
-def _without_hysteresis(rules: RuleSet) -> RuleSet:
-    """The rules as they were before hysteresis: resolve as soon as the lower bound is no
-    longer above the threshold, a fixed window, no flap detection."""
-    plain = [
-        r.model_copy(
-            update={
-                "keep_firing_for": timedelta(0),
-                "resolve_on": "value",
-                "resolve_margin": 0.0,
-                "evidence": None,
-                "flapping": r.flapping.model_copy(update={"enabled": False}),
-            }
-        )
-        for r in rules.rules
-    ]
-    return rules.model_copy(update={"rules": tuple(plain)})
-
-
 def test_a_real_answer_agent_at_the_threshold_is_paged_once_not_every_hour() -> None:
     """Real answers (tests/data/answers) resampled into an agent whose ECE is 0.13 against tier 3's
     0.05: its hourly 99 % lower bound on 150 answers hovers at the threshold. 48 h through the
@@ -209,7 +192,7 @@ def test_a_real_answer_agent_at_the_threshold_is_paged_once_not_every_hour() -> 
         tl = alert_timeline(stream, rules, start + timedelta(hours=1), end, only=["ece_tier3"])
         return [p.kind.value for p in tl.pages]
 
-    old = pages(_without_hysteresis(default_rules()))
+    old = pages(without_hysteresis(default_rules()))
     assert old.count("firing") >= 10, old  # it flapped: fired, resolved, fired again
     assert pages(default_rules()) == ["firing"]  # one page, and it stays firing
 

@@ -8,7 +8,6 @@ never gets a drift alert.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,17 +17,10 @@ import pytest
 
 from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.sinks.slack import SlackSink
-from monitor.ingest.rows import event_row
-from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator, default_agents
 from monitor.stack.demo_alerts import run_demo_alerts
-from monitor.store.engine import (
-    drop_database,
-    ensure_database,
-    libpq_url,
-    upgrade,
-    with_database,
-)
+from monitor.store.engine import libpq_url
+from tests.seeding import seeded_database
 from tests.servers.alert_servers import SlackServer
 
 N_CONV = 2400
@@ -38,24 +30,11 @@ CHANGE = START + timedelta(minutes=80)
 RECOVERY = START + timedelta(minutes=140)
 
 
-async def _seed(url: str) -> None:
-    await ensure_database(url)
-    await asyncio.to_thread(upgrade, url)
-    events = list(Simulator(11, START, default_agents(CHANGE, RECOVERY)).events(N_CONV))
-    w = EventWriter(url)
-    try:
-        for i in range(0, len(events), 3000):
-            await w.write([event_row(e) for e in events[i : i + 3000]])
-    finally:
-        await w.close()
-
-
 @pytest.fixture
 def seeded(pg_admin_url: str) -> Iterator[str]:
-    url = with_database(pg_admin_url, f"mon_tl_{uuid.uuid4().hex[:10]}")
-    asyncio.run(_seed(url))
-    yield url
-    asyncio.run(drop_database(url))
+    events = Simulator(11, START, default_agents(CHANGE, RECOVERY)).events(N_CONV)
+    with seeded_database(pg_admin_url, "mon_tl", events) as url:
+        yield url
 
 
 async def _alert_rows(url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -11,7 +11,6 @@ import asyncio
 import json
 import math
 import re
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -25,11 +24,9 @@ from monitor.analytics.bins import BinSums
 from monitor.analytics.calibration import ece
 from monitor.cli.main import app
 from monitor.contract.events import AgentEvent
-from monitor.ingest.rows import event_row
-from monitor.ingest.writer import EventWriter
 from monitor.replay.tau2 import tau2_file_events
 from monitor.sim.traffic import Simulator, default_agents
-from monitor.store.engine import drop_database, ensure_database, upgrade, with_database
+from tests.seeding import seeded_database
 
 N_CONV = 2400
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -41,25 +38,12 @@ def simulator() -> Simulator:
     return Simulator(11, START, default_agents(CHANGE))
 
 
-async def _seed(url: str, events: list[AgentEvent]) -> None:
-    await ensure_database(url)
-    await asyncio.to_thread(upgrade, url)
-    w = EventWriter(url)
-    try:
-        for i in range(0, len(events), 3000):
-            await w.write([event_row(e) for e in events[i : i + 3000]])
-    finally:
-        await w.close()
-
-
 @pytest.fixture(scope="module")
 def seeded(pg_admin_url: str, tau2_files) -> Iterator[tuple[str, list[AgentEvent]]]:
-    url = with_database(pg_admin_url, f"mon_an_{uuid.uuid4().hex[:10]}")
     events = list(simulator().events(N_CONV))
     tau2 = [e for f in tau2_files for e in tau2_file_events(f)]
-    asyncio.run(_seed(url, events + tau2))
-    yield url, events + tau2
-    asyncio.run(drop_database(url))
+    with seeded_database(pg_admin_url, "mon_an", events + tau2) as url:
+        yield url, events + tau2
 
 
 def cli(url: str, *args: str) -> dict:
@@ -220,34 +204,16 @@ def test_passk_on_tau2_equals_direct_computation(seeded, tau2_files):
 
 def test_recalibration_fit_show_and_lower_ece(seeded):
     url, _ = seeded
-    fit = cli(
-        url,
-        "calibration",
-        "fit",
-        "--agent",
-        "sim-retail-overconfident",
-        "--from",
-        START.isoformat(),
-        "--to",
-        NOW.isoformat(),
-    )
+    fit_cmd = ("calibration", "fit", "--agent", "sim-retail-overconfident")
+    window = ("--from", START.isoformat(), "--to", NOW.isoformat())
+    fit = cli(url, *fit_cmd, *window)
     assert len(fit) == 1 and fit[0]["stored"] is True
     assert fit[0]["ece_after"] < fit[0]["ece_before"] / 2
     shown = cli(url, "calibration", "show", "sim-retail-overconfident")
     assert shown["maps"][0]["version"] == 1
     xs, ys = shown["maps"][0]["map"]["xs"], shown["maps"][0]["map"]["ys"]
     assert ys == sorted(ys) and len(xs) == len(ys) >= 2
-    again = cli(
-        url,
-        "calibration",
-        "fit",
-        "--agent",
-        "sim-retail-overconfident",
-        "--from",
-        START.isoformat(),
-        "--to",
-        NOW.isoformat(),
-    )
+    again = cli(url, *fit_cmd, *window)
     assert again[0]["stored"] is True
     assert cli(url, "calibration", "show", "sim-retail-overconfident")["maps"][0]["version"] == 2
 

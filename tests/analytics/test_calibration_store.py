@@ -21,6 +21,7 @@ from monitor.ingest.writer import EventWriter
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
 from tests.analytics.design_tables import assert_design_tables_match_items
+from tests.db import fetch
 from tests.factories import event
 
 SUMS = "bin, weight, sum_conf, sum_y, sum_sq_err, sum_w2, count"
@@ -74,14 +75,6 @@ def expected(truth: dict, weight_of=lambda cid: 1.0) -> BinSums:
 async def write(writer: EventWriter, events: list[AgentEvent], batch: int = 50) -> None:
     for i in range(0, len(events), batch):
         await writer.write([event_row(e) for e in events[i : i + batch]])
-
-
-@pytest.fixture
-async def writer(database_url: str):
-    w = EventWriter(database_url)
-    await w.start()
-    yield w
-    await w.close()
 
 
 async def test_bins_equal_direct_computation_at_every_resolution(database_url, writer):
@@ -165,14 +158,11 @@ async def test_sampling_weights(database_url):
     assert got.isclose(want)
     in_sample = sum(1 for cid in truth if weight(cid) > 0)
     assert 60 < in_sample < 140
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
-        rows = await conn.fetch(
-            "SELECT conversation_id, sample_rate, sampled_by_rate, sample_weight, sample_policy"
-            " FROM conversations"
-        )
-    finally:
-        await conn.close()
+    rows = await fetch(
+        database_url,
+        "SELECT conversation_id, sample_rate, sampled_by_rate, sample_weight, sample_policy"
+        " FROM conversations",
+    )
     assert len(rows) == 200
     for r in rows:
         assert r["sample_rate"] == 0.5

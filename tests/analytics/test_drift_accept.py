@@ -16,8 +16,17 @@ from monitor.analytics.drift_state import load_references
 from monitor.analytics.periodic import drift_once
 from monitor.cli import app
 from monitor.core.clock import FixedClock
-from monitor.store.engine import drop_database, make_engine, with_database
-from tests.analytics.test_drift_tracked import CHANGE, DRIFTING, END, RECENT, START, _seed
+from monitor.store.engine import make_engine
+from tests.analytics.test_drift_tracked import (
+    CHANGE,
+    DRIFTING,
+    END,
+    RECENT,
+    START,
+    _events,
+    _references,
+)
+from tests.seeding import seeded_database
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 KEY = (DRIFTING, "1.0", "telecom", 3)
@@ -45,10 +54,8 @@ def test_accept_repins_the_reference_and_clears_the_flag():
 
 @pytest.fixture
 def seeded(pg_admin_url: str) -> Iterator[str]:
-    url = with_database(pg_admin_url, f"mon_da_{T0:%H%M%S}{id(object()) % 10**6}")
-    asyncio.run(_seed(url))
-    yield url
-    asyncio.run(drop_database(url))
+    with seeded_database(pg_admin_url, "mon_da", _events()) as url:
+        yield url
 
 
 def _checks(url: str, start: datetime, end: datetime) -> dict[datetime, Reference | None]:
@@ -81,7 +88,7 @@ def test_an_accepted_change_is_no_longer_flagged(seeded):
     # only the flagged segment is re-pinned by default; the stable ones are left alone
     assert [a["agent_id"] for a in dry_out["accepted"]] == [DRIFTING], dry_out
     assert DRIFTING not in {s["agent_id"] for s in dry_out["skipped"]} and dry_out["skipped"]
-    refs = asyncio.run(_load(seeded))
+    refs = asyncio.run(_references(seeded))
     assert refs[KEY].flagged  # a dry run changes nothing
     done = CliRunner().invoke(app, args, env=env)
     assert done.exit_code == 0, done.output
@@ -96,11 +103,3 @@ def test_nothing_to_accept_says_so(seeded):
     out = CliRunner().invoke(app, ["drift-accept", "--agent", "nobody"],
                              env={"MONITOR_DATABASE_URL": seeded})
     assert out.exit_code == 1 and "no drift state matches" in out.output
-
-
-async def _load(url: str) -> dict:
-    engine = make_engine(url)
-    try:
-        return await load_references(engine)
-    finally:
-        await engine.dispose()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -19,11 +18,11 @@ from monitor.analytics.drift_state import load_references
 from monitor.analytics.periodic import drift_once
 from monitor.analytics.repo import Segment
 from monitor.cli.main import app
+from monitor.contract.events import AgentEvent
 from monitor.core.clock import FixedClock
-from monitor.ingest.rows import event_row
-from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator, default_agents
-from monitor.store.engine import drop_database, ensure_database, make_engine, upgrade, with_database
+from monitor.store.engine import make_engine
+from tests.seeding import seeded_database
 
 N_CONV = 2400
 END = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -33,24 +32,14 @@ RECENT = timedelta(minutes=40)
 DRIFTING = "sim-telecom-drifting"
 
 
-async def _seed(url: str) -> None:
-    await ensure_database(url)
-    await asyncio.to_thread(upgrade, url)
-    events = list(Simulator(11, START, default_agents(CHANGE, None)).events(N_CONV))
-    w = EventWriter(url)
-    try:
-        for i in range(0, len(events), 3000):
-            await w.write([event_row(e) for e in events[i : i + 3000]])
-    finally:
-        await w.close()
+def _events() -> Iterator[AgentEvent]:
+    return Simulator(11, START, default_agents(CHANGE, None)).events(N_CONV)
 
 
 @pytest.fixture
 def seeded(pg_admin_url: str) -> Iterator[str]:
-    url = with_database(pg_admin_url, f"mon_dt_{uuid.uuid4().hex[:10]}")
-    asyncio.run(_seed(url))
-    yield url
-    asyncio.run(drop_database(url))
+    with seeded_database(pg_admin_url, "mon_dt", _events()) as url:
+        yield url
 
 
 def test_a_change_stays_flagged_against_its_pinned_reference(seeded):

@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import json
 import zlib
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,7 +19,7 @@ from monitor.auth.keys import ApiKey, hash_secret, new_secret
 from monitor.core.errors import BadEncoding, BodyTimeout, BodyTooLarge
 from monitor.core.http_body import BodyLimits, read_body
 from monitor.core.http_guard import Guard
-from monitor.core.http_reply import inline
+from monitor.core.http_reply import Reply, inline
 from monitor.core.inflate import STEP, Inflater
 from monitor.core.rate_limit import Rate, RateLimiter, retry_after
 from monitor.gate.endpoint import GateLimits, GateReply, receive_gate
@@ -339,39 +340,31 @@ async def test_ingest_answers_503_when_the_bus_fails() -> None:
 async def test_bodies_in_flight_are_bounded() -> None:
     slots = asyncio.Semaphore(1)
     await slots.acquire()  # another request holds the only slot
-    calls, read_chunk = reader([json.dumps([event_dict("e1")]).encode()])
 
     async def publish(events: list[object]) -> None:
         pass
 
     limits = IngestLimits(BodyLimits(1 << 20, timeout_s=0.2), 100, timedelta(minutes=5))
-    ask = receive_events(
-        headers={"Authorization": "Bearer tok"},
-        peer=None,
-        read_chunk=read_chunk,
-        publish=publish,
-        authorize=authorizer("write"),
-        limits=limits,
-        guard=guard(),
-        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
-        offload=inline,
-        slots=slots,
-    )
-    reply = await ask
+
+    def ask(read_chunk: Callable[[], Awaitable[bytes]]) -> Awaitable[Reply]:
+        return receive_events(
+            headers={"Authorization": "Bearer tok"},
+            peer=None,
+            read_chunk=read_chunk,
+            publish=publish,
+            authorize=authorizer("write"),
+            limits=limits,
+            guard=guard(),
+            now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+            offload=inline,
+            slots=slots,
+        )
+
+    calls, read_chunk = reader([json.dumps([event_dict("e1")]).encode()])
+    reply = await ask(read_chunk)
     assert reply.status == 503 and json.loads(reply.body)["reason"] == "busy"
     assert reply.headers == {"Retry-After": "1"} and calls == [0]
     slots.release()  # freed: the next request is read and accepted, and gives its slot back
     calls, read_chunk = reader([json.dumps([event_dict("e1")]).encode()])
-    reply = await receive_events(
-        headers={"Authorization": "Bearer tok"},
-        peer=None,
-        read_chunk=read_chunk,
-        publish=publish,
-        authorize=authorizer("write"),
-        limits=limits,
-        guard=guard(),
-        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
-        offload=inline,
-        slots=slots,
-    )
+    reply = await ask(read_chunk)
     assert reply.status == 202 and not slots.locked()

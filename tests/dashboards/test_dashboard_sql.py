@@ -29,7 +29,8 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -376,6 +377,19 @@ async def seed(database_url: str, tau2_files: Sequence[Path]) -> None:
     await dashboard_seed.seed(database_url, tau2_files, dead_letters())
 
 
+@asynccontextmanager
+async def seeded_connection(
+    database_url: str, tau2_files: Sequence[Path]
+) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to ``database_url`` once :func:`seed` has filled it; closed on exit."""
+    await seed(database_url, tau2_files)
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 def scenarios_for(dashboard: dict[str, Any], now: datetime, oldest: datetime,
                   variables: Sequence[g.Variable]) -> list[Scenario]:
     """The dashboard's default range and the whole history with everything selected, then each
@@ -416,12 +430,8 @@ async def test_dashboard_queries_run_on_seeded_postgres(
     path: Path, database_url: str, tau2_files: list[Path]
 ) -> None:
     dashboard = json.loads(path.read_text())
-    await seed(database_url, tau2_files)
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
+    async with seeded_connection(database_url, tau2_files) as conn:
         await assert_dashboard_ok(conn, dashboard, await seeded_scenarios(conn, dashboard))
-    finally:
-        await conn.close()
 
 
 @dataclass(frozen=True)
@@ -482,9 +492,7 @@ async def test_checker_rejects_broken_panels(
 ) -> None:
     """The checker above passes a panel and fails a copy of it with one mistake in it."""
     dashboard = json.loads(path.read_text())
-    await seed(database_url, tau2_files)
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
+    async with seeded_connection(database_url, tau2_files) as conn:
         scenarios = await seeded_scenarios(conn, dashboard)
         for mutation in mutations(dashboard):
             pairs = broken_copies(dashboard, mutation)
@@ -501,8 +509,6 @@ async def test_checker_rejects_broken_panels(
             {"matcher": {"id": "byName", "options": "no such field"}, "properties": []})
         with pytest.raises(AssertionError, match="references field 'no such field'"):
             await assert_dashboard_ok(conn, {**dashboard, "panels": [missing_field]}, scenarios)
-    finally:
-        await conn.close()
 
 
 # --- grafana_sql against Grafana's own expectations (pure) ------------------------------------

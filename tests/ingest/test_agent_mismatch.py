@@ -4,23 +4,12 @@ the conversation's outcome, items and calibration sums stay as they were (real P
 
 from __future__ import annotations
 
-from typing import Any
-
-import asyncpg
 import pytest
 
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import libpq_url
+from tests.db import fetch
 from tests.factories import event
-
-
-async def fetch(url: str, sql: str) -> list[Any]:
-    conn = await asyncpg.connect(libpq_url(url))
-    try:
-        return list(await conn.fetch(sql))
-    finally:
-        await conn.close()
 
 
 @pytest.mark.parametrize("direct", [True, False])

@@ -18,39 +18,61 @@ from tests.ingest.test_ingest_loop import produce, wait_count
 from tests.servers.worker import create_topic
 
 
+class LossyIngest:
+    """An ingest loop (not yet running) on a broker of its own that :meth:`lose_data` replaces
+    by an empty one on the same port; :meth:`close` stops the loop, writer and broker."""
+
+    def __init__(self, tmp_path: Path, database_url: str, topic: str, group: str) -> None:
+        self.tmp_path, self.topic = tmp_path, topic
+        self.broker = EmbeddedBroker(log_path=tmp_path / "tansu-1.log").start()
+        self.writer = EventWriter(database_url)
+        config = IngestConfig(
+            self.broker.bootstrap,
+            topic,
+            f"{topic}.dlq",
+            group,
+            idempotent_producer=False,
+            commit_timeout_s=3.0,
+        )
+        self.loop = IngestLoop(config, self.writer)
+        self.task: asyncio.Task[None] | None = None
+
+    async def lose_data(self) -> None:
+        """Stop the broker, start an empty one on its port and create the topic again."""
+        self.broker.stop()
+        log = self.tmp_path / "tansu-2.log"
+        self.broker = EmbeddedBroker(port=self.broker.port, log_path=log).start()
+        await create_topic(self.broker.bootstrap, self.topic, partitions=1)
+
+    async def close(self) -> None:
+        await self.loop.stop()
+        if self.task is not None:
+            await asyncio.wait_for(self.task, 30)
+        await self.writer.close()
+        self.broker.stop()
+
+
 async def test_broker_data_loss_is_detected_and_ingest_resumes(
     tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="monitor.ingest")
     topic = "lossy"
-    first = EmbeddedBroker(log_path=tmp_path / "tansu-1.log").start()
-    second: EmbeddedBroker | None = None
-    writer = EventWriter(database_url)
-    config = IngestConfig(first.bootstrap, topic, f"{topic}.dlq", "g-lossy",
-                          idempotent_producer=False, commit_timeout_s=3.0)  # fmt: skip
-    loop = IngestLoop(config, writer)
-    task: asyncio.Task[None] | None = None
+    ingest = LossyIngest(tmp_path, database_url, topic, "g-lossy")
     try:
-        await create_topic(first.bootstrap, topic, partitions=1)
+        await create_topic(ingest.broker.bootstrap, topic, partitions=1)
         before = [(b"k", json.dumps(event_dict(f"a-{i}", "c-a", at=i)).encode()) for i in range(20)]
-        await produce(first.bootstrap, topic, before)
-        task = asyncio.create_task(loop.run())
+        await produce(ingest.broker.bootstrap, topic, before)
+        ingest.task = asyncio.create_task(ingest.loop.run())
         assert await wait_count(database_url, "SELECT count(*) FROM events", 20) == 20
         await asyncio.sleep(1.0)  # the batch's offsets are committed
-        first.stop()
-        second = EmbeddedBroker(port=first.port, log_path=tmp_path / "tansu-2.log").start()
-        await create_topic(second.bootstrap, topic, partitions=1)
+        await ingest.lose_data()
         after = [(b"k", json.dumps(event_dict(f"b-{i}", "c-b", at=i)).encode()) for i in range(5)]
-        await produce(second.bootstrap, topic, after)
+        await produce(ingest.broker.bootstrap, topic, after)
         assert await wait_count(database_url, "SELECT count(*) FROM events", 25, timeout=90) == 25
         await asyncio.sleep(2.0)
-        assert loop.health.status()[0], loop.health.status()
+        assert ingest.loop.health.status()[0], ingest.loop.health.status()
     finally:
-        await loop.stop()
-        if task is not None:
-            await asyncio.wait_for(task, 30)
-        await writer.close()
-        (second or first).stop()
+        await ingest.close()
     lost = [r for r in caplog.records if "lost data" in r.getMessage()]
     assert len(lost) == 1, [r.getMessage() for r in caplog.records][-20:]
     assert "earliest offset" in lost[0].getMessage()
@@ -64,26 +86,22 @@ async def test_a_recreated_partition_that_keeps_receiving_is_not_read_again(
     and does not go back to the beginning and read them again (the earlier detector re-read the
     partition whenever the reported end was below its position: duplicates and lag)."""
     topic = "lossy-busy"
-    first = EmbeddedBroker(log_path=tmp_path / "tansu-1.log").start()
-    second: EmbeddedBroker | None = None
-    writer = EventWriter(database_url)
-    config = IngestConfig(first.bootstrap, topic, f"{topic}.dlq", "g-busy",
-                          idempotent_producer=False, commit_timeout_s=3.0)  # fmt: skip
-    loop = IngestLoop(config, writer)
-    task: asyncio.Task[None] | None = None
+    ingest = LossyIngest(tmp_path, database_url, topic, "g-busy")
+    loop = ingest.loop
     try:
-        await create_topic(first.bootstrap, topic, partitions=1)
-        task = asyncio.create_task(loop.run())
+        await create_topic(ingest.broker.bootstrap, topic, partitions=1)
+        ingest.task = asyncio.create_task(loop.run())
         for i in range(20):  # one record per batch
-            await produce(first.bootstrap, topic,
-                          [(b"k", json.dumps(event_dict(f"a-{i}", "c-a", at=i)).encode())])
+            await produce(
+                ingest.broker.bootstrap,
+                topic,
+                [(b"k", json.dumps(event_dict(f"a-{i}", "c-a", at=i)).encode())],
+            )
         assert await wait_count(database_url, "SELECT count(*) FROM events", 20) == 20
         await asyncio.sleep(1.0)
-        first.stop()
-        second = EmbeddedBroker(port=first.port, log_path=tmp_path / "tansu-2.log").start()
-        await create_topic(second.bootstrap, topic, partitions=1)
+        await ingest.lose_data()
         for k in range(3):  # three batches of ten
-            await produce(second.bootstrap, topic, [
+            await produce(ingest.broker.bootstrap, topic, [
                 (b"k", json.dumps(event_dict(f"b-{k}-{i}", "c-b", at=i)).encode())
                 for i in range(10)])  # fmt: skip
         assert await wait_count(database_url, "SELECT count(*) FROM events", 50, timeout=90) == 50
@@ -92,8 +110,4 @@ async def test_a_recreated_partition_that_keeps_receiving_is_not_read_again(
         assert loop.metrics.broker_data_loss._value.get() >= 1  # the loss was seen and counted
         assert loop.health.status()[0], loop.health.status()
     finally:
-        await loop.stop()
-        if task is not None:
-            await asyncio.wait_for(task, 30)
-        await writer.close()
-        (second or first).stop()
+        await ingest.close()

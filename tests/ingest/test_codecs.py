@@ -12,11 +12,9 @@ import struct
 import zlib
 from collections import Counter
 
-import asyncpg
 import cramjam
 import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
     ConsumerStoppedError,
     CorruptRecordException,
@@ -33,9 +31,10 @@ from monitor.ingest.batch_scan import codec_of, scan
 from monitor.ingest.guarded_fetch import may_be_undecodable
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import libpq_url
+from tests.db import fetch
 from tests.factories import event_dict
 from tests.ingest.test_ingest_loop import wait_count
+from tests.servers.worker import create_topic, read_topic
 
 CODECS = ("gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -138,15 +137,6 @@ class Raw:
         return out
 
 
-async def create_topics(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1), NewTopic(f"{topic}.dlq", 1, 1)])
-    finally:
-        await admin.close()
-
-
 def loop_for(
     bootstrap: str, topic: str, database_url: str, batch_max_events: int = 500
 ) -> tuple[IngestLoop, EventWriter]:
@@ -158,16 +148,12 @@ def loop_for(
 
 
 async def stored_ids(database_url: str) -> list[str]:
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
-        return [r[0] for r in await conn.fetch("SELECT event_id FROM events")]
-    finally:
-        await conn.close()
+    return [r[0] for r in await fetch(database_url, "SELECT event_id FROM events")]
 
 
 async def test_every_codec_between_uncompressed_events(broker, topic_name: str, database_url):
     bootstrap = broker.bootstrap
-    await create_topics(bootstrap, topic_name, 1)
+    await create_topic(bootstrap, topic_name, 1)
     sent: list[bytes] = []
     for codec in CODECS:
         plain = values(f"plain-{codec}", 3)
@@ -207,7 +193,7 @@ async def test_undecodable_batches_are_dead_lettered_between_good_events(
     bootstrap = broker.bootstrap
     # partitions 1-3 hold good events only: those the consumer drained before it failed on
     # partition 0 in the same fetch must not be skipped
-    await create_topics(bootstrap, topic_name, 4)
+    await create_topic(bootstrap, topic_name, 4)
     before, middle, after = values("before", 10), values("middle", 10), values("after", 10)
     other = {p: values(f"other-{p}", 10) for p in (1, 2, 3)}
     bad_vals = values("bad", 5)
@@ -244,14 +230,11 @@ async def test_undecodable_batches_are_dead_lettered_between_good_events(
     assert Counter(await stored_ids(database_url)) == Counter(
         json.loads(v)["event_id"] for v in good
     )
-    conn = await asyncpg.connect(libpq_url(database_url))
-    try:
-        dead = await conn.fetch(
-            "SELECT source, source_partition, source_offset, reason, detail, raw FROM dead_letters"
-            " ORDER BY source_offset"
-        )
-    finally:
-        await conn.close()
+    dead = await fetch(
+        database_url,
+        "SELECT source, source_partition, source_offset, reason, detail, raw FROM dead_letters"
+        " ORDER BY source_offset",
+    )
     assert [(d["source"], d["source_partition"], d["source_offset"]) for d in dead] == [
         (topic_name, 0, zstd_at),
         (topic_name, 0, crc_at),
@@ -273,15 +256,7 @@ async def test_undecodable_batches_are_dead_lettered_between_good_events(
     assert 'monitor_undecodable_batches_total{codec="lz4"} 1.0' in text
 
     # the DLQ topic holds one record per batch, with the reason and where it came from
-    c = AIOKafkaConsumer(
-        f"{topic_name}.dlq", bootstrap_servers=bootstrap, auto_offset_reset="earliest"
-    )
-    await c.start()
-    try:
-        got = await c.getmany(timeout_ms=5000)
-        recs = [r for rs in got.values() for r in rs]
-    finally:
-        await c.stop()
+    recs = await read_topic(bootstrap, f"{topic_name}.dlq")
     headers = sorted((dict(r.headers) for r in recs), key=lambda h: int(h["source_offset"]))
     assert [(h["reason"], h["source_offset"]) for h in headers] == [
         (b"undecodable_batch", str(zstd_at).encode()),

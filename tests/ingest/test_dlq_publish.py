@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from monitor.ingest.dlq_publish import DLQ_HEAD_BYTES, DlqBatch, dlq_record
 from monitor.ingest.rows import DeadLetter
+from tests.servers.worker import read_topic
 
 
 def letter(offset: int, raw: bytes) -> DeadLetter:
@@ -16,13 +17,8 @@ def letter(offset: int, raw: bytes) -> DeadLetter:
 
 
 async def read_all(bootstrap: str, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
-    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
-    await c.start()
-    try:
-        got = await c.getmany(timeout_ms=4000, max_records=100)
-    finally:
-        await c.stop()
-    return [(r.value or b"", dict(r.headers)) for rs in got.values() for r in rs]
+    recs = await read_topic(bootstrap, topic, max_records=100, timeout_ms=4000)
+    return [(r.value or b"", dict(r.headers)) for r in recs]
 
 
 async def test_one_unpublishable_record_does_not_resend_the_others(broker, topic_name: str):

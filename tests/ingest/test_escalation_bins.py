@@ -16,12 +16,10 @@ an early event that arrives late (it moves the conversation's ``first_ts``). The
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import asyncpg
@@ -48,6 +46,7 @@ from monitor.sampling.policy import SamplingPolicy
 from monitor.sim.traffic import Simulator
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
 from tests.dashboards import grafana_sql
+from tests.migrations import load_migration
 
 REPO = Path(__file__).resolve().parents[2]
 # A fixed time of day (yesterday 13:41:17 UTC): the range assertions below need the 7-day range
@@ -56,16 +55,7 @@ NOW = (datetime.now(UTC) - timedelta(days=1)).replace(hour=13, minute=41, second
 BUCKET = 2 ** (1 / 16)
 
 
-def migration() -> ModuleType:
-    path = REPO / "migrations/versions/0014_escalation_bins.py"
-    spec = importlib.util.spec_from_file_location("migration_0014", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = migration()
+M = load_migration("0014_escalation_bins")
 DIRECT = f"""
 SELECT r.resolution, date_trunc(r.unit, k.first_ts, 'UTC'), {", ".join(M.KEY_COLUMNS)}, count(*)
 FROM (SELECT c.first_ts, {M.KEY0} FROM conversations c WHERE c.sample_weight > 0

@@ -6,12 +6,13 @@ import asyncio
 import json
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
 from monitor.store.engine import libpq_url
 from tests.factories import event_dict
+from tests.servers.worker import read_topic
 
 
 async def produce(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes]]) -> None:
@@ -102,12 +103,6 @@ async def test_valid_and_malformed_events(broker, topic_name: str, database_url:
     assert 'monitor_events_invalid_total{reason="oversize"} 1.0' in text
 
     # the DLQ topic holds the original bytes with the reason in the headers
-    c = AIOKafkaConsumer(dlq, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
-    await c.start()
-    try:
-        got = await c.getmany(timeout_ms=5000)
-        recs = [r for rs in got.values() for r in rs]
-    finally:
-        await c.stop()
+    recs = await read_topic(broker.bootstrap, dlq)
     by_reason = {dict(r.headers)["reason"].decode(): r.value for r in recs}
     assert by_reason == MALFORMED

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from monitor.alerts.observations import observe
 from monitor.alerts.rules import default_rules
@@ -25,6 +24,7 @@ from monitor.store.engine import libpq_url, make_engine
 from monitor.store.store_errors import is_transient
 from tests.factories import event_dict
 from tests.ingest.test_ingest_loop import produce, wait_count
+from tests.servers.worker import read_topic
 
 STORE_POISON_AGENT = "store-poison"
 CHECK = f"ALTER TABLE events ADD CONSTRAINT poison_check CHECK (agent_id <> '{STORE_POISON_AGENT}')"
@@ -118,13 +118,7 @@ async def test_poison_of_every_class_between_good_events(broker, topic_name: str
     assert 'monitor_events_invalid_total{reason="store_rejected"} 2.0' in metrics
 
     # the DLQ topic holds each dead letter once (conflicts live in the table only)
-    c = AIOKafkaConsumer(dlq, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
-    await c.start()
-    try:
-        got = await c.getmany(timeout_ms=5000, max_records=1000)
-        recs = [r for rs in got.values() for r in rs]
-    finally:
-        await c.stop()
+    recs = await read_topic(broker.bootstrap, dlq, max_records=1000)
     reasons = Counter(dict(r.headers)["reason"].decode() for r in recs)
     assert reasons == {k: len(v) for k, v in poison.items() if k != "conflicting_duplicate"}
     big = next(r for r in recs if dict(r.headers)["reason"] == b"oversize")

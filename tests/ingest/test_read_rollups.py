@@ -16,11 +16,9 @@ and no dashboard query's plan reads ``events``.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import asyncpg
@@ -33,20 +31,12 @@ from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
 from tests.dashboards import grafana_sql as g
+from tests.migrations import load_migration
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def migration() -> ModuleType:
-    path = REPO / "migrations/versions/0013_read_rollups.py"
-    spec = importlib.util.spec_from_file_location("migration_0013", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = migration()
+M = load_migration("0013_read_rollups")
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 

@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from monitor.contract.events import AgentEvent
 from monitor.sdk import EventEmitter
 from monitor.sim.traffic import Simulator
 from monitor.stack.postgres import EmbeddedPostgres
-from monitor.store.engine import ensure_database, libpq_url, upgrade, with_database
+from monitor.store.engine import ensure_database, upgrade, with_database
+from tests.db import fetch
 from tests.servers.worker import WorkerProcess, create_topic, metric, send_events, wait_for_count
 
 N = 20_000
@@ -56,14 +56,11 @@ def expected_rollups(events: list[AgentEvent]) -> dict[str, tuple[int, float | N
 
 
 async def actual_rollups(url: str) -> dict[str, tuple[int, float | None, bool, Any]]:
-    conn = await asyncpg.connect(libpq_url(url))
-    try:
-        rows = await conn.fetch(
-            "SELECT conversation_id, event_count, min_confidence, escalated, outcome_success "
-            "FROM conversations"
-        )
-    finally:
-        await conn.close()
+    rows = await fetch(
+        url,
+        "SELECT conversation_id, event_count, min_confidence, escalated, outcome_success "
+        "FROM conversations",
+    )
     return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
 

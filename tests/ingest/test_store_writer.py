@@ -11,14 +11,6 @@ from monitor.store.engine import libpq_url
 from tests.factories import event
 
 
-@pytest.fixture
-async def writer(database_url: str):
-    w = EventWriter(database_url)
-    await w.start()
-    yield w
-    await w.close()
-
-
 async def fetch_conv(database_url: str, cid: str) -> asyncpg.Record:
     conn = await asyncpg.connect(libpq_url(database_url))
     try:

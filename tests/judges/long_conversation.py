@@ -52,6 +52,11 @@ def _cycle(i: int) -> list[tuple[str, dict[str, Any]]]:
         content=json.dumps(details),
     )
     cancel = {"id": f"k{i}", "name": "cancel_reservation", "arguments": {"reservation_id": rid}}
+
+    def cancelled(call_id: str) -> None:
+        refund = json.dumps({"status": "cancelled", "refund": price})
+        add("tool_result", call_id=call_id, name="cancel_reservation", ok=True, content=refund)
+
     add("message", role="assistant", content=None, tool_calls=[cancel], confidence=0.8)
     if i % 5 == 1:
         error = "timeout, try again" if i % 10 == 1 else "reservation not found"
@@ -66,21 +71,9 @@ def _cycle(i: int) -> list[tuple[str, dict[str, Any]]]:
         add("message", role="assistant", content="It is all set and done.", confidence=0.7)
         again = {**cancel, "id": f"k{i}b"}
         add("message", role="assistant", content=None, tool_calls=[again], confidence=0.6)
-        add(
-            "tool_result",
-            call_id=f"k{i}b",
-            name="cancel_reservation",
-            ok=True,
-            content=json.dumps({"status": "cancelled", "refund": price}),
-        )
+        cancelled(f"k{i}b")
     else:
-        add(
-            "tool_result",
-            call_id=f"k{i}",
-            name="cancel_reservation",
-            ok=True,
-            content=json.dumps({"status": "cancelled", "refund": price}),
-        )
+        cancelled(f"k{i}")
         add("message", role="user", content="Thanks. When will I see the refund?", confidence=None)
         add("message", role="assistant", content="Within 5 to 7 business days.", confidence=0.9)
         add("message", role="user", content="Fine.", confidence=None)

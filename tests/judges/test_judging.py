@@ -21,6 +21,7 @@ from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.judges.worker import JudgeConfig, JudgeLoop, JudgeRunner
 from monitor.sampling.policy import SamplingPolicy
 from monitor.store.engine import libpq_url
+from tests.db import fetch
 from tests.factories import T0, event
 from tests.servers.llm_server import ChatServer, Recorded, Reply, verdicts_json
 from tests.servers.worker import create_topic
@@ -69,14 +70,6 @@ async def items(url: str) -> dict[str, tuple]:
     try:
         rows = await conn.fetch("SELECT event_id, label, label_source FROM items")
         return {r["event_id"]: (r["label"], r["label_source"]) for r in rows}
-    finally:
-        await conn.close()
-
-
-async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(libpq_url(url))
-    try:
-        return await conn.fetch(sql)
     finally:
         await conn.close()
 

@@ -320,19 +320,25 @@ def test_rule_fires_on_an_edited_call(
     assert [v.item_id for v in flagged] == [target] and says in (flagged[0].rationale or "")
 
 
-def test_bags_cannot_be_removed_edited_reservation() -> None:
-    cid = "tau2:42904288-540d-49f6-94b7-b7e60d54c252"
-    events = conversations()[cid]
-    call = next(e for e in events if e.event_id == f"{cid}:18")
+def details_for_call(events: list[AgentEvent], event_id: str) -> AgentEvent:
+    """The ``get_reservation_details`` result for the reservation that the tool call in event
+    ``event_id`` names."""
+    call = next(e for e in events if e.event_id == event_id)
     assert call.message is not None
     rid = call.message.tool_calls[0].arguments["reservation_id"]
-    details = next(
+    return next(
         e
         for e in events
         if e.tool_result
-        and e.tool_result.content
-        and f'"reservation_id": "{rid}"' in e.tool_result.content
+        and e.tool_result.name == "get_reservation_details"
+        and f'"reservation_id": "{rid}"' in (e.tool_result.content or "")
     )
+
+
+def test_bags_cannot_be_removed_edited_reservation() -> None:
+    cid = "tau2:42904288-540d-49f6-94b7-b7e60d54c252"
+    events = conversations()[cid]
+    details = details_for_call(events, f"{cid}:18")
     bad = edited(events, details.event_id, fields={"total_baggages": 3})
     (v,) = [v for v in verdicts("airline.bags.no_removal", bad) if v.label == 0]
     assert "lowers the checked bags from 3 to 2" in (v.rationale or "")
@@ -342,16 +348,7 @@ def test_bags_cannot_be_removed_edited_reservation() -> None:
 def test_cabin_change_after_a_flown_flight_edited_reservation() -> None:
     cid = "tau2:2675f4f4-afa7-4849-86f3-27ede43ea2de"
     events = conversations()[cid]
-    call = next(e for e in events if e.event_id == f"{cid}:20")
-    assert call.message is not None
-    rid = call.message.tool_calls[0].arguments["reservation_id"]
-    details = next(
-        e
-        for e in events
-        if e.tool_result
-        and e.tool_result.name == "get_reservation_details"
-        and f'"reservation_id": "{rid}"' in (e.tool_result.content or "")
-    )
+    details = details_for_call(events, f"{cid}:20")
     res = json.loads(details.tool_result.content or "")  # type: ignore[union-attr]
     assert res["cabin"] == "business"  # the call changes it to economy
     flights = [{**f, "date": "2024-05-01"} for f in res["flights"]]

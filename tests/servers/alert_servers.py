@@ -20,7 +20,7 @@ import json
 import socket
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl
@@ -30,15 +30,7 @@ from aiohttp import web
 from monitor.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, verify
 from monitor.alerts.states import Kind, Notification, fingerprint
 from monitor.core.errors import InvalidSignature
-
-
-@dataclass(frozen=True)
-class Status:
-    """Answer with this HTTP status, body and headers."""
-
-    status: int
-    body: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
+from tests.servers.scripted import Status
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,12 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from tests.servers.scripted import Status
 
 
 @dataclass(frozen=True)
@@ -33,15 +35,6 @@ class Reply:
     content: str | None
     delay: float = 0.0
     raw: str | None = None
-
-
-@dataclass(frozen=True)
-class Status:
-    """Any status with a raw body and headers (e.g. 429 with Retry-After, 500, 401)."""
-
-    status: int
-    body: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

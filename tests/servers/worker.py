@@ -13,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from monitor.contract.events import AgentEvent
@@ -119,6 +120,19 @@ async def create_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:
         await admin.create_topics([NewTopic(topic, partitions, 1), NewTopic(f"{topic}.dlq", 1, 1)])
     finally:
         await admin.close()
+
+
+async def read_topic(
+    bootstrap: str, topic: str, max_records: int | None = None, timeout_ms: int = 5000
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """The records one fetch from the start of ``topic`` returns within ``timeout_ms``."""
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await c.start()
+    try:
+        got = await c.getmany(timeout_ms=timeout_ms, max_records=max_records)
+    finally:
+        await c.stop()
+    return [r for rs in got.values() for r in rs]
 
 
 async def send_events(

@@ -74,6 +74,18 @@ def _wait_gone(state_dir: Path, timeout_s: float = 15) -> list[str]:
     return left
 
 
+def _run_up(state_dir: Path, out: Path, *args: str) -> str:
+    """Run ``monitor up`` to its end (150 s at most) and check it exited 0; its output."""
+    proc = _up(state_dir, out, *args)
+    try:
+        code = proc.wait(150)
+    finally:
+        proc.kill()
+    output = out.read_text()
+    assert code == 0, output
+    return output
+
+
 def _wait_for(out: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while text not in out.read_text():
@@ -124,14 +136,7 @@ async def _stored(pg_dir: Path) -> tuple[int, int]:
 def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
     state_dir: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "out.txt"
-    proc = _up(state_dir, out, "--duration", "8", "--rate", "100")
-    try:
-        code = proc.wait(150)
-    finally:
-        proc.kill()
-    output = out.read_text()
-    assert code == 0, output
+    output = _run_up(state_dir, tmp_path / "out.txt", "--duration", "8", "--rate", "100")
     rows = _table(output)
     for agent in AGENTS:
         assert agent in rows, output
@@ -165,13 +170,7 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
     assert "monitor up: worker starting" in worker_log and "\x1b" not in worker_log
 
     # a second run in the same state dir starts clean and says so: nothing counted twice
-    out2 = tmp_path / "out2.txt"
-    again = _up(state_dir, out2, "--duration", "3", "--rate", "50")
-    try:
-        assert again.wait(150) == 0, out2.read_text()
-    finally:
-        again.kill()
-    second = out2.read_text()
+    second = _run_up(state_dir, tmp_path / "out2.txt", "--duration", "3", "--rate", "50")
     assert "this run starts clean: removing the previous run's data" in " ".join(second.split())
     sent2 = re.search(r"sent ([\d,]+) events and (\d+) malformed", second)
     assert sent2, second
@@ -225,14 +224,7 @@ def test_rerun_after_a_killed_run_cleans_up_its_leftovers(
     os.kill(pid, signal.SIGKILL)
     assert _leftovers(state_dir), "expected the broker to outlive a SIGKILLed monitor up"
 
-    out2 = tmp_path / "out2.txt"
-    rerun = _up(state_dir, out2, "--duration", "3", "--rate", "50")
-    try:
-        code = rerun.wait(150)
-    finally:
-        rerun.kill()
-    output = out2.read_text()
-    assert code == 0, output
+    output = _run_up(state_dir, tmp_path / "out2.txt", "--duration", "3", "--rate", "50")
     assert "left running by an earlier run" in output
     assert f"Dead letters (DLQ): {MALFORMED} stored" in output
     assert _wait_gone(state_dir) == []

@@ -17,7 +17,9 @@ from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.store import partitions
 from monitor.store.engine import libpq_url, make_engine
+from tests.db import fetch
 from tests.factories import T0, event
+from tests.migrations import load_migration
 
 T0_DAY = T0.date()
 
@@ -29,14 +31,11 @@ async def days_and_rows(url: str) -> tuple[list[date], list[tuple[str, date, str
             days = await partitions.partition_days(conn)
     finally:
         await engine.dispose()
-    conn2 = await asyncpg.connect(libpq_url(url))
-    try:
-        rows = await conn2.fetch(
-            "SELECT e.event_id, (e.ts AT TIME ZONE 'UTC')::date AS day, c.relname"
-            " FROM events e JOIN pg_class c ON c.oid = e.tableoid ORDER BY 1"
-        )
-    finally:
-        await conn2.close()
+    rows = await fetch(
+        url,
+        "SELECT e.event_id, (e.ts AT TIME ZONE 'UTC')::date AS day, c.relname"
+        " FROM events e JOIN pg_class c ON c.oid = e.tableoid ORDER BY 1",
+    )
     return days, [(r["event_id"], r["day"], r["relname"]) for r in rows]
 
 
@@ -160,20 +159,8 @@ def test_partition_names_round_trip() -> None:
 
 def test_migration_0022_downgrades_to_0015s_function() -> None:
     """0022's downgrade re-creates ensure_event_partitions exactly as 0015 wrote it."""
-    import importlib.util
-    from pathlib import Path
-
-    versions = Path(__file__).resolve().parents[2] / "migrations" / "versions"
-
-    def load(name: str) -> object:
-        spec = importlib.util.spec_from_file_location(name, versions / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    old = load("0015_partitioned_events").ENSURE  # type: ignore[attr-defined]
-    new = load("0022_concurrent_partition_creation").ensure  # type: ignore[attr-defined]
+    old = load_migration("0015_partitioned_events").ENSURE
+    new = load_migration("0022_concurrent_partition_creation").ensure
     assert " ".join(new(tolerant=False).split()) == " ".join(
         old.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").split())
     assert "duplicate_table" in new(tolerant=True)

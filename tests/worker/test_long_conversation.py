@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from monitor.contract.events import validate_event
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import libpq_url
+from tests.db import fetch
 from tests.judges.long_conversation import iter_long_conversation
 from tests.servers.worker import WorkerProcess, count, create_topic, metric
 
@@ -98,14 +97,11 @@ async def test_a_100k_event_conversation_is_judged_while_the_worker_keeps_answer
                 await asyncio.sleep(0.05)
         stall = metric(worker, "monitor_event_loop_stall_seconds")
         memory = peak_rss(worker.proc.pid)
-        conn = await asyncpg.connect(libpq_url(database_url))
-        try:
-            rows = await conn.fetch(
-                "SELECT judge, item_id, evidence->'truncated' AS cap FROM verdicts"
-                " WHERE conversation_id = 'c-long'"
-            )
-        finally:
-            await conn.close()
+        rows = await fetch(
+            database_url,
+            "SELECT judge, item_id, evidence->'truncated' AS cap FROM verdicts"
+            " WHERE conversation_id = 'c-long'",
+        )
         code = await asyncio.to_thread(worker.stop, 30)
     finally:
         worker.kill()
