@@ -5,12 +5,15 @@ decision (pure) and the state the worker holds in memory (maps, policy, checks; 
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
     "buffer",
+    "buffer_slot",
     "effect",
     "effect_repo",
     "endpoint",
+    "http_server",
     "outbox",
     "policy",
     "producer",
     "request",
+    "server",
     "state",
 )

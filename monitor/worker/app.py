@@ -46,6 +46,7 @@ from monitor.core.http_body import BodyLimits
 from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
+from monitor.gate import http_server
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
@@ -54,7 +55,6 @@ from monitor.otel import mapping_config, trace_limits
 from monitor.otel.receiver import receive_traces
 from monitor.otel.topic import TraceTopicService
 from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
-from monitor.worker import http_server
 from monitor.worker.services import (
     AlertingService,
     AnalyticsService,

@@ -1,0 +1,134 @@
+"""The gate as a process of its own (``monitor gate serve``), through real processes, a real
+broker and a real Postgres: its decision events are stored by a worker's ingest; with the
+broker and Postgres both stopped while agents gate, every answer still comes within the
+deadline, says so, and every decision event is stored exactly once when both are back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from monitor.stack.broker import EmbeddedBroker
+from monitor.stack.postgres import EmbeddedPostgres
+from tests.gate.test_gate_outages import (
+    FAST,
+    ask,
+    gate,
+    health,
+    make_topic,
+    own_broker,
+    own_pg,
+    stored_exactly,
+    until,
+)
+from tests.servers.worker import GateProcess, WorkerProcess, create_topic, metric
+
+__all__ = ["own_broker", "own_pg"]  # fixtures
+DEADLINE_S = 2.0  # an answer later than this is a failure (the broker's timeout is 30 s)
+
+
+def status(gate_: GateProcess) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{gate_.url}/health", timeout=10).json()
+    return body
+
+
+async def gate_timed(gate_: GateProcess, ids: range) -> list[dict[str, Any]]:
+    """Ask for each id (8 at a time); each answer is a 200 decision within DEADLINE_S."""
+    limit = asyncio.Semaphore(8)
+    async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
+
+        async def one(i: int) -> dict[str, Any]:
+            async with limit:
+                t0 = time.monotonic()
+                r = await client.post(f"{gate_.url}/v1/gate", json=ask(i))
+                took = time.monotonic() - t0
+            assert r.status_code == 200, r.text
+            assert took < DEADLINE_S, f"answer {i} took {took:.2f}s"
+            body: dict[str, Any] = r.json()
+            assert body["decision_id"] == f"gate:r{i}"
+            return body
+
+        return list(await asyncio.gather(*(one(i) for i in ids)))
+
+
+@pytest.mark.slow
+async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
+    broker: Any, topic_name: str, tmp_path: Path, database_url: str
+) -> None:
+    await create_topic(broker.bootstrap, topic_name)
+    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST).start()
+    gate_ = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST)
+    try:
+        await worker.wait_ready()  # first: it makes the origin key the gate then reads
+        await gate_.start().wait_ready()
+        assert status(gate_)["status"] == "ok", status(gate_)
+        answers = await gate(gate_, range(25))
+        assert all(a["maps_loaded_at"] and "maps_stale" not in a for a in answers)
+        await stored_exactly(database_url, 25, worker)
+        assert metric(gate_, "monitor_gate_buffered_events") == 0
+        text = httpx.get(f"{gate_.url}/metrics", timeout=10).text
+        answered = sum(float(line.split()[-1]) for line in text.splitlines()
+                       if line.startswith("monitor_gate_answers_total{"))  # fmt: skip
+        assert answered == 25
+        bad = httpx.post(f"{gate_.url}/v1/gate", content=b"{", timeout=10)
+        assert bad.status_code == 400 and bad.json()["reason"] == "not_json"
+        assert httpx.get(f"{gate_.url}/nope", timeout=10).json()["reason"] == "http_404"
+        # the worker's own /v1/gate stays as the fallback
+        assert (await gate(worker, range(25, 26)))[0]["decision_id"] == "gate:r25"
+        await stored_exactly(database_url, 26, worker)
+        assert gate_.stop() == 0, gate_.log_tail()
+    finally:
+        gate_.stop()
+        worker.stop()
+
+
+@pytest.mark.slow
+async def test_broker_and_postgres_down_the_gate_process_answers_in_time_and_delivers_later(
+    own_broker: EmbeddedBroker, own_pg: tuple[EmbeddedPostgres, str], topic_name: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    pg, url = own_pg
+    await create_topic(own_broker.bootstrap, topic_name)
+    worker = WorkerProcess(own_broker.bootstrap, url, topic_name, tmp_path, **FAST).start()
+    gate_ = GateProcess(own_broker.bootstrap, url, topic_name, tmp_path, **FAST)
+    second: WorkerProcess | None = None
+    try:
+        await worker.wait_ready()  # first: it makes the origin key the gate then reads
+        await gate_.start().wait_ready()
+        await gate_timed(gate_, range(10))
+        await stored_exactly(url, 10, worker)  # before the stop: the broker keeps memory only
+        worker.kill()  # ingest is down as well; a fresh worker stores what comes later
+        await asyncio.to_thread(pg.stop, "immediate")
+        own_broker.stop()
+        answers = await gate_timed(gate_, range(10, 60))  # agents keep gating
+        await until(lambda: health(gate_)["buffered"] == 50, 30, "50 kept", gate_)
+        later = await gate_timed(gate_, range(60, 70))
+        answers += later
+        assert all(a["decision_events_kept"] >= 50 for a in later)
+        assert all("maps_stale" in a and a["maps_loaded_at"] for a in later)
+        body = status(gate_)
+        assert body["status"] == "degraded"
+        assert {"maps_stale", "decision_events_buffered"} <= set(body["reasons"])
+        await until(lambda: health(gate_)["buffered"] == 60, 30, "60 kept", gate_)
+        assert len(answers) == 60
+        await asyncio.to_thread(pg.start)
+        own_broker.start()  # same port, empty
+        await make_topic(own_broker.bootstrap, topic_name)
+        second = WorkerProcess(own_broker.bootstrap, url, topic_name, tmp_path, **FAST).start()
+        await second.wait_ready()
+        await until(lambda: health(gate_)["buffered"] == 0, 120, "buffer empty", gate_)
+        await stored_exactly(url, 70, second, timeout=120)
+        await until(lambda: status(gate_)["status"] == "ok", 30, "healthy again", gate_)
+        answer = (await gate_timed(gate_, range(70, 71)))[0]
+        assert "maps_stale" not in answer and "decision_events_kept" not in answer
+        await stored_exactly(url, 71, second, timeout=60)
+    finally:
+        gate_.stop()
+        worker.kill()
+        if second is not None:
+            second.stop()
