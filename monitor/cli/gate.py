@@ -127,8 +127,10 @@ def register(app: typer.Typer) -> None:
         err = Console(stderr=True)
         settings = endpoints.resolve(load_settings())
         if not settings.kafka_bootstrap or not settings.database_url:
-            err.print("[red]no broker or database configured[/]: set MONITOR_KAFKA_BOOTSTRAP "
-                      "and DATABASE_URL, or run `monitor up` for the embedded stack.")  # fmt: skip
+            err.print(
+                "[red]no broker or database configured[/]: set MONITOR_KAFKA_BOOTSTRAP "
+                "and DATABASE_URL, or run `monitor up` for the embedded stack."
+            )
             raise typer.Exit(2)
         logging.basicConfig(
             level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -52,7 +52,7 @@ from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, UnknownAgent, decide, decision_event
 from monitor.gate.inline_llm import LlmJudgeFn, LlmPending, finish_llm
-from monitor.gate.policy import GatePolicy
+from monitor.gate.policy import GatePolicy, GateRule
 from monitor.gate.request import GateRequest, GateRequestError, HistoryCache, parse_gate_request
 
 log = logging.getLogger("monitor.gate.endpoint")
@@ -222,12 +222,10 @@ async def finish_gate(
     except Exception as exc:  # a bug must not become a 500
         log.exception("the gate's LLM check failed")
         why = f"{type(exc).__name__}: {exc}"[:300]
-        return GateReply(200, {
-            "decision": "proceed" if p.rule.fail == "open" else "escalate",
-            "degraded": f"fail {p.rule.fail}: gate error ({why})",
-            "policy_version": p.decision.payload.policy_version, "findings": [],
-            "latency_ms": round((timer() - p.started) * 1000.0, 3),
-        })  # fmt: skip
+        degraded = f"fail {p.rule.fail}: gate error ({why})"
+        latency_ms = round((timer() - p.started) * 1000.0, 3)
+        version = p.decision.payload.policy_version
+        return GateReply(200, fail_answer(p.rule, degraded, version, latency_ms))
     return GateReply(200, answer, event)
 
 
@@ -239,8 +237,24 @@ def _failed(
     if rule is None:
         return GateReply(503, {"error": f"the gate could not decide ({why})",
                                "reason": "gate_error"})  # fmt: skip
+    degraded = f"fail {rule.fail}: gate error ({why})"
+    return GateReply(200, fail_answer(rule, degraded, policy.version, round(latency_ms, 3)))
+
+
+def fail_answer(
+    rule: GateRule, degraded: str, policy_version: str, latency_ms: float
+) -> dict[str, Any]:
+    """The answer when an internal error leaves the rule's fail choice to decide (no decision
+    event): open -> proceed, closed -> escalate; a shadow rule answers ``proceed`` with that
+    choice as ``shadow_decision``."""
     decision = "proceed" if rule.fail == "open" else "escalate"
-    return GateReply(200, {
-        "decision": decision, "degraded": f"fail {rule.fail}: gate error ({why})",
-        "policy_version": policy.version, "findings": [], "latency_ms": round(latency_ms, 3),
-    })  # fmt: skip
+    enforced = rule.mode == "enforce"
+    return {
+        "decision": decision if enforced else "proceed",
+        "enforced": enforced,
+        **({} if enforced else {"shadow_decision": decision}),
+        "degraded": degraded,
+        "policy_version": policy_version,
+        "findings": [],
+        "latency_ms": latency_ms,
+    }

@@ -112,21 +112,31 @@ class GateServer:
         self.state = GateState.from_settings(settings)
         self.engine = make_engine(settings.database_url, pool_size=2)
         self.producer = DecisionProducer(
-            settings.kafka_bootstrap, settings.topic_events, idempotent=settings.kafka_idempotent,
+            settings.kafka_bootstrap,
+            settings.topic_events,
+            idempotent=settings.kafka_idempotent,
             origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
-        )  # fmt: skip
+        )
         self.buffer = open_gate_buffer(settings)
-        self.outbox = DecisionOutbox(self.producer.deliver, self.buffer,
-                                     spill_after_s=settings.gate_spill_after_s)  # fmt: skip
+        self.outbox = DecisionOutbox(
+            self.producer.deliver, self.buffer, spill_after_s=settings.gate_spill_after_s
+        )
         tokens: dict[Scope, str | None] = {"gate": settings.gate_token}
-        self.keys = KeyCache(self._load_keys, tokens, self.clock.now, time.monotonic,
-                             miss_interval_s=settings.keys_miss_refresh_s)  # fmt: skip
+        self.keys = KeyCache(
+            self._load_keys,
+            tokens,
+            self.clock.now,
+            time.monotonic,
+            miss_interval_s=settings.keys_miss_refresh_s,
+        )
         self.authorize: Authorize = lambda authorization: self.keys.check(authorization, "gate")
         self.limits = GateLimits(
-            settings.gate_max_body_bytes, settings.gate_max_content_chars,
-            settings.http_read_timeout_s, settings.http_max_inflate_ratio,
+            settings.gate_max_body_bytes,
+            settings.gate_max_content_chars,
+            settings.http_read_timeout_s,
+            settings.http_max_inflate_ratio,
             loopback_open=not settings.gate_token,
-        )  # fmt: skip
+        )
         self.guard = gate_guard(settings, time.monotonic)
         self.history = HistoryCache()
         self.pending: set[asyncio.Task[None]] = set()  # decision events handed to the outbox
@@ -139,8 +149,7 @@ class GateServer:
             return await key_repo.load_keys(conn)
 
     def application(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors],
-                              handler_args=handler_args(self.settings))  # fmt: skip
+        app = web.Application(middlewares=[json_errors], handler_args=handler_args(self.settings))
         app.router.add_post(GATE, self.handle_gate)
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/metrics", self.handle_metrics)
@@ -153,12 +162,20 @@ class GateServer:
 
         def decide_body(body: bytes | None, grant: Grant) -> GateReply:
             return decide_gate(
-                body, limits=self.limits, policy=state.policy, maps=state.maps,
-                checks=state.checks, now=self.clock.now(), timer=time.perf_counter,
-                started=started, new_id=lambda: uuid.uuid4().hex,
-                status=answer_status(state, self.outbox), history_cache=self.history,
-                cuts=state.cuts, grant=grant,
-            )  # fmt: skip
+                body,
+                limits=self.limits,
+                policy=state.policy,
+                maps=state.maps,
+                checks=state.checks,
+                now=self.clock.now(),
+                timer=time.perf_counter,
+                started=started,
+                new_id=lambda: uuid.uuid4().hex,
+                status=answer_status(state, self.outbox),
+                history_cache=self.history,
+                cuts=state.cuts,
+                grant=grant,
+            )
 
         reply = await receive_gate(
             headers=request.headers,
@@ -179,8 +196,12 @@ class GateServer:
             task = asyncio.ensure_future(self._publish(reply.event))
             self.pending.add(task)
             task.add_done_callback(self.pending.discard)
-        return web.Response(body=to_json(reply.body), status=reply.status,
-                            headers=reply.headers, content_type="application/json")  # fmt: skip
+        return web.Response(
+            body=to_json(reply.body),
+            status=reply.status,
+            headers=reply.headers,
+            content_type="application/json",
+        )
 
     async def _publish(self, event: AgentEvent) -> None:
         if not await self.outbox.publish(event):
@@ -204,8 +225,10 @@ class GateServer:
         not keep the gate from serving), bind, serve, start the refreshes and the replay of
         the disk buffer. Returns the bound port."""
         if self.buffer.pending:
-            log.warning("gate: %d decision events buffered on disk by an earlier run, "
-                        "replaying them", self.buffer.pending)  # fmt: skip
+            log.warning(
+                "gate: %d decision events buffered on disk by an earlier run, replaying them",
+                self.buffer.pending,
+            )
         first = asyncio.gather(self.refresh_maps(), self.keys.refresh())
         try:
             await asyncio.wait_for(asyncio.shield(first), FIRST_LOAD_S)
@@ -213,8 +236,9 @@ class GateServer:
             log.warning("gate: the store did not answer within %ss; serving anyway", FIRST_LOAD_S)
         self.runner = JsonErrorRunner(self.application(), access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.settings.gate_host, self.settings.gate_port,
-                           reuse_port=True)  # fmt: skip
+        site = web.TCPSite(
+            self.runner, self.settings.gate_host, self.settings.gate_port, reuse_port=True
+        )
         await site.start()
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []

@@ -97,3 +97,13 @@ def test_an_unexpected_failure_answers_with_the_fail_mode_never_a_500() -> None:
     assert opened.event is None
     closed = GatePolicy(version="v", rules=(GateRule(threshold=0.5, fail="closed"),))
     assert call(BODY, closed, maps=broken).body["decision"] == "escalate"
+
+
+def test_a_shadow_rule_answers_proceed_on_an_internal_error_too() -> None:
+    broken: Maps = ExplodingMaps()
+    rule = GateRule(threshold=0.5, fail="closed", mode="shadow")
+    shadow = GatePolicy(version="v", rules=(rule,))
+    reply = call(BODY, shadow, maps=broken)
+    assert (reply.status, reply.body["decision"]) == (200, "proceed")
+    assert reply.body["shadow_decision"] == "escalate" and reply.body["enforced"] is False
+    assert reply.event is None

@@ -6,15 +6,21 @@ deadline, says so, and every decision event is stored exactly once when both are
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from monitor.cli.main import app
+from monitor.contract.events import validate_event
 from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.postgres import EmbeddedPostgres
+from tests.factories import event_dict
 from tests.gate.test_gate_outages import (
     FAST,
     ask,
@@ -26,7 +32,14 @@ from tests.gate.test_gate_outages import (
     stored_exactly,
     until,
 )
-from tests.servers.worker import GateProcess, WorkerProcess, create_topic, metric
+from tests.servers.worker import (
+    GateProcess,
+    WorkerProcess,
+    count,
+    create_topic,
+    metric,
+    send_events,
+)
 
 __all__ = ["own_broker", "own_pg"]  # fixtures
 DEADLINE_S = 2.0  # an answer later than this is a failure (the broker's timeout is 30 s)
@@ -72,8 +85,11 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
         await stored_exactly(database_url, 25, worker)
         assert metric(gate_, "monitor_gate_buffered_events") == 0
         text = httpx.get(f"{gate_.url}/metrics", timeout=10).text
-        answered = sum(float(line.split()[-1]) for line in text.splitlines()
-                       if line.startswith("monitor_gate_answers_total{"))  # fmt: skip
+        answered = sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("monitor_gate_answers_total{")
+        )
         assert answered == 25
         bad = httpx.post(f"{gate_.url}/v1/gate", content=b"{", timeout=10)
         assert bad.status_code == 400 and bad.json()["reason"] == "not_json"
@@ -89,9 +105,11 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
 
 @pytest.mark.slow
 async def test_broker_and_postgres_down_the_gate_process_answers_in_time_and_delivers_later(
-    own_broker: EmbeddedBroker, own_pg: tuple[EmbeddedPostgres, str], topic_name: str,
+    own_broker: EmbeddedBroker,
+    own_pg: tuple[EmbeddedPostgres, str],
+    topic_name: str,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     pg, url = own_pg
     await create_topic(own_broker.bootstrap, topic_name)
     worker = WorkerProcess(own_broker.bootstrap, url, topic_name, tmp_path, **FAST).start()
@@ -132,3 +150,141 @@ async def test_broker_and_postgres_down_the_gate_process_answers_in_time_and_del
         worker.kill()
         if second is not None:
             second.stop()
+
+
+SHADOW_POLICY = """\
+version: "shadow-1"
+rules:
+  - agent: shadow-bot
+    threshold: 0.6
+    mode: shadow
+  - threshold: 0.6
+"""
+
+
+@pytest.mark.slow
+async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart(
+    broker: Any, topic_name: str, tmp_path: Path, database_url: str
+) -> None:
+    policy = tmp_path / "gate.yaml"
+    policy.write_text(SHADOW_POLICY)
+    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(policy)}
+    await create_topic(broker.bootstrap, topic_name)
+    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env).start()
+    gate_ = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env)
+    try:
+        await worker.wait_ready()
+        await gate_.start().wait_ready()
+        n = 48
+        agent = {i: "shadow-bot" if i % 2 == 0 else "enforce-bot" for i in range(n)}
+        confidence = {i: 0.25 + (i % 7) / 10 for i in range(n)}  # 0.25 .. 0.85
+        success = {i: i % 3 != 0 for i in range(n)}
+        answers = {}
+        async with httpx.AsyncClient(timeout=10) as client:
+            for i in range(n):
+                body = {
+                    "conversation_id": f"conv-{i}",
+                    "agent": {"id": agent[i]},
+                    "content": "Done.",
+                    "confidence": confidence[i],
+                    "request_id": f"r{i}",
+                }
+                r = await client.post(f"{gate_.url}/v1/gate", json=body)
+                assert r.status_code == 200, r.text
+                answers[i] = r.json()
+        would = {}
+        for i, a in answers.items():
+            below = confidence[i] < 0.6
+            if agent[i] == "shadow-bot":  # decided and recorded, but the agent proceeds
+                assert a["decision"] == "proceed" and a["enforced"] is False, a
+                assert a["shadow_decision"] == ("escalate" if below else "proceed"), a
+                would[i] = a["shadow_decision"]
+            else:
+                assert a["enforced"] is True and "shadow_decision" not in a, a
+                assert a["decision"] == ("escalate" if below else "proceed"), a
+                would[i] = a["decision"]
+        # each conversation's outcome arrives after the answer
+        now = datetime.now(UTC).isoformat()
+        outcomes = [
+            validate_event(
+                {
+                    **event_dict(
+                        f"out-{i}", f"conv-{i}", "outcome", agent=agent[i], success=success[i]
+                    ),
+                    "ts": now,
+                }
+            )
+            for i in range(n)
+        ]
+        await send_events(broker.bootstrap, topic_name, outcomes)
+        await stored_exactly(database_url, n, worker)
+        sql = "SELECT count(*) FROM conversations WHERE outcome_success IS NOT NULL"
+        deadline = time.monotonic() + 60
+        while await count(database_url, sql) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+        enforced_sql = (
+            "SELECT count(*) FROM events WHERE type = 'gate' AND agent_id = 'shadow-bot'"
+            " AND (body->'gate'->>'enforced')::boolean = false"
+        )
+        assert await count(database_url, enforced_sql) == n // 2
+
+        result = await asyncio.to_thread(
+            CliRunner().invoke,
+            app,
+            [
+                "gate",
+                "--json",
+                "--no-replay",
+                "--policy",
+                str(policy),
+                "--from",
+                "2000-01-01",
+                "--to",
+                "2100-01-01",
+            ],
+            env={"MONITOR_DATABASE_URL": database_url, "DATABASE_URL": database_url},
+        )
+        assert result.exit_code == 0, result.output
+        effects = {e["agent_id"]: e for e in json.loads(result.output)["effects"]}
+        assert set(effects) == {"shadow-bot", "enforce-bot"}
+        assert effects["shadow-bot"]["source"] == "shadow"
+        assert effects["enforce-bot"]["source"] == "recorded"
+        assert any("shadow" in note for note in effects["shadow-bot"]["notes"])
+        for name, e in effects.items():  # recomputed from the answers and the outcomes
+            mine = [i for i in range(n) if agent[i] == name]
+            failed = [i for i in mine if not success[i]]
+            stopped = [i for i in failed if would[i] != "proceed"]
+            proceeded = [i for i in mine if would[i] == "proceed"]
+            assert e["decisions"]["escalate"] == sum(would[i] == "escalate" for i in mine)
+            assert e["decisions"]["proceed"] == len(proceeded)
+            assert (e["failures_prevented"]["num"], e["failures_prevented"]["den"]) == (
+                len(stopped),
+                len(failed),
+            )
+            assert e["failure_rate_proceeded"]["num"] == sum(not success[i] for i in proceeded)
+            assert e["escalation_rate"]["num"] == sum(would[i] == "escalate" for i in mine)
+        assert effects["shadow-bot"]["failures_prevented"]["num"] > 0
+        table = await asyncio.to_thread(
+            CliRunner().invoke,
+            app,
+            [
+                "gate",
+                "--no-replay",
+                "--policy",
+                str(policy),
+                "--from",
+                "2000-01-01",
+                "--to",
+                "2100-01-01",
+            ],
+            env={
+                "MONITOR_DATABASE_URL": database_url,
+                "DATABASE_URL": database_url,
+                "COLUMNS": "250",
+            },
+        )
+        assert table.exit_code == 0, table.output
+        assert "shadow" in table.output and "recorded" in table.output
+    finally:
+        gate_.stop()
+        worker.stop()
