@@ -70,6 +70,15 @@ def gate_guard(settings: Settings, clock: Callable[[], float]) -> Guard:
     return Guard(RateLimiter(rate, clock, keys), strangers)
 
 
+def count_answer(metrics: OpsMetrics, reply: GateReply) -> None:
+    """Count one answer on /metrics: by decision or refusal reason, and each way it was
+    degraded per rule and agent (``monitor_gate_degraded_answers_total``)."""
+    label = reply.body.get("decision") or reply.body.get("reason")
+    metrics.gate_answers.labels(str(label)).inc()
+    for kind in reply.degraded_kinds():
+        metrics.gate_degraded.labels(str(reply.rule), reply.agent_id or "", kind).inc()
+
+
 def answer_status(state: GateState, outbox: DecisionOutbox) -> dict[str, Any]:
     """What each answer says about the gate's own condition: the maps' freshness
     (``maps_loaded_at``, ``maps_stale``) and, while decision events are held on disk,
@@ -188,8 +197,7 @@ class GateServer:
         )
         if reply.pending is not None:  # a rule with the inline LLM check: awaited
             reply = await finish_gate(reply, state.llm_judge, time.perf_counter)
-        label = reply.body.get("decision") or reply.body.get("reason")
-        self.metrics.gate_answers.labels(str(label)).inc()
+        count_answer(self.metrics, reply)
         if 400 <= reply.status < 500:
             self.metrics.http_client_errors.labels(GATE, str(reply.status)).inc()
         if reply.event is not None:  # sent after the answer, never awaited by it

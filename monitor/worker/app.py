@@ -49,6 +49,7 @@ from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
+from monitor.gate.server import count_answer
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
@@ -268,8 +269,7 @@ def create_app(settings: Settings) -> faust.App:
             )
             if reply.pending is not None:  # a rule with the inline LLM check: awaited
                 reply = await finish_gate(reply, gate.llm_judge, time.perf_counter)
-            metrics.gate_answers.labels(str(reply.body.get("decision") or reply.body.get(
-                "reason"))).inc()  # fmt: skip
+            count_answer(metrics, reply)
             if reply.event is not None:  # queued without waiting for the broker
                 task = asyncio.ensure_future(publish_decision(reply.event))
                 pending.add(task)

@@ -45,6 +45,25 @@ __all__ = ["own_broker", "own_pg"]  # fixtures
 DEADLINE_S = 2.0  # an answer later than this is a failure (the broker's timeout is 30 s)
 
 
+def labelled(process: WorkerProcess, name: str, **labels: str) -> float:
+    """The value of ``name`` with exactly ``labels`` on the process's /metrics (0 if absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in httpx.get(f"{process.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(f"{name}{{{want}}} "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+SLOW_POLICY = """\
+version: "slow-1"
+rules:
+  - agent: slow-bot
+    threshold: 0.5
+    deadline_ms: 0.000001
+  - threshold: 0.5
+"""
+
+
 def status(gate_: GateProcess) -> dict[str, Any]:
     body: dict[str, Any] = httpx.get(f"{gate_.url}/health", timeout=10).json()
     return body
@@ -73,9 +92,12 @@ async def gate_timed(gate_: GateProcess, ids: range) -> list[dict[str, Any]]:
 async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
     broker: Any, topic_name: str, tmp_path: Path, database_url: str
 ) -> None:
+    policy = tmp_path / "gate.yaml"
+    policy.write_text(SLOW_POLICY)
+    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(policy)}
     await create_topic(broker.bootstrap, topic_name)
-    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST).start()
-    gate_ = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST)
+    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env).start()
+    gate_ = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env)
     try:
         await worker.wait_ready()  # first: it makes the origin key the gate then reads
         await gate_.start().wait_ready()
@@ -97,6 +119,15 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
         # the worker's own /v1/gate stays as the fallback
         assert (await gate(worker, range(25, 26)))[0]["decision_id"] == "gate:r25"
         await stored_exactly(database_url, 26, worker)
+        # fail-open answers and timeouts are counted per rule and agent
+        slow = {**ask(26), "agent": {"id": "slow-bot"}}
+        answer = httpx.post(f"{gate_.url}/v1/gate", json=slow, timeout=10).json()
+        assert answer["decision"] == "proceed" and answer["degraded"].startswith("fail open")
+        degraded = "monitor_gate_degraded_answers_total"
+        for kind in ("fail_open", "deadline"):
+            assert labelled(gate_, degraded, rule="0", agent="slow-bot", kind=kind) == 1
+        assert labelled(gate_, degraded, rule="1", agent="agent-a", kind="fail_open") == 0
+        await stored_exactly(database_url, 27, worker)
         assert gate_.stop() == 0, gate_.log_tail()
     finally:
         gate_.stop()
@@ -129,6 +160,18 @@ async def test_broker_and_postgres_down_the_gate_process_answers_in_time_and_del
         answers += later
         assert all(a["decision_events_kept"] >= 50 for a in later)
         assert all("maps_stale" in a and a["maps_loaded_at"] for a in later)
+        stale = [a for a in answers if "maps_stale" in a]
+        assert (
+            labelled(
+                gate_,
+                "monitor_gate_degraded_answers_total",
+                rule="0",
+                agent="agent-a",
+                kind="maps_stale",
+            )
+            == len(stale)
+            > 0
+        )
         body = status(gate_)
         assert body["status"] == "degraded"
         assert {"maps_stale", "decision_events_buffered"} <= set(body["reasons"])
