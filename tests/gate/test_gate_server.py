@@ -331,3 +331,39 @@ async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart
     finally:
         gate_.stop()
         worker.stop()
+
+
+@pytest.mark.slow
+async def test_two_gate_processes_serve_one_port(
+    broker: Any, topic_name: str, tmp_path: Path, database_url: str
+) -> None:
+    """SO_REUSEPORT: a second gate process binds the port of the first; both answer (each
+    with its own disk buffer slot), and with one stopped the other still answers there."""
+    await create_topic(broker.bootstrap, topic_name)
+    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST).start()
+    first = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST)
+    second = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **FAST)
+    second.port = first.port
+    second.env["MONITOR_GATE_PORT"] = str(first.port)
+    second.loglevel = "info"  # it logs "gate serving on" once its socket is bound
+
+    def serving() -> bool:
+        return "gate serving on" in second.log_tail(200)
+
+    try:
+        await worker.wait_ready()
+        await first.start().wait_ready()
+        second.start()
+        await until(serving, 60, "the second gate process bound the port", second)
+        await gate(first, range(40))
+        assert first.proc is not None and first.proc.poll() is None, first.log_tail()
+        assert second.proc is not None and second.proc.poll() is None, second.log_tail()
+        slots = sorted(p.name for p in tmp_path.glob("gate-buffer*"))
+        assert len(slots) == 3, slots  # the worker's and one per gate process
+        assert first.stop() == 0
+        await gate(second, range(40, 50))  # the same port, now served by the second alone
+        await stored_exactly(database_url, 50, worker)
+    finally:
+        first.stop()
+        second.stop()
+        worker.stop()
