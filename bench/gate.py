@@ -16,9 +16,13 @@ answers) to check the goal "p99 under 10 ms at 500 requests/s": once before the 
 phases (steady state: the goal) and once after them (the 64-client phase saturates the
 worker; its decision events are still being published, ingested and maybe replayed from the
 disk buffer while the second open loop runs: that one measures recovery from overload).
-Latency is measured by the client (aiohttp) from the request start to the full answer; the
-client runs on the same 2 cores as the worker, the broker and Postgres. The 1-minute load
-average is printed per phase (other sessions may share the machine). Run from the repository root::
+The gate process (``monitor gate serve``, its own event loop, no ingest in it) runs beside
+the worker on the same broker, database and state directory; the same open loop is sent to it
+(``gate process``), before and after the closed-loop phases, and its closed loop at each
+concurrency is printed beside the worker's. Latency is measured by the client (aiohttp) from
+the request start to the full answer; the client runs on the same 2 cores as the worker, the
+broker and Postgres. The 1-minute load average is printed per phase (other sessions may share
+the machine). Run from the repository root::
 
     .venv/bin/python bench/gate.py                  # 1/16/64 clients, 5 s each, 500 req/s
     .venv/bin/python bench/gate.py --seconds 3 --rate 300
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -166,8 +171,15 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
                  "MONITOR_HTTP_GATE_RATE_PER_S": "0"}  # fmt: skip
         worker = Worker(bootstrap, db_url, topic, workdir / "worker.log", extra,
                         argv=(str(REPO / "bench" / "gate_worker.py"),))  # fmt: skip
-        with running(worker):
+        with running(worker), contextlib.ExitStack() as stack:
             await worker.wait_ready()
+            serve = ("-m", "monitor.cli", "gate", "serve")
+            process = Worker(bootstrap, db_url, topic, workdir / "gate.log", extra, argv=serve)
+            process.env["MONITOR_GATE_PORT"] = str(process.port)
+            process.env["MONITOR_STATE_DIR"] = worker.env["MONITOR_STATE_DIR"]  # origin key
+            stack.enter_context(running(process))
+            await process.wait_ready()
+            own = f"http://127.0.0.1:{process.port}/v1/gate"
             url = f"http://127.0.0.1:{worker.port}/v1/gate"
             constant = f"http://127.0.0.1:{worker.port}/bench/constant"
             bodies = Bodies(args.conversations)
@@ -179,14 +191,25 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
                     sample = await r.json()
                 print("sample answer:", json.dumps(sample)[:400])
                 await closed_loop(session, url, bodies, 4, 1.0)  # warm-up (history cached)
+                await closed_loop(session, own, bodies, 4, 1.0)
                 await closed_loop(session, constant, bodies, 4, 0.5)
                 await asyncio.sleep(2)  # the warm-up's decision events ingested
                 steady = await open_loop(session, url, bodies, args.rate, args.seconds)
                 print_open("steady state", steady)
+                alone = await open_loop(session, own, bodies, args.rate, args.seconds)
+                print_open("gate process, steady state", alone)
                 rows = []
                 for c in args.concurrency:
                     base = await closed_loop(session, constant, bodies, c, args.seconds)
                     gate = await closed_loop(session, url, bodies, c, args.seconds)
+                    lane = await closed_loop(session, own, bodies, c, args.seconds)
+                    print(
+                        f"c={c}: gate process {lane['rps']:,.0f} req/s p50 "
+                        f"{lane['p50']:.2f} p99 {lane['p99']:.2f} ms | ratio to baseline "
+                        f"{lane['rps'] / base['rps']:.2f} | degraded {lane['degraded']}",
+                        flush=True,
+                    )
+                    assert set(lane["statuses"]) == {200}, lane["statuses"]
                     assert set(base["statuses"]) == {200}, base["statuses"]
                     assert set(gate["statuses"]) == {200}, gate["statuses"]
                     rows.append((c, base, gate))
@@ -198,6 +221,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
                           flush=True)  # fmt: skip
                 fixed = await open_loop(session, url, bodies, args.rate, args.seconds)
                 print_open("after the closed-loop phases", fixed)
+                after = await open_loop(session, own, bodies, args.rate, args.seconds)
+                print_open("gate process, after the closed-loop phases", after)
     print("\n| clients | baseline req/s | baseline p50 / p99 ms | gate req/s | gate p50 / p99 ms"
           " | gate / baseline |\n|---|---|---|---|---|---|")  # fmt: skip
     for c, base, gate in rows:
@@ -206,7 +231,9 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
               f"{gate['rps'] / base['rps']:.2f} |")  # fmt: skip
     print(json.dumps({"python": platform.python_version(), "cores": os.cpu_count(),
                       "median_ratio": statistics.median(g["rps"] / b["rps"] for _, b, g in rows),
-                      "open_loop": steady, "open_loop_after_saturation": fixed}))  # fmt: skip
+                      "open_loop": steady, "open_loop_after_saturation": fixed,
+                      "gate_process_open_loop": alone,
+                      "gate_process_open_loop_after_saturation": after}))  # fmt: skip
 
 
 def print_open(when: str, f: dict[str, Any]) -> None:

@@ -65,7 +65,8 @@ EDGE_MODULES = frozenset({
     "monitor.sdk.batches", "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.otel.pending",
     "monitor.otel.evaluation_export", "monitor.otel.sweeper", "monitor.gate.state",
     "monitor.gate.effect_repo", "monitor.sdk.gate_client", "monitor.gate.buffer",
-    "monitor.gate.producer", "monitor.auth.repo", "monitor.auth.origin_key",
+    "monitor.gate.producer", "monitor.gate.server", "monitor.gate.http_server",
+    "monitor.gate.buffer_slot", "monitor.auth.repo", "monitor.auth.origin_key",
 })
 # mode (faust's service library) only where the worker's long-running services are defined
 MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic",

@@ -32,9 +32,10 @@ DOCKERIGNORE = REPO / ".dockerignore"
 DASHBOARDS = REPO / "dashboards"
 PROVISIONING = DASHBOARDS / "provisioning"
 
-SERVICES = {"kafka", "postgres", "postgres-replica", "migrate", "worker", "grafana"}
+SERVICES = {"kafka", "postgres", "postgres-replica", "migrate", "worker", "gate", "grafana"}
 GRAFANA_PROVISIONING_DIR = "/etc/grafana/provisioning"
 WORKER_HEALTH = r"http://127\.0\.0\.1:6066/health(?![\w/])"  # the worker's liveness endpoint
+GATE_HEALTH = r"http://127\.0\.0\.1:6067/health(?![\w/])"  # the gate process's
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -312,6 +313,8 @@ def test_kafka_runs_kraft_single_node(services: dict[str, Any]) -> None:
 
 def test_published_ports(services: dict[str, Any]) -> None:
     assert container_ports(services["worker"]).get(6066) == 6066
+    assert container_ports(services["gate"]).get(6067) == 6067
+    assert Settings.model_fields["gate_port"].default == 6067
     assert container_ports(services["grafana"]).get(3000) == 3000
     assert Settings.model_fields["web_port"].default == 6066
 
@@ -330,7 +333,7 @@ def host_ips(service: dict[str, Any], environ: dict[str, str] | None = None) -> 
 
 def test_published_ports_bind_to_loopback_unless_configured(services: dict[str, Any]) -> None:
     published = {name: host_ips(s) for name, s in services.items() if s.get("ports")}
-    assert set(published) == {"kafka", "worker", "grafana", "postgres-replica"}
+    assert set(published) == {"kafka", "worker", "gate", "grafana", "postgres-replica"}
     for name, ips in published.items():
         assert ips and all(ip == "127.0.0.1" for ip in ips), (name, ips)
         wide = host_ips(services[name], {**REQUIRED_SECRETS, "MONITOR_PUBLISH_HOST": "0.0.0.0"})
@@ -433,12 +436,13 @@ def test_named_volumes_are_declared_and_used(compose: dict[str, Any]) -> None:
     assert "/var/lib/postgresql" in named_target("postgres")
     assert "/var/lib/grafana" in named_target("grafana")
     assert "/var/lib/monitor/state" in named_target("worker")  # the gate's disk buffer
+    assert "/var/lib/monitor/state" in named_target("gate")  # its buffer slot, the origin key
     kafka_env = env_of(compose["services"]["kafka"])
     assert kafka_env["KAFKA_LOG_DIRS"] in named_target("kafka")
 
 
 def test_healthchecks(services: dict[str, Any]) -> None:
-    for name in ("kafka", "postgres", "worker", "grafana"):
+    for name in ("kafka", "postgres", "worker", "gate", "grafana"):
         check = services[name].get("healthcheck")
         assert check and not check.get("disable"), f"{name} has no healthcheck"
         assert check["test"][0] in ("CMD", "CMD-SHELL"), name
@@ -453,6 +457,7 @@ def test_healthchecks(services: dict[str, Any]) -> None:
     assert f"-U {pg_env['POSTGRES_USER']}" in postgres and f"-d {pg_env['POSTGRES_DB']}" in postgres
     assert re.search(WORKER_HEALTH, healthcheck_text(services["worker"]))
     assert "urllib.request" in healthcheck_text(services["worker"])
+    assert re.search(GATE_HEALTH, healthcheck_text(services["gate"]))
     assert re.search(
         r"http://(127\.0\.0\.1|localhost):3000/api/health(?![\w/])",
         healthcheck_text(services["grafana"]),
@@ -472,6 +477,9 @@ def test_startup_order(services: dict[str, Any]) -> None:
         "migrate": "service_completed_successfully",
     }
     assert conditions("grafana").get("postgres") == "service_healthy"
+    # the gate reads the origin key the worker writes to their shared state volume
+    assert conditions("gate") == {"worker": "service_healthy"}
+    assert services["gate"]["command"] == ["monitor", "gate", "serve"]
 
 
 def test_app_environment_matches_the_other_services(
@@ -480,7 +488,7 @@ def test_app_environment_matches_the_other_services(
     kafka_env = env_of(services["kafka"])
     advertised = set(listeners(kafka_env["KAFKA_ADVERTISED_LISTENERS"]).values())
     pg_env = env_of(services["postgres"])
-    for name in ("migrate", "worker"):
+    for name in ("migrate", "worker", "gate"):
         env = env_of(services[name])
         # Every MONITOR_* variable must name a real setting (a typo would be silently ignored).
         prefix = Settings.model_config["env_prefix"]

@@ -37,24 +37,41 @@ def effect_table(effects: list[Effect]) -> Table:
         t.add_column(col, justify="left" if col in ("agent", "domain", "source") else "right")
     for e in effects:
         d = e.decisions
-        t.add_row(e.agent_id, e.domain or "-", e.source, str(e.conversations),
-                  f"{d['proceed']}/{d['revise']}/{d['escalate']}", _rate(e.failure_rate_all),
-                  _rate(e.failure_rate_proceeded), _rate(e.failures_prevented),
-                  _rate(e.escalation_rate),
-                  "-" if e.failure_rate_ungated is None else _rate(e.failure_rate_ungated))
+        t.add_row(
+            e.agent_id,
+            e.domain or "-",
+            e.source,
+            str(e.conversations),
+            f"{d['proceed']}/{d['revise']}/{d['escalate']}",
+            _rate(e.failure_rate_all),
+            _rate(e.failure_rate_proceeded),
+            _rate(e.failures_prevented),
+            _rate(e.escalation_rate),
+            "-" if e.failure_rate_ungated is None else _rate(e.failure_rate_ungated),
+        )
     return t
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("gate")
+    group = typer.Typer(add_completion=False)
+    app.add_typer(group, name="gate")
+
+    @group.callback(invoke_without_command=True)
     def gate(
+        ctx: typer.Context,
         agent: str | None = typer.Option(None, "--agent", "-a", help="Agent id (exact)."),
         policy_file: Path | None = typer.Option(
-            None, "--policy", help="Gate policy for the replayed decisions (default: "
-            "MONITOR_GATE_POLICY_FILE, else the built-in policy)."),
+            None,
+            "--policy",
+            help="Gate policy for the replayed decisions (default: "
+            "MONITOR_GATE_POLICY_FILE, else the built-in policy).",
+        ),
         replay: bool = typer.Option(
-            True, "--replay/--no-replay", help="Replay recorded confidences against the "
-            "threshold for conversations the gate never saw."),
+            True,
+            "--replay/--no-replay",
+            help="Replay recorded confidences against the "
+            "threshold for conversations the gate never saw.",
+        ),
         since: str = ac.SINCE,
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
@@ -62,12 +79,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Gate effectiveness per agent x domain: decisions by kind, failures among proceeded
         vs all, failures prevented (Wilson 95 %), escalation rate. Recorded decisions by their
-        event time; replayed ones by the conversation's start."""
+        event time; replayed ones by the conversation's start. `monitor gate serve` runs the
+        gate as a process of its own."""
+        if ctx.invoked_subcommand is not None:
+            return
         from monitor.config import load_settings
 
         console = ac.console()
         q = ac.query(None, None, None, None, since, start, end)
         policy = load_gate_policy(policy_file or load_settings().gate_policy_file)
+
         async def load(eng: AsyncEngine) -> tuple[list[GatedConversation], list[UngatedCounts]]:
             rows = await gated_conversations(eng, policy, q.start, q.end, agent, replay)
             return rows, await ungated_counts(eng, q.start, q.end, agent)
@@ -85,3 +106,39 @@ def register(app: typer.Typer) -> None:
         for e in effects:
             for note in e.notes:
                 console.print(f"{e.agent_id}/{e.domain or '-'} ({e.source}): {note}")
+
+    @group.command("serve")
+    def serve(
+        loglevel: str = typer.Option("info", help="Log level: debug, info, warning, error."),
+    ) -> None:
+        """Run the gate as a process of its own: POST /v1/gate, /health and /metrics on
+        MONITOR_GATE_HOST:MONITOR_GATE_PORT (SO_REUSEPORT: start several on one port to scale).
+        Needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL (or a running `monitor up`); keeps
+        answering while either is down. Stops cleanly on Ctrl-C / SIGTERM."""
+        import logging
+
+        from rich.console import Console
+        from rich.markup import escape
+
+        from monitor.config import load_settings
+        from monitor.core.errors import ConfigError
+        from monitor.stack import endpoints
+
+        err = Console(stderr=True)
+        settings = endpoints.resolve(load_settings())
+        if not settings.kafka_bootstrap or not settings.database_url:
+            err.print(
+                "[red]no broker or database configured[/]: set MONITOR_KAFKA_BOOTSTRAP "
+                "and DATABASE_URL, or run `monitor up` for the embedded stack."
+            )
+            raise typer.Exit(2)
+        logging.basicConfig(
+            level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+        from monitor.gate.server import run_gate
+
+        try:
+            run_gate(settings)
+        except ConfigError as exc:
+            err.print(f"[red]invalid configuration[/]:\n{escape(str(exc))}")
+            raise typer.Exit(2) from None

@@ -112,7 +112,7 @@ def _simulate(console: Console, running: Running, plan: TrafficPlan, gated: Gate
                 send_traffic(plan, running.kafka_bootstrap, s.topic_events,
                              idempotent=s.kafka_idempotent, rate=rate,
                              on_event=lambda: progress.advance(task)),
-                ask_and_send(gated, running.web_url, s.gate_token, running.kafka_bootstrap,
+                ask_and_send(gated, running.gate_url, s.gate_token, running.kafka_bootstrap,
                              s.topic_events, idempotent=s.kafka_idempotent,
                              seconds=plan.events / rate, on_event=lambda: progress.advance(task),
                              on_total=lambda n: progress.update(task, total=plan.events + n)))
@@ -146,14 +146,20 @@ def _intro(bootstrap: str | None, database_url: str | None, state_dir: Path) -> 
 
 
 def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate: float,
-           seed: int, keep_running: bool, ports: tuple[int, int, int]) -> int:
+           seed: int, keep_running: bool, ports: tuple[int, int, int, int]) -> int:
     """Everything ``monitor up`` does; returns the exit code (see the module docstring)."""
     try:
         settings = load_settings(**({"state_dir": settings_dir} if settings_dir else {}))
     except ValidationError as exc:
         fail(f"invalid MONITOR_* settings: {exc}", 2)
-    stack = Stack(settings, broker_port=ports[0], pg_port=ports[1], web_port=ports[2],
-                  say=lambda msg: console.print(f"[dim]-[/] {escape(msg)}", soft_wrap=True))
+    stack = Stack(
+        settings,
+        broker_port=ports[0],
+        pg_port=ports[1],
+        web_port=ports[2],
+        gate_port=ports[3],
+        say=lambda msg: console.print(f"[dim]-[/] {escape(msg)}", soft_wrap=True),
+    )
     signals = _Signals()
     code = 0
     console.print(_intro(settings.kafka_bootstrap, settings.database_url, stack.state_dir),
@@ -161,7 +167,8 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
     try:
         running = stack.start()
         console.print(f"[green]The stack is up[/]: broker {running.kafka_bootstrap}, database "
-                      f"{shown_url(running.database_url)}, worker {running.web_url}",
+                      f"{shown_url(running.database_url)}, worker {running.web_url}, gate "
+                      f"{running.gate_url}",
                       soft_wrap=True, highlight=False)
         console.print(
             f"HTTP ingest token: [bold]{running.ingest_token}[/]"
@@ -254,8 +261,18 @@ def register(app: typer.Typer) -> None:
         web_port: int = typer.Option(
             6066, "--web-port", min=0, max=65535,
             help="Preferred port of the worker's HTTP API; a free one if taken (0: any)."),
+        gate_port: int = typer.Option(
+            6067, "--gate-port", min=0, max=65535,
+            help="Preferred port of the gate process; a free one if taken (0: any)."),
     ) -> None:
         """The command; see HELP (shown by --help)."""
-        code = run_up(Console(), settings_dir=state_dir, duration=duration, rate=rate, seed=seed,
-                      keep_running=keep_running, ports=(broker_port, pg_port, web_port))
+        code = run_up(
+            Console(),
+            settings_dir=state_dir,
+            duration=duration,
+            rate=rate,
+            seed=seed,
+            keep_running=keep_running,
+            ports=(broker_port, pg_port, web_port, gate_port),
+        )
         raise typer.Exit(code)

@@ -139,6 +139,8 @@ def print_next_steps(console: Console, running: Running, keep_running: bool) -> 
     db = shown_url(running.database_url)
     lines = [
         ("worker", f"{running.web_url}/health   {running.web_url}/metrics"),
+        ("gate", f"{running.gate_url}/v1/gate   {running.gate_url}/health   "
+                 f"{running.gate_url}/metrics"),
         ("database", f"psql {db}"),
         ("", f"psql {db} -c 'select agent_id, count(*), avg(min_confidence) as confidence, "
              "avg(outcome_success::int) as success from conversations group by 1'"),
@@ -146,7 +148,7 @@ def print_next_steps(console: Console, running: Running, keep_running: bool) -> 
         ("simulate", f"{monitor} simulate --conversations 500"),
         ("HTTP ingest", _curl(running)),
     ]
-    logs = [state_dir / "worker.log"]
+    logs = [state_dir / "worker.log", state_dir / "gate.log"]
     logs += [state_dir / "tansu.log"] if running.embedded_broker else []
     logs += [state_dir / "pg" / "server.log"] if running.embedded_database else []
     lines.append(("logs", "  ".join(str(p) for p in logs)))

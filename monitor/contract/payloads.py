@@ -100,7 +100,9 @@ class GatePayload(_Strict):
     ``confidence`` is the stated confidence, ``calibrated`` the agent x domain isotonic map
     applied to it (``map_version`` the map used; None when no map: then ``calibrated`` equals
     ``confidence``). ``degraded`` names why the policy's fail-open/closed choice decided
-    (a check failed or the deadline passed); None for an ordinary decision.
+    (a check failed or the deadline passed); None for an ordinary decision. ``enforced`` is
+    False for a rule in shadow mode: ``decision`` is what the gate decided, but the agent was
+    told to proceed (its own answer was sent, so the conversation's outcome is unbiased).
     """
 
     decision: Literal["proceed", "revise", "escalate"]
@@ -113,3 +115,4 @@ class GatePayload(_Strict):
     policy_version: str = Field(min_length=1, max_length=128)
     latency_ms: Annotated[float, Field(ge=0.0)]
     degraded: str | None = None
+    enforced: bool = True

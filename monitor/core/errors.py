@@ -125,7 +125,8 @@ class InfraError(MonitorError):
 
 
 class WorkerFailed(InfraError):
-    """The worker subprocess died or did not become healthy; ``log_tail`` is its last lines."""
+    """The worker or gate subprocess died or did not become healthy; ``log_tail`` is its last
+    lines."""
 
     def __init__(self, message: str, log_tail: str) -> None:
         super().__init__(message)

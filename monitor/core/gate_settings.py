@@ -15,6 +15,16 @@ class GateSettings(BaseModel):
     """POST /v1/gate: token, policy, limits, map refresh and the decision events' disk buffer
     (a base of ``Settings``; validated with it)."""
 
+    gate_host: str = Field(
+        default="127.0.0.1", description="Address `monitor gate serve` listens on."
+    )
+    gate_port: int = Field(
+        default=6067,
+        ge=0,
+        le=65535,
+        description="Port of `monitor gate serve` (bound with SO_REUSEPORT: several gate "
+        "processes may serve one port).",
+    )
     gate_token: str | None = Field(
         default=None,
         repr=False,

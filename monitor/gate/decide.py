@@ -18,6 +18,9 @@ How :func:`decide` decides (docs/gate.md):
    wall time, from the first check to the last: not the request's wait before them), make the
    decision the rule's ``fail`` choice (open -> proceed, closed -> escalate) with ``degraded``
    naming why; the findings found are still reported.
+6. A rule in ``mode: shadow`` decides the same way; the decision event records it with
+   ``enforced: false`` and the answer is ``proceed``, the would-be decision beside it
+   (``shadow_decision``).
 """
 
 from __future__ import annotations
@@ -67,10 +70,14 @@ class GateDecision:
     rule_index: int
 
     def answer(self) -> dict[str, Any]:
-        """The JSON answer of ``POST /v1/gate``."""
+        """The JSON answer of ``POST /v1/gate``: for a shadow rule's decision (not
+        ``enforced``) ``proceed``, with the decision made as ``shadow_decision``."""
         p = self.payload
+        shadow = {} if p.enforced else {"shadow_decision": p.decision}
         return {
-            "decision": p.decision,
+            "decision": p.decision if p.enforced else "proceed",
+            "enforced": p.enforced,
+            **shadow,
             "confidence": p.confidence,
             "calibrated": p.map_version is not None,
             "calibrated_confidence": p.calibrated,
@@ -193,6 +200,7 @@ def decide(
         policy_version=policy.version,
         latency_ms=round((timer() - t0) * 1000.0, 3),
         degraded=degraded,
+        enforced=rule.mode == "enforce",
     )
     return GateDecision(event_id=event_id, payload=payload, rule_index=index)
 

@@ -4,6 +4,10 @@ Input: one :class:`GatedConversation` per conversation (its agent, domain, the g
 for it, and its outcome ``success`` or None when none arrived yet), from one of two sources:
 
 - ``recorded``: the conversation's latest ``gate`` decision event (``POST /v1/gate``);
+- ``shadow``: the same, for a decision of a rule in shadow mode (not enforced: the agent was
+  told to proceed, so the outcome is that of the agent's own answer whatever the decision).
+  ``failures_prevented`` and ``escalation_rate`` are then what enforcing would prevent and
+  cost, without the bias of enforced traffic (whose escalated outcomes are the human's);
 - ``replayed``: conversations without a decision event, their recorded minimum assistant
   confidence replayed against the policy's threshold (through the stored map when there is
   one): ``escalate`` below it, else ``proceed``. Only the threshold is replayed, not the checks.
@@ -117,6 +121,8 @@ def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
     if all_rate.value and proceeded_rate.value is not None:
         reduction = 1.0 - proceeded_rate.value / all_rate.value
     notes = []
+    if source == "shadow":
+        notes.append("shadow: not enforced; the figures are what enforcing would prevent and cost")
     if len(known) < len(rows):
         notes.append(f"{len(rows) - len(known)} conversations have no outcome yet")
     return Effect(

@@ -1,7 +1,8 @@
 """The rows gate effectiveness is computed from (queries; :mod:`monitor.gate.effect` computes).
 
 Recorded: each conversation's latest ``gate`` decision event in the range (by ``ts``), with the
-conversation's outcome from the ``conversations`` roll-up. Replayed: conversations that started
+conversation's outcome from the ``conversations`` roll-up; source ``shadow`` when that decision
+was not enforced (a shadow rule's), else ``recorded``. Replayed: conversations that started
 in the range, have a recorded minimum assistant confidence and no decision event: that
 confidence (through the agent x domain map when one is stored) against the policy rule's
 threshold (for an advisor rule, the cut the advisor gives at the end of the range, as the gate
@@ -27,7 +28,8 @@ from monitor.gate.state import advisor_cuts, load_maps
 
 _RECORDED = text("""
 SELECT DISTINCT ON (g.conversation_id) g.agent_id, coalesce(g.domain, '') AS domain,
-       g.body->'gate'->>'decision' AS decision, c.outcome_success
+       g.body->'gate'->>'decision' AS decision, c.outcome_success,
+       coalesce(CAST(g.body->'gate'->>'enforced' AS boolean), true) AS enforced
 FROM events g LEFT JOIN conversations c ON c.conversation_id = g.conversation_id
 WHERE g.type = 'gate' AND g.ts >= :lo AND g.ts < :hi
   AND (CAST(:agent AS text) IS NULL OR g.agent_id = :agent)
@@ -83,7 +85,10 @@ async def gated_conversations(
         replayable: list[Any] = (
             list((await conn.execute(_REPLAYED, params)).all()) if replay else []
         )
-    out = [GatedConversation(r[0], r[1], r[2], r[3]) for r in recorded]
+    out = [
+        GatedConversation(r[0], r[1], r[2], r[3], "recorded" if r[4] else "shadow")
+        for r in recorded
+    ]
     if not replayable:
         return out
     maps = await load_maps(engine)

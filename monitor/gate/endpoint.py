@@ -53,7 +53,7 @@ from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, decide, decision_event
 from monitor.gate.inline_llm import LlmJudgeFn, LlmPending, finish_llm
-from monitor.gate.policy import GatePolicy
+from monitor.gate.policy import GatePolicy, GateRule
 from monitor.gate.request import GateRequest, HistoryCache, parse_gate_request
 
 log = logging.getLogger("monitor.gate.endpoint")
@@ -89,6 +89,34 @@ class GateReply:
     event: AgentEvent | None = None
     pending: LlmPending | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    rule: int | None = None  # the index of the policy rule that decided (None: no rule)
+    agent_id: str | None = None
+
+    def degraded_kinds(self) -> list[str]:
+        """How this answer was not made the ordinary way (:func:`degraded_kinds`)."""
+        return degraded_kinds(self.body) if self.rule is not None else []
+
+
+def degraded_kinds(body: Mapping[str, Any]) -> list[str]:
+    """The kinds of a decision's degradation, from its answer: ``fail_open`` / ``fail_closed``
+    (the rule's fail choice decided: a check error, the deadline, a gate error), ``deadline``
+    (the checks ran past ``deadline_ms``), ``llm_timeout`` / ``llm_error`` (``on_llm_timeout``
+    decided), ``maps_stale`` (the maps' last refresh failed). Empty for an ordinary answer."""
+    kinds = []
+    degraded = str(body.get("degraded") or "")
+    if degraded.startswith("fail open"):
+        kinds.append("fail_open")
+    elif degraded.startswith("fail closed"):
+        kinds.append("fail_closed")
+    if degraded.startswith("fail ") and ", deadline " in degraded:
+        kinds.append("deadline")
+    if degraded.startswith("llm timeout"):
+        kinds.append("llm_timeout")
+    elif degraded.startswith("llm "):
+        kinds.append("llm_error")
+    if "maps_stale" in body:
+        kinds.append("maps_stale")
+    return kinds
 
 
 def _refused(refusal: Refusal) -> GateReply:
@@ -202,11 +230,13 @@ def decide_gate(
         log.exception("the gate could not decide")
         return _failed(req, policy, exc, (timer() - started) * 1000.0)
     answer = {**decision.answer(), **(status or {})}
-    rule = policy.rules[decision.rule_index]
+    index, agent_id = decision.rule_index, req.agent.id
+    rule = policy.rules[index]
     if rule.uses_llm and decision.payload.degraded is None:  # the async path (inline_llm)
-        return GateReply(200, answer, None, LlmPending(req, decision, rule, now, started,
-                                                       status or {}))  # fmt: skip
-    return GateReply(200, answer, decision_event(req, decision, now))
+        pending = LlmPending(req, decision, rule, now, started, status or {})
+        return GateReply(200, answer, None, pending, rule=index, agent_id=agent_id)
+    event = decision_event(req, decision, now)
+    return GateReply(200, answer, event, rule=index, agent_id=agent_id)
 
 
 async def finish_gate(
@@ -223,13 +253,12 @@ async def finish_gate(
     except Exception as exc:  # a bug must not become a 500
         log.exception("the gate's LLM check failed")
         why = f"{type(exc).__name__}: {exc}"[:300]
-        return GateReply(200, {
-            "decision": "proceed" if p.rule.fail == "open" else "escalate",
-            "degraded": f"fail {p.rule.fail}: gate error ({why})",
-            "policy_version": p.decision.payload.policy_version, "findings": [],
-            "latency_ms": round((timer() - p.started) * 1000.0, 3),
-        })  # fmt: skip
-    return GateReply(200, answer, event)
+        degraded = f"fail {p.rule.fail}: gate error ({why})"
+        latency_ms = round((timer() - p.started) * 1000.0, 3)
+        version = p.decision.payload.policy_version
+        body = fail_answer(p.rule, degraded, version, latency_ms)
+        return GateReply(200, body, rule=reply.rule, agent_id=reply.agent_id)
+    return GateReply(200, answer, event, rule=reply.rule, agent_id=reply.agent_id)
 
 
 def _failed(
@@ -240,8 +269,26 @@ def _failed(
     if rule is None:
         return GateReply(503, {"error": f"the gate could not decide ({why})",
                                "reason": "gate_error"})  # fmt: skip
+    degraded = f"fail {rule.fail}: gate error ({why})"
+    body = fail_answer(rule, degraded, policy.version, round(latency_ms, 3))
+    index = next(i for i, r in enumerate(policy.rules) if r is rule)
+    return GateReply(200, body, rule=index, agent_id=req.agent.id if req is not None else None)
+
+
+def fail_answer(
+    rule: GateRule, degraded: str, policy_version: str, latency_ms: float
+) -> dict[str, Any]:
+    """The answer when an internal error leaves the rule's fail choice to decide (no decision
+    event): open -> proceed, closed -> escalate; a shadow rule answers ``proceed`` with that
+    choice as ``shadow_decision``."""
     decision = "proceed" if rule.fail == "open" else "escalate"
-    return GateReply(200, {
-        "decision": decision, "degraded": f"fail {rule.fail}: gate error ({why})",
-        "policy_version": policy.version, "findings": [], "latency_ms": round(latency_ms, 3),
-    })  # fmt: skip
+    enforced = rule.mode == "enforce"
+    return {
+        "decision": decision if enforced else "proceed",
+        "enforced": enforced,
+        **({} if enforced else {"shadow_decision": decision}),
+        "degraded": degraded,
+        "policy_version": policy_version,
+        "findings": [],
+        "latency_ms": latency_ms,
+    }

@@ -17,6 +17,7 @@ so every error names ``file:line: field``::
         deadline_ms: 50
         llm_timeout_ms: 1500     # with "llm" in checks: the LLM judge's time budget
         on_llm_timeout: skip     # proceed | revise | escalate | skip (llm_decide.py)
+        mode: enforce            # or shadow: decide and record, but answer proceed
 
 An agent no rule matches is *unknown* to the gate (the endpoint answers 404). Without a policy
 file the built-in :data:`DEFAULT_POLICY` applies: one rule for every agent, threshold 0.5,
@@ -55,6 +56,9 @@ KNOWN_CHECKS: tuple[str, ...] = (*DEFAULT_CHECKS, LLM_CHECK)
 
 Action = Literal["revise", "escalate"]
 FailMode = Literal["open", "closed"]
+#: ``enforce``: the answer is the decision; ``shadow``: the decision is recorded (the event's
+#: ``enforced`` false) and the answer is ``proceed`` with the would-be decision beside it
+Mode = Literal["shadow", "enforce"]
 LlmFallback = Literal["proceed", "revise", "escalate", "skip"]
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
 _SHARE: TypeAdapter[float] = TypeAdapter(Share)
@@ -135,6 +139,7 @@ class GateRule(_Strict):
     deadline_ms: Annotated[float, Field(gt=0.0, le=60_000.0)] = 50.0
     llm_timeout_ms: Annotated[float, Field(gt=0.0, le=60_000.0)] = 1500.0
     on_llm_timeout: LlmFallback = "skip"
+    mode: Mode = "enforce"
 
     @field_validator("threshold", mode="plain")
     @classmethod

@@ -30,7 +30,9 @@ class Finding:
 
 @dataclass(frozen=True)
 class GateAnswer:
-    """The gate's decision (``proceed`` | ``revise`` | ``escalate``) and why."""
+    """The gate's decision (``proceed`` | ``revise`` | ``escalate``) and why. ``enforced``
+    False: the rule is in shadow mode, ``decision`` is ``proceed`` and ``shadow_decision``
+    what the gate would have answered."""
 
     decision: str
     calibrated: bool
@@ -42,6 +44,8 @@ class GateAnswer:
     latency_ms: float
     decision_id: str | None
     degraded: str | None
+    enforced: bool = True
+    shadow_decision: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -55,7 +59,8 @@ class GateAnswer:
             threshold=data.get("threshold"), threshold_source=data.get("threshold_source"),
             findings=findings, policy_version=data.get("policy_version", ""),
             latency_ms=float(data.get("latency_ms", 0.0)), decision_id=data.get("decision_id"),
-            degraded=data.get("degraded"), raw=data,
+            degraded=data.get("degraded"), enforced=bool(data.get("enforced", True)),
+            shadow_decision=data.get("shadow_decision"), raw=data,
         )  # fmt: skip
 
 

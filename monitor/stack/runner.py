@@ -9,15 +9,16 @@ Contract of :class:`Stack`:
   they are (a configured database keeps its data, and ``say`` tells that too).
 - ``start()`` then migrates, creates the topics, writes ``state_dir/endpoints.json`` (so
   ``monitor replay/simulate/worker`` in another terminal find the stack) and runs
-  ``monitor worker`` as a subprocess (log: ``state_dir/worker.log``) until ``GET /health``
-  answers 200. It raises :class:`WorkerFailed` if the worker dies or never gets healthy,
-  ``InfraError``/``StackBusy`` if a piece cannot start.
+  ``monitor worker`` (log: ``state_dir/worker.log``) and the gate, ``monitor gate serve``, on
+  a port of its own (log: ``state_dir/gate.log``), as subprocesses, each until its
+  ``GET /health`` answers 200. It raises :class:`WorkerFailed` if either dies or never gets
+  healthy, ``InfraError``/``StackBusy`` if a piece cannot start.
 - One stack per state dir (an ``flock`` on ``state_dir/up.lock``). Leftovers of a run that was
-  killed (worker and broker recorded in ``state_dir/up.pids``, a postmaster on the data dir)
+  killed (worker, gate and broker recorded in ``state_dir/up.pids``, a postmaster on the data dir)
   are stopped before anything starts, so a rerun is always safe.
-- ``stop()`` stops the worker (SIGTERM, SIGKILL after 10 s), Postgres and the broker if this
-  stack started them, removes ``endpoints.json``, never raises (problems go to ``say``) and is
-  idempotent. Call it from a ``finally``.
+- ``stop()`` stops the gate and the worker (SIGTERM, SIGKILL after 10 s), Postgres and the
+  broker if this stack started them, removes ``endpoints.json``, never raises (problems go to
+  ``say``) and is idempotent. Call it from a ``finally``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Running:
     kafka_bootstrap: str
     database_url: str
     web_url: str
+    gate_url: str  # the gate process (monitor gate serve)
     ingest_token: str
     token_generated: bool
     embedded_broker: bool
@@ -78,19 +80,30 @@ def shown_url(url: str) -> str:
 class Stack:
     """See the module docstring. ``*_port`` are the preferred ports (0: any free port)."""
 
-    def __init__(self, settings: Settings, *, broker_port: int = 9092, pg_port: int = 5433,
-                 web_port: int = 6066, say: Say = print) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        broker_port: int = 9092,
+        pg_port: int = 5433,
+        web_port: int = 6066,
+        gate_port: int = 6067,
+        say: Say = print,
+    ) -> None:
         self.settings = settings
         self.state_dir = settings.state_dir.resolve()
         self.ports = (broker_port, pg_port, web_port)
+        self.gate_port = gate_port
         self.say = say
         self.broker: EmbeddedBroker | None = None
         self.pg: EmbeddedPostgres | None = None
         self.worker: subprocess.Popen[bytes] | None = None
+        self.gate: subprocess.Popen[bytes] | None = None
         self.running: Running | None = None
         self._lock: IO[str] | None = None
         self._pids: dict[str, int] = {}
         self._log_offset = 0
+        self._gate_log_offset = 0
 
     # --- start ----------------------------------------------------------------------------
 
@@ -112,30 +125,42 @@ class Stack:
         if self.pg is not None:
             asyncio.run(engine.wait_for_database(self.pg.admin_url, 15))  # may still recover
             if not asyncio.run(engine.ensure_database(url)):
-                self.say(f"this run starts clean: removing the previous run's data (database "
-                         f"{DATABASE} in {self.pg.data_dir})")
+                self.say(
+                    f"this run starts clean: removing the previous run's data (database "
+                    f"{DATABASE} in {self.pg.data_dir})"
+                )
                 asyncio.run(engine.drop_database(url))
                 asyncio.run(engine.ensure_database(url))
         else:
-            self.say("the configured database is used as it is: the analytics and alerts below "
-                     "also count what was stored there before this run")
+            self.say(
+                "the configured database is used as it is: the analytics and alerts below "
+                "also count what was stored there before this run"
+            )
             with contextlib.suppress(Exception):  # no CREATE DATABASE right: it must exist
                 asyncio.run(engine.ensure_database(url))
         self.say(f"migrating {shown_url(url)}")
         asyncio.run(engine.wait_for_database(url, 15))  # raises the error if unreachable
         engine.upgrade(url)
-        settings = settings.model_copy(update={"kafka_bootstrap": bootstrap,
-                                               "database_url": normalize_db_url(url)})
+        settings = settings.model_copy(
+            update={"kafka_bootstrap": bootstrap, "database_url": normalize_db_url(url)}
+        )
         asyncio.run(create_topics(settings))
         token = settings.ingest_token or secrets.token_urlsafe(18)
         web_url = f"http://127.0.0.1:{pick_port(self.ports[2])}"
         endpoints.write(settings, endpoints.Endpoints(bootstrap, url, web_url))
         self.running = Running(
             settings=settings.model_copy(update={"ingest_token": token}),
-            kafka_bootstrap=bootstrap, database_url=url, web_url=web_url, ingest_token=token,
-            token_generated=not settings.ingest_token, embedded_broker=self.broker is not None,
-            embedded_database=self.pg is not None)
+            kafka_bootstrap=bootstrap,
+            database_url=url,
+            web_url=web_url,
+            gate_url=f"http://127.0.0.1:{pick_port(self.gate_port)}",
+            ingest_token=token,
+            token_generated=not settings.ingest_token,
+            embedded_broker=self.broker is not None,
+            embedded_database=self.pg is not None,
+        )
         self._start_worker(self.running)
+        self._start_gate(self.running)
         return self.running
 
     def _take_lock(self) -> None:
@@ -144,8 +169,10 @@ class Stack:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.close()
-            raise StackBusy(f"another `monitor up` is running on {self.state_dir}; stop it "
-                            "first, or pass --state-dir to run a second stack") from None
+            raise StackBusy(
+                f"another `monitor up` is running on {self.state_dir}; stop it "
+                "first, or pass --state-dir to run a second stack"
+            ) from None
         self._lock = fh
 
     def _record(self, name: str, pid: int | None) -> None:
@@ -188,41 +215,78 @@ class Stack:
                 self.pg.start()
         return engine.with_database(self.pg.admin_url, DATABASE)
 
-    def _start_worker(self, running: Running) -> None:
+    def _child_env(self, running: Running) -> dict[str, str]:
         s = running.settings
-        env = {**child_environment(), "MONITOR_KAFKA_BOOTSTRAP": running.kafka_bootstrap,
-               "DATABASE_URL": running.database_url, "MONITOR_DATABASE_URL": running.database_url,
-               "MONITOR_KAFKA_IDEMPOTENT": str(s.kafka_idempotent).lower(),
-               "MONITOR_WEB_PORT": running.web_url.rpartition(":")[2],
-               "MONITOR_INGEST_TOKEN": running.ingest_token,
-               "MONITOR_STATE_DIR": str(self.state_dir),
-               # `monitor up` replays alerting over the simulated timeline itself
-               # (monitor.alerts.timeline); a live evaluation would race with it
-               "MONITOR_ALERTING_ENABLED": "false"}
-        log_path = self.state_dir / "worker.log"
+        return {
+            **child_environment(),
+            "MONITOR_KAFKA_BOOTSTRAP": running.kafka_bootstrap,
+            "DATABASE_URL": running.database_url,
+            "MONITOR_DATABASE_URL": running.database_url,
+            "MONITOR_KAFKA_IDEMPOTENT": str(s.kafka_idempotent).lower(),
+            "MONITOR_WEB_PORT": running.web_url.rpartition(":")[2],
+            "MONITOR_GATE_PORT": running.gate_url.rpartition(":")[2],
+            "MONITOR_INGEST_TOKEN": running.ingest_token,
+            "MONITOR_STATE_DIR": str(self.state_dir),
+            # `monitor up` replays alerting over the simulated timeline itself
+            # (monitor.alerts.timeline); a live evaluation would race with it
+            "MONITOR_ALERTING_ENABLED": "false",
+        }
+
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str]
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """Start ``python -m monitor.cli ARGS`` logging to ``state_dir/NAME.log``; returns
+        the process and the log offset where this run's lines start."""
+        log_path = self.state_dir / f"{name}.log"
         with open(log_path, "ab") as log:
-            self._log_offset = log.tell()
-            log.write(f"\n--- monitor up: worker starting {time.ctime()} ---\n".encode())
+            offset = log.tell()
+            log.write(f"\n--- monitor up: {name} starting {time.ctime()} ---\n".encode())
             log.flush()
-            self.worker = subprocess.Popen(
-                [sys.executable, "-m", "monitor.cli", "worker", "--loglevel", "warning"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True, preexec_fn=die_with_parent,
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "monitor.cli", *args, "--loglevel", "warning"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
-        self._record("worker", self.worker.pid)
-        self.say(f"starting the worker on {running.web_url} (log: {log_path})")
+        self._record(name, proc.pid)
+        return proc, offset
+
+    def _wait_healthy(
+        self, name: str, proc: subprocess.Popen[bytes], url: str, offset: int
+    ) -> None:
+        log_path = self.state_dir / f"{name}.log"
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while True:
-            if self.worker.poll() is not None:
-                raise WorkerFailed(f"the worker exited with code {self.worker.returncode}",
-                                   tail(log_path, offset=self._log_offset))
+            if proc.poll() is not None:
+                raise WorkerFailed(
+                    f"the {name} exited with code {proc.returncode}", tail(log_path, offset=offset)
+                )
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{running.web_url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     return
             if time.monotonic() > deadline:
-                raise WorkerFailed(f"the worker was not healthy after {HEALTH_TIMEOUT_S:.0f} s",
-                                   tail(log_path, offset=self._log_offset))
+                raise WorkerFailed(
+                    f"the {name} was not healthy after {HEALTH_TIMEOUT_S:.0f} s",
+                    tail(log_path, offset=offset),
+                )
             time.sleep(0.3)
+
+    def _start_worker(self, running: Running) -> None:
+        self.worker, self._log_offset = self._spawn("worker", ["worker"], self._child_env(running))
+        self.say(f"starting the worker on {running.web_url} (log: {self.state_dir / 'worker.log'})")
+        self._wait_healthy("worker", self.worker, running.web_url, self._log_offset)
+
+    def _start_gate(self, running: Running) -> None:
+        """The gate in a process of its own, after the worker (which made the origin key the
+        gate's decision events are tagged with, in the state dir)."""
+        self.gate, self._gate_log_offset = self._spawn(
+            "gate", ["gate", "serve"], self._child_env(running)
+        )
+        self.say(f"starting the gate on {running.gate_url} (log: {self.state_dir / 'gate.log'})")
+        self._wait_healthy("gate", self.gate, running.gate_url, self._gate_log_offset)
 
     # --- while running --------------------------------------------------------------------
 
@@ -230,10 +294,17 @@ class Stack:
         return self.worker is not None and self.worker.poll() is None
 
     def check_worker(self) -> None:
-        """Raise :class:`WorkerFailed` if the worker has exited."""
+        """Raise :class:`WorkerFailed` if the worker or the gate has exited."""
         if self.worker is not None and self.worker.poll() is not None:
-            raise WorkerFailed(f"the worker exited with code {self.worker.returncode}",
-                               tail(self.state_dir / "worker.log", offset=self._log_offset))
+            raise WorkerFailed(
+                f"the worker exited with code {self.worker.returncode}",
+                tail(self.state_dir / "worker.log", offset=self._log_offset),
+            )
+        if self.gate is not None and self.gate.poll() is not None:
+            raise WorkerFailed(
+                f"the gate exited with code {self.gate.returncode}",
+                tail(self.state_dir / "gate.log", offset=self._gate_log_offset),
+            )
 
     # --- stop -----------------------------------------------------------------------------
 
@@ -244,11 +315,16 @@ class Stack:
             return True
         ok = True
         steps: list[tuple[str, Callable[[], None]]] = [
-            ("the worker", self._stop_worker),
+            ("the gate", lambda: self._stop_child("gate")),
+            ("the worker", lambda: self._stop_child("worker")),
             ("Postgres", lambda: self.pg.stop() if self.pg else None),
             ("the broker", lambda: self.broker.stop() if self.broker else None),
-            ("endpoints.json", lambda: endpoints.remove(self.settings.model_copy(
-                update={"state_dir": self.state_dir}))),
+            (
+                "endpoints.json",
+                lambda: endpoints.remove(
+                    self.settings.model_copy(update={"state_dir": self.state_dir})
+                ),
+            ),
         ]
         for what, step in steps:
             try:
@@ -262,14 +338,15 @@ class Stack:
         self._lock = None
         return ok
 
-    def _stop_worker(self) -> None:
-        proc, self.worker = self.worker, None
+    def _stop_child(self, name: str) -> None:
+        proc = getattr(self, name)
+        setattr(self, name, None)
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(WORKER_STOP_S)
         except subprocess.TimeoutExpired:
-            self.say(f"the worker did not stop in {WORKER_STOP_S:.0f} s; killing it")
+            self.say(f"the {name} did not stop in {WORKER_STOP_S:.0f} s; killing it")
             proc.kill()
             proc.wait(5)

@@ -111,6 +111,15 @@ class OpsMetrics:
             ["result"],
             registry=r,
         )
+        self.gate_degraded = Counter(
+            "monitor_gate_degraded_answers",
+            "POST /v1/gate answers not made the ordinary way, per policy rule (index) and agent: "
+            "kind fail_open / fail_closed (the rule's fail choice decided), deadline (checks past "
+            "deadline_ms), llm_timeout / llm_error (on_llm_timeout decided), maps_stale "
+            "(answered from maps whose refresh failed)",
+            ["rule", "agent", "kind"],
+            registry=r,
+        )
         self.gate_buffered = Gauge(
             "monitor_gate_buffered_events",
             "Decision events on the gate's disk buffer, not yet acknowledged by the broker",

@@ -46,8 +46,10 @@ from monitor.core.http_body import BodyLimits
 from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
+from monitor.gate import http_server
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
+from monitor.gate.server import count_answer
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
@@ -56,7 +58,6 @@ from monitor.otel.receiver import receive_traces
 from monitor.otel.sweeper import TraceSweepService
 from monitor.otel.topic import TraceTopicService
 from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
-from monitor.worker import http_server
 from monitor.worker.services import (
     AlertingService,
     AnalyticsService,
@@ -279,8 +280,7 @@ def create_app(settings: Settings) -> faust.App:
             )
             if reply.pending is not None:  # a rule with the inline LLM check: awaited
                 reply = await finish_gate(reply, gate.llm_judge, time.perf_counter)
-            metrics.gate_answers.labels(str(reply.body.get("decision") or reply.body.get(
-                "reason"))).inc()  # fmt: skip
+            count_answer(metrics, reply)
             if reply.event is not None:  # queued without waiting for the broker
                 task = asyncio.ensure_future(publish_decision(reply.event))
                 pending.add(task)

@@ -17,7 +17,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from mode import Service
@@ -32,8 +31,7 @@ from monitor.analytics.periodic import Every, drift_once
 from monitor.auth.origin_key import origin_key
 from monitor.config import Settings, load_sampling_policy
 from monitor.core.clock import SystemClock
-from monitor.core.errors import BufferInUse
-from monitor.gate.buffer import DiskBuffer
+from monitor.gate.buffer_slot import open_gate_buffer
 from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.producer import DecisionProducer
 from monitor.ingest.loop import IngestConfig, IngestLoop
@@ -252,23 +250,6 @@ class AlertingService(Service):
         self.stopping.set()
         await asyncio.gather(*(s.aclose() for s in self.sinks.values()))
         await self.engine.dispose()
-
-
-def open_gate_buffer(settings: Settings, slots: int = 64) -> DiskBuffer:
-    """The gate's disk buffer: ``gate_buffer_dir`` when set (a second worker on it stops with
-    BufferInUse); else the first free slot of ``<state_dir>/gate-buffer``, ``gate-buffer-1``,
-    ... so that workers sharing a state directory each get one, and a restarted worker takes
-    over (and replays) a slot its dead predecessor left."""
-    cap = settings.gate_buffer_max_bytes
-    if settings.gate_buffer_dir is not None:
-        return DiskBuffer(settings.gate_buffer_dir, max_bytes=cap)
-    base = settings.state_dir / "gate-buffer"
-    for slot in range(slots):
-        try:
-            return DiskBuffer(base if slot == 0 else Path(f"{base}-{slot}"), max_bytes=cap)
-        except BufferInUse:
-            continue
-    raise BufferInUse(f"{base}: all {slots} buffer slots are in use by other workers")
 
 
 class GateOutboxService(Service):

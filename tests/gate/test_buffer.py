@@ -98,7 +98,7 @@ def test_one_process_per_directory(tmp_path: Path) -> None:
 
 def test_workers_sharing_a_state_dir_take_free_slots(tmp_path):
     from monitor.config import Settings
-    from monitor.worker.services import open_gate_buffer
+    from monitor.gate.buffer_slot import open_gate_buffer
 
     settings = Settings(state_dir=tmp_path)
     first, second = open_gate_buffer(settings), open_gate_buffer(settings)

@@ -283,9 +283,51 @@ def test_bad_requests_get_a_status_and_a_reason(
 
 
 def test_a_nul_anywhere_is_refused_before_it_reaches_the_store() -> None:
-    body = json.dumps({"conversation_id": "c1", "agent": {"id": "a"}, "confidence": 0.5,
-                       "content": "ok", "history": [event_dict("h1", content="a\u0000b")]})
+    body = json.dumps(
+        {
+            "conversation_id": "c1",
+            "agent": {"id": "a"},
+            "confidence": 0.5,
+            "content": "ok",
+            "history": [event_dict("h1", content="a\u0000b")],
+        }
+    )
     with pytest.raises(GateRequestError) as info:
         parse_gate_request(body.encode(), max_body_bytes=1 << 20, max_content_chars=100)
     assert (info.value.status, info.value.reason) == (400, "invalid_character")
     assert info.value.detail.startswith("history.0.message.content: contains U+0000")
+
+
+def test_a_shadow_rule_records_its_decision_and_answers_proceed() -> None:
+    shadow = GatePolicy(version="p", rules=(GateRule(threshold=0.5, mode="shadow"),))
+    low = run(request(confidence=0.3), shadow)
+    assert low.payload.decision == "escalate" and low.payload.enforced is False
+    answer = low.answer()
+    assert answer["decision"] == "proceed" and answer["enforced"] is False
+    assert answer["shadow_decision"] == "escalate"
+    event = decision_event(request(confidence=0.3), low, NOW)
+    assert event.gate is not None and event.gate.enforced is False
+    assert decode_event(event.to_json()).gate.enforced is False  # type: ignore[union-attr]
+    # a finding in shadow: recorded as revise, answered proceed
+    req = request(history=FAILED_CANCEL, content="Your order W1 has been cancelled.")
+    revised = run(req, shadow)
+    assert (revised.payload.decision, revised.answer()["shadow_decision"]) == ("revise", "revise")
+    assert revised.answer()["decision"] == "proceed"
+    # enforce (the default) answers the decision itself and records it as enforced
+    enforced = run(request(confidence=0.3))
+    assert GateRule(threshold=0.5).mode == "enforce"
+    assert enforced.payload.enforced is True and enforced.answer()["decision"] == "escalate"
+    assert enforced.answer()["enforced"] is True and "shadow_decision" not in enforced.answer()
+    # a shadow rule past its deadline: the fail choice is recorded, proceed is answered
+    closed = GatePolicy(
+        version="p", rules=(GateRule(threshold=0.5, mode="shadow", fail="closed", deadline_ms=1),)
+    )
+    late = run(request(), closed, step=0.01)
+    assert late.payload.decision == "escalate" and late.payload.degraded
+    assert late.answer()["decision"] == "proceed"
+
+
+def test_an_event_recorded_before_shadow_mode_reads_as_enforced() -> None:
+    old = event_dict("gate:old", "c1", "gate")
+    assert "enforced" not in old["gate"]
+    assert decode_event(json.dumps(old).encode()).gate.enforced is True  # type: ignore[union-attr]

@@ -179,3 +179,17 @@ def test_monitor_gate_json_reports_the_ungated_failure_rate(database_url: str) -
     assert (ungated["num"], ungated["den"], ungated["value"]) == (2, 4, 0.5)
     assert ungated["low"] < 0.5 < ungated["high"]
     assert e["reduction_vs_ungated"] == pytest.approx(1 - (1 / 3) / 0.5)
+
+
+def test_shadow_rows_are_reported_apart_without_the_ungated_baseline() -> None:
+    rows = [
+        GatedConversation("a", "d", "proceed", True),
+        GatedConversation("a", "d", "escalate", False, "shadow"),
+        GatedConversation("a", "d", "proceed", False, "shadow"),
+    ]
+    recorded, shadow = effectiveness(rows, [UngatedCounts("a", "d", 10, 8, 4)])
+    assert (recorded.source, shadow.source) == ("recorded", "shadow")
+    assert shadow.conversations == 2 and shadow.decisions["escalate"] == 1
+    assert (shadow.failures_prevented.num, shadow.failures_prevented.den) == (1, 2)
+    assert shadow.failure_rate_ungated is None and recorded.failure_rate_ungated is not None
+    assert any("shadow" in n for n in shadow.notes) and not recorded.notes

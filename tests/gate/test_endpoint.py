@@ -11,7 +11,14 @@ import pytest
 from monitor.auth.authorizer import Denied, Grant
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps
-from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, gate_rule, is_loopback
+from monitor.gate.endpoint import (
+    GateLimits,
+    GateReply,
+    decide_gate,
+    degraded_kinds,
+    gate_rule,
+    is_loopback,
+)
 from monitor.gate.policy import DEFAULT_POLICY, GatePolicy, GateRule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -97,3 +104,34 @@ def test_an_unexpected_failure_answers_with_the_fail_mode_never_a_500() -> None:
     assert opened.event is None
     closed = GatePolicy(version="v", rules=(GateRule(threshold=0.5, fail="closed"),))
     assert call(BODY, closed, maps=broken).body["decision"] == "escalate"
+
+
+def test_a_shadow_rule_answers_proceed_on_an_internal_error_too() -> None:
+    broken: Maps = ExplodingMaps()
+    rule = GateRule(threshold=0.5, fail="closed", mode="shadow")
+    shadow = GatePolicy(version="v", rules=(rule,))
+    reply = call(BODY, shadow, maps=broken)
+    assert (reply.status, reply.body["decision"]) == (200, "proceed")
+    assert reply.body["shadow_decision"] == "escalate" and reply.body["enforced"] is False
+    assert reply.event is None
+
+
+def test_degraded_answers_are_classified_for_the_metrics() -> None:
+    slow = GatePolicy(
+        version="v", rules=(GateRule(agent="x", threshold=0.5), GateRule(threshold=0.5))
+    )
+    ordinary = call(BODY, slow)
+    assert ordinary.rule == 1 and ordinary.agent_id == "a" and ordinary.degraded_kinds() == []
+    assert call(BODY, maps=ExplodingMaps()).degraded_kinds() == ["fail_open"]
+    closed = GatePolicy(version="v", rules=(GateRule(threshold=0.5, fail="closed"),))
+    failed = call(BODY, closed, maps=ExplodingMaps())
+    assert (failed.rule, failed.agent_id, failed.degraded_kinds()) == (0, "a", ["fail_closed"])
+    late = {"degraded": "fail open: checks took 61.2 ms, deadline 50 ms", "maps_stale": "x"}
+    assert degraded_kinds(late) == ["fail_open", "deadline", "maps_stale"]
+    assert degraded_kinds({"degraded": "llm timeout after 1501 ms: on_llm_timeout skip"}) == [
+        "llm_timeout"
+    ]
+    assert degraded_kinds({"degraded": "llm error http_503: on_llm_timeout escalate"}) == [
+        "llm_error"
+    ]
+    assert call(b"[]").degraded_kinds() == []  # a refusal has no rule

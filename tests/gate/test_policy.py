@@ -18,6 +18,7 @@ rules:
     on_check_failure: escalate
     fail: closed
     deadline_ms: 20
+    mode: shadow
   - threshold: 0.6
     below_threshold: revise
 """
@@ -29,9 +30,11 @@ def test_a_policy_file_loads_and_the_first_matching_rule_applies() -> None:
     first = p.rule_for("support-bot", "airline", 3)
     assert first is not None and first.threshold == 0.8 and first.fail == "closed"
     assert first.checks == ("det.authorization", "domain") and first.deadline_ms == 20
+    assert first.mode == "shadow"
     fallback = p.rule_for("support-bot", "airline", 2)  # tier 2: the wildcard rule
     assert fallback is not None and fallback.threshold == 0.6
     assert fallback.below_threshold == "revise" and fallback.fail == "open"
+    assert fallback.mode == "enforce"  # the default
     assert "det.unsupported_figure" in fallback.checks
     assert DEFAULT_POLICY.rule_for("anyone", None, None) is not None
 
@@ -53,7 +56,11 @@ def test_a_policy_file_loads_and_the_first_matching_rule_applies() -> None:
         ),
         (
             GOOD.replace("  - threshold: 0.6\n", "  - thresold: 0.6\n"),
-            "gate.yaml:11: rules[1].thresold: Extra inputs are not permitted",
+            "gate.yaml:12: rules[1].thresold: Extra inputs are not permitted",
+        ),
+        (
+            GOOD.replace("mode: shadow", "mode: dry-run"),
+            "gate.yaml:11: rules[0].mode: Input should be 'shadow' or 'enforce'",
         ),
         (GOOD.replace('version: "2026-11-23"\n', ""), "gate.yaml:1: version: Field required"),
         ("version: x\nrules: []\n", "gate.yaml:2: rules: Tuple should have at least 1 item"),

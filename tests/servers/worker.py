@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -180,3 +181,21 @@ async def wait_for_count(
             return n
         await asyncio.sleep(0.2)
     return n
+
+
+class GateProcess(WorkerProcess):
+    """``python -m monitor.cli gate serve``: the gate as a process of its own, on its own port
+    (same environment as the worker: broker, database, topic, state directory)."""
+
+    def __init__(self, *args: Any, **kwargs: str) -> None:
+        super().__init__(*args, **kwargs)
+        self.log_path = self.log_path.with_name(f"gate-{self.port}.log")
+        self.env["MONITOR_GATE_PORT"] = str(self.port)
+
+    def start(self) -> GateProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor.cli", "gate", "serve", "--loglevel", self.loglevel],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        return self

@@ -38,7 +38,8 @@ def _env(state_dir: Path) -> dict[str, str]:
 
 def _up(state_dir: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "monitor.cli", "up", "--state-dir", str(state_dir),
-           "--broker-port", "0", "--pg-port", "0", "--web-port", "0", *args]
+           "--broker-port", "0", "--pg-port", "0", "--web-port", "0", "--gate-port", "0",
+           *args]
     with out.open("wb") as fh:  # as from a terminal: Ctrl-C not ignored even when this test
         # runs as a background job (nohup, `&`: SIGINT ignored, and monitor up keeps that)
         return subprocess.Popen(cmd, cwd=REPO, env=_env(state_dir), stdout=fh,
@@ -168,6 +169,10 @@ def test_up_runs_the_pipeline_prints_what_landed_and_stops_everything(
     assert "this run starts clean" not in output  # nothing to clean the first time
     worker_log = (state_dir / "worker.log").read_text()
     assert "monitor up: worker starting" in worker_log and "\x1b" not in worker_log
+    # the gated agents asked the gate process (its own port and log), not the worker
+    gate_url = re.search(r"starting the gate on (http://127\.0\.0\.1:\d+)", output)
+    assert gate_url and f"gate {gate_url[1]}" in " ".join(output.split()), output
+    assert "monitor up: gate starting" in (state_dir / "gate.log").read_text()
 
     # a second run in the same state dir starts clean and says so: nothing counted twice
     second = _run_up(state_dir, tmp_path / "out2.txt", "--duration", "3", "--rate", "50")

@@ -1,6 +1,8 @@
-"""The worker's aiohttp server settings: timeouts, no automatic decompression, JSON errors.
+"""The aiohttp server settings of the worker and of the gate process (:mod:`monitor.gate.server`):
+timeouts, no automatic decompression, JSON errors.
 
-faust builds the aiohttp ``Application`` and ``AppRunner``; :func:`application_options` are
+In the worker faust builds the aiohttp ``Application`` and ``AppRunner``;
+:func:`application_options` are
 faust's ``web_application_options`` (the JSON-error middleware and the connection handler's
 arguments) and :func:`install` (called from faust's ``on_webserver_init``) replaces the runner
 with one whose connections answer aiohttp's own parser errors (malformed request line or

@@ -1,0 +1,310 @@
+"""``monitor gate serve``: the gate as a process of its own (I/O edge: aiohttp, Postgres, Kafka).
+
+An agent waiting on the gate queues behind nobody's ingest batch: this process runs the gate
+and nothing else. It serves ``POST /v1/gate`` (the framework-neutral handlers of
+:mod:`monitor.gate.endpoint`, the same as the worker's), ``GET /health`` and ``GET /metrics``;
+holds the policy, the maps and the advisor's cuts in memory (:class:`GateState`), reloaded
+from Postgres at start, every ``gate_refresh_s`` and at once when a new map is fitted; checks
+credentials against the API keys it reloads every ``keys_refresh_s``; and publishes decision
+events through its own :class:`DecisionProducer` and disk buffer (:class:`DecisionOutbox`).
+
+Outages: while Postgres is down it answers from the maps and keys it holds (``maps_stale`` in
+every answer and on ``/health``); while the broker is down the decision events are kept on
+disk (``decision_events_kept`` in every answer, ``buffered`` on ``/health``) and replayed,
+oldest first, once it is back. ``/health`` answers 200 while the process answers requests;
+its ``status`` is ``degraded`` (with the reasons) while it answers from stale maps or holds
+decision events back.
+
+The socket is bound with ``SO_REUSEPORT``: several gate processes can serve one port (the
+kernel spreads connections across them); each opens a disk buffer slot of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic_core import to_json
+
+from monitor.auth import repo as key_repo
+from monitor.auth.admission import Authorize
+from monitor.auth.authorizer import Grant
+from monitor.auth.cache import KeyCache
+from monitor.auth.keys import Scope
+from monitor.auth.origin_key import origin_key
+from monitor.config import Settings
+from monitor.contract.events import AgentEvent
+from monitor.core.clock import SystemClock
+from monitor.core.errors import MonitorError
+from monitor.core.http_guard import Guard
+from monitor.core.rate_limit import Rate, RateLimiter
+from monitor.gate.buffer_slot import open_gate_buffer
+from monitor.gate.decision_outbox import DecisionOutbox
+from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
+from monitor.gate.http_server import JsonErrorRunner, handler_args, json_errors
+from monitor.gate.producer import DecisionProducer
+from monitor.gate.request import HistoryCache
+from monitor.gate.state import MAP_CHECK_S, GateState
+from monitor.store.engine import make_engine
+from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
+
+log = logging.getLogger("monitor.gate.server")
+GATE = "/v1/gate"
+FIRST_LOAD_S = 5.0  # the first load of maps and keys waits this long before serving anyway
+
+
+def gate_guard(settings: Settings, clock: Callable[[], float]) -> Guard:
+    """The gate's rate guard: the credential's rate and the per-peer bucket of strangers."""
+    keys = settings.http_rate_max_keys
+    strangers = RateLimiter(
+        Rate(settings.http_unauth_rate_per_s, settings.http_unauth_rate_burst), clock, keys
+    )
+    rate = Rate(settings.http_gate_rate_per_s, settings.http_gate_rate_burst)
+    return Guard(RateLimiter(rate, clock, keys), strangers)
+
+
+def count_answer(metrics: OpsMetrics, reply: GateReply) -> None:
+    """Count one answer on /metrics: by decision or refusal reason, and each way it was
+    degraded per rule and agent (``monitor_gate_degraded_answers_total``)."""
+    label = reply.body.get("decision") or reply.body.get("reason")
+    metrics.gate_answers.labels(str(label)).inc()
+    for kind in reply.degraded_kinds():
+        metrics.gate_degraded.labels(str(reply.rule), reply.agent_id or "", kind).inc()
+
+
+def answer_status(state: GateState, outbox: DecisionOutbox) -> dict[str, Any]:
+    """What each answer says about the gate's own condition: the maps' freshness
+    (``maps_loaded_at``, ``maps_stale``) and, while decision events are held on disk,
+    ``decision_events_kept`` / ``decision_events_dropped``."""
+    status = state.status()
+    buffered, dropped = outbox.buffer.pending, sum(outbox.buffer.dropped.values())
+    if buffered or dropped or outbox.buffered_mode:
+        status["decision_events_kept"] = buffered
+        status["decision_events_dropped"] = dropped
+    return status
+
+
+def health_body(state: GateState, outbox: DecisionOutbox) -> dict[str, Any]:
+    """``/health`` of a gate process: ``ok``, or ``degraded`` with its ``reasons``."""
+    maps, events = state.status(), outbox.status()
+    reasons = []
+    if state.loaded_at is None:
+        reasons.append("maps_not_loaded")
+    if "maps_stale" in maps:
+        reasons.append("maps_stale")
+    if outbox.buffered_mode or events["buffered"]:
+        reasons.append("decision_events_buffered")
+    body: dict[str, Any] = {"status": "degraded" if reasons else "ok"}
+    if reasons:
+        body["reasons"] = reasons
+    return {**body, "maps": maps, "gate_decision_events": events}
+
+
+class GateServer:
+    """One gate process: the HTTP application, the state it answers from, its producer and
+    disk buffer, and the periodic refreshes. :meth:`start` binds and serves; :meth:`close`
+    stops serving, writes decision events still in flight to disk and closes connections."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.kafka_bootstrap or not settings.database_url:
+            raise MonitorError("the gate needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL")
+        self.settings = settings
+        self.clock = SystemClock()
+        self.metrics = OpsMetrics()
+        self.state = GateState.from_settings(settings)
+        self.engine = make_engine(settings.database_url, pool_size=2)
+        self.producer = DecisionProducer(
+            settings.kafka_bootstrap,
+            settings.topic_events,
+            idempotent=settings.kafka_idempotent,
+            origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
+        )
+        self.buffer = open_gate_buffer(settings)
+        self.outbox = DecisionOutbox(
+            self.producer.deliver, self.buffer, spill_after_s=settings.gate_spill_after_s
+        )
+        tokens: dict[Scope, str | None] = {"gate": settings.gate_token}
+        self.keys = KeyCache(
+            self._load_keys,
+            tokens,
+            self.clock.now,
+            time.monotonic,
+            miss_interval_s=settings.keys_miss_refresh_s,
+        )
+        self.authorize: Authorize = lambda authorization: self.keys.check(authorization, "gate")
+        self.limits = GateLimits(
+            settings.gate_max_body_bytes,
+            settings.gate_max_content_chars,
+            settings.http_read_timeout_s,
+            settings.http_max_inflate_ratio,
+            loopback_open=not settings.gate_token,
+        )
+        self.guard = gate_guard(settings, time.monotonic)
+        self.history = HistoryCache()
+        self.pending: set[asyncio.Task[None]] = set()  # decision events handed to the outbox
+        self.tasks: list[asyncio.Task[None]] = []
+        self.runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def _load_keys(self) -> Any:
+        async with self.engine.connect() as conn:
+            return await key_repo.load_keys(conn)
+
+    def application(self) -> web.Application:
+        app = web.Application(middlewares=[json_errors], handler_args=handler_args(self.settings))
+        app.router.add_post(GATE, self.handle_gate)
+        app.router.add_get("/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
+        return app
+
+    async def handle_gate(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        self.state.asked(started)
+        state = self.state
+
+        def decide_body(body: bytes | None, grant: Grant) -> GateReply:
+            return decide_gate(
+                body,
+                limits=self.limits,
+                policy=state.policy,
+                maps=state.maps,
+                checks=state.checks,
+                now=self.clock.now(),
+                timer=time.perf_counter,
+                started=started,
+                new_id=lambda: uuid.uuid4().hex,
+                status=answer_status(state, self.outbox),
+                history_cache=self.history,
+                cuts=state.cuts,
+                grant=grant,
+            )
+
+        reply = await receive_gate(
+            headers=request.headers,
+            peer=request.remote,
+            read_chunk=request.content.readany,
+            authorize=self.authorize,
+            limits=self.limits,
+            guard=self.guard,
+            decide_body=decide_body,
+        )
+        if reply.pending is not None:  # a rule with the inline LLM check: awaited
+            reply = await finish_gate(reply, state.llm_judge, time.perf_counter)
+        count_answer(self.metrics, reply)
+        if 400 <= reply.status < 500:
+            self.metrics.http_client_errors.labels(GATE, str(reply.status)).inc()
+        if reply.event is not None:  # sent after the answer, never awaited by it
+            task = asyncio.ensure_future(self._publish(reply.event))
+            self.pending.add(task)
+            task.add_done_callback(self.pending.discard)
+        return web.Response(
+            body=to_json(reply.body),
+            status=reply.status,
+            headers=reply.headers,
+            content_type="application/json",
+        )
+
+    async def _publish(self, event: AgentEvent) -> None:
+        if not await self.outbox.publish(event):
+            self.metrics.gate_answers.labels("kept").inc()
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response(health_body(self.state, self.outbox))
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        self.metrics.set_gate_outbox(self.outbox.status())
+        return web.Response(body=self.metrics.render(), content_type=CONTENT_TYPE.split(";")[0])
+
+    async def refresh_maps(self) -> None:
+        await self.state.refresh(self.engine, self.clock.now())
+
+    async def check_new_map(self) -> None:
+        await self.state.check_new_map(self.engine, self.clock.now(), time.perf_counter())
+
+    async def start(self) -> int:
+        """Load maps and keys (waiting at most :data:`FIRST_LOAD_S`: an unreachable store does
+        not keep the gate from serving), bind, serve, start the refreshes and the replay of
+        the disk buffer. Returns the bound port."""
+        if self.buffer.pending:
+            log.warning(
+                "gate: %d decision events buffered on disk by an earlier run, replaying them",
+                self.buffer.pending,
+            )
+        first = asyncio.gather(self.refresh_maps(), self.keys.refresh())
+        try:
+            await asyncio.wait_for(asyncio.shield(first), FIRST_LOAD_S)
+        except TimeoutError:
+            log.warning("gate: the store did not answer within %ss; serving anyway", FIRST_LOAD_S)
+        self.runner = JsonErrorRunner(self.application(), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(
+            self.runner, self.settings.gate_host, self.settings.gate_port, reuse_port=True
+        )
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = int(sockets[0].getsockname()[1]) if sockets else self.settings.gate_port
+        s = self.settings
+        self.tasks = [
+            asyncio.ensure_future(every(s.keys_refresh_s, self.keys.refresh)),
+            asyncio.ensure_future(every(s.gate_refresh_s, self.refresh_maps)),
+            asyncio.ensure_future(every(MAP_CHECK_S, self.check_new_map)),
+            asyncio.ensure_future(self.outbox.run()),
+        ]
+        log.info("gate serving on %s:%s", s.gate_host, self.port)
+        return self.port
+
+    async def close(self) -> None:
+        """Stop serving (answers under way finish), then write the decision events still in
+        flight to disk, stop the producer and close the buffer, the store and the LLM judge."""
+        if self.runner is not None:
+            await self.runner.cleanup()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # the publications of the last answers reach the outbox
+        await self.outbox.close()
+        await self.producer.close()
+        for task in list(self.pending):
+            task.cancel()
+        await asyncio.gather(*self.pending, return_exceptions=True)
+        self.buffer.close()
+        await self.state.aclose()
+        await self.engine.dispose()
+
+
+async def every(period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``job`` every ``period_s`` seconds until cancelled; a failure is logged, not fatal."""
+    while True:
+        await asyncio.sleep(period_s)
+        try:
+            await job()
+        except Exception as exc:  # the next period retries
+            log.warning("gate: periodic job failed: %s", exc)
+
+
+async def serve(settings: Settings) -> None:
+    """Run one gate process until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    server = GateServer(settings)
+    try:
+        await server.start()
+        await stop.wait()
+    finally:
+        await server.close()
+
+
+def run_gate(settings: Settings) -> None:
+    """Run the gate process in the foreground (blocking)."""
+    asyncio.run(serve(settings))
