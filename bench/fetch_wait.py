@@ -79,8 +79,10 @@ async def bench(bootstrap: str, args: argparse.Namespace) -> None:
         await fill(bootstrap, topic, args.records)
         seconds = await drains(bootstrap, topic, args)
     old, new = (statistics.median(seconds[w]) for w in WAITS)
-    print(f"\nmedian drain: {WAITS[0]} ms {old:.2f} s, {WAITS[1]} ms {new:.2f} s; "
-          f"{WAITS[1]} ms / {WAITS[0]} ms = {new / old:.2f}")
+    print(
+        f"\nmedian drain: {WAITS[0]} ms {old:.2f} s, {WAITS[1]} ms {new:.2f} s; "
+        f"{WAITS[1]} ms / {WAITS[0]} ms = {new / old:.2f}"
+    )
 
 
 async def drains(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[int, list[float]]:
@@ -91,8 +93,10 @@ async def drains(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[i
         for wait in WAITS:
             s, gap = await drain(bootstrap, topic, args.records, wait, work_s, f"g{i}-{wait}")
             seconds[wait].append(s)
-            print(f"repeat {i + 1}/{args.repeat}: fetch_max_wait_ms={wait:3d}  drain {s:.2f} s, "
-                  f"largest gap between batches {gap:.2f} s")
+            print(
+                f"repeat {i + 1}/{args.repeat}: fetch_max_wait_ms={wait:3d}  drain {s:.2f} s, "
+                f"largest gap between batches {gap:.2f} s"
+            )
     return seconds
 
 
@@ -100,8 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/fetch_wait.py", description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=50_000, help="records in the backlog (50000)")
     p.add_argument("--repeat", type=int, default=4, help="drains per wait, alternated (4)")
-    p.add_argument("--work-ms", type=float, default=100.0,
-                   help="time spent per batch, standing in for decode and write (100)")
+    p.add_argument(
+        "--work-ms",
+        type=float,
+        default=100.0,
+        help="time spent per batch, standing in for decode and write (100)",
+    )
     args = p.parse_args(argv)
     with EmbeddedBroker() as broker:
         asyncio.run(bench(broker.bootstrap, args))

@@ -30,8 +30,16 @@ from bench.harness import scratch_database
 from bench.metrics import fill
 
 SKIP = {"ingested_at", "updated_at", "labelled_at", "created_at"}
-TABLES = ("events", "event_ids", "conversations", "items", "calibration_bins",
-          "escalation_bins", "conversation_minutes", "segment_values")  # fmt: skip
+TABLES = (
+    "events",
+    "event_ids",
+    "conversations",
+    "items",
+    "calibration_bins",
+    "escalation_bins",
+    "conversation_minutes",
+    "segment_values",
+)
 Row = tuple[object, ...]
 
 
@@ -45,12 +53,19 @@ async def dump(dsn: str) -> dict[str, list[Row]]:
     try:
         out: dict[str, list[Row]] = {}
         for table in TABLES:
-            cols = [r[0] for r in await conn.fetch(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = $1"
-                " AND table_schema = 'public' ORDER BY ordinal_position", table)]  # fmt: skip
+            cols = [
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = $1"
+                    " AND table_schema = 'public' ORDER BY ordinal_position",
+                    table,
+                )
+            ]
             kept = [c for c in cols if c not in SKIP]
-            rows = [tuple(_norm(v) for v in r)
-                    for r in await conn.fetch(f"SELECT {', '.join(kept)} FROM {table}")]
+            rows = [
+                tuple(_norm(v) for v in r)
+                for r in await conn.fetch(f"SELECT {', '.join(kept)} FROM {table}")
+            ]
             if table == "escalation_bins":
                 rows = [r for r in rows if r[kept.index("conversations")] != 0]
             out[table] = sorted(rows, key=repr)
@@ -80,6 +95,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--items", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=5000)
-    p.add_argument("--database-url", default=os.environ.get(
-        "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    p.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
     sys.exit(asyncio.run(main(p.parse_args())))

@@ -56,36 +56,93 @@ AGENT = {"id": "bench-agent"}
 
 
 def history_event(cid: str, i: int, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-    return {"schema": "agent-event/v1", "event_id": f"h{i}", "type": kind, "ts": T.format(i),
-            "conversation_id": cid, "agent": AGENT, kind: payload}  # fmt: skip
+    return {
+        "schema": "agent-event/v1",
+        "event_id": f"h{i}",
+        "type": kind,
+        "ts": T.format(i),
+        "conversation_id": cid,
+        "agent": AGENT,
+        kind: payload,
+    }
 
 
 def body(cid: str) -> bytes:
     """The gate request of conversation ``cid``: the same history and message in every
     conversation, except a short note naming it (no figure), so no memo of a text's analysis
     serves one conversation's message to the next: each request analyses its proposal."""
-    return json.dumps({
-        "conversation_id": cid, "agent": {"id": "bench-agent"}, "domain": "retail",
-        "confidence": 0.85,
-        "content": "Your order #W2378156 has been cancelled and $348.20 will be refunded to "
-                   f"your card ending 4421 within 5-7 business days (note {cid[-3:]}).",
-        "history": [
-            history_event(cid, 1, "message", {"role": "user", "content": "Please cancel order "
-                                              "#W2378156, it was $348.20."}),
-            history_event(cid, 2, "message", {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "k1", "name": "get_order_details",
-                 "arguments": {"order_id": "#W2378156"}}]}),
-            history_event(cid, 3, "tool_result", {"call_id": "k1", "name": "get_order_details",
-                                                  "ok": True, "content":
-                                                  '{"status": "pending", "total": 348.20}'}),
-            history_event(cid, 4, "message", {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "k2", "name": "cancel_pending_order",
-                 "arguments": {"order_id": "#W2378156"}}]}),
-            history_event(cid, 5, "tool_result", {"call_id": "k2", "name": "cancel_pending_order",
-                                                  "ok": False,
-                                                  "error": "payment service timeout"}),
-        ],
-    }).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "conversation_id": cid,
+            "agent": {"id": "bench-agent"},
+            "domain": "retail",
+            "confidence": 0.85,
+            "content": "Your order #W2378156 has been cancelled and $348.20 will be refunded to "
+            f"your card ending 4421 within 5-7 business days (note {cid[-3:]}).",
+            "history": [
+                history_event(
+                    cid,
+                    1,
+                    "message",
+                    {"role": "user", "content": "Please cancel order #W2378156, it was $348.20."},
+                ),
+                history_event(
+                    cid,
+                    2,
+                    "message",
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": "k1",
+                                "name": "get_order_details",
+                                "arguments": {"order_id": "#W2378156"},
+                            }
+                        ],
+                    },
+                ),
+                history_event(
+                    cid,
+                    3,
+                    "tool_result",
+                    {
+                        "call_id": "k1",
+                        "name": "get_order_details",
+                        "ok": True,
+                        "content": '{"status": "pending", "total": 348.20}',
+                    },
+                ),
+                history_event(
+                    cid,
+                    4,
+                    "message",
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": "k2",
+                                "name": "cancel_pending_order",
+                                "arguments": {"order_id": "#W2378156"},
+                            }
+                        ],
+                    },
+                ),
+                history_event(
+                    cid,
+                    5,
+                    "tool_result",
+                    {
+                        "call_id": "k2",
+                        "name": "cancel_pending_order",
+                        "ok": False,
+                        "error": "payment service timeout",
+                    },
+                ),
+            ],
+        }
+    ).encode()
 
 
 class Bodies:
@@ -125,9 +182,15 @@ async def closed_loop(
     started = time.perf_counter()
     await asyncio.gather(*(loop() for _ in range(clients)))
     elapsed = time.perf_counter() - started
-    return {"rps": len(latencies) / elapsed, "p50": pct(latencies, 0.5),
-            "p99": pct(latencies, 0.99), "n": len(latencies), "statuses": statuses,
-            "load": max(load, os.getloadavg()[0]), "degraded": len(degraded)}  # fmt: skip
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50": pct(latencies, 0.5),
+        "p99": pct(latencies, 0.99),
+        "n": len(latencies),
+        "statuses": statuses,
+        "load": max(load, os.getloadavg()[0]),
+        "degraded": len(degraded),
+    }
 
 
 async def open_loop(
@@ -157,20 +220,39 @@ async def open_loop(
         tasks.append(asyncio.ensure_future(one()))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
-    return {"rate": rate, "achieved": n / elapsed, "p50": pct(latencies, 0.5),
-            "p99": pct(latencies, 0.99), "server_p50": pct(server, 0.5),
-            "server_p99": pct(server, 0.99), "n": n, "load": os.getloadavg()[0],
-            "degraded": sum(degraded)}  # fmt: skip
+    return {
+        "rate": rate,
+        "achieved": n / elapsed,
+        "p50": pct(latencies, 0.5),
+        "p99": pct(latencies, 0.99),
+        "server_p50": pct(server, 0.5),
+        "server_p99": pct(server, 0.99),
+        "n": n,
+        "load": os.getloadavg()[0],
+        "degraded": sum(degraded),
+    }
 
 
 async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdir: Path) -> None:
-    async with scratch_topic(bootstrap, "gate", 4) as topic, \
-            scratch_database(admin_url, "gate") as db_url:  # fmt: skip
-        extra = {"MONITOR_GATE_TOKEN": TOKEN, "MONITOR_JUDGE_ENABLED": "false",
-                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": "4",
-                 "MONITOR_HTTP_GATE_RATE_PER_S": "0"}  # fmt: skip
-        worker = Worker(bootstrap, db_url, topic, workdir / "worker.log", extra,
-                        argv=(str(REPO / "bench" / "gate_worker.py"),))  # fmt: skip
+    async with (
+        scratch_topic(bootstrap, "gate", 4) as topic,
+        scratch_database(admin_url, "gate") as db_url,
+    ):
+        extra = {
+            "MONITOR_GATE_TOKEN": TOKEN,
+            "MONITOR_JUDGE_ENABLED": "false",
+            "MONITOR_ALERTING_ENABLED": "false",
+            "MONITOR_TOPIC_PARTITIONS": "4",
+            "MONITOR_HTTP_GATE_RATE_PER_S": "0",
+        }
+        worker = Worker(
+            bootstrap,
+            db_url,
+            topic,
+            workdir / "worker.log",
+            extra,
+            argv=(str(REPO / "bench" / "gate_worker.py"),),
+        )
         with running(worker), contextlib.ExitStack() as stack:
             await worker.wait_ready()
             serve = ("-m", "monitor.cli", "gate", "serve")
@@ -185,9 +267,14 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
             bodies = Bodies(args.conversations)
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector) as session:
-                async with session.post(url, data=bodies.all[0], headers={
+                async with session.post(
+                    url,
+                    data=bodies.all[0],
+                    headers={
                         "Authorization": f"Bearer {TOKEN}",
-                        "Content-Type": "application/json"}) as r:  # fmt: skip
+                        "Content-Type": "application/json",
+                    },
+                ) as r:
                     sample = await r.json()
                 print("sample answer:", json.dumps(sample)[:400])
                 await closed_loop(session, url, bodies, 4, 1.0)  # warm-up (history cached)
@@ -213,34 +300,51 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
                     assert set(base["statuses"]) == {200}, base["statuses"]
                     assert set(gate["statuses"]) == {200}, gate["statuses"]
                     rows.append((c, base, gate))
-                    print(f"c={c}: baseline {base['rps']:,.0f} req/s p50 {base['p50']:.2f} "
-                          f"p99 {base['p99']:.2f} ms | gate {gate['rps']:,.0f} req/s p50 "
-                          f"{gate['p50']:.2f} p99 {gate['p99']:.2f} ms | ratio "
-                          f"{gate['rps'] / base['rps']:.2f} | load {base['load']:.1f}/"
-                          f"{gate['load']:.1f} | degraded {gate['degraded']}",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"c={c}: baseline {base['rps']:,.0f} req/s p50 {base['p50']:.2f} "
+                        f"p99 {base['p99']:.2f} ms | gate {gate['rps']:,.0f} req/s p50 "
+                        f"{gate['p50']:.2f} p99 {gate['p99']:.2f} ms | ratio "
+                        f"{gate['rps'] / base['rps']:.2f} | load {base['load']:.1f}/"
+                        f"{gate['load']:.1f} | degraded {gate['degraded']}",
+                        flush=True,
+                    )
                 fixed = await open_loop(session, url, bodies, args.rate, args.seconds)
                 print_open("after the closed-loop phases", fixed)
                 after = await open_loop(session, own, bodies, args.rate, args.seconds)
                 print_open("gate process, after the closed-loop phases", after)
-    print("\n| clients | baseline req/s | baseline p50 / p99 ms | gate req/s | gate p50 / p99 ms"
-          " | gate / baseline |\n|---|---|---|---|---|---|")  # fmt: skip
+    print(
+        "\n| clients | baseline req/s | baseline p50 / p99 ms | gate req/s | gate p50 / p99 ms"
+        " | gate / baseline |\n|---|---|---|---|---|---|"
+    )
     for c, base, gate in rows:
-        print(f"| {c} | {base['rps']:,.0f} | {base['p50']:.2f} / {base['p99']:.2f} | "
-              f"{gate['rps']:,.0f} | {gate['p50']:.2f} / {gate['p99']:.2f} | "
-              f"{gate['rps'] / base['rps']:.2f} |")  # fmt: skip
-    print(json.dumps({"python": platform.python_version(), "cores": os.cpu_count(),
-                      "median_ratio": statistics.median(g["rps"] / b["rps"] for _, b, g in rows),
-                      "open_loop": steady, "open_loop_after_saturation": fixed,
-                      "gate_process_open_loop": alone,
-                      "gate_process_open_loop_after_saturation": after}))  # fmt: skip
+        print(
+            f"| {c} | {base['rps']:,.0f} | {base['p50']:.2f} / {base['p99']:.2f} | "
+            f"{gate['rps']:,.0f} | {gate['p50']:.2f} / {gate['p99']:.2f} | "
+            f"{gate['rps'] / base['rps']:.2f} |"
+        )
+    print(
+        json.dumps(
+            {
+                "python": platform.python_version(),
+                "cores": os.cpu_count(),
+                "median_ratio": statistics.median(g["rps"] / b["rps"] for _, b, g in rows),
+                "open_loop": steady,
+                "open_loop_after_saturation": fixed,
+                "gate_process_open_loop": alone,
+                "gate_process_open_loop_after_saturation": after,
+            }
+        )
+    )
 
 
 def print_open(when: str, f: dict[str, Any]) -> None:
-    print(f"open loop {f['rate']:.0f} req/s, {when} (achieved {f['achieved']:.0f}): p50 "
-          f"{f['p50']:.2f} ms, p99 {f['p99']:.2f} ms; in-server latency_ms p50 "
-          f"{f['server_p50']:.2f}, p99 {f['server_p99']:.2f}; load {f['load']:.1f}; "
-          f"degraded {f['degraded']}", flush=True)  # fmt: skip
+    print(
+        f"open loop {f['rate']:.0f} req/s, {when} (achieved {f['achieved']:.0f}): p50 "
+        f"{f['p50']:.2f} ms, p99 {f['p99']:.2f} ms; in-server latency_ms p50 "
+        f"{f['server_p50']:.2f}, p99 {f['server_p99']:.2f}; load {f['load']:.1f}; "
+        f"degraded {f['degraded']}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -248,8 +352,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="Per phase.")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rate", type=float, default=500.0, help="Open-loop requests/s.")
-    parser.add_argument("--conversations", type=int, default=256,
-                        help="Distinct conversations the requests cycle over.")  # fmt: skip
+    parser.add_argument(
+        "--conversations",
+        type=int,
+        default=256,
+        help="Distinct conversations the requests cycle over.",
+    )
     args = parser.parse_args()
     with (
         harness.work_dir("bench-gate-") as workdir,

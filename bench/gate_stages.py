@@ -79,8 +79,10 @@ def main() -> int:
     extra: dict[str, Any] = {}
     if cache_cls is not None:
         cache = cache_cls()
-        stage("parse + validate history (cached)",
-              lambda: parse(next_body(), history_cache=cache, **limits))  # fmt: skip
+        stage(
+            "parse + validate history (cached)",
+            lambda: parse(next_body(), history_cache=cache, **limits),
+        )
         extra = {"history_cache": cache_cls()}
     reqs = itertools.cycle([parse(b, **limits) for b in bodies]).__next__
     timer = time.perf_counter

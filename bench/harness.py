@@ -164,7 +164,10 @@ class Worker:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, *self.argv],
-                env=self.env, cwd=self.log.parent, stdout=out, stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.log.parent,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches only the bench, which stops us
             )
 
@@ -209,9 +212,11 @@ class Worker:
 
     async def wait_ready(self, timeout_s: float = 90.0) -> float:
         """``GET /health`` answers 200 (polled every 20 ms)."""
+
         async def probe(client: httpx.AsyncClient) -> bool:
             r = await client.get(f"http://127.0.0.1:{self.port}/health")
             return r.status_code == 200
+
         return await self._poll("/health 200", probe, 0.02, timeout_s)
 
     async def wait_assigned(self, partitions: int, timeout_s: float = 60.0) -> float:
@@ -220,7 +225,8 @@ class Worker:
         ``time.perf_counter()`` terms (ms resolution), not when it was seen."""
         pattern = re.compile(
             r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*assigned partitions: "
-            + re.escape(str(list(range(partitions)))), re.M,
+            + re.escape(str(list(range(partitions)))),
+            re.M,
         )
         stamp: list[str] = []
 

@@ -134,7 +134,8 @@ async def baseline(
     transaction, as the writer does) -> commit; (seconds, CPU) from the assignment."""
     conn = await asyncpg.connect(dsn)
     consumer = AIOKafkaConsumer(  # the same consumer settings as monitor.ingest.loop.IngestLoop
-        bootstrap_servers=bootstrap, group_id=f"g-{topic}",
+        bootstrap_servers=bootstrap,
+        group_id=f"g-{topic}",
         **IngestConfig(bootstrap, batch_max_events=batch).consumer_settings(),
     )
     await consumer.start()
@@ -150,7 +151,8 @@ async def baseline(
                 continue
             rows = [  # the events columns of the row (the roll-up fields are the writer's)
                 event_row(decode_event(rec.value or b""), rec.partition, rec.offset)[:width]
-                for recs in got.values() for rec in recs
+                for recs in got.values()
+                for rec in recs
             ]
             async with conn.transaction():  # the day partitions first, as the writer does
                 await conn.fetchval(ENSURE_DAYS, days_of(r[ts_at] for r in rows))
@@ -183,11 +185,20 @@ async def wait_rows(dsn: str, n: int, timeout_s: float) -> float:
         await conn.close()
 
 
-async def one_repeat(args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter,
-                     events: list[AgentEvent], workdir: Path, index: int) -> Run:
+async def one_repeat(
+    args: argparse.Namespace,
+    bootstrap: str,
+    admin_url: str,
+    meter: CpuMeter,
+    events: list[AgentEvent],
+    workdir: Path,
+    index: int,
+) -> Run:
     n, run = len(events), Run(len(events))
-    extra = {"MONITOR_BATCH_MAX_EVENTS": str(args.batch_max_events),
-             "MONITOR_BATCH_MAX_WAIT_MS": str(args.batch_max_wait_ms)}
+    extra = {
+        "MONITOR_BATCH_MAX_EVENTS": str(args.batch_max_events),
+        "MONITOR_BATCH_MAX_WAIT_MS": str(args.batch_max_wait_ms),
+    }
     argv = WORKER_ARGV
 
     def topic(tag: str) -> contextlib.AbstractAsyncContextManager[str]:
@@ -196,15 +207,19 @@ async def one_repeat(args: argparse.Namespace, bootstrap: str, admin_url: str, m
     async with topic("base") as tp, scratch_database(admin_url, "base") as db:
         t0, cpu0 = time.perf_counter(), meter.snapshot()
         await produce(bootstrap, tp, events)
-        run.wall["produce"], run.cpu["produce"] = time.perf_counter() - t0, meter.spent(
-            cpu0, meter.snapshot())
+        run.wall["produce"], run.cpu["produce"] = (
+            time.perf_counter() - t0,
+            meter.spent(cpu0, meter.snapshot()),
+        )
         run.wall["baseline"], run.cpu["baseline"] = await baseline(
-            bootstrap, tp, db, n, args.batch_max_events, meter)
+            bootstrap, tp, db, n, args.batch_max_events, meter
+        )
 
     async with topic("cons") as tp, scratch_database(admin_url, "cons") as db:
         await produce(bootstrap, tp, events)
-        with running(Worker(bootstrap, db, tp, workdir / f"worker-{index}-consume.log",
-                            extra, argv)) as worker:
+        with running(
+            Worker(bootstrap, db, tp, workdir / f"worker-{index}-consume.log", extra, argv)
+        ) as worker:
             await worker.wait_ready()
             t0 = await worker.wait_assigned(PARTITIONS)
             cpu0 = meter.snapshot(worker=worker.pid)
@@ -213,8 +228,9 @@ async def one_repeat(args: argparse.Namespace, bootstrap: str, admin_url: str, m
             run.batches["consume"] = await worker.batch_stats()
 
     async with topic("e2e") as tp, scratch_database(admin_url, "e2e") as db:
-        with running(Worker(bootstrap, db, tp, workdir / f"worker-{index}-e2e.log",
-                            extra, argv)) as worker:
+        with running(
+            Worker(bootstrap, db, tp, workdir / f"worker-{index}-e2e.log", extra, argv)
+        ) as worker:
             await worker.wait_ready()
             await worker.wait_assigned(PARTITIONS)
             t0, cpu0 = time.perf_counter(), meter.snapshot(worker=worker.pid)
@@ -245,13 +261,14 @@ def rate_table(runs: list[Run]) -> str:
         return f"| {name} | " + " | ".join(cells) + " |"
 
     for i, r in enumerate(runs, 1):
-        lines.append(row(str(i), [r.rate(p) for p in PHASES], [r.ratio("consume"),
-                                                                r.ratio("e2e")]))
-    lines.append(row(
-        "**median**",
-        [_median([r.rate(p) for r in runs]) for p in PHASES],
-        [_median([r.ratio(p) for r in runs]) for p in ("consume", "e2e")],
-    ))
+        lines.append(row(str(i), [r.rate(p) for p in PHASES], [r.ratio("consume"), r.ratio("e2e")]))
+    lines.append(
+        row(
+            "**median**",
+            [_median([r.rate(p) for r in runs]) for p in PHASES],
+            [_median([r.ratio(p) for r in runs]) for p in ("consume", "e2e")],
+        )
+    )
     return "\n".join(lines)
 
 
@@ -264,8 +281,14 @@ def cpu_table(runs: list[Run], has_pg: bool) -> str:
         cpu = {p: _median([r.cpu[phase].get(p, 0.0) for r in runs]) for p in procs}
         busy = sum(cpu.values()) / wall
         stats = [r.batches[phase] for r in runs if phase in r.batches]
-        batches = (f"{_median([c for c, _ in stats]):.0f} x "
-                   f"{_median([lat for _, lat in stats]) * 1000:.0f} ms") if stats else ""
+        batches = (
+            (
+                f"{_median([c for c, _ in stats]):.0f} x "
+                f"{_median([lat for _, lat in stats]) * 1000:.0f} ms"
+            )
+            if stats
+            else ""
+        )
         cells = [phase, f"{wall:.2f}", *[f"{cpu[p]:.2f}" for p in procs], f"{busy:.2f}", batches]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -281,49 +304,55 @@ def cpu_line(runs: list[Run]) -> str:
 
     base, both = us("baseline"), us("produce", "baseline")
     consume, e2e = us("consume"), us("e2e")
-    return (f"CPU per event, all processes: baseline {base:.0f} µs, consume {consume:.0f} µs "
-            f"(baseline / consume = {base / consume:.2f}); produce + baseline {both:.0f} µs, "
-            f"e2e {e2e:.0f} µs ({both / e2e:.2f}).")
+    return (
+        f"CPU per event, all processes: baseline {base:.0f} µs, consume {consume:.0f} µs "
+        f"(baseline / consume = {base / consume:.2f}); produce + baseline {both:.0f} µs, "
+        f"e2e {e2e:.0f} µs ({both / e2e:.2f})."
+    )
 
 
-def docs_section(args: argparse.Namespace, runs: list[Run], command: str, pg: str,
-                 has_pg: bool) -> str:
+def docs_section(
+    args: argparse.Namespace, runs: list[Run], command: str, pg: str, has_pg: bool
+) -> str:
     e2e = _median([r.ratio("e2e") for r in runs])
     consume = _median([r.ratio("consume") for r in runs])
-    return "\n".join([
-        MARK_START,
-        "## Ingest throughput (`bench/ingest.py`)",
-        "",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {os.cpu_count()} cores (nproc), {platform.machine()}, "
-        f"Python {platform.python_version()}, {platform.system()} {platform.release()}",
-        f"- broker: embedded Tansu (memory storage); Postgres: {pg}",
-        f"- {args.events:,} simulated events per phase, {args.repeat} repeats (median shown), "
-        f"{PARTITIONS} partitions, one worker (`monitor worker`), "
-        f"batch_max_events={args.batch_max_events}, batch_max_wait_ms={args.batch_max_wait_ms}",
-        f"- command: `{command}`",
-        "",
-        rate_table(runs),
-        "",
-        f"**Consume: {consume:.2f} of the raw baseline** (floor >= {FLOOR}: "
-        f"{'held' if consume >= FLOOR else 'REGRESSION'}); end-to-end: {e2e:.2f}.",
-        "",
-        cpu_line(runs),
-        "",
-        f"Where the time goes (medians; CPU seconds for {args.events:,} events; \"cores busy\""
-        " = all listed CPU / wall; worker batches = committed batches x mean batch latency):",
-        "",
-        cpu_table(runs, has_pg),
-        "",
-        "Phases: *produce* = SDK send + flush alone; *baseline* = plain aiokafka getmany loop,"
-        " `decode_event` + `event_row`, `COPY` straight into `events`, offset commit;"
-        " *consume* = the worker subprocess draining a pre-filled topic to `count(*) = N`;"
-        " both timed from the moment the consumer owns all partitions (group join excluded);"
-        " *e2e* = SDK producing while the worker consumes, from the first send to `count(*) = N`."
-        " Stored events are polled every 10 ms (the `event_minutes` sum, committed with the"
-        " events; `count(*)` checked after).",
-        MARK_END,
-    ])
+    return "\n".join(
+        [
+            MARK_START,
+            "## Ingest throughput (`bench/ingest.py`)",
+            "",
+            f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+            f"- machine: {os.cpu_count()} cores (nproc), {platform.machine()}, "
+            f"Python {platform.python_version()}, {platform.system()} {platform.release()}",
+            f"- broker: embedded Tansu (memory storage); Postgres: {pg}",
+            f"- {args.events:,} simulated events per phase, {args.repeat} repeats (median shown), "
+            f"{PARTITIONS} partitions, one worker (`monitor worker`), "
+            f"batch_max_events={args.batch_max_events}, batch_max_wait_ms={args.batch_max_wait_ms}",
+            f"- command: `{command}`",
+            "",
+            rate_table(runs),
+            "",
+            f"**Consume: {consume:.2f} of the raw baseline** (floor >= {FLOOR}: "
+            f"{'held' if consume >= FLOOR else 'REGRESSION'}); end-to-end: {e2e:.2f}.",
+            "",
+            cpu_line(runs),
+            "",
+            f'Where the time goes (medians; CPU seconds for {args.events:,} events; "cores busy"'
+            " = all listed CPU / wall; worker batches = committed batches x mean batch latency):",
+            "",
+            cpu_table(runs, has_pg),
+            "",
+            "Phases: *produce* = SDK send + flush alone; *baseline* = plain aiokafka getmany loop,"
+            " `decode_event` + `event_row`, `COPY` straight into `events`, offset commit;"
+            " *consume* = the worker subprocess draining a pre-filled topic to `count(*) = N`;"
+            " both timed from the moment the consumer owns all partitions (group join excluded);"
+            " *e2e* = SDK producing while the worker consumes, from the first send to"
+            " `count(*) = N`."
+            " Stored events are polled every 10 ms (the `event_minutes` sum, committed with the"
+            " events; `count(*)` checked after).",
+            MARK_END,
+        ]
+    )
 
 
 def write_docs(section: str) -> None:
@@ -339,8 +368,9 @@ def write_docs(section: str) -> None:
 # --- main -----------------------------------------------------------------------------------
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter,
-                workdir: Path) -> list[Run]:
+async def bench(
+    args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter, workdir: Path
+) -> list[Run]:
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -355,8 +385,10 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter:
         run = await one_repeat(args, bootstrap, admin_url, meter, events, workdir, i)
         runs.append(run)
         rates = ", ".join(f"{p} {run.rate(p):,.0f}" for p in PHASES)
-        print(f"repeat {i}/{args.repeat}: {rates} ev/s; e2e/baseline {run.ratio('e2e'):.2f}",
-              flush=True)
+        print(
+            f"repeat {i}/{args.repeat}: {rates} ev/s; e2e/baseline {run.ratio('e2e'):.2f}",
+            flush=True,
+        )
     return runs
 
 
@@ -371,15 +403,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=50_000, help="events per phase (50000)")
     p.add_argument("--repeat", type=int, default=3, help="repeats; medians are reported (3)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
-    p.add_argument("--batch-max-events", type=int, default=5000,
-                   help="MONITOR_BATCH_MAX_EVENTS for the worker, and the baseline's batch (5000)")
-    p.add_argument("--batch-max-wait-ms", type=int, default=200,
-                   help="MONITOR_BATCH_MAX_WAIT_MS for the worker (200)")
+    p.add_argument(
+        "--batch-max-events",
+        type=int,
+        default=5000,
+        help="MONITOR_BATCH_MAX_EVENTS for the worker, and the baseline's batch (5000)",
+    )
+    p.add_argument(
+        "--batch-max-wait-ms",
+        type=int,
+        default=200,
+        help="MONITOR_BATCH_MAX_WAIT_MS for the worker (200)",
+    )
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per phase (600)")
-    p.add_argument("--write-docs", action="store_true",
-                   help=f"replace the ingest section of {DOCS.relative_to(REPO)}")
-    p.add_argument("--keep-logs", action="store_true",
-                   help="keep the work directory (worker and broker logs) and print its path")
+    p.add_argument(
+        "--write-docs",
+        action="store_true",
+        help=f"replace the ingest section of {DOCS.relative_to(REPO)}",
+    )
+    p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the work directory (worker and broker logs) and print its path",
+    )
     args = p.parse_args(argv)
     if args.events < 1 or args.repeat < 1 or args.batch_max_events < 1:
         p.error("--events, --repeat and --batch-max-events must be >= 1")
@@ -403,15 +449,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"broker {broker.bootstrap}; postgres: {pg}; work dir {workdir}", flush=True)
             runs = asyncio.run(bench(args, broker.bootstrap, db.admin_url, meter, workdir))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted; the broker, Postgres, workers and databases were stopped/dropped",
-              file=sys.stderr)
+        print(
+            "interrupted; the broker, Postgres, workers and databases were stopped/dropped",
+            file=sys.stderr,
+        )
         return 130
     has_pg = db.postmaster is not None
     print(f"\n{rate_table(runs)}\n\n{cpu_table(runs, has_pg)}\n")
     e2e = _median([r.ratio("e2e") for r in runs])
     consume = _median([r.ratio("consume") for r in runs])
-    print(f"median consume / baseline = {consume:.2f} (floor >= {FLOOR}); "
-          f"e2e / baseline = {e2e:.2f}")
+    print(
+        f"median consume / baseline = {consume:.2f} (floor >= {FLOOR}); e2e / baseline = {e2e:.2f}"
+    )
     print(cpu_line(runs))
     if args.write_docs:
         write_docs(docs_section(args, runs, command, pg, has_pg))

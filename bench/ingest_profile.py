@@ -178,10 +178,18 @@ def table(seconds: dict[str, float], n: int, batches: int) -> str:
     batch_total = seconds["decode (worker CPU)"] + seconds["write, total"]
     has_cpu = any(k.startswith("cpu:") for k in seconds)
     head = "| step | ms per batch | µs per event | share of batch |"
-    lines = [head + (" backend CPU µs per event |" if has_cpu else ""),
-             "|---|---|---|---|" + ("---|" if has_cpu else "")]
-    order = ["decode (worker CPU)", *COPY_STEPS.values(), "rest (client, between statements)",
-             *[label for label, _ in STEPS], "other", "write, total"]
+    lines = [
+        head + (" backend CPU µs per event |" if has_cpu else ""),
+        "|---|---|---|---|" + ("---|" if has_cpu else ""),
+    ]
+    order = [
+        "decode (worker CPU)",
+        *COPY_STEPS.values(),
+        "rest (client, between statements)",
+        *[label for label, _ in STEPS],
+        "other",
+        "write, total",
+    ]
     for step in order:
         if step not in seconds:
             continue
@@ -190,12 +198,16 @@ def table(seconds: dict[str, float], n: int, batches: int) -> str:
         if has_cpu:
             c = seconds.get(f"cpu:{step}")
             cpu = f" {c / n * 1e6:.1f} |" if c is not None else " |"
-        lines.append(f"| {step} | {s / batches * 1000:.1f} | {s / n * 1e6:.1f} | "
-                     f"{s / batch_total:.0%} |{cpu}")
+        lines.append(
+            f"| {step} | {s / batches * 1000:.1f} | {s / n * 1e6:.1f} | "
+            f"{s / batch_total:.0%} |{cpu}"
+        )
     cpu_total = sum(v for k, v in seconds.items() if k.startswith("cpu:"))
-    lines.append(f"| **batch (decode + write)** | {batch_total / batches * 1000:.1f} | "
-                 f"{batch_total / n * 1e6:.1f} | 100% |"
-                 + (f" {cpu_total / n * 1e6:.1f} |" if has_cpu else ""))
+    lines.append(
+        f"| **batch (decode + write)** | {batch_total / batches * 1000:.1f} | "
+        f"{batch_total / n * 1e6:.1f} | 100% |"
+        + (f" {cpu_total / n * 1e6:.1f} |" if has_cpu else "")
+    )
     return "\n".join(lines)
 
 
@@ -211,17 +223,22 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
                 " FROM pg_partition_tree(c.oid) t), pg_total_relation_size(c.oid)) AS bytes"
                 " FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
-                "AND c.relkind IN ('r', 'p') ORDER BY 2 DESC LIMIT 7")  # a partitioned: its parts
-            counts = {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}"))
-                      for t in ("events", "conversations", "items")}
+                "AND c.relkind IN ('r', 'p') ORDER BY 2 DESC LIMIT 7"
+            )  # a partitioned: its parts
+            counts = {
+                t: int(await conn.fetchval(f"SELECT count(*) FROM {t}"))
+                for t in ("events", "conversations", "items")
+            }
         finally:
             await conn.close()
     path = "staged (--staged)" if args.staged else "direct"
     print(f"{args.events:,} events in {batches} batches of <= {args.batch}, {path} write\n")
     print(table(seconds, args.events, batches))
     print("\nrows:", ", ".join(f"{t} {c:,}" for t, c in counts.items()))
-    print("largest tables (bytes per event):", ", ".join(
-        f"{r['relname']} {r['bytes'] / args.events:,.0f}" for r in size))
+    print(
+        "largest tables (bytes per event):",
+        ", ".join(f"{r['relname']} {r['bytes'] / args.events:,.0f}" for r in size),
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -229,8 +246,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=50_000, help="events (50000)")
     p.add_argument("--batch", type=int, default=5000, help="events per batch (5000)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
-    p.add_argument("--staged", action="store_true",
-                   help="stage every batch (the path of replays) instead of the direct write")
+    p.add_argument(
+        "--staged",
+        action="store_true",
+        help="stage every batch (the path of replays) instead of the direct write",
+    )
     return p.parse_args(argv)
 
 

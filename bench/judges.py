@@ -67,10 +67,18 @@ _ITEM = re.compile(r"\[item ([^\]\s]+)\]")
 
 def _grades(content: str) -> str:
     items = [
-        {"item_id": item_id, "correctness": 0.9, "informativeness": 0.8, "consistency": 1.0,
-         "label": 1, "categories": [], "fabrication_type": None, "rationale": "Looks right."}
+        {
+            "item_id": item_id,
+            "correctness": 0.9,
+            "informativeness": 0.8,
+            "consistency": 1.0,
+            "label": 1,
+            "categories": [],
+            "fabrication_type": None,
+            "rationale": "Looks right.",
+        }
         for item_id in _ITEM.findall(content)
-    ]  # fmt: skip
+    ]
     return json.dumps({"items": items})
 
 
@@ -88,13 +96,22 @@ def _serve(latency_s: float, conn: Connection) -> None:
             body = await request.json()
             await asyncio.sleep(latency_s)
             content = _grades(str(body["messages"][-1].get("content") or ""))
-            return web.json_response({
-                "id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", MODEL),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            })  # fmt: skip
+            return web.json_response(
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", MODEL),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": content},
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                }
+            )
         finally:
             stats["in_flight"] -= 1
 
@@ -212,15 +229,22 @@ async def _pump(n: int, concurrency: int, one: One) -> int:
 def _request_bodies(conversations: Sequence[Conversation]) -> list[bytes]:
     """The bodies ``LLMJudge`` sends, JSON-encoded once up front (the raw loop's input)."""
     return [
-        json.dumps({"model": MODEL, "messages": rubric.build_messages(c), "temperature": 0,
-                    "response_format": {"type": "json_object"}}).encode()
+        json.dumps(
+            {
+                "model": MODEL,
+                "messages": rubric.build_messages(c),
+                "temperature": 0,
+                "response_format": {"type": "json_object"},
+            }
+        ).encode()
         for c in conversations
-    ]  # fmt: skip
+    ]
 
 
 @contextlib.asynccontextmanager
-async def raw_client(url: str, bodies: Sequence[bytes], concurrency: int,
-                     single: bool) -> AsyncIterator[One]:
+async def raw_client(
+    url: str, bodies: Sequence[bytes], concurrency: int, single: bool
+) -> AsyncIterator[One]:
     """Posts body i and decodes the completion; over one pool of ``concurrency`` connections
     (``single``) or over the judge's own layout (ceil(C / 8) pools of at most 8)."""
     if single:
@@ -250,13 +274,16 @@ async def raw_client(url: str, bodies: Sequence[bytes], concurrency: int,
 
 
 @contextlib.asynccontextmanager
-async def judge_client(base_url: str, conversations: Sequence[Conversation],
-                       concurrency: int) -> AsyncIterator[One]:
+async def judge_client(
+    base_url: str, conversations: Sequence[Conversation], concurrency: int
+) -> AsyncIterator[One]:
     """``LLMJudge`` (its own clients) on conversation i: True when it returned verdicts and
     all of them are ``ok``."""
-    config = LLMJudgeConfig(base_url=base_url, model=MODEL, max_concurrency=concurrency,
-                            timeout=30.0)
+    config = LLMJudgeConfig(
+        base_url=base_url, model=MODEL, max_concurrency=concurrency, timeout=30.0
+    )
     async with LLMJudge(config) as judge:
+
         async def one(i: int) -> bool:
             verdicts = await judge.judge(conversations[i])
             return bool(verdicts) and all(v.status == "ok" for v in verdicts)
@@ -264,8 +291,14 @@ async def judge_client(base_url: str, conversations: Sequence[Conversation],
         yield one
 
 
-async def timed(server: ModelServer, meter: CpuMeter, make: Callable[[], Any], n: int,
-                concurrency: int, cold: bool) -> Phase:
+async def timed(
+    server: ModelServer,
+    meter: CpuMeter,
+    make: Callable[[], Any],
+    n: int,
+    concurrency: int,
+    cold: bool,
+) -> Phase:
     """Build the client (``make()``, timed as ``setup``), warm it up with ``concurrency``
     requests unless ``cold``, then time ``n`` conversations with ``concurrency`` in flight.
     ``cold`` puts construction and connection set-up inside the timed window."""
@@ -284,8 +317,9 @@ async def timed(server: ModelServer, meter: CpuMeter, make: Callable[[], Any], n
     return Phase(wall, done, cpu, stats["requests"], stats["max_in_flight"], setup)
 
 
-async def bench(args: argparse.Namespace, server: ModelServer,
-                conversations: list[Conversation]) -> list[Run]:
+async def bench(
+    args: argparse.Namespace, server: ModelServer, conversations: list[Conversation]
+) -> list[Run]:
     meter = CpuMeter({"bench": os.getpid(), "server": server.pid})
     url = server.base_url + "/chat/completions"
     bodies = _request_bodies(conversations)
@@ -303,9 +337,12 @@ async def bench(args: argparse.Namespace, server: ModelServer,
         for name, phase in run.phases.items():
             if phase.done != n:
                 raise RuntimeError(f"{name}: only {phase.done} of {n} conversations succeeded")
-        print(f"repeat {i}/{args.repeat}: "
-              + ", ".join(f"{p} {run.rate(p):,.0f}/s" for p in PHASES)
-              + f"; judge/ideal {run.rate('judge') / run.ideal:.2f}", flush=True)
+        print(
+            f"repeat {i}/{args.repeat}: "
+            + ", ".join(f"{p} {run.rate(p):,.0f}/s" for p in PHASES)
+            + f"; judge/ideal {run.rate('judge') / run.ideal:.2f}",
+            flush=True,
+        )
         runs.append(run)
     return runs
 
@@ -318,8 +355,16 @@ def _median(values: Sequence[float]) -> float:
 
 
 def rate_table(runs: list[Run]) -> str:
-    head = ["run", "raw conv/s", "raw-1 conv/s", "judge conv/s", "ideal conv/s",
-            "judge / ideal", "judge / raw", "raw / ideal"]
+    head = [
+        "run",
+        "raw conv/s",
+        "raw-1 conv/s",
+        "judge conv/s",
+        "ideal conv/s",
+        "judge / ideal",
+        "judge / raw",
+        "raw / ideal",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
 
     def row(name: str, rates: list[float], ideal: float) -> str:
@@ -330,26 +375,42 @@ def rate_table(runs: list[Run]) -> str:
 
     for i, r in enumerate(runs, 1):
         lines.append(row(str(i), [r.rate(p) for p in PHASES], r.ideal))
-    lines.append(row("**median**", [_median([r.rate(p) for r in runs]) for p in PHASES],
-                     runs[0].ideal))
+    lines.append(
+        row("**median**", [_median([r.rate(p) for r in runs]) for p in PHASES], runs[0].ideal)
+    )
     return "\n".join(lines)
 
 
 def cpu_table(runs: list[Run]) -> str:
     n = runs[0].n
     waves = -(-n // runs[0].concurrency)
-    head = ["phase", "wall s", "ms per wave", "bench CPU s", "server CPU s",
-            "bench CPU ms/conv", "requests", "most in flight", "client setup ms"]
+    head = [
+        "phase",
+        "wall s",
+        "ms per wave",
+        "bench CPU s",
+        "server CPU s",
+        "bench CPU ms/conv",
+        "requests",
+        "most in flight",
+        "client setup ms",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for phase in PHASES:
         ps = [r.phases[phase] for r in runs]
         bench_cpu = _median([p.cpu["bench"] for p in ps])
         wall = _median([p.wall for p in ps])
-        cells = [phase, f"{wall:.2f}", f"{wall / waves * 1000:.0f}", f"{bench_cpu:.2f}",
-                 f"{_median([p.cpu['server'] for p in ps]):.2f}", f"{bench_cpu / n * 1000:.2f}",
-                 f"{_median([p.requests for p in ps]):.0f}",
-                 f"{_median([p.max_in_flight for p in ps]):.0f}",
-                 f"{_median([p.setup for p in ps]) * 1000:.0f}"]
+        cells = [
+            phase,
+            f"{wall:.2f}",
+            f"{wall / waves * 1000:.0f}",
+            f"{bench_cpu:.2f}",
+            f"{_median([p.cpu['server'] for p in ps]):.2f}",
+            f"{bench_cpu / n * 1000:.2f}",
+            f"{_median([p.requests for p in ps]):.0f}",
+            f"{_median([p.max_in_flight for p in ps]):.0f}",
+            f"{_median([p.setup for p in ps]) * 1000:.0f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -365,17 +426,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(concurrency / latency) and to a raw httpx loop posting the same requests at the same "
         "concurrency, measured in the same run.",
     )
-    p.add_argument("--conversations", type=int, default=640,
-                   help="simulated conversations judged per phase (640)")
-    p.add_argument("--concurrency", type=int, default=64,
-                   help="conversations in flight, and the judge's max_concurrency (64)")
-    p.add_argument("--latency-ms", type=float, default=200.0,
-                   help="the server's delay before each answer, in ms (200)")
+    p.add_argument(
+        "--conversations",
+        type=int,
+        default=640,
+        help="simulated conversations judged per phase (640)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="conversations in flight, and the judge's max_concurrency (64)",
+    )
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=200.0,
+        help="the server's delay before each answer, in ms (200)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="repeats; medians are reported (3)")
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
-    p.add_argument("--cold", action="store_true",
-                   help="time from building the HTTP clients, without a warm-up (default: "
-                   "clients built and connections opened by one warm-up wave before the timer)")
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="time from building the HTTP clients, without a warm-up (default: "
+        "clients built and connections opened by one warm-up wave before the timer)",
+    )
     args = p.parse_args(argv)
     if args.conversations < 1 or args.concurrency < 1 or args.repeat < 1:
         p.error("--conversations, --concurrency and --repeat must be >= 1")
@@ -390,10 +466,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     conversations = [Conversation.of(events) for events in sim.conversations(args.conversations)]
     items = sum(len(c.assistant_messages()) for c in conversations)
     kib = sum(len(b) for b in _request_bodies(conversations)) / len(conversations) / 1024
-    print(f"{len(conversations)} conversations ({items} assistant messages, "
-          f"{kib:.1f} KiB per request), concurrency {args.concurrency}, "
-          f"server latency {args.latency_ms:.0f} ms, {args.repeat} repeats; "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}", flush=True)
+    print(
+        f"{len(conversations)} conversations ({items} assistant messages, "
+        f"{kib:.1f} KiB per request), concurrency {args.concurrency}, "
+        f"server latency {args.latency_ms:.0f} ms, {args.repeat} repeats; "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        flush=True,
+    )
     with ModelServer(args.latency_ms / 1000) as server:
         try:
             runs = asyncio.run(bench(args, server, conversations))
@@ -403,11 +482,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{rate_table(runs)}\n\n{cpu_table(runs)}\n")
     judge = _median([r.rate("judge") / r.ideal for r in runs])
     vs_raw = _median([r.rate("judge") / r.rate("raw") for r in runs])
-    print(f"median judge / ideal = {judge:.3f} (goal >= 0.9: {'met' if judge >= 0.9 else 'missed'})"
-          f"; judge / raw httpx = {vs_raw:.3f}")
-    print("raw = httpx over the judge's pool layout (pools of <= 8 connections); raw-1 = httpx "
-          "with one pool of --concurrency connections; conv/s = conversations with verdicts "
-          "(raw: completions decoded) per second")
+    print(
+        f"median judge / ideal = {judge:.3f} (goal >= 0.9: {'met' if judge >= 0.9 else 'missed'})"
+        f"; judge / raw httpx = {vs_raw:.3f}"
+    )
+    print(
+        "raw = httpx over the judge's pool layout (pools of <= 8 connections); raw-1 = httpx "
+        "with one pool of --concurrency connections; conv/s = conversations with verdicts "
+        "(raw: completions decoded) per second"
+    )
     return 0
 
 

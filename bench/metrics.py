@@ -96,10 +96,15 @@ async def fill(
     """Write simulated traffic until about ``items`` items exist: (events, items, seconds).
     Prints a progress line every :data:`ANALYZE_EVERY` events."""
     probe = Simulator(seed=13, start=now)
-    per_conv = sum(
-        1 for c in probe.conversations(200) for e in c
-        if e.type == "message" and e.confidence is not None
-    ) / 200
+    per_conv = (
+        sum(
+            1
+            for c in probe.conversations(200)
+            for e in c
+            if e.type == "message" and e.confidence is not None
+        )
+        / 200
+    )
     n_conv = max(1, round(items / per_conv))
     sim = Simulator(seed=13, start=now - timedelta(days=7), interval=timedelta(days=7) / n_conv)
     writer = EventWriter(dsn)
@@ -118,8 +123,11 @@ async def fill(
                     await _analyze(dsn)
                     analyzed = written
                     elapsed = time.perf_counter() - t0
-                    print(f"  fill: {written:,} events in {elapsed:.0f} s "
-                          f"({written / elapsed:,.0f}/s)", flush=True)
+                    print(
+                        f"  fill: {written:,} events in {elapsed:.0f} s "
+                        f"({written / elapsed:,.0f}/s)",
+                        flush=True,
+                    )
         if rows:
             written += (await writer.write(rows)).inserted
     finally:
@@ -145,9 +153,14 @@ async def _analyze(dsn: str) -> None:
 def template_variables(specs: list[dict[str, Any]]) -> list[g.Variable]:
     """A board's template variables with every value selected ("All" where offered)."""
     return [
-        g.Variable(v["name"], multi=bool(v.get("multi")), include_all=bool(v.get("includeAll")),
-                   all_value=v.get("allValue") or None, options=("x",),
-                   selected=(g.ALL,) if v.get("includeAll") else ("x",))
+        g.Variable(
+            v["name"],
+            multi=bool(v.get("multi")),
+            include_all=bool(v.get("includeAll")),
+            all_value=v.get("allValue") or None,
+            options=("x",),
+            selected=(g.ALL,) if v.get("includeAll") else ("x",),
+        )
         for v in specs
     ]
 
@@ -172,8 +185,9 @@ def dashboard_queries(now: datetime) -> list[tuple[str, str, str]]:
                     if not t.get("rawSql"):
                         continue
                     ms = g.panel_interval_ms(panel, tr, None)
-                    sql = g.interpolate(t["rawSql"], time_range=tr, interval_ms=ms,
-                                        variables=variables)
+                    sql = g.interpolate(
+                        t["rawSql"], time_range=tr, interval_ms=ms, variables=variables
+                    )
                     out.append((label, f"{path.stem} / {panel.get('title')} [{t['refId']}]", sql))
     return out
 
@@ -200,13 +214,19 @@ def time_cli(argv: list[str], db_url: str, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "monitor.cli", *argv], env=env, cwd=REPO,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor.cli", *argv],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         # 1: an analytics command found something to flag; its --json output still parses
         # (a crash also exits 1, with a traceback instead)
         if done.returncode not in (0, 1) or (done.returncode == 1 and not _is_json(done.stdout)):
-            raise RuntimeError(f"monitor {' '.join(argv)}: exit {done.returncode}: "
-                               f"{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"monitor {' '.join(argv)}: exit {done.returncode}: {done.stderr[-2000:]}"
+            )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -236,8 +256,10 @@ async def _store(args: argparse.Namespace, now: datetime) -> AsyncIterator[str]:
         return
     async with scratch_database(args.database_url, "metrics", keep=args.keep) as dsn:
         events, items, secs = await fill(dsn, args.items, args.batch, now, args.order)
-        print(f"filled: {events} events, {items} items in {secs:.1f} s "
-              f"({events / secs:.0f} events/s through EventWriter)")
+        print(
+            f"filled: {events} events, {items} items in {secs:.1f} s "
+            f"({events / secs:.0f} events/s through EventWriter)"
+        )
         if args.keep:
             print(f"kept for --reuse: {dsn}")
         yield dsn
@@ -245,14 +267,17 @@ async def _store(args: argparse.Namespace, now: datetime) -> AsyncIterator[str]:
 
 async def run(args: argparse.Namespace) -> None:
     now = args.now or datetime.now(UTC).replace(microsecond=0)
-    cli = {name: [*argv, "--to", now.isoformat()] if args.now and argv != ["--help"] else argv
-           for name, argv in CLI.items()}
+    cli = {
+        name: [*argv, "--to", now.isoformat()] if args.now and argv != ["--help"] else argv
+        for name, argv in CLI.items()
+    }
     async with _store(args, now) as dsn:
         conn = await asyncpg.connect(dsn)
         results: list[tuple[float, str, str, str]] = []
         try:
             size = await conn.fetchval(
-                "SELECT pg_size_pretty(pg_database_size(current_database()))")
+                "SELECT pg_size_pretty(pg_database_size(current_database()))"
+            )
             print(f"database size: {size}")
             for label, name, sql in dashboard_queries(now):
                 results.append((await time_sql(conn, sql, args.repeat), label, name, sql))
@@ -269,26 +294,30 @@ async def run(args: argparse.Namespace) -> None:
             esc = []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
-                await escalation_conversations(
-                    engine, repo.Segment(), now - timedelta(days=7), now)
+                await escalation_conversations(engine, repo.Segment(), now - timedelta(days=7), now)
                 esc.append(time.perf_counter() - t0)
             deff: dict[str, list[float]] = {"roll-up": [], "scan": []}
             for _ in range(args.repeat):
                 for way, read in (("roll-up", design_effects), ("scan", design_effects_scan)):
                     t0 = time.perf_counter()
-                    await read(engine, repo.Segment(), now - timedelta(days=7), now,
-                               with_total=True)
+                    await read(
+                        engine, repo.Segment(), now - timedelta(days=7), now, with_total=True
+                    )
                     deff[way].append(time.perf_counter() - t0)
         finally:
             await engine.dispose()
     print(f"\n| query (median of {args.repeat}) | seconds |\n| --- | ---: |")
     for name, s in cli_s.items():
         print(f"| {name} | {s:.3f} |")
-    print(f"| repo.escalation_conversations (7d, db part of thresholds/escalation) "
-          f"| {statistics.median(esc):.3f} |")
+    print(
+        f"| repo.escalation_conversations (7d, db part of thresholds/escalation) "
+        f"| {statistics.median(esc):.3f} |"
+    )
     for way, times in deff.items():
-        print(f"| design effect, 7d per agent and total ({way}; db part of calibration) "
-              f"| {statistics.median(times):.3f} |")
+        print(
+            f"| design effect, 7d per agent and total ({way}; db part of calibration) "
+            f"| {statistics.median(times):.3f} |"
+        )
     for label in ("-", *RANGES):
         part = [r for r in results if r[1] == label]
         what = "variable queries" if label == "-" else f"dashboard queries, {label} range"
@@ -311,22 +340,40 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--items", type=int, default=100_000)
     p.add_argument("--batch", type=int, default=5000)
-    p.add_argument("--order", choices=("time", "conversation"), default="time",
-                   help="fill in global ts order (a live stream; default) or conversation by"
-                   " conversation (same rows, far faster at 10M items)")
+    p.add_argument(
+        "--order",
+        choices=("time", "conversation"),
+        default="time",
+        help="fill in global ts order (a live stream; default) or conversation by"
+        " conversation (same rows, far faster at 10M items)",
+    )
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--plans", type=int, default=6, help="how many slowest plans to print")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the filled database (its URL is printed) for --reuse")
-    p.add_argument("--reuse", metavar="URL", default=None,
-                   help="time an existing filled database (from --keep) instead of filling one;"
-                   " the ranges end at the time of this run")
-    p.add_argument("--now", type=_aware, default=None, metavar="ISO",
-                   help="with --reuse: the ranges end here instead of at the run's time (a store"
-                   " filled up to an earlier time, e.g. a partial fill; the pipeline panels that"
-                   " filter on ingested_at then see nothing); the CLI gets --to ISO")
-    p.add_argument("--database-url", default=os.environ.get(
-        "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the filled database (its URL is printed) for --reuse",
+    )
+    p.add_argument(
+        "--reuse",
+        metavar="URL",
+        default=None,
+        help="time an existing filled database (from --keep) instead of filling one;"
+        " the ranges end at the time of this run",
+    )
+    p.add_argument(
+        "--now",
+        type=_aware,
+        default=None,
+        metavar="ISO",
+        help="with --reuse: the ranges end here instead of at the run's time (a store"
+        " filled up to an earlier time, e.g. a partial fill; the pipeline panels that"
+        " filter on ingested_at then see nothing); the CLI gets --to ISO",
+    )
+    p.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
     args = p.parse_args()
     if args.now and not args.reuse:
         p.error("--now applies to --reuse only (a fill writes traffic up to the run's time)")

@@ -97,18 +97,32 @@ async def rows(db_url: str) -> int:
 
 
 async def phase(
-    name: str, bodies: list[bytes], want: int, bootstrap: str, admin_url: str, workdir: Path,
+    name: str,
+    bodies: list[bytes],
+    want: int,
+    bootstrap: str,
+    admin_url: str,
+    workdir: Path,
     clients: int,
 ) -> float:
     """Events/s of one phase (fresh topic, database and worker)."""
-    path, headers = ("/v1/traces", {"Content-Type": PROTOBUF, "Content-Encoding": "gzip"}) \
-        if name == "traces" else ("/v1/events", {"Content-Type": "application/json"})
+    path, headers = (
+        ("/v1/traces", {"Content-Type": PROTOBUF, "Content-Encoding": "gzip"})
+        if name == "traces"
+        else ("/v1/events", {"Content-Type": "application/json"})
+    )
     headers["Authorization"] = f"Bearer {TOKEN}"
-    async with scratch_topic(bootstrap, name, PARTITIONS) as topic, \
-            scratch_database(admin_url, name) as db_url:
-        extra = {"MONITOR_INGEST_TOKEN": TOKEN, "MONITOR_JUDGE_ENABLED": "false",
-                 "MONITOR_ALERTING_ENABLED": "false", "MONITOR_TOPIC_PARTITIONS": str(PARTITIONS),
-                 "MONITOR_HTTP_INGEST_RATE_PER_S": "0"}  # throughput, not the rate limit
+    async with (
+        scratch_topic(bootstrap, name, PARTITIONS) as topic,
+        scratch_database(admin_url, name) as db_url,
+    ):
+        extra = {
+            "MONITOR_INGEST_TOKEN": TOKEN,
+            "MONITOR_JUDGE_ENABLED": "false",
+            "MONITOR_ALERTING_ENABLED": "false",
+            "MONITOR_TOPIC_PARTITIONS": str(PARTITIONS),
+            "MONITOR_HTTP_INGEST_RATE_PER_S": "0",
+        }  # throughput, not the rate limit
         worker = Worker(bootstrap, db_url, topic, workdir / f"worker-{topic}.log", extra)
         with running(worker):
             await worker.wait_ready()
@@ -135,9 +149,9 @@ async def phase(
     return want / elapsed
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdir: Path) -> list[
-    dict[str, float]
-]:
+async def bench(
+    args: argparse.Namespace, bootstrap: str, admin_url: str, workdir: Path
+) -> list[dict[str, float]]:
     traces, events, n = make_requests(args.conversations)
     print(f"{args.conversations} conversations: {n} events in {len(traces)} requests per phase")
     runs = []
@@ -145,8 +159,11 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
         ev = await phase("events", events, n, bootstrap, admin_url, workdir, args.clients)
         tr = await phase("traces", traces, n, bootstrap, admin_url, workdir, args.clients)
         runs.append({"events": ev, "traces": tr, "ratio": tr / ev})
-        print(f"run {i + 1}: /v1/events {ev:,.0f} ev/s, /v1/traces {tr:,.0f} ev/s, "
-              f"ratio {tr / ev:.2f}", flush=True)
+        print(
+            f"run {i + 1}: /v1/events {ev:,.0f} ev/s, /v1/traces {tr:,.0f} ev/s, "
+            f"ratio {tr / ev:.2f}",
+            flush=True,
+        )
     return runs
 
 

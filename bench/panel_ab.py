@@ -47,8 +47,11 @@ def queries(board: dict[str, Any], now: datetime) -> dict[tuple[str, str], str]:
             targets = [t for t in p.get("targets", []) if t.get("rawSql")]
             if targets:
                 out[(label, str(p.get("title")))] = g.interpolate(
-                    targets[0]["rawSql"], time_range=tr,
-                    interval_ms=g.panel_interval_ms(p, tr, None), variables=variables)
+                    targets[0]["rawSql"],
+                    time_range=tr,
+                    interval_ms=g.panel_interval_ms(p, tr, None),
+                    variables=variables,
+                )
     return out
 
 
@@ -61,21 +64,29 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     ra, rb = sorted(map(tuple, a), key=repr), sorted(map(tuple, b), key=repr)
     return len(ra) == len(rb) and all(
         len(x) == len(y) and all(close(u, v) for u, v in zip(x, y, strict=True))
-        for x, y in zip(ra, rb, strict=True))
+        for x, y in zip(ra, rb, strict=True)
+    )
 
 
 async def run(args: argparse.Namespace) -> int:
     now = datetime.fromisoformat(args.now)
     pairs: list[tuple[str, str, str, str]] = []  # (board / title, range, old sql, new sql)
     for path in sorted((REPO / "dashboards").glob("*.json")):
-        shown = subprocess.run(["git", "show", f"{args.old_ref}:dashboards/{path.name}"],
-                               cwd=REPO, capture_output=True, text=True)
+        shown = subprocess.run(
+            ["git", "show", f"{args.old_ref}:dashboards/{path.name}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if shown.returncode != 0:
             continue  # a board the earlier commit did not have
         old = queries(json.loads(shown.stdout), now)
         new = queries(json.loads(path.read_text()), now)
-        pairs += [(f"{path.stem} / {k[1]}", k[0], old[k], new[k])
-                  for k in new if k in old and old[k] != new[k]]
+        pairs += [
+            (f"{path.stem} / {k[1]}", k[0], old[k], new[k])
+            for k in new
+            if k in old and old[k] != new[k]
+        ]
     if not pairs:
         print(f"no panel's SQL differs from {args.old_ref}")
         return 0
@@ -85,16 +96,19 @@ async def run(args: argparse.Namespace) -> int:
         print("| --- | --- | ---: | ---: | ---: | --- |")
         for name, rng, old_sql, new_sql in pairs:
             times: dict[str, list[float]] = {"old": [], "new": []}
-            rows = {side: await conn.fetch(sql) for side, sql in (("old", old_sql),
-                                                                   ("new", new_sql))}
+            rows = {
+                side: await conn.fetch(sql) for side, sql in (("old", old_sql), ("new", new_sql))
+            }
             for _ in range(args.repeat):
                 for side, sql in (("old", old_sql), ("new", new_sql)):
                     t0 = time.perf_counter()
                     await conn.fetch(sql)
                     times[side].append(time.perf_counter() - t0)
             o, n = (statistics.median(times[s]) * 1000 for s in ("old", "new"))
-            print(f"| {name} | {rng} | {o:.1f} | {n:.1f} | {n / o:.2f} | "
-                  f"{'yes' if _same(rows['old'], rows['new']) else '**no**'} |")
+            print(
+                f"| {name} | {rng} | {o:.1f} | {n:.1f} | {n / o:.2f} | "
+                f"{'yes' if _same(rows['old'], rows['new']) else '**no**'} |"
+            )
     finally:
         await conn.close()
     return 0
@@ -102,12 +116,24 @@ async def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="bench/panel_ab.py", description=__doc__.split("\n")[0])
-    p.add_argument("--reuse", required=True, metavar="URL",
-                   help="a filled store (bench/metrics.py --keep prints its URL)")
-    p.add_argument("--now", default=datetime.now().astimezone().isoformat(), metavar="ISO",
-                   help="the ranges end here (where the store's data ends); default: now")
-    p.add_argument("--old-ref", required=True, metavar="REV",
-                   help="the git revision whose dashboards are the baseline")
+    p.add_argument(
+        "--reuse",
+        required=True,
+        metavar="URL",
+        help="a filled store (bench/metrics.py --keep prints its URL)",
+    )
+    p.add_argument(
+        "--now",
+        default=datetime.now().astimezone().isoformat(),
+        metavar="ISO",
+        help="the ranges end here (where the store's data ends); default: now",
+    )
+    p.add_argument(
+        "--old-ref",
+        required=True,
+        metavar="REV",
+        help="the git revision whose dashboards are the baseline",
+    )
     p.add_argument("--repeat", type=int, default=7, help="timed runs of each side (7)")
     return asyncio.run(run(p.parse_args()))
 

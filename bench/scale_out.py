@@ -78,15 +78,28 @@ async def wait_group_assigned(workers: list[Worker], timeout_s: float = 90.0) ->
 
 
 async def workers_phase(
-    n_workers: int, bootstrap: str, admin_url: str, meter: CpuMeter,
-    events: list[AgentEvent], workdir: Path, tag: str, timeout_s: float,
+    n_workers: int,
+    bootstrap: str,
+    admin_url: str,
+    meter: CpuMeter,
+    events: list[AgentEvent],
+    workdir: Path,
+    tag: str,
+    timeout_s: float,
 ) -> tuple[float, dict[str, float]]:
     """Seconds to produce and store N events with ``n_workers`` workers, and CPU per process."""
-    async with scratch_topic(bootstrap, tag, PARTITIONS) as tp, \
-            scratch_database(admin_url, tag) as db:  # fmt: skip
+    async with (
+        scratch_topic(bootstrap, tag, PARTITIONS) as tp,
+        scratch_database(admin_url, tag) as db,
+    ):
         workers = [
-            Worker(bootstrap, db, tp, workdir / f"{tag}-w{i}.log",
-                   {"MONITOR_STATE_DIR": str(workdir / f"state-{tag}-{i}")})
+            Worker(
+                bootstrap,
+                db,
+                tp,
+                workdir / f"{tag}-w{i}.log",
+                {"MONITOR_STATE_DIR": str(workdir / f"state-{tag}-{i}")},
+            )
             for i in range(n_workers)
         ]
         with contextlib.ExitStack() as stack:
@@ -109,8 +122,9 @@ async def workers_phase(
         return wall, spent
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter,
-                workdir: Path) -> list[dict[str, tuple[float, dict[str, float]]]]:
+async def bench(
+    args: argparse.Namespace, bootstrap: str, admin_url: str, meter: CpuMeter, workdir: Path
+) -> list[dict[str, tuple[float, dict[str, float]]]]:
     task = asyncio.current_task()
     assert task is not None  # SIGTERM cancels the run, so workers, broker and Postgres stop
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -119,29 +133,38 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, meter:
     runs = []
     for i in range(1, args.repeat + 1):
         run: dict[str, tuple[float, dict[str, float]]] = {}
-        async with scratch_topic(bootstrap, "base", PARTITIONS) as tp, \
-                scratch_database(admin_url, "base") as db:  # fmt: skip
+        async with (
+            scratch_topic(bootstrap, "base", PARTITIONS) as tp,
+            scratch_database(admin_url, "base") as db,
+        ):
             await produce(bootstrap, tp, events)
             run["baseline"] = await baseline(bootstrap, tp, db, len(events), 5000, meter)
         for k in (1, 2):
-            run[PHASES[k]] = await workers_phase(k, bootstrap, admin_url, meter, events,
-                                                 workdir, f"w{k}-{i}", args.timeout)
+            run[PHASES[k]] = await workers_phase(
+                k, bootstrap, admin_url, meter, events, workdir, f"w{k}-{i}", args.timeout
+            )
         runs.append(run)
-        print(f"repeat {i}: " + ", ".join(f"{p} {len(events) / run[p][0]:,.0f} ev/s"
-                                           for p in PHASES), flush=True)
+        print(
+            f"repeat {i}: " + ", ".join(f"{p} {len(events) / run[p][0]:,.0f} ev/s" for p in PHASES),
+            flush=True,
+        )
     return runs
 
 
 def report(runs: list[dict[str, tuple[float, dict[str, float]]]], n: int) -> str:
-    head = "| phase | ev/s (median) | runs ev/s | / baseline | wall s | producer CPU s | " \
-           "consumer CPU s | tansu CPU s | postgres CPU s | cores busy | consumer CPU µs/ev | " \
-           "postgres CPU µs/ev |"
+    head = (
+        "| phase | ev/s (median) | runs ev/s | / baseline | wall s | producer CPU s | "
+        "consumer CPU s | tansu CPU s | postgres CPU s | cores busy | consumer CPU µs/ev | "
+        "postgres CPU µs/ev |"
+    )
     lines = [head, "|---" * 12 + "|"]
     for p in PHASES:
         walls = [r[p][0] for r in runs]
         ratios = [r["baseline"][0] / r[p][0] for r in runs]
-        cpu = {k: statistics.median(r[p][1].get(k, 0.0) for r in runs)
-               for k in ("bench", "workers", "tansu", "postgres")}
+        cpu = {
+            k: statistics.median(r[p][1].get(k, 0.0) for r in runs)
+            for k in ("bench", "workers", "tansu", "postgres")
+        }
         client = cpu["bench"] if p == "baseline" else cpu["workers"]
         producer = 0.0 if p == "baseline" else cpu["bench"]
         wall = statistics.median(walls)
@@ -151,7 +174,8 @@ def report(runs: list[dict[str, tuple[float, dict[str, float]]]], n: int) -> str
             f"{statistics.median(ratios):.2f} | {wall:.2f} | {producer:.2f} | {client:.2f} | "
             f"{cpu['tansu']:.2f} | "
             f"{cpu['postgres']:.2f} | {busy:.2f} | {client / n * 1e6:.0f} | "
-            f"{cpu['postgres'] / n * 1e6:.0f} |")
+            f"{cpu['postgres'] / n * 1e6:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -168,8 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         db = metered_postgres(stack, workdir)
         meter = CpuMeter({"bench": os.getpid(), "tansu": broker._proc.pid}, db.postmaster)
         runs = asyncio.run(bench(args, broker.bootstrap, db.admin_url, meter, workdir))
-    print(f"\n{args.events:,} events, {PARTITIONS} partitions, {args.repeat} repeats; "
-          f"{os.cpu_count()} cores\n\n{report(runs, args.events)}")
+    print(
+        f"\n{args.events:,} events, {PARTITIONS} partitions, {args.repeat} repeats; "
+        f"{os.cpu_count()} cores\n\n{report(runs, args.events)}"
+    )
     return 0
 
 

@@ -38,12 +38,15 @@ PARTITIONS = 4
 
 
 async def with_send(bootstrap: str, topic: str, events: Sequence[AgentEvent]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
-                                max_batch_size=256 * 1024)  # fmt: skip
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=20, max_batch_size=256 * 1024
+    )
     await producer.start()
     try:
-        futures = [await producer.send(topic, value=e.to_json(),
-                                       key=e.conversation_id.encode()) for e in events]  # fmt: skip
+        futures = [
+            await producer.send(topic, value=e.to_json(), key=e.conversation_id.encode())
+            for e in events
+        ]
         await producer.flush()
         await asyncio.gather(*futures)
     finally:
@@ -66,8 +69,11 @@ async def bench(bootstrap: str, events: Sequence[AgentEvent], repeat: int) -> di
                 await run(bootstrap, topic, events)
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
             results[name].append((cpu, wall))
-            print(f"repeat {i}/{repeat} {name:8}: CPU {cpu:.2f} s, wall {wall:.2f} s, "
-                  f"{len(events) / wall:,.0f} events/s", flush=True)  # fmt: skip
+            print(
+                f"repeat {i}/{repeat} {name:8}: CPU {cpu:.2f} s, wall {wall:.2f} s, "
+                f"{len(events) / wall:,.0f} events/s",
+                flush=True,
+            )
     return results
 
 
@@ -78,16 +84,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     sim = Simulator(7, datetime(2025, 1, 1, tzinfo=UTC))
     events = list(itertools.islice(sim.events(None), args.events))
-    with tempfile.TemporaryDirectory(prefix="bench-sdk-") as work, \
-            EmbeddedBroker(log_path=Path(work) / "tansu.log") as broker:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-sdk-") as work,
+        EmbeddedBroker(log_path=Path(work) / "tansu.log") as broker,
+    ):
         results = asyncio.run(bench(broker.bootstrap, events, args.repeat))
-    med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v))
-           for k, v in results.items()}  # fmt: skip
+    med = {
+        k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v))
+        for k, v in results.items()
+    }
     n = args.events
     print("\n| producer | CPU s (median) | µs CPU per event | wall s | events/s |")
     print("|---|---|---|---|---|")
-    for name, label in (("send", "AIOKafkaProducer.send per event (baseline)"),
-                        ("emitter", "EventEmitter (own batches)")):  # fmt: skip
+    for name, label in (
+        ("send", "AIOKafkaProducer.send per event (baseline)"),
+        ("emitter", "EventEmitter (own batches)"),
+    ):
         cpu, wall = med[name]
         print(f"| {label} | {cpu:.2f} | {cpu / n * 1e6:.1f} | {wall:.2f} | {n / wall:,.0f} |")
     print(f"\nbaseline CPU / emitter CPU = {med['send'][0] / med['emitter'][0]:.2f}")

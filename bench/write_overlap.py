@@ -43,8 +43,10 @@ from monitor.sim.traffic import Simulator
 def batches(n: int, size: int, seed: int) -> list[list[EventRow]]:
     sim = Simulator(seed, datetime(2025, 1, 1, tzinfo=UTC))
     values = [e.to_json() for e in itertools.islice(sim.events(None), n)]
-    records = [ConsumerRecord("t", i % 4, i // 4, 0, 0, None, v, None, 0, len(v), [])
-               for i, v in enumerate(values)]
+    records = [
+        ConsumerRecord("t", i % 4, i // 4, 0, 0, None, v, None, 0, len(v), [])
+        for i, v in enumerate(values)
+    ]
     return [decode_records(records[i : i + size])[0] for i in range(0, n, size)]
 
 
@@ -91,8 +93,10 @@ async def main_async(args: argparse.Namespace, admin_url: str) -> None:
             rates[mode].append(rate)
             print(f"repeat {i + 1}/{args.repeat}: {mode:10} {rate:,.0f} events/s", flush=True)
     serial, overlapped = (statistics.median(rates[m]) for m in ("serial", "overlapped"))
-    print(f"\nmedian: serial {serial:,.0f} events/s, overlapped {overlapped:,.0f} events/s, "
-          f"overlapped / serial = {overlapped / serial:.2f}")
+    print(
+        f"\nmedian: serial {serial:,.0f} events/s, overlapped {overlapped:,.0f} events/s, "
+        f"overlapped / serial = {overlapped / serial:.2f}"
+    )
 
 
 def run_write_bench(

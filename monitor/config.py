@@ -168,12 +168,16 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         "state_dir/gate-origin.key (workers sharing a topic must set the same value).",
     )
     keys_refresh_s: float = Field(
-        default=30.0, gt=0, description="Seconds between the worker's reloads of the API keys "
-        "from Postgres (a revoked key is refused at most this long after `monitor keys revoke`)."
+        default=30.0,
+        gt=0,
+        description="Seconds between the worker's reloads of the API keys "
+        "from Postgres (a revoked key is refused at most this long after `monitor keys revoke`).",
     )
     keys_miss_refresh_s: float = Field(
-        default=2.0, gt=0, description="Shortest interval between reloads of the API keys "
-        "caused by an unknown key (a key issued since the last reload)."
+        default=2.0,
+        gt=0,
+        description="Shortest interval between reloads of the API keys "
+        "caused by an unknown key (a key issued since the last reload).",
     )
 
     # --- analytics ------------------------------------------------------------------------
@@ -191,15 +195,21 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default=300.0, gt=0, description="Seconds between the worker's drift checks."
     )
     drift_recent_s: float = Field(
-        default=3600.0, ge=60, description="Recent window of the periodic drift checks (s); "
-        "compared with the segment's pinned reference (drift_reference_s)."
+        default=3600.0,
+        ge=60,
+        description="Recent window of the periodic drift checks (s); "
+        "compared with the segment's pinned reference (drift_reference_s).",
     )
     drift_reference_s: float = Field(
-        default=86400.0, ge=60, description="Length of each segment's drift reference (s): "
-        "earlier unflagged traffic, frozen while a change is flagged."
+        default=86400.0,
+        ge=60,
+        description="Length of each segment's drift reference (s): "
+        "earlier unflagged traffic, frozen while a change is flagged.",
     )
     drift_alpha: float = Field(
-        default=0.001, gt=0, lt=0.5,
+        default=0.001,
+        gt=0,
+        lt=0.5,
         description="Family-wise level of each drift check (Holm across its tests).",
     )
     drift_min_samples: int = Field(default=100, ge=1)
@@ -230,19 +240,23 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         "registered through the monitor.domains entry points.",
     )
     judge_precision_floor: float = Field(
-        default=0.7, ge=0, le=1,
+        default=0.7,
+        ge=0,
+        le=1,
         description="A judge whose precision against ground truth is below this (measured on "
         "at least judge_floor_min_pairs flagged conversations) stops labelling items.",
     )
     judge_floor_min_pairs: int = Field(default=30, ge=1)
     judge_max_events: int = Field(
-        default=2000, ge=2,
+        default=2000,
+        ge=2,
         description="Most events judged per conversation: a longer one is judged on its first "
         "and last judge_max_events / 2 events, the others summarised (counts, time span, tool "
         "results by tool); every verdict on it states the cap (evidence.truncated).",
     )
     judge_time_budget_s: float = Field(
-        default=30.0, gt=0,
+        default=30.0,
+        gt=0,
         description="Judging time budget per conversation: no judge starts after it (each one "
         "left gets an error verdict). Judging runs in a worker thread, off the event loop.",
     )

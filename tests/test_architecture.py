@@ -19,58 +19,127 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PKG = REPO / "monitor"
 
-IO_LIBRARIES = frozenset({
-    "sqlalchemy", "asyncpg", "alembic", "aiokafka", "faust", "mode", "httpx", "aiohttp",
-    "slack_sdk", "grafana_client", "prometheus_client", "matplotlib", "socket", "subprocess",
-    "urllib.request", "requests", "http.client", "http.server",
-})
+IO_LIBRARIES = frozenset(
+    {
+        "sqlalchemy",
+        "asyncpg",
+        "alembic",
+        "aiokafka",
+        "faust",
+        "mode",
+        "httpx",
+        "aiohttp",
+        "slack_sdk",
+        "grafana_client",
+        "prometheus_client",
+        "matplotlib",
+        "socket",
+        "subprocess",
+        "urllib.request",
+        "requests",
+        "http.client",
+        "http.server",
+    }
+)
 
 
 def _io(external: set[str]) -> list[str]:
-    return sorted(e for e in external if any(e == lib or e.startswith(lib + ".")
-                                             for lib in IO_LIBRARIES))
+    return sorted(
+        e for e in external if any(e == lib or e.startswith(lib + ".") for lib in IO_LIBRARIES)
+    )
+
+
 # Packages whose every module is pure.
 PURE_PACKAGES = ("monitor.contract", "monitor.core", "monitor.sampling", "monitor.sim")
 # Packages that are I/O edges as a whole (command line, embedded stack, worker, store, the
 # report: it queries, plots and writes files).
-EDGE_PACKAGES = ("monitor.cli", "monitor.stack", "monitor.worker", "monitor.store",
-                 "monitor.report", "monitor.telemetry")
+EDGE_PACKAGES = (
+    "monitor.cli",
+    "monitor.stack",
+    "monitor.worker",
+    "monitor.store",
+    "monitor.report",
+    "monitor.telemetry",
+)
 # Settings are a value: pure code may take them (only ``load_settings`` reads the environment).
 NEUTRAL = frozenset({"monitor", "monitor.config"})
 # Capability packages hold a pure core and their I/O edge side by side: these are the edges.
 # Every other module of these packages must be pure (a new module is pure unless listed here).
-EDGE_MODULES = frozenset({
-    "monitor.ingest.loop", "monitor.ingest.writer", "monitor.ingest.items_sql",
-    "monitor.ingest.rollup_sql", "monitor.ingest.offsets", "monitor.ingest.poison",
-    "monitor.ingest.dlq_publish", "monitor.ingest.paused_retry", "monitor.ingest.rebalance",
-    "monitor.ingest.escalation_sql", "monitor.ingest.conversation_minutes_sql",
-    "monitor.ingest.design_sql", "monitor.ingest.label_sql", "monitor.ingest.direct_sql",
-    "monitor.ingest.dead_letter_sql", "monitor.ingest.decoded", "monitor.ingest.connections",
-    "monitor.ingest.guarded_fetch", "monitor.ingest.batch_scan",
-    "monitor.analytics.repo_escalation",
-    "monitor.analytics.design_effect",
-    "monitor.judges.llm", "monitor.judges.repo", "monitor.judges.stats",
-    "monitor.judges.worker", "monitor.judges.assembly", "monitor.judges.quality_repo",
-    "monitor.judges.runner",
-    "monitor.analytics.repo", "monitor.analytics.write", "monitor.analytics.reports",
-    "monitor.analytics.periodic", "monitor.judges.judge_noise", "monitor.analytics.drift_state",
-    "monitor.alerts.evaluate", "monitor.alerts.observations", "monitor.alerts.observation_repo",
-    "monitor.alerts.outbox", "monitor.alerts.notifier", "monitor.alerts.repo",
-    "monitor.alerts.timeline", "monitor.alerts.timeline_sim", "monitor.alerts.sink_check",
-    "monitor.alerts.backtest",
-    "monitor.alerts.sinks.base", "monitor.alerts.sinks.webhook",
-    "monitor.alerts.sinks.alertmanager", "monitor.alerts.sinks.slack",
-    "monitor.alerts.sinks.registry",
-    "monitor.dashboards.push", "monitor.replay.send", "monitor.sdk", "monitor.sdk.emitter_async",
-    "monitor.sdk.batches", "monitor.sdk.emitter_sync", "monitor.otel.topic", "monitor.otel.pending",
-    "monitor.otel.evaluation_export", "monitor.otel.sweeper", "monitor.gate.state",
-    "monitor.gate.effect_repo", "monitor.sdk.gate_client", "monitor.gate.buffer",
-    "monitor.gate.producer", "monitor.gate.server", "monitor.gate.http_server",
-    "monitor.gate.buffer_slot", "monitor.auth.repo", "monitor.auth.origin_key",
-})
+EDGE_MODULES = frozenset(
+    {
+        "monitor.ingest.loop",
+        "monitor.ingest.writer",
+        "monitor.ingest.items_sql",
+        "monitor.ingest.rollup_sql",
+        "monitor.ingest.offsets",
+        "monitor.ingest.poison",
+        "monitor.ingest.dlq_publish",
+        "monitor.ingest.paused_retry",
+        "monitor.ingest.rebalance",
+        "monitor.ingest.escalation_sql",
+        "monitor.ingest.conversation_minutes_sql",
+        "monitor.ingest.design_sql",
+        "monitor.ingest.label_sql",
+        "monitor.ingest.direct_sql",
+        "monitor.ingest.dead_letter_sql",
+        "monitor.ingest.decoded",
+        "monitor.ingest.connections",
+        "monitor.ingest.guarded_fetch",
+        "monitor.ingest.batch_scan",
+        "monitor.analytics.repo_escalation",
+        "monitor.analytics.design_effect",
+        "monitor.judges.llm",
+        "monitor.judges.repo",
+        "monitor.judges.stats",
+        "monitor.judges.worker",
+        "monitor.judges.assembly",
+        "monitor.judges.quality_repo",
+        "monitor.judges.runner",
+        "monitor.analytics.repo",
+        "monitor.analytics.write",
+        "monitor.analytics.reports",
+        "monitor.analytics.periodic",
+        "monitor.judges.judge_noise",
+        "monitor.analytics.drift_state",
+        "monitor.alerts.evaluate",
+        "monitor.alerts.observations",
+        "monitor.alerts.observation_repo",
+        "monitor.alerts.outbox",
+        "monitor.alerts.notifier",
+        "monitor.alerts.repo",
+        "monitor.alerts.timeline",
+        "monitor.alerts.timeline_sim",
+        "monitor.alerts.sink_check",
+        "monitor.alerts.backtest",
+        "monitor.alerts.sinks.base",
+        "monitor.alerts.sinks.webhook",
+        "monitor.alerts.sinks.alertmanager",
+        "monitor.alerts.sinks.slack",
+        "monitor.alerts.sinks.registry",
+        "monitor.dashboards.push",
+        "monitor.replay.send",
+        "monitor.sdk",
+        "monitor.sdk.emitter_async",
+        "monitor.sdk.batches",
+        "monitor.sdk.emitter_sync",
+        "monitor.otel.topic",
+        "monitor.otel.pending",
+        "monitor.otel.evaluation_export",
+        "monitor.otel.sweeper",
+        "monitor.gate.state",
+        "monitor.gate.effect_repo",
+        "monitor.sdk.gate_client",
+        "monitor.gate.buffer",
+        "monitor.gate.producer",
+        "monitor.gate.server",
+        "monitor.gate.http_server",
+        "monitor.gate.buffer_slot",
+        "monitor.auth.repo",
+        "monitor.auth.origin_key",
+    }
+)
 # mode (faust's service library) only where the worker's long-running services are defined
-MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic",
-                          "monitor.otel.sweeper"})
+MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic", "monitor.otel.sweeper"})
 TOP_LEVEL_ALLOWED = frozenset({"__init__.py", "config.py"})
 
 
@@ -169,18 +238,26 @@ def test_pure_modules_import_no_io_and_no_edge() -> None:
 
 def test_pure_cores_exist_where_the_docs_say() -> None:
     # the rule above must not hold vacuously: these are pure by design
-    for name in ("monitor.contract.events", "monitor.sampling.policy", "monitor.analytics.drift",
-                 "monitor.analytics.calibration", "monitor.alerts.lifecycle",
-                 "monitor.judges.deterministic", "monitor.ingest.rows", "monitor.ingest.http",
-                 "monitor.otel.mapping", "monitor.alerts.sinks.slack_blocks"):
+    for name in (
+        "monitor.contract.events",
+        "monitor.sampling.policy",
+        "monitor.analytics.drift",
+        "monitor.analytics.calibration",
+        "monitor.alerts.lifecycle",
+        "monitor.judges.deterministic",
+        "monitor.ingest.rows",
+        "monitor.ingest.http",
+        "monitor.otel.mapping",
+        "monitor.alerts.sinks.slack_blocks",
+    ):
         assert name in MODULES and _is_pure(name), name
 
 
 def test_only_the_worker_imports_faust() -> None:
-    faust = sorted(n for n, (_, ext) in GRAPH.items() if any(e.split(".")[0] == "faust"
-                                                             for e in ext))
-    mode = sorted(n for n, (_, ext) in GRAPH.items() if any(e.split(".")[0] == "mode"
-                                                            for e in ext))
+    faust = sorted(
+        n for n, (_, ext) in GRAPH.items() if any(e.split(".")[0] == "faust" for e in ext)
+    )
+    mode = sorted(n for n, (_, ext) in GRAPH.items() if any(e.split(".")[0] == "mode" for e in ext))
     assert faust == ["monitor.worker.app"]
     assert set(mode) <= MODE_ALLOWED, mode
 
@@ -223,8 +300,9 @@ for name in {sorted(n for n in MODULES if not n.endswith("__main__"))!r}:
     importlib.import_module(name)
 print("ok", len(sys.modules))
 """
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
 
@@ -233,8 +311,10 @@ def test_store_depends_on_nothing_but_core_and_config() -> None:
     # capabilities keep their queries beside them; the shared store stays at the bottom
     upward = sorted(
         f"{name} -> {dep}"
-        for name, (internal, _) in GRAPH.items() if _in(name, ("monitor.store",))
-        for dep in internal if not _in(dep, ("monitor.store", "monitor.core", "monitor.config"))
+        for name, (internal, _) in GRAPH.items()
+        if _in(name, ("monitor.store",))
+        for dep in internal
+        if not _in(dep, ("monitor.store", "monitor.core", "monitor.config"))
     )
     assert not upward, "store imports upwards: " + ", ".join(upward)
 
@@ -279,11 +359,7 @@ def _public_modules(package: str) -> set[str]:
 
 
 def _cross_package(edges: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [
-        (a, b)
-        for a, b in edges
-        if _package(a) and _package(b) and _package(a) != _package(b)
-    ]
+    return [(a, b) for a, b in edges if _package(a) and _package(b) and _package(a) != _package(b)]
 
 
 def _upward(edges: list[tuple[str, str]]) -> list[str]:

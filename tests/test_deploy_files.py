@@ -379,11 +379,18 @@ def test_worker_gets_every_setting(services: dict[str, Any]) -> None:
         and not (field == "database_url" and "DATABASE_URL" in reaching)
     ]
     assert missing == [], f"settings that never reach the worker: {missing}"
-    for sink_setting in ("MONITOR_SLACK_BOT_TOKEN", "MONITOR_SLACK_CHANNEL",
-                         "MONITOR_SLACK_WEBHOOK_URL", "MONITOR_WEBHOOK_URL",
-                         "MONITOR_WEBHOOK_SECRET", "MONITOR_ALERTMANAGER_URL",
-                         "MONITOR_LLM_JUDGE_BASE_URL", "MONITOR_LLM_JUDGE_API_KEY",
-                         "MONITOR_DASHBOARD_URL", "MONITOR_API_TOKEN"):  # fmt: skip
+    for sink_setting in (
+        "MONITOR_SLACK_BOT_TOKEN",
+        "MONITOR_SLACK_CHANNEL",
+        "MONITOR_SLACK_WEBHOOK_URL",
+        "MONITOR_WEBHOOK_URL",
+        "MONITOR_WEBHOOK_SECRET",
+        "MONITOR_ALERTMANAGER_URL",
+        "MONITOR_LLM_JUDGE_BASE_URL",
+        "MONITOR_LLM_JUDGE_API_KEY",
+        "MONITOR_DASHBOARD_URL",
+        "MONITOR_API_TOKEN",
+    ):
         assert sink_setting in passthrough_of(worker), sink_setting
 
 
@@ -412,9 +419,10 @@ def test_grafana_reads_through_the_read_only_role(services: dict[str, Any]) -> N
     assert re.search(rf"CREATE ROLE {user} LOGIN PASSWORD :'pw' IN ROLE monitor_readonly", script)
     assert 'pw="$GRAFANA_DB_PASSWORD"' in script
     assert datasource["secureJsonData"]["password"] == "$GRAFANA_DB_PASSWORD"
-    assert env_of(services["postgres"])["GRAFANA_DB_PASSWORD"] == REQUIRED_SECRETS[
-        "GRAFANA_DB_PASSWORD"
-    ]
+    assert (
+        env_of(services["postgres"])["GRAFANA_DB_PASSWORD"]
+        == REQUIRED_SECRETS["GRAFANA_DB_PASSWORD"]
+    )
     migration = (REPO / "migrations/versions/0010_readonly_role.py").read_text()
     assert 'ROLE = "monitor_readonly"' in migration
 

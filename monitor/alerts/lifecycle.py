@@ -140,9 +140,13 @@ def _notification(
         )
     elif kind is Kind.RESOLVED:  # what resolved it, not the firing template again
         summary = resolved_summary(
-            rule.metric.value, rule.comparison.value, rule.threshold, value, state.scope,
+            rule.metric.value,
+            rule.comparison.value,
+            rule.threshold,
+            value,
+            state.scope,
             now - fired_at,
-        )  # fmt: skip
+        )
     else:
         summary = render(rule.annotations.summary, context)
     return Notification(

@@ -163,8 +163,9 @@ class Notifier:
                 if due is not None:
                     delay = min(delay, max(0.0, (due - self._clock()).total_seconds()))
             except (OSError, SQLAlchemyError) as exc:
-                log.warning("notifier (%s): database unavailable (%s); retrying",
-                            sink, type(exc).__name__)  # fmt: skip
+                log.warning(
+                    "notifier (%s): database unavailable (%s); retrying", sink, type(exc).__name__
+                )
             waiters = {
                 asyncio.ensure_future(self._sleep(delay)),
                 asyncio.ensure_future(stop.wait()),
@@ -233,8 +234,13 @@ class Notifier:
             if result.outcome == "retry" and self._retry.should_retry(row.attempts):
                 wait = self._retry.delay(row.attempts, self._rand, result.retry_after)
                 values = {"next_attempt_at": now + timedelta(seconds=wait), "last_error": error}
-                log.info("notification %s to %s: %s; retry in %.1fs",
-                         row.idempotency_key, row.sink, error, wait)  # fmt: skip
+                log.info(
+                    "notification %s to %s: %s; retry in %.1fs",
+                    row.idempotency_key,
+                    row.sink,
+                    error,
+                    wait,
+                )
             else:
                 why = "permanent error" if result.outcome == "permanent" else "gave up"
                 error = f"{why} after {row.attempts} attempt(s): {error}"

@@ -217,8 +217,9 @@ def gate_observations(
         scope = segment_scope(seg)
         if not rule.scope.matches(scope):
             continue
-        num, den = {Metric.GATE_ESCALATION_RATE: (esc, n), Metric.GATE_DEGRADED_RATE: (deg, n)
-                    }.get(rule.metric, (failed, known))  # fmt: skip
+        num, den = {Metric.GATE_ESCALATION_RATE: (esc, n), Metric.GATE_DEGRADED_RATE: (deg, n)}.get(
+            rule.metric, (failed, known)
+        )
         out.append(Observation(rule.name, scope, num / den if den else None, den, now))
     return out
 
@@ -240,10 +241,12 @@ class _Reader:
         """Bin sums of ``[now - window, now)`` per segment, design effect applied."""
         eng, now, lo = self.engine, self.now, self.now - window
         keys = ("agent_id", "domain", "tier")
-        by_seg = await self.get(("bins", window), lambda: bin_sums(
-            eng, Segment(), lo, now, group_by=keys))  # fmt: skip
-        deffs = await self.get(("deff", window), lambda: design_effects(
-            eng, Segment(), lo, now, group_by=keys))  # fmt: skip
+        by_seg = await self.get(
+            ("bins", window), lambda: bin_sums(eng, Segment(), lo, now, group_by=keys)
+        )
+        deffs = await self.get(
+            ("deff", window), lambda: design_effects(eng, Segment(), lo, now, group_by=keys)
+        )
         return {
             (str(k[0]), str(k[1]), int(k[2])): s.with_design_effect(deffs.get(k, 1.0))
             for k, s in by_seg.items()

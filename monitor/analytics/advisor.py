@@ -86,8 +86,11 @@ def _rate(num_w: float, den: np.ndarray) -> Rate:
 
 def question_text(keep: float | None, budget: float | None, target: float | None) -> str:
     """The options as the user gave them (only those given), e.g. ``"keep 0.8"``."""
-    parts = [f"{n} {v:g}" for n, v in (("keep", keep), ("budget", budget), ("target", target))
-             if v is not None]  # fmt: skip
+    parts = [
+        f"{n} {v:g}"
+        for n, v in (("keep", keep), ("budget", budget), ("target", target))
+        if v is not None
+    ]
     return ", ".join(parts) or "none"
 
 
@@ -132,8 +135,9 @@ def advise(
     if target is not None:
         ok &= np.array([r is not None and r <= target + _EPS for r in residual])
     if not ok.any():
-        what = (f"no threshold keeps the residual error <= {target:g}"
-                + (f" within an escalated share of {limit:g}" if limit is not None else ""))
+        what = f"no threshold keeps the residual error <= {target:g}" + (
+            f" within an escalated share of {limit:g}" if limit is not None else ""
+        )
         return Advice(question, None, what, n_conversations=len(known))
     idx = np.flatnonzero(ok)
     i = int(idx[-1] if target is None else idx[0])
@@ -145,15 +149,17 @@ def advise(
     caught = float(w[below & failed].sum())
     base = _rate(all_fail, w[has])
     res = _rate(float(w[kept_known & failed].sum()), w[kept_known])
-    reduction = (1.0 - res.value / base.value
-                 if base.value and res.value is not None else None)  # fmt: skip
+    reduction = 1.0 - res.value / base.value if base.value and res.value is not None else None
     if target is None:
         why = f"the most escalations within an escalated share of {limit:g} (least confident first)"
     else:
         why = f"the fewest escalations with residual error <= {target:g}" + (
-            f" within an escalated share of {limit:g}" if limit is not None else "")
+            f" within an escalated share of {limit:g}" if limit is not None else ""
+        )
     return Advice(
-        question, t, why,
+        question,
+        t,
+        why,
         escalated_share=_rate(float(w[below].sum()), w),
         residual_error=res,
         failures_prevented=_rate(caught, w[failed]),
@@ -164,4 +170,4 @@ def advise(
         n_kept_with_outcome=int(kept_known.sum()),
         tied_at_cut=int(tied.sum()),
         escalated_share_with_ties=float(w[below | tied].sum()) / total,
-    )  # fmt: skip
+    )

@@ -29,7 +29,13 @@ IntArray = npt.NDArray[np.int64]
 
 #: Column order of a row tuple, as used by :meth:`BinSums.to_rows` / :meth:`BinSums.from_rows`.
 ROW_FIELDS: tuple[str, ...] = (
-    "bin", "weight", "sum_conf", "sum_y", "sum_sq_err", "sum_w2", "count",
+    "bin",
+    "weight",
+    "sum_conf",
+    "sum_y",
+    "sum_sq_err",
+    "sum_w2",
+    "count",
 )
 _SUM_FIELDS = ROW_FIELDS[1:]
 
@@ -206,8 +212,9 @@ class BinSums:
         """
         if not deff >= 1.0:
             raise ValueError(f"design effect must be >= 1, got {deff!r}")
-        return BinSums(self.weight, self.sum_conf, self.sum_y, self.sum_sq_err,
-                       self.sum_w2 * deff, self.count)  # fmt: skip
+        return BinSums(
+            self.weight, self.sum_conf, self.sum_y, self.sum_sq_err, self.sum_w2 * deff, self.count
+        )
 
     def to_rows(self, include_empty: bool = False) -> list[dict[str, float | int]]:
         """One dict per bin (keys :data:`ROW_FIELDS`); bins with ``count == 0`` are skipped
@@ -281,9 +288,9 @@ def sum_all(parts: Iterable[BinSums], n_bins: int = DEFAULT_BINS) -> BinSums:
     return total
 
 
-def item_row(conf: float, y: float, weight: float = 1.0, n_bins: int = DEFAULT_BINS) -> dict[
-    str, float | int
-]:
+def item_row(
+    conf: float, y: float, weight: float = 1.0, n_bins: int = DEFAULT_BINS
+) -> dict[str, float | int]:
     """The single-item delta row (keys :data:`ROW_FIELDS`) for an upsert such as
     ``SET weight = t.weight + excluded.weight, ...``; negate the float fields and count to
     remove the item again.  Validates like :meth:`BinSums.from_items`."""

@@ -87,7 +87,9 @@ def _percentile(draws: FloatArray, confidence: float) -> Interval:
 
 
 def parametric_bootstrap(
-    sums: BinSums, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+    sums: BinSums,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> BootstrapResult:
     """ECE and Brier intervals from sums alone (the bin-level parametric bootstrap described
@@ -107,14 +109,23 @@ def parametric_bootstrap(
     ece_draws = (np.abs(acc_star - conf) * w).sum(axis=1) / total
     sq = float(sums.sum_sq_err.sum()) + ((acc_star - acc) * w * (1.0 - 2.0 * conf)).sum(axis=1)
     brier_draws = np.clip(sq / total, 0.0, 1.0)
-    return BootstrapResult(_percentile(ece_draws, confidence),
-                           _percentile(brier_draws, confidence), _PARAMETRIC, n_boot, seed,
-                           confidence)
+    return BootstrapResult(
+        _percentile(ece_draws, confidence),
+        _percentile(brier_draws, confidence),
+        _PARAMETRIC,
+        n_boot,
+        seed,
+        confidence,
+    )
 
 
 def bootstrap_from_items(
-    conf: npt.ArrayLike, y: npt.ArrayLike, weight: npt.ArrayLike | None = None,
-    n_boot: int = DEFAULT_N_BOOT, seed: int = 0, n_bins: int = DEFAULT_BINS,
+    conf: npt.ArrayLike,
+    y: npt.ArrayLike,
+    weight: npt.ArrayLike | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    n_bins: int = DEFAULT_BINS,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> BootstrapResult:
     """Nonparametric item bootstrap of ECE and Brier (percentile intervals).
@@ -145,5 +156,11 @@ def bootstrap_from_items(
         per_bin = np.bincount(b[idx], weights=wy_minus_wc[idx], minlength=n_bins)
         ece_draws[i] = float(np.abs(per_bin).sum()) / total
         brier_draws[i] = float(wsq[idx].sum()) / total
-    return BootstrapResult(_percentile(ece_draws, confidence),
-                           _percentile(brier_draws, confidence), _ITEMS, n_boot, seed, confidence)
+    return BootstrapResult(
+        _percentile(ece_draws, confidence),
+        _percentile(brier_draws, confidence),
+        _ITEMS,
+        n_boot,
+        seed,
+        confidence,
+    )

@@ -166,17 +166,30 @@ def reliability_bins(
         w = float(sums.weight[b])
         acc = _div(float(sums.sum_y[b]), w)
         conf = _div(float(sums.sum_conf[b]), w)
-        out.append(ReliabilityBin(
-            index=b, lo=float(edges[b]), hi=float(edges[b + 1]), mean_confidence=conf,
-            accuracy=acc, gap=conf - acc, weight=w, count=int(sums.count[b]),
-            n_eff=float(n_eff[b]), accuracy_ci=wilson_interval(acc, float(n_eff[b]), confidence),
-        ))
+        out.append(
+            ReliabilityBin(
+                index=b,
+                lo=float(edges[b]),
+                hi=float(edges[b + 1]),
+                mean_confidence=conf,
+                accuracy=acc,
+                gap=conf - acc,
+                weight=w,
+                count=int(sums.count[b]),
+                n_eff=float(n_eff[b]),
+                accuracy_ci=wilson_interval(acc, float(n_eff[b]), confidence),
+            )
+        )
     return tuple(out)
 
 
 def calibration_report(
-    sums: BinSums, *, min_samples: float = DEFAULT_MIN_SAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+    sums: BinSums,
+    *,
+    min_samples: float = DEFAULT_MIN_SAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
     intervals: BootstrapResult | None = None,
 ) -> CalibrationReport:
     """The full report of ``sums``.  ECE/Brier intervals come from ``intervals`` when given
@@ -193,19 +206,38 @@ def calibration_report(
     elif n_eff < min_samples:
         reason = f"effective sample size {n_eff:.1f} is below min_samples {min_samples:g}"
     return CalibrationReport(
-        n_bins=sums.n_bins, count=sums.total_count, weight=sums.total_weight, n_eff=n_eff,
-        ece=ece(sums), mce=mce(sums), brier=brier(sums), accuracy=acc, mean_confidence=mconf,
-        overconfidence_gap=mconf - acc, accuracy_ci=wilson_interval(acc, n_eff, confidence),
-        ece_ci=intervals.ece_ci, brier_ci=intervals.brier_ci, ci_method=intervals.method,
-        confidence_level=confidence, min_samples=min_samples, meaningful=reason is None,
-        reason=reason, bins=reliability_bins(sums, confidence),
+        n_bins=sums.n_bins,
+        count=sums.total_count,
+        weight=sums.total_weight,
+        n_eff=n_eff,
+        ece=ece(sums),
+        mce=mce(sums),
+        brier=brier(sums),
+        accuracy=acc,
+        mean_confidence=mconf,
+        overconfidence_gap=mconf - acc,
+        accuracy_ci=wilson_interval(acc, n_eff, confidence),
+        ece_ci=intervals.ece_ci,
+        brier_ci=intervals.brier_ci,
+        ci_method=intervals.method,
+        confidence_level=confidence,
+        min_samples=min_samples,
+        meaningful=reason is None,
+        reason=reason,
+        bins=reliability_bins(sums, confidence),
     )
 
 
 def report_from_items(
-    conf: npt.ArrayLike, y: npt.ArrayLike, weight: npt.ArrayLike | None = None, *,
-    n_bins: int = DEFAULT_BINS, min_samples: float = DEFAULT_MIN_SAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+    conf: npt.ArrayLike,
+    y: npt.ArrayLike,
+    weight: npt.ArrayLike | None = None,
+    *,
+    n_bins: int = DEFAULT_BINS,
+    min_samples: float = DEFAULT_MIN_SAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
 ) -> CalibrationReport:
     """:func:`calibration_report` of raw items, with item-bootstrap intervals (an empty input
     gives a not-meaningful report with NaN intervals)."""
@@ -213,5 +245,11 @@ def report_from_items(
     boot = None
     if sums.total_count > 0:
         boot = bootstrap_from_items(conf, y, weight, n_boot, seed, n_bins, confidence)
-    return calibration_report(sums, min_samples=min_samples, confidence=confidence,
-                              n_boot=n_boot, seed=seed, intervals=boot)
+    return calibration_report(
+        sums,
+        min_samples=min_samples,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        intervals=boot,
+    )

@@ -48,8 +48,9 @@ async def design_effects(
     docstring)."""
     hours = whole_hours(start, end)
     if hours is None:
-        return await design_effects_scan(engine, segment, start, end, group_by,
-                                         with_total=with_total)
+        return await design_effects_scan(
+            engine, segment, start, end, group_by, with_total=with_total
+        )
     cond, params = segment.where()
     kc = "".join(f"{k}, " for k in group_by)
     in_hours = f"hour >= :a AND hour < :b AND {cond}"
@@ -64,8 +65,12 @@ async def design_effects(
         SELECT {kc}conversation_id {multi}
         UNION SELECT {kc}conversation_id FROM items WHERE {edges}) AS d"""
     a, b = hours
-    return await _fetch(engine, _grouped(parts, group_by, with_total, _RATIO), group_by,
-                        {"lo": start, "hi": end, "a": a, "b": b, **params})
+    return await _fetch(
+        engine,
+        _grouped(parts, group_by, with_total, _RATIO),
+        group_by,
+        {"lo": start, "hi": end, "a": a, "b": b, **params},
+    )
 
 
 async def design_effects_scan(
@@ -85,8 +90,12 @@ async def design_effects_scan(
         f" WHERE {_LABELLED} AND ts >= :lo AND ts < :hi AND {cond}"
         f" GROUP BY {kc}conversation_id"
     )
-    return await _fetch(engine, _grouped(per_conversation, group_by, with_total, _RATIO),
-                        group_by, {"lo": start, "hi": end, **params})
+    return await _fetch(
+        engine,
+        _grouped(per_conversation, group_by, with_total, _RATIO),
+        group_by,
+        {"lo": start, "hi": end, **params},
+    )
 
 
 def _grouped(rows: str, group_by: Sequence[str], with_total: bool, value: str) -> str:
@@ -95,8 +104,10 @@ def _grouped(rows: str, group_by: Sequence[str], with_total: bool, value: str) -
     if not keys:
         return f"SELECT true, {value} FROM ({rows}) AS t"
     if with_total:
-        return (f"SELECT {keys}, GROUPING({keys}) <> 0, {value} FROM ({rows}) AS t"
-                f" GROUP BY GROUPING SETS (({keys}), ())")
+        return (
+            f"SELECT {keys}, GROUPING({keys}) <> 0, {value} FROM ({rows}) AS t"
+            f" GROUP BY GROUPING SETS (({keys}), ())"
+        )
     return f"SELECT {keys}, false, {value} FROM ({rows}) AS t GROUP BY {keys}"
 
 
@@ -108,5 +119,6 @@ async def _fetch(
     k = len(group_by)
     return {
         () if r[k] else tuple(r[:k]): max(1.0, float(r[k + 1]))
-        for r in rows if r[k + 1] is not None
+        for r in rows
+        if r[k + 1] is not None
     }

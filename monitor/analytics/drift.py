@@ -108,11 +108,21 @@ def _n_eff_total(s: BinSums) -> float:
     return float(_vec(s.weight).sum()) ** 2 / s2 if s2 > 0 else 0.0
 
 
-def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
-           ks: StatResult | None, ece: StatResult | None, n_bins: int, alpha: float,
-           min_samples: int, psi_threshold: float, n_resamples: int, seed: int,
-           use_holm: bool = True,
-           test_min: Mapping[str, float] | None = TEST_MIN_SAMPLES) -> DriftCheck:
+def _check(
+    method: Literal["raw", "sums"],
+    base: BinSums,
+    rec: BinSums,
+    ks: StatResult | None,
+    ece: StatResult | None,
+    n_bins: int,
+    alpha: float,
+    min_samples: int,
+    psi_threshold: float,
+    n_resamples: int,
+    seed: int,
+    use_holm: bool = True,
+    test_min: Mapping[str, float] | None = TEST_MIN_SAMPLES,
+) -> DriftCheck:
     ne_b, ne_r = _n_eff_total(base), _n_eff_total(rec)
     w_b, w_r = float(_vec(base.weight).sum()), float(_vec(rec.weight).sum())
     empty = not (w_b > 0 and w_r > 0)
@@ -120,8 +130,11 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
     p_psi = None if p is None else psi_pvalue(p, base.weight, rec.weight, ne_b, ne_r)
     acc_b = None if empty else min(1.0, float(_vec(base.sum_y).sum()) / w_b)  # no ulp > 1
     acc_r = None if empty else min(1.0, float(_vec(rec.sum_y).sum()) / w_r)
-    acc = None if acc_b is None or acc_r is None else two_proportion_z(
-        acc_b * ne_b, ne_b, acc_r * ne_r, ne_r)
+    acc = (
+        None
+        if acc_b is None or acc_r is None
+        else two_proportion_z(acc_b * ne_b, ne_b, acc_r * ne_r, ne_r)
+    )
     pvalues: dict[str, float | None] = {
         "psi": p_psi if p is not None and p > psi_threshold else (None if p is None else 1.0),
         "ks": None if ks is None else ks.pvalue,
@@ -129,8 +142,13 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
         "ece_increase": None if ece is None else ece.pvalue,
     }
     smaller = min(ne_b, ne_r)
-    skipped = [t for t, v in pvalues.items() if v is not None and test_min is not None
-               and smaller < max(min_samples, test_min.get(t, 0.0))]
+    skipped = [
+        t
+        for t, v in pvalues.items()
+        if v is not None
+        and test_min is not None
+        and smaller < max(min_samples, test_min.get(t, 0.0))
+    ]
     for t in skipped:
         pvalues[t] = None
     if use_holm:
@@ -140,8 +158,10 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
     note = f" (too few samples for {', '.join(skipped)})" if skipped else ""
     if smaller < min_samples:
         fired = []
-        reason = (f"too few samples: n_eff baseline {ne_b:.1f}, recent {ne_r:.1f} "
-                  f"< min_samples {min_samples}")
+        reason = (
+            f"too few samples: n_eff baseline {ne_b:.1f}, recent {ne_r:.1f} "
+            f"< min_samples {min_samples}"
+        )
     elif fired:
         how = "family-wise alpha {} (Holm)" if use_holm else "alpha {} (uncorrected)"
         reason = f"fired at {how.format(alpha)}: {', '.join(fired)}{note}"
@@ -149,29 +169,53 @@ def _check(method: Literal["raw", "sums"], base: BinSums, rec: BinSums,
         how = "family-wise alpha {} (Holm" if use_holm else "alpha {} (uncorrected"
         reason = f"no test fired at {how.format(alpha)}; psi threshold {psi_threshold}){note}"
     return DriftCheck(
-        method=method, n_bins=n_bins, alpha=alpha, min_samples=min_samples,
-        psi_threshold=psi_threshold, n_baseline=int(_vec(base.count).sum()),
+        method=method,
+        n_bins=n_bins,
+        alpha=alpha,
+        min_samples=min_samples,
+        psi_threshold=psi_threshold,
+        n_baseline=int(_vec(base.count).sum()),
         n_recent=int(_vec(rec.count).sum()),
-        n_eff_baseline=ne_b, n_eff_recent=ne_r, weight_baseline=w_b, weight_recent=w_r,
-        psi=p, psi_level=None if p is None else psi_level(p), psi_pvalue=p_psi,
+        n_eff_baseline=ne_b,
+        n_eff_recent=ne_r,
+        weight_baseline=w_b,
+        weight_recent=w_r,
+        psi=p,
+        psi_level=None if p is None else psi_level(p),
+        psi_pvalue=p_psi,
         ks_statistic=None if ks is None else ks.statistic,
         ks_pvalue=None if ks is None else ks.pvalue,
-        accuracy_baseline=acc_b, accuracy_recent=acc_r,
+        accuracy_baseline=acc_b,
+        accuracy_recent=acc_r,
         accuracy_z=None if acc is None else acc.statistic,
         accuracy_pvalue=None if acc is None else acc.pvalue,
-        ece_baseline=None if empty else ece_of(base), ece_recent=None if empty else ece_of(rec),
+        ece_baseline=None if empty else ece_of(base),
+        ece_recent=None if empty else ece_of(rec),
         ece_delta=None if ece is None else ece.statistic,
         ece_pvalue=None if ece is None else ece.pvalue,
-        n_resamples=n_resamples, seed=seed, fired=bool(fired), fired_tests=tuple(fired),
-        reason=reason)
+        n_resamples=n_resamples,
+        seed=seed,
+        fired=bool(fired),
+        fired_tests=tuple(fired),
+        reason=reason,
+    )
 
 
-def check_drift_raw(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLike,
-                    recent_conf: npt.ArrayLike, recent_y: npt.ArrayLike, *,
-                    baseline_weight: npt.ArrayLike | None = None,
-                    recent_weight: npt.ArrayLike | None = None, n_bins: int = DEFAULT_BINS,
-                    alpha: float = 0.01, min_samples: int = 100, psi_threshold: float = 0.25,
-                    n_resamples: int = 2000, seed: int = 0) -> DriftCheck:
+def check_drift_raw(
+    baseline_conf: npt.ArrayLike,
+    baseline_y: npt.ArrayLike,
+    recent_conf: npt.ArrayLike,
+    recent_y: npt.ArrayLike,
+    *,
+    baseline_weight: npt.ArrayLike | None = None,
+    recent_weight: npt.ArrayLike | None = None,
+    n_bins: int = DEFAULT_BINS,
+    alpha: float = 0.01,
+    min_samples: int = 100,
+    psi_threshold: float = 0.25,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> DriftCheck:
     """Drift check from raw items: confidences in [0, 1], labels y in [0, 1] (normally 0/1),
     optional weights >= 0 (default 1).  Raises ValueError on malformed items."""
     wb = np.ones(len(_vec(baseline_conf))) if baseline_weight is None else _vec(baseline_weight)
@@ -181,18 +225,34 @@ def check_drift_raw(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLike,
     ks = ece = None
     if base.total_weight > 0 and rec.total_weight > 0:
         ks = ks_raw(baseline_conf, recent_conf)
-        ece = ece_change_permutation(baseline_conf, baseline_y, recent_conf, recent_y,
-                                     baseline_weight=wb, recent_weight=wr, n_bins=n_bins,
-                                     n_resamples=n_resamples, seed=seed)
-    return _check("raw", base, rec, ks, ece, n_bins, alpha, min_samples, psi_threshold,
-                  n_resamples, seed)
+        ece = ece_change_permutation(
+            baseline_conf,
+            baseline_y,
+            recent_conf,
+            recent_y,
+            baseline_weight=wb,
+            recent_weight=wr,
+            n_bins=n_bins,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+    return _check(
+        "raw", base, rec, ks, ece, n_bins, alpha, min_samples, psi_threshold, n_resamples, seed
+    )
 
 
-def check_drift_sums(baseline: BinSums, recent: BinSums, *, alpha: float = 0.01,
-                     min_samples: int = 100, psi_threshold: float = 0.25,
-                     n_resamples: int = 2000, seed: int = 0, holm: bool = True,
-                     test_min_samples: Mapping[str, float] | None = TEST_MIN_SAMPLES,
-                     ) -> DriftCheck:
+def check_drift_sums(
+    baseline: BinSums,
+    recent: BinSums,
+    *,
+    alpha: float = 0.01,
+    min_samples: int = 100,
+    psi_threshold: float = 0.25,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    holm: bool = True,
+    test_min_samples: Mapping[str, float] | None = TEST_MIN_SAMPLES,
+) -> DriftCheck:
     """Drift check from per-bin sums of the two windows (same number of bins, else
     ValueError): binned KS and the parametric-bootstrap ECE test.
 
@@ -208,5 +268,18 @@ def check_drift_sums(baseline: BinSums, recent: BinSums, *, alpha: float = 0.01,
         ece_min = 0.0 if test_min_samples is None else test_min_samples.get("ece_increase", 0.0)
         if min(ne_b, ne_r) >= max(min_samples, ece_min):  # else the test is not used
             ece = ece_change_bootstrap(baseline, recent, n_resamples=n_resamples, seed=seed)
-    return _check("sums", baseline, recent, ks, ece, n_bins, alpha, min_samples,
-                  psi_threshold, n_resamples, seed, holm, test_min_samples)
+    return _check(
+        "sums",
+        baseline,
+        recent,
+        ks,
+        ece,
+        n_bins,
+        alpha,
+        min_samples,
+        psi_threshold,
+        n_resamples,
+        seed,
+        holm,
+        test_min_samples,
+    )

@@ -122,8 +122,14 @@ def advance(
     if state is None:
         return Reference(used[0], used[1], used[0], None, recent[1])
     clean = state.clean_since if state.clean_since is not None else recent[1]
-    return replace(state, ref_from=used[0], ref_to=used[1], clean_since=clean,
-                   flagged_since=None, last_recent_to=recent[1])
+    return replace(
+        state,
+        ref_from=used[0],
+        ref_to=used[1],
+        clean_since=clean,
+        flagged_since=None,
+        last_recent_to=recent[1],
+    )
 
 
 def accept(state: Reference | None, since: datetime, now: datetime) -> Reference:

@@ -44,21 +44,29 @@ async def save_reference(engine: AsyncEngine, key: SegmentKey, ref: Reference) -
         " last_recent_to = EXCLUDED.last_recent_to, updated_at = now()"
     )
     params = {
-        "a": key[0], "v": key[1], "d": key[2], "t": key[3], "rf": ref.ref_from,
-        "rt": ref.ref_to, "cs": ref.clean_since, "fs": ref.flagged_since,
+        "a": key[0],
+        "v": key[1],
+        "d": key[2],
+        "t": key[3],
+        "rf": ref.ref_from,
+        "rt": ref.ref_to,
+        "cs": ref.clean_since,
+        "fs": ref.flagged_since,
         "lr": ref.last_recent_to,
-    }  # fmt: skip
+    }
     async with engine.begin() as conn:
         await conn.execute(sql, params)
 
 
-def matching(
-    states: dict[SegmentKey, Reference], segment: Segment
-) -> dict[SegmentKey, Reference]:
+def matching(states: dict[SegmentKey, Reference], segment: Segment) -> dict[SegmentKey, Reference]:
     """The states whose segment ``segment`` selects (agent wildcards ``*`` and ``?``)."""
+
     def selected(key: SegmentKey) -> bool:
-        return ((segment.agent is None or fnmatchcase(key[0], segment.agent))
-                and segment.agent_version in (None, key[1])
-                and segment.domain in (None, key[2]) and segment.tier in (None, key[3]))
+        return (
+            (segment.agent is None or fnmatchcase(key[0], segment.agent))
+            and segment.agent_version in (None, key[1])
+            and segment.domain in (None, key[2])
+            and segment.tier in (None, key[3])
+        )
 
     return {key: ref for key, ref in states.items() if selected(key)}

@@ -59,14 +59,19 @@ def psi_level(value: float) -> str:
     return "stable" if value < 0.1 else "moderate" if value <= 0.25 else "major"
 
 
-def psi(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
-        epsilon: float = PSI_EPSILON) -> float:
+def psi(
+    baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike, epsilon: float = PSI_EPSILON
+) -> float:
     """PSI between two per-bin weight vectors (same length, >= 0, each with a positive sum).
 
     Shares are smoothed with ``epsilon`` as in the module docstring.  Raises ValueError."""
     b, r = _vec(baseline_weights), _vec(recent_weights)
-    if b.shape != r.shape or b.size == 0 or min(b.min(), r.min()) < 0 or not (
-            b.sum() > 0 and r.sum() > 0):
+    if (
+        b.shape != r.shape
+        or b.size == 0
+        or min(b.min(), r.min()) < 0
+        or not (b.sum() > 0 and r.sum() > 0)
+    ):
         raise ValueError("psi needs two non-negative weight vectors of equal length, sums > 0")
     k = b.size
     pb = (b / b.sum() + epsilon) / (1 + k * epsilon)
@@ -74,8 +79,13 @@ def psi(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
     return float(np.sum((pr - pb) * np.log(pr / pb)))
 
 
-def psi_pvalue(value: float, baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
-               n_baseline: float, n_recent: float) -> float:
+def psi_pvalue(
+    value: float,
+    baseline_weights: npt.ArrayLike,
+    recent_weights: npt.ArrayLike,
+    n_baseline: float,
+    n_recent: float,
+) -> float:
     """P-value of a PSI under "same distribution": ``PSI * n_b n_r / (n_b + n_r)`` is
     asymptotically chi-square with (bins used by either window - 1) degrees of freedom (PSI is
     the symmetric, Jeffreys divergence). Small samples have large PSIs by chance alone (about
@@ -94,8 +104,12 @@ def ks_raw(baseline_conf: npt.ArrayLike, recent_conf: npt.ArrayLike) -> StatResu
     return StatResult(float(res.statistic), float(res.pvalue))
 
 
-def ks_binned(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
-              n_baseline: float, n_recent: float) -> StatResult:
+def ks_binned(
+    baseline_weights: npt.ArrayLike,
+    recent_weights: npt.ArrayLike,
+    n_baseline: float,
+    n_recent: float,
+) -> StatResult:
     """Binned KS approximation from per-bin weights and (effective) sample sizes > 0."""
     b, r = _vec(baseline_weights), _vec(recent_weights)
     if b.shape != r.shape or not (b.sum() > 0 and r.sum() > 0) or min(n_baseline, n_recent) <= 0:
@@ -106,15 +120,17 @@ def ks_binned(baseline_weights: npt.ArrayLike, recent_weights: npt.ArrayLike,
     return StatResult(d, min(max(p, 0.0), 1.0))
 
 
-def two_proportion_z(successes_baseline: float, n_baseline: float,
-                     successes_recent: float, n_recent: float) -> StatResult:
+def two_proportion_z(
+    successes_baseline: float, n_baseline: float, successes_recent: float, n_recent: float
+) -> StatResult:
     """Pooled two-proportion z-test, one-sided H1: recent proportion < baseline.
 
     Counts may be fractional (weighted share * effective size); need n > 0 and
     0 <= successes <= n, else ValueError.  With a pooled proportion of 0 or 1 there is no
     variance and no evidence of a drop: z = 0, p = 1."""
-    if min(n_baseline, n_recent) <= 0 or not (0 <= successes_baseline <= n_baseline and
-                                              0 <= successes_recent <= n_recent):
+    if min(n_baseline, n_recent) <= 0 or not (
+        0 <= successes_baseline <= n_baseline and 0 <= successes_recent <= n_recent
+    ):
         raise ValueError("two_proportion_z needs n > 0 and 0 <= successes <= n")
     p1, p2 = successes_baseline / n_baseline, successes_recent / n_recent
     pool = (successes_baseline + successes_recent) / (n_baseline + n_recent)
@@ -138,12 +154,18 @@ def _n_eff(weight: npt.ArrayLike, sum_w2: npt.ArrayLike) -> FloatArray:
     return np.divide(w * w, s2, out=np.zeros_like(w), where=s2 > 0)
 
 
-def ece_change_permutation(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLike,
-                           recent_conf: npt.ArrayLike, recent_y: npt.ArrayLike, *,
-                           baseline_weight: npt.ArrayLike | None = None,
-                           recent_weight: npt.ArrayLike | None = None,
-                           n_bins: int = DEFAULT_BINS, n_resamples: int = 2000,
-                           seed: int = 0) -> StatResult:
+def ece_change_permutation(
+    baseline_conf: npt.ArrayLike,
+    baseline_y: npt.ArrayLike,
+    recent_conf: npt.ArrayLike,
+    recent_y: npt.ArrayLike,
+    *,
+    baseline_weight: npt.ArrayLike | None = None,
+    recent_weight: npt.ArrayLike | None = None,
+    n_bins: int = DEFAULT_BINS,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> StatResult:
     """Permutation test of ΔECE > 0 from raw items (module docstring); statistic = ΔECE.
 
     Items as in :func:`check_drift_raw`; both windows need a positive total weight."""
@@ -168,13 +190,18 @@ def ece_change_permutation(baseline_conf: npt.ArrayLike, baseline_y: npt.ArrayLi
     return StatResult(observed, (1 + hits) / (1 + n_resamples))
 
 
-def ece_change_bootstrap(baseline: BinSums, recent: BinSums, *, n_resamples: int,
-                         seed: int) -> StatResult:
+def ece_change_bootstrap(
+    baseline: BinSums, recent: BinSums, *, n_resamples: int, seed: int
+) -> StatResult:
     """Parametric bootstrap test of ΔECE > 0 from per-bin sums (see module docstring)."""
     wb, wr = _vec(baseline.weight), _vec(recent.weight)
     pooled_w = wb + wr
-    pooled = np.divide(_vec(baseline.sum_y) + _vec(recent.sum_y), pooled_w,
-                       out=np.zeros_like(pooled_w), where=pooled_w > 0).clip(0.0, 1.0)
+    pooled = np.divide(
+        _vec(baseline.sum_y) + _vec(recent.sum_y),
+        pooled_w,
+        out=np.zeros_like(pooled_w),
+        where=pooled_w > 0,
+    ).clip(0.0, 1.0)
     rng = np.random.default_rng(seed)
 
     def simulate(s: BinSums) -> FloatArray:

@@ -73,8 +73,9 @@ def _kish(w: FloatArray) -> float:
     return float(w.sum()) ** 2 / s2 if s2 > 0 else 0.0
 
 
-def weighted_quantile(values: npt.ArrayLike, q: float, weights: npt.ArrayLike | None = None
-                      ) -> float:
+def weighted_quantile(
+    values: npt.ArrayLike, q: float, weights: npt.ArrayLike | None = None
+) -> float:
     """Weighted quantile ``q`` in [0, 1], generalising numpy's default ("linear") method.
 
     Weights (> 0) are rescaled so the smallest is 1; sorted value i then covers the index
@@ -120,8 +121,9 @@ def _arrays(convs: Sequence[ConversationEscalation]) -> tuple[FloatArray, FloatA
     return conf, esc, np.array([c.weight for c in known], dtype=np.float64)
 
 
-def escalation_by_bin(convs: Iterable[ConversationEscalation], n_bins: int = DEFAULT_BINS,
-                      confidence: float = 0.95) -> list[EscalationBin]:
+def escalation_by_bin(
+    convs: Iterable[ConversationEscalation], n_bins: int = DEFAULT_BINS, confidence: float = 0.95
+) -> list[EscalationBin]:
     """Weighted escalation rate per fixed confidence bin, ``n_bins`` rows in bin order."""
     conf, esc, w = _arrays(list(convs))
     idx = bin_index(conf, n_bins)
@@ -132,9 +134,20 @@ def escalation_by_bin(convs: Iterable[ConversationEscalation], n_bins: int = DEF
         tot = float(wb.sum())
         rate = float((wb * esc[sel]).sum()) / tot if n else None
         lo, hi = wilson_interval(rate, _kish(wb), confidence) if rate is not None else (None, None)
-        out.append(EscalationBin(
-            b, b / n_bins, (b + 1) / n_bins, n, tot, float((wb * esc[sel]).sum()),
-            float((wb * conf[sel]).sum()) / tot if n else None, rate, lo, hi))
+        out.append(
+            EscalationBin(
+                b,
+                b / n_bins,
+                (b + 1) / n_bins,
+                n,
+                tot,
+                float((wb * esc[sel]).sum()),
+                float((wb * conf[sel]).sum()) / tot if n else None,
+                rate,
+                lo,
+                hi,
+            )
+        )
     return out
 
 
@@ -162,9 +175,14 @@ def _finite(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def inversion_test(convs: Iterable[ConversationEscalation], *, n_bins: int = DEFAULT_BINS,
-                   alpha: float = 0.01, min_conversations: int = 30,
-                   min_bin_conversations: int = 5) -> InversionTest:
+def inversion_test(
+    convs: Iterable[ConversationEscalation],
+    *,
+    n_bins: int = DEFAULT_BINS,
+    alpha: float = 0.01,
+    min_conversations: int = 30,
+    min_bin_conversations: int = 5,
+) -> InversionTest:
     """Flag escalation rising with confidence (module docstring).  Never flags below
     ``min_conversations`` conversations with a confidence."""
     convs = list(convs)
@@ -172,14 +190,18 @@ def inversion_test(convs: Iterable[ConversationEscalation], *, n_bins: int = DEF
     rows = [b for b in escalation_by_bin(convs, n_bins) if b.n >= max(1, min_bin_conversations)]
     rho = p_rho = tau = p_tau = None
     if len(rows) >= 3 and len({b.rate for b in rows}) > 1:
-        res = stats.spearmanr([b.mean_confidence for b in rows], [b.rate for b in rows],
-                              alternative="greater")
+        res = stats.spearmanr(
+            [b.mean_confidence for b in rows], [b.rate for b in rows], alternative="greater"
+        )
         rho, p_rho = _finite(res.statistic), _finite(res.pvalue)
     if len(conf) >= 2 and np.ptp(conf) > 0 and np.ptp(esc) > 0:
         res = stats.kendalltau(conf, esc, alternative="greater")
         tau, p_tau = _finite(res.statistic), _finite(res.pvalue)
-    tests = [(n, r, p) for n, r, p in (("spearman", rho, p_rho), ("kendall", tau, p_tau))
-             if r is not None and p is not None]
+    tests = [
+        (n, r, p)
+        for n, r, p in (("spearman", rho, p_rho), ("kendall", tau, p_tau))
+        if r is not None and p is not None
+    ]
     fired = [n for n, r, p in tests if r > 0 and p < alpha / len(tests)]
     if len(conf) < min_conversations:
         reason, fired = f"too few conversations: {len(conf)} < {min_conversations}", []
@@ -189,8 +211,7 @@ def inversion_test(convs: Iterable[ConversationEscalation], *, n_bins: int = DEF
         reason = f"inversion: {', '.join(fired)} positive, p < {alpha}/{len(tests)}"
     else:
         reason = f"no significant positive correlation at alpha {alpha}/{len(tests)}"
-    return InversionTest(rho, p_rho, len(rows), tau, p_tau, len(conf), alpha, bool(fired),
-                         reason)
+    return InversionTest(rho, p_rho, len(rows), tau, p_tau, len(conf), alpha, bool(fired), reason)
 
 
 @dataclass(frozen=True)
@@ -230,11 +251,15 @@ class MissedEscalations:
     rate: float | None
 
 
-def missed_escalations(convs: Iterable[ConversationEscalation], threshold: float
-                       ) -> MissedEscalations:
+def missed_escalations(
+    convs: Iterable[ConversationEscalation], threshold: float
+) -> MissedEscalations:
     """Count and rate of missed escalations at ``threshold`` (see :class:`MissedEscalations`)."""
-    low = [c for c in convs if c.min_confidence is not None and c.min_confidence < threshold
-           and c.success is not None]
+    low = [
+        c
+        for c in convs
+        if c.min_confidence is not None and c.min_confidence < threshold and c.success is not None
+    ]
     missed = [c for c in low if not c.escalated and c.success is False]
     den = sum(c.weight for c in low)
     num = sum(c.weight for c in missed)

@@ -82,9 +82,14 @@ class PassK:
     per_task: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "pass_hat_k": self.pass_hat_k, "pass_at_k": self.pass_at_k,
-                "n_tasks": self.n_tasks, "n_tasks_skipped": self.n_tasks_skipped,
-                "per_task": dict(self.per_task)}
+        return {
+            "k": self.k,
+            "pass_hat_k": self.pass_hat_k,
+            "pass_at_k": self.pass_at_k,
+            "n_tasks": self.n_tasks,
+            "n_tasks_skipped": self.n_tasks_skipped,
+            "per_task": dict(self.per_task),
+        }
 
 
 def pass_k(trials: Iterable[Trial], k: int) -> PassK:

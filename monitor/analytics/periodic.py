@@ -53,9 +53,16 @@ Window = tuple[datetime, datetime]
 
 
 async def drift_against_references(
-    engine: AsyncEngine, now: datetime, recent: timedelta, *, alpha: float, min_samples: int,
-    reference: timedelta = DEFAULT_REFERENCE, segment: Segment | None = None,
-    track: bool = True, store: bool = True,
+    engine: AsyncEngine,
+    now: datetime,
+    recent: timedelta,
+    *,
+    alpha: float,
+    min_samples: int,
+    reference: timedelta = DEFAULT_REFERENCE,
+    segment: Segment | None = None,
+    track: bool = True,
+    store: bool = True,
 ) -> dict[SegmentKey, tuple[Window, DriftCheck]]:
     """Check every segment (of ``segment``, default all) with labelled items in the recent
     window ending at ``now`` against its pinned reference; per segment the reference window
@@ -85,22 +92,33 @@ async def drift_against_references(
 
 
 async def run_drift_tracked(
-    engine: AsyncEngine, now: datetime, recent: timedelta, *, alpha: float, min_samples: int,
+    engine: AsyncEngine,
+    now: datetime,
+    recent: timedelta,
+    *,
+    alpha: float,
+    min_samples: int,
     reference: timedelta = DEFAULT_REFERENCE,
 ) -> dict[SegmentKey, DriftCheck]:
     """One round of tracked drift checks at ``now`` (module docstring); returns the checks."""
-    found = await drift_against_references(engine, now, recent, alpha=alpha,
-                                           min_samples=min_samples, reference=reference)
+    found = await drift_against_references(
+        engine, now, recent, alpha=alpha, min_samples=min_samples, reference=reference
+    )
     return {key: check for key, (_ref, check) in found.items()}
 
 
 async def drift_once(
-    engine: AsyncEngine, clock: Clock, recent: timedelta, alpha: float, min_samples: int,
+    engine: AsyncEngine,
+    clock: Clock,
+    recent: timedelta,
+    alpha: float,
+    min_samples: int,
     reference: timedelta = DEFAULT_REFERENCE,
 ) -> int:
     """Run and store one round of tracked drift checks; returns how many segments fired."""
-    checks = await run_drift_tracked(engine, clock.now(), recent, alpha=alpha,
-                                     min_samples=min_samples, reference=reference)
+    checks = await run_drift_tracked(
+        engine, clock.now(), recent, alpha=alpha, min_samples=min_samples, reference=reference
+    )
     fired = [k for k, c in checks.items() if c.fired]
     if fired:
         log.info("drift fired for %s", ", ".join(f"{k[0]}/{k[2] or '-'}" for k in fired))

@@ -180,8 +180,14 @@ def fit_isotonic(
     before = BinSums.from_items(c[hold], yy[hold], w[hold], n_bins)
     after = BinSums.from_items(fitted.apply(c[hold]), yy[hold], w[hold], n_bins)
     return RecalibrationResult(
-        map=fitted, n_train=int(train.size), n_holdout=int(hold.size),
-        ece_before=ece(before), ece_after=ece(after),
-        brier_before=brier(before), brier_after=brier(after),
-        seed=seed, holdout_fraction=holdout_fraction, n_bins=n_bins,
+        map=fitted,
+        n_train=int(train.size),
+        n_holdout=int(hold.size),
+        ece_before=ece(before),
+        ece_after=ece(after),
+        brier_before=brier(before),
+        brier_after=brier(after),
+        seed=seed,
+        holdout_fraction=holdout_fraction,
+        n_bins=n_bins,
     )

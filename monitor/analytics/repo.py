@@ -93,8 +93,11 @@ def bin_pieces(start: datetime, end: datetime) -> list[tuple[str, datetime, date
     if h_lo >= h_hi:
         return [(res, lo, hi)]
     d_lo, d_hi = _ceil(lo, _DAY), _floor(hi, _DAY)
-    middle = ([("1h", h_lo, d_lo), ("1d", d_lo, d_hi), ("1h", d_hi, h_hi)] if d_lo < d_hi
-              else [("1h", h_lo, h_hi)])
+    middle = (
+        [("1h", h_lo, d_lo), ("1d", d_lo, d_hi), ("1h", d_hi, h_hi)]
+        if d_lo < d_hi
+        else [("1h", h_lo, h_hi)]
+    )
     for piece in [("1m", lo, h_lo), *middle, ("1m", h_hi, hi)]:
         if piece[1] < piece[2]:
             out.append(piece)
@@ -138,8 +141,10 @@ async def bin_sums(
         raise ValueError(f"cannot group by {sorted(bad)}")
     cond, params = segment.where()
     pieces = bin_pieces(start, end)
-    windows = " OR ".join(f"(resolution = :res{i} AND window_start >= :lo{i}"
-                          f" AND window_start < :hi{i})" for i in range(len(pieces)))
+    windows = " OR ".join(
+        f"(resolution = :res{i} AND window_start >= :lo{i} AND window_start < :hi{i})"
+        for i in range(len(pieces))
+    )
     for i, (res, lo, hi) in enumerate(pieces):
         params = {**params, f"res{i}": res, f"lo{i}": lo, f"hi{i}": hi}
     keys = ", ".join(group_by)

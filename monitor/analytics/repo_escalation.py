@@ -114,14 +114,17 @@ def _expand(rows: list[Any]) -> dict[str, list[ConversationEscalation]]:
         times = timings.get(key, [])
         n_convs, n_times = sum(n for _, n in convs), sum(n for _, n in times)
         if n_convs != n_times:
-            raise ValueError(f"escalation_bins out of step for {key}: {n_convs} escalated"
-                             f" conversations, {n_times} timings")
+            raise ValueError(
+                f"escalation_bins out of step for {key}: {n_convs} escalated"
+                f" conversations, {n_times} timings"
+            )
         out.setdefault(key[0], []).extend(_pair(convs, times))
     return out
 
 
-def _pair(convs: list[tuple[ConversationEscalation, int]],
-          times: list[tuple[ConversationEscalation, int]]) -> list[ConversationEscalation]:
+def _pair(
+    convs: list[tuple[ConversationEscalation, int]], times: list[tuple[ConversationEscalation, int]]
+) -> list[ConversationEscalation]:
     """The k-th conversation with the k-th timing, both given as runs ``(object, count)`` of
     equal totals."""
     out: list[ConversationEscalation] = []
@@ -130,8 +133,10 @@ def _pair(convs: list[tuple[ConversationEscalation, int]],
     while True:
         n = min(left_c, left_t)
         c, t = convs[i][0], times[j][0]
-        out.extend([replace(c, escalation_turn=t.escalation_turn,
-                            escalation_seconds=t.escalation_seconds)] * n)
+        out.extend(
+            [replace(c, escalation_turn=t.escalation_turn, escalation_seconds=t.escalation_seconds)]
+            * n
+        )
         left_c, left_t = left_c - n, left_t - n
         if left_c == 0:
             i += 1
@@ -159,10 +164,15 @@ async def escalation_conversations(
         " OR (window_start >= :d_hi AND window_start < :h_hi))"
     )
     days = "resolution = '1d' AND window_start >= :d_lo AND window_start < :d_hi"
-    sql = " UNION ALL ".join([
-        _PER_ROW.format(cond=f"{edges} AND {conv_cond}"),
-        _BINS.format(cond=f"({hours} OR {days}) AND {bin_cond}"),
-    ]) + " ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 10"  # fmt: skip
+    sql = (
+        " UNION ALL ".join(
+            [
+                _PER_ROW.format(cond=f"{edges} AND {conv_cond}"),
+                _BINS.format(cond=f"({hours} OR {days}) AND {bin_cond}"),
+            ]
+        )
+        + " ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 10"
+    )
     async with engine.connect() as conn:
         rows = list((await conn.execute(text(sql), {**split_range(start, end), **params})).all())
     return _expand(rows)

@@ -147,10 +147,12 @@ async def threshold_advice(
     convs = await escalation_conversations(engine, segment, start, end)
     asked = any(v is not None for v in (keep, budget, target))
     return {
-        agent: (threshold_table(cs, candidates),
-                advise(cs, keep=keep, budget=budget, target=target) if asked else None)
+        agent: (
+            threshold_table(cs, candidates),
+            advise(cs, keep=keep, budget=budget, target=target) if asked else None,
+        )
         for agent, cs in sorted(convs.items())
-    }  # fmt: skip
+    }
 
 
 async def passk(
@@ -254,8 +256,12 @@ async def fit_maps(
         ]
     out: dict[tuple[str, str], RecalibrationResult | str] = {}
     for agent, domain in pairs:
-        exact = Segment(agent=_literal(agent), domain=domain, tier=segment.tier,
-                        agent_version=segment.agent_version)  # fmt: skip
+        exact = Segment(
+            agent=_literal(agent),
+            domain=domain,
+            tier=segment.tier,
+            agent_version=segment.agent_version,
+        )
         conf, y, w = await labelled_items(engine, exact, start, end)
         try:
             result = fit_isotonic(conf, y, w, min_items=min_items)

@@ -52,8 +52,9 @@ class ThresholdTable:
 
     rows: tuple[ThresholdRow, ...]
 
-    def recommend(self, target_residual_failure: float | None = None,
-                  escalation_budget: float | None = None) -> Recommendation:
+    def recommend(
+        self, target_residual_failure: float | None = None, escalation_budget: float | None = None
+    ) -> Recommendation:
         """Pick a threshold.
 
         - target only: among rows with residual failure rate <= target, the lowest escalation
@@ -65,19 +66,28 @@ class ThresholdTable:
         """
         if target_residual_failure is None and escalation_budget is None:
             raise ValueError("give target_residual_failure and/or escalation_budget")
-        ok = [r for r in self.rows if r.residual_failure_rate is not None
-              and (target_residual_failure is None
-                   or r.residual_failure_rate <= target_residual_failure)
-              and (escalation_budget is None or r.escalation_rate <= escalation_budget)]
+        ok = [
+            r
+            for r in self.rows
+            if r.residual_failure_rate is not None
+            and (
+                target_residual_failure is None
+                or r.residual_failure_rate <= target_residual_failure
+            )
+            and (escalation_budget is None or r.escalation_rate <= escalation_budget)
+        ]
         if not ok:
-            asked = [f"{name} {v:g}" for name, v in (
-                ("target residual failure", target_residual_failure),
-                ("escalation budget", escalation_budget)) if v is not None]  # fmt: skip
-            return Recommendation(None, None,
-                                  f"no candidate threshold meets {' and '.join(asked)}")
+            asked = [
+                f"{name} {v:g}"
+                for name, v in (
+                    ("target residual failure", target_residual_failure),
+                    ("escalation budget", escalation_budget),
+                )
+                if v is not None
+            ]
+            return Recommendation(None, None, f"no candidate threshold meets {' and '.join(asked)}")
         if target_residual_failure is None:
-            best = min(ok, key=lambda r: (r.residual_failure_rate, r.escalation_rate,
-                                          r.threshold))
+            best = min(ok, key=lambda r: (r.residual_failure_rate, r.escalation_rate, r.threshold))
             why = f"lowest residual failure within escalation budget {escalation_budget}"
         else:
             best = min(ok, key=lambda r: (r.escalation_rate, r.threshold))
@@ -85,12 +95,16 @@ class ThresholdTable:
         return Recommendation(best.threshold, best, why)
 
 
-def threshold_table(convs: Iterable[ConversationEscalation],
-                    thresholds: Sequence[float] | None = None) -> ThresholdTable:
+def threshold_table(
+    convs: Iterable[ConversationEscalation], thresholds: Sequence[float] | None = None
+) -> ThresholdTable:
     """What-if rows for ``thresholds`` (default 0.00, 0.01, ..., 1.00).  Conversations
     without a confidence are ignored; an empty input gives rows with escalation rate 0."""
-    ts = (np.arange(101) / 100 if thresholds is None
-          else np.sort(np.asarray(thresholds, dtype=np.float64)))
+    ts = (
+        np.arange(101) / 100
+        if thresholds is None
+        else np.sort(np.asarray(thresholds, dtype=np.float64))
+    )
     known = [c for c in convs if c.min_confidence is not None]
     conf = np.array([c.min_confidence for c in known], dtype=np.float64)
     w = np.array([c.weight for c in known], dtype=np.float64)
@@ -103,8 +117,15 @@ def threshold_table(convs: Iterable[ConversationEscalation],
         rest = ~below & has_outcome
         rest_w = float(w[rest].sum())
         caught = float(w[below & failed].sum())
-        rows.append(ThresholdRow(
-            float(t), float(w[below].sum()) / total if total else 0.0,
-            float(w[rest & failed].sum()) / rest_w if rest.any() else None,
-            caught, caught / all_fail if all_fail else None, int(below.sum()), int(rest.sum())))
+        rows.append(
+            ThresholdRow(
+                float(t),
+                float(w[below].sum()) / total if total else 0.0,
+                float(w[rest & failed].sum()) / rest_w if rest.any() else None,
+                caught,
+                caught / all_fail if all_fail else None,
+                int(below.sum()),
+                int(rest.sum()),
+            )
+        )
     return ThresholdTable(tuple(rows))

@@ -92,12 +92,21 @@ async def current_maps(engine: AsyncEngine, agent_id: str) -> list[StoredMap]:
         rows: list[Any] = list((await conn.execute(sql, {"agent": agent_id})).all())
     return [
         StoredMap(
-            agent_id=r[0], domain=r[1], version=r[2], method=r[3],
-            map=IsotonicMap.from_dict(r[4]), n_train=r[5], n_holdout=r[6], ece_before=r[7],
-            ece_after=r[8], brier_before=r[9], brier_after=r[10], fitted_at=r[11],
+            agent_id=r[0],
+            domain=r[1],
+            version=r[2],
+            method=r[3],
+            map=IsotonicMap.from_dict(r[4]),
+            n_train=r[5],
+            n_holdout=r[6],
+            ece_before=r[7],
+            ece_after=r[8],
+            brier_before=r[9],
+            brier_after=r[10],
+            fitted_at=r[11],
         )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def _finite(x: float | None) -> float | None:
@@ -105,10 +114,20 @@ def _finite(x: float | None) -> float | None:
 
 
 _DRIFT_COLS = (
-    "n_baseline", "n_recent", "psi", "ks_statistic", "ks_pvalue", "accuracy_baseline",
-    "accuracy_recent", "accuracy_pvalue", "ece_baseline", "ece_recent", "ece_delta",
-    "ece_pvalue", "fired",
-)  # fmt: skip
+    "n_baseline",
+    "n_recent",
+    "psi",
+    "ks_statistic",
+    "ks_pvalue",
+    "accuracy_baseline",
+    "accuracy_recent",
+    "accuracy_pvalue",
+    "ece_baseline",
+    "ece_recent",
+    "ece_delta",
+    "ece_pvalue",
+    "fired",
+)
 
 
 async def save_drift(
@@ -133,12 +152,20 @@ async def save_drift(
     d = check.to_dict()
     params: dict[str, Any] = {c: _finite(d[c]) if c != "fired" else d[c] for c in _DRIFT_COLS}
     params.update(
-        n_baseline=check.n_baseline, n_recent=check.n_recent,
-        agent_id=key[0], agent_version=key[1], domain=key[2], tier=key[3],
-        bf=baseline[0], bt=baseline[1], rf=recent[0], rt=recent[1],
-        fired_tests=",".join(check.fired_tests), reason=check.reason,
+        n_baseline=check.n_baseline,
+        n_recent=check.n_recent,
+        agent_id=key[0],
+        agent_version=key[1],
+        domain=key[2],
+        tier=key[3],
+        bf=baseline[0],
+        bt=baseline[1],
+        rf=recent[0],
+        rt=recent[1],
+        fired_tests=",".join(check.fired_tests),
+        reason=check.reason,
         details=json.dumps(d, default=str),
-    )  # fmt: skip
+    )
     async with engine.begin() as conn:
         await conn.execute(sql, params)
 

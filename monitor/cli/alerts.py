@@ -90,19 +90,37 @@ def alert_row(
 
 def alerts_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="alerts", title_justify="left")
-    for col in ("fingerprint", "rule", "status", "severity", "scope", "value vs threshold",
-                "samples", "since (UTC)", "silenced", "acked", "flapping"):  # fmt: skip
+    for col in (
+        "fingerprint",
+        "rule",
+        "status",
+        "severity",
+        "scope",
+        "value vs threshold",
+        "samples",
+        "since (UTC)",
+        "silenced",
+        "acked",
+        "flapping",
+    ):
         t.add_column(col)
     for r in rows:
         scope = escape(",".join(f"{k}={v}" for k, v in r["scope"].items()) or "global")
         vs = f"{ac.fmt(r['value'], 4)} {r['comparison'] or '?'} {r['threshold']}"
         since = r["since"].strftime("%Y-%m-%d %H:%M:%S") if r["since"] else "-"
         t.add_row(
-            r["fingerprint"], r["rule"], r["status"], r["severity"] or "-", scope, vs,
-            f"{r['samples']:g}", since, r["silence_id"] or ("yes" if r["silenced"] else "no"),
+            r["fingerprint"],
+            r["rule"],
+            r["status"],
+            r["severity"] or "-",
+            scope,
+            vs,
+            f"{r['samples']:g}",
+            since,
+            r["silence_id"] or ("yes" if r["silenced"] else "no"),
             r["acked_by"] or "-",
             f"yes ({r.get('flap_share', 0):.2f}): held" if r.get("flapping") else "no",
-        )  # fmt: skip
+        )
     return t
 
 
@@ -126,9 +144,7 @@ def register(app: typer.Typer) -> None:
             async with eng.connect() as conn:
                 states = await repo.list_states(conn)
                 silences = await repo.active_silences(conn, now)
-            kept = [
-                s for s in states if show_all or s.flapping or s.status is not Status.RESOLVED
-            ]
+            kept = [s for s in states if show_all or s.flapping or s.status is not Status.RESOLVED]
             return [alert_row(s, rules, silences, now) for s in kept]
 
         rows = ac.run_with_engine(ac.console(), go, reads=True)
@@ -194,8 +210,10 @@ def register(app: typer.Typer) -> None:
             return
         for s in found:
             ms = ",".join(f"{m.label}={m.pattern}" for m in s.matchers)
-            typer.echo(f"{s.id}  {ms}  {s.starts_at:%Y-%m-%d %H:%M}..{s.ends_at:%Y-%m-%d %H:%M}"
-                       f"  by {s.created_by}: {s.reason}")  # fmt: skip
+            typer.echo(
+                f"{s.id}  {ms}  {s.starts_at:%Y-%m-%d %H:%M}..{s.ends_at:%Y-%m-%d %H:%M}"
+                f"  by {s.created_by}: {s.reason}"
+            )
         if not found:
             typer.echo("no silences")
 
@@ -251,17 +269,34 @@ def register(app: typer.Typer) -> None:
             ac.print_json({"source": source, **rules_to_dict(rules)})
             return
         t = Table(title=f"{len(rules.rules)} rules from {source}", title_justify="left")
-        for col in ("name", "metric", "scope", "condition", "window", "for", "min samples",
-                    "severity", "resolves"):  # fmt: skip
+        for col in (
+            "name",
+            "metric",
+            "scope",
+            "condition",
+            "window",
+            "for",
+            "min samples",
+            "severity",
+            "resolves",
+        ):
             t.add_column(col)
         for r in rules.rules:
             scope = ",".join(f"{k}={v}" for k, v in r.scope.model_dump(exclude_none=True).items())
             metric = r.metric.value + (f" ({r.test or r.category})" if r.test or r.category else "")
             d = rules_to_dict(RuleSet(rules=(r,)))["rules"][0]
             cond = f"{r.comparison.value} {r.threshold:g}"
-            t.add_row(escape(r.name), escape(metric), escape(scope or "all"), cond,
-                      d["window"], d["for"], f"{r.min_samples:g}", r.severity.value,
-                      escape(r.resolution()))  # fmt: skip
+            t.add_row(
+                escape(r.name),
+                escape(metric),
+                escape(scope or "all"),
+                cond,
+                d["window"],
+                d["for"],
+                f"{r.min_samples:g}",
+                r.severity.value,
+                escape(r.resolution()),
+            )
         ac.print_table(ac.console(), t)
 
     importlib.import_module("monitor.cli.alerts_backtest").add_backtest_command(group)

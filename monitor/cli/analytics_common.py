@@ -188,8 +188,9 @@ def print_table(console: Console, table: Table) -> None:
     widths: dict[int, int] = {}
     for i, column in enumerate(table.columns):
         header = str(column.header)
-        texts = [c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain
-                 for c in column.cells]  # fmt: skip
+        texts = [
+            c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain for c in column.cells
+        ]
         if header.lower() in NAME_COLUMNS:
             column.no_wrap = True
             widths[i] = max([len(header), *(len(t) for t in texts)])
@@ -210,5 +211,6 @@ def print_table(console: Console, table: Table) -> None:
         console.print(row[first], soft_wrap=True, highlight=False)
         for i, (header, value) in enumerate(zip(headers, row, strict=True)):
             if i != first:
-                console.print(f"  [dim]{escape(header)}:[/] ", value, sep="", soft_wrap=True,
-                              highlight=False)  # fmt: skip
+                console.print(
+                    f"  [dim]{escape(header)}:[/] ", value, sep="", soft_wrap=True, highlight=False
+                )

@@ -26,8 +26,18 @@ from monitor.judges.judge_noise import JudgeLabels, judge_labels
 def calibration_table(reports: dict[str, CalibrationReport], title: str) -> Table:
     """One row per agent (and ``*`` = all): the headline calibration numbers."""
     t = Table(title=title, title_justify="left")
-    for col in ("agent", "items", "n_eff", "ECE [95% CI]", "MCE", "Brier", "accuracy",
-                "mean conf", "gap (conf-acc)", "meaningful"):  # fmt: skip
+    for col in (
+        "agent",
+        "items",
+        "n_eff",
+        "ECE [95% CI]",
+        "MCE",
+        "Brier",
+        "accuracy",
+        "mean conf",
+        "gap (conf-acc)",
+        "meaningful",
+    ):
         t.add_column(col, justify="left" if col == "agent" else "right")
     for agent, r in reports.items():
         lo, hi = r.ece_ci
@@ -69,22 +79,32 @@ def reliability_table(agent: str, r: CalibrationReport) -> Table:
 def judge_labels_text(agent: str, jl: JudgeLabels) -> str:
     """Says that (and how much of) an agent's report rests on judge labels, each judge's
     measured precision/recall, and the raw vs Rogan-Gladen corrected success rate."""
-    lines = [f"[yellow]{agent}[/]: {jl.judge_labelled_items} of {jl.labelled_items} labelled "
-             f"items ({jl.judge_share:.1%}) are labelled by judges, not outcomes"]
+    lines = [
+        f"[yellow]{agent}[/]: {jl.judge_labelled_items} of {jl.labelled_items} labelled "
+        f"items ({jl.judge_share:.1%}) are labelled by judges, not outcomes"
+    ]
     for c in jl.judges:
         q = c.quality
-        meas = ("quality not measured (no judged conversation with an outcome)" if q is None
-                else f"precision {ac.fmt(q.precision.value, 2)} [{ac.fmt(q.precision.low, 2)}, "
-                f"{ac.fmt(q.precision.high, 2)}], recall {ac.fmt(q.recall.value, 2)} "
-                f"[{ac.fmt(q.recall.low, 2)}, {ac.fmt(q.recall.high, 2)}] on {q.pairs} "
-                "conversations with an outcome")  # fmt: skip
+        meas = (
+            "quality not measured (no judged conversation with an outcome)"
+            if q is None
+            else f"precision {ac.fmt(q.precision.value, 2)} [{ac.fmt(q.precision.low, 2)}, "
+            f"{ac.fmt(q.precision.high, 2)}], recall {ac.fmt(q.recall.value, 2)} "
+            f"[{ac.fmt(q.recall.low, 2)}, {ac.fmt(q.recall.high, 2)}] on {q.pairs} "
+            "conversations with an outcome"
+        )
         acc = c.accuracy
-        corr = ("" if acc is None else f"; success rate as judged {ac.fmt(acc.raw)}, corrected "
-                f"(Rogan-Gladen) {ac.fmt(acc.corrected)}" + (f" ({acc.note})" if acc.note
-                                                               else ""))  # fmt: skip
-        lines.append(f"  {c.judge} {c.judge_version}: {meas}; judged {c.judged_without_outcome}"
-                     f" conversations without an outcome, flagged {c.flagged_without_outcome}"
-                     f"{corr}")
+        corr = (
+            ""
+            if acc is None
+            else f"; success rate as judged {ac.fmt(acc.raw)}, corrected "
+            f"(Rogan-Gladen) {ac.fmt(acc.corrected)}" + (f" ({acc.note})" if acc.note else "")
+        )
+        lines.append(
+            f"  {c.judge} {c.judge_version}: {meas}; judged {c.judged_without_outcome}"
+            f" conversations without an outcome, flagged {c.flagged_without_outcome}"
+            f"{corr}"
+        )
     return "\n".join(lines)
 
 
@@ -107,10 +127,13 @@ def register(app: typer.Typer) -> None:
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
         min_samples: float = typer.Option(
-            DEFAULT_MIN_SAMPLES, "--min-samples", help="Effective items below which numbers "
-            "are reported as not meaningful."),
-        diagram: bool = typer.Option(True, "--diagram/--no-diagram",
-                                     help="Print each agent's reliability diagram."),
+            DEFAULT_MIN_SAMPLES,
+            "--min-samples",
+            help="Effective items below which numbers are reported as not meaningful.",
+        ),
+        diagram: bool = typer.Option(
+            True, "--diagram/--no-diagram", help="Print each agent's reliability diagram."
+        ),
         as_json: bool = ac.JSON,
     ) -> None:
         """Calibration per agent: ECE, MCE, Brier, accuracy, confidence gap, reliability bins.
@@ -123,10 +146,10 @@ def register(app: typer.Typer) -> None:
         console = ac.console()
         q = ac.query(agent, domain, tier, version, since, start, end)
 
-        async def both(eng: ac.AsyncEngine) -> tuple[dict[str, CalibrationReport],
-                                                    dict[str, JudgeLabels]]:
-            reports = await fa.calibration(eng, q.segment, q.start, q.end,
-                                           min_samples=min_samples)
+        async def both(
+            eng: ac.AsyncEngine,
+        ) -> tuple[dict[str, CalibrationReport], dict[str, JudgeLabels]]:
+            reports = await fa.calibration(eng, q.segment, q.start, q.end, min_samples=min_samples)
             return reports, await judge_labels(eng, q.segment, q.start, q.end)
 
         reports, judged = ac.run_with_engine(console, both, reads=True)
@@ -148,8 +171,9 @@ def register(app: typer.Typer) -> None:
     def fit(
         agent: str | None = ac.AGENT,
         domain: str | None = ac.DOMAIN,
-        since: str = typer.Option("7d", "--since", help="Fit on the labelled items of the "
-                                  "last DURATION."),
+        since: str = typer.Option(
+            "7d", "--since", help="Fit on the labelled items of the last DURATION."
+        ),
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
         min_items: int = typer.Option(200, "--min-items", help="Fewest labelled items to fit."),
@@ -166,14 +190,31 @@ def register(app: typer.Typer) -> None:
             ac.print_json([_fit_row(k, v) for k, v in results.items()])
             return
         t = Table(title=f"recalibration ({q.describe()})", title_justify="left")
-        for col in ("agent", "domain", "train", "held out", "ECE before", "ECE after",
-                    "Brier before", "Brier after", "note"):  # fmt: skip
+        for col in (
+            "agent",
+            "domain",
+            "train",
+            "held out",
+            "ECE before",
+            "ECE after",
+            "Brier before",
+            "Brier after",
+            "note",
+        ):
             t.add_column(col)
         for (a, d), r in results.items():
             if isinstance(r, RecalibrationResult):
-                t.add_row(a, d or "-", str(r.n_train), str(r.n_holdout), ac.fmt(r.ece_before),
-                          ac.fmt(r.ece_after), ac.fmt(r.brier_before), ac.fmt(r.brier_after),
-                          "stored")  # fmt: skip
+                t.add_row(
+                    a,
+                    d or "-",
+                    str(r.n_train),
+                    str(r.n_holdout),
+                    ac.fmt(r.ece_before),
+                    ac.fmt(r.ece_after),
+                    ac.fmt(r.brier_before),
+                    ac.fmt(r.brier_after),
+                    "stored",
+                )
             else:
                 t.add_row(a, d or "-", "-", "-", "-", "-", "-", "-", f"[yellow]{r}[/]")
         console.print(t if results else f"no labelled items for {q.describe()}")
@@ -196,9 +237,12 @@ def register(app: typer.Typer) -> None:
             console.print(f"no recalibration map for {agent!r}: run `monitor calibration fit`")
             raise typer.Exit(1)
         for m in maps:
-            t = Table(title=f"{agent} / {m.domain or 'all domains'}: v{m.version}, fitted "
-                      f"{m.fitted_at:%Y-%m-%d %H:%M}, held-out ECE {ac.fmt(m.ece_before)} -> "
-                      f"{ac.fmt(m.ece_after)}", title_justify="left")  # fmt: skip
+            t = Table(
+                title=f"{agent} / {m.domain or 'all domains'}: v{m.version}, fitted "
+                f"{m.fitted_at:%Y-%m-%d %H:%M}, held-out ECE {ac.fmt(m.ece_before)} -> "
+                f"{ac.fmt(m.ece_after)}",
+                title_justify="left",
+            )
             t.add_column("raw confidence", justify="right")
             t.add_column("recalibrated", justify="right")
             for x, y in zip(m.map.xs, m.map.ys, strict=True):

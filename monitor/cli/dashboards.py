@@ -19,18 +19,22 @@ from monitor.dashboards import push as gp
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Grafana dashboards: upload them to a running Grafana.",
-                        no_args_is_help=True)
+    group = typer.Typer(
+        help="Grafana dashboards: upload them to a running Grafana.", no_args_is_help=True
+    )
     app.add_typer(group, name="dashboards")
 
     @group.command("push")
     def push(
-        url: str | None = typer.Option(None, "--url", help="Grafana base URL (default: "
-                                       "MONITOR_GRAFANA_URL)."),
-        folder: str | None = typer.Option(None, "--folder", help="Folder title (default: "
-                                          "MONITOR_GRAFANA_FOLDER)."),
-        directory: Path = typer.Option(gp.DEFAULT_DIR, "--dir", help="Directory of the "
-                                       "dashboard JSON files."),
+        url: str | None = typer.Option(
+            None, "--url", help="Grafana base URL (default: MONITOR_GRAFANA_URL)."
+        ),
+        folder: str | None = typer.Option(
+            None, "--folder", help="Folder title (default: MONITOR_GRAFANA_FOLDER)."
+        ),
+        directory: Path = typer.Option(
+            gp.DEFAULT_DIR, "--dir", help="Directory of the dashboard JSON files."
+        ),
     ) -> None:
         """Upload every dashboard (overwrite by uid) into the folder, creating it if missing.
         Running it again updates the same dashboards; it never duplicates them."""

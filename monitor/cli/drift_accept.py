@@ -42,25 +42,40 @@ def plan(
 
 
 def _name(key: SegmentKey) -> str:
-    return (f"{key[0]} version={key[1] or '-'} domain={key[2] or '-'} "
-            f"tier={key[3] or '-'}")  # fmt: skip
+    return f"{key[0]} version={key[1] or '-'} domain={key[2] or '-'} tier={key[3] or '-'}"
 
 
 def register(app: typer.Typer) -> None:
     @app.command("drift-accept")
     def drift_accept(
-        agent: str = typer.Option(..., "--agent", "-a", help="Agent id (wildcards * and ? "
-                                  "allowed; '*' accepts every flagged segment)."),
+        agent: str = typer.Option(
+            ...,
+            "--agent",
+            "-a",
+            help="Agent id (wildcards * and ? allowed; '*' accepts every flagged segment).",
+        ),
         domain: str | None = ac.DOMAIN,
         tier: int | None = ac.TIER,
         version: str | None = ac.VERSION,
-        start: str | None = typer.Option(None, "--from", help="Start of the new normal, ISO "
-                                         "8601 (default: the start of the recent window of "
-                                         "the first check that fired in the current episode)."),
-        recent: str = typer.Option("1h", "--recent", help="The worker's recent window "
-                                   "(MONITOR_DRIFT_RECENT_S), used for the default --from."),
-        at: str | None = typer.Option(None, "--at", help="Time of the acceptance, ISO 8601 "
-                                      "(default: now; the end of the accepted stretch)."),
+        start: str | None = typer.Option(
+            None,
+            "--from",
+            help="Start of the new normal, ISO "
+            "8601 (default: the start of the recent window of "
+            "the first check that fired in the current episode).",
+        ),
+        recent: str = typer.Option(
+            "1h",
+            "--recent",
+            help="The worker's recent window "
+            "(MONITOR_DRIFT_RECENT_S), used for the default --from.",
+        ),
+        at: str | None = typer.Option(
+            None,
+            "--at",
+            help="Time of the acceptance, ISO 8601 "
+            "(default: now; the end of the accepted stretch).",
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change only."),
         as_json: bool = ac.JSON,
     ) -> None:
@@ -82,20 +97,42 @@ def register(app: typer.Typer) -> None:
 
         new, skipped = ac.run_with_engine(console, go)
         if as_json:
-            ac.print_json({"dry_run": dry_run, "accepted": [
-                {"agent_id": k[0], "agent_version": k[1], "domain": k[2], "tier": k[3],
-                 "reference_from": r.ref_from, "reference_to": r.ref_to} for k, r in new.items()
-            ], "skipped": [{"agent_id": k[0], "agent_version": k[1], "domain": k[2],
-                            "tier": k[3]} for k in skipped]})  # fmt: skip
+            ac.print_json(
+                {
+                    "dry_run": dry_run,
+                    "accepted": [
+                        {
+                            "agent_id": k[0],
+                            "agent_version": k[1],
+                            "domain": k[2],
+                            "tier": k[3],
+                            "reference_from": r.ref_from,
+                            "reference_to": r.ref_to,
+                        }
+                        for k, r in new.items()
+                    ],
+                    "skipped": [
+                        {"agent_id": k[0], "agent_version": k[1], "domain": k[2], "tier": k[3]}
+                        for k in skipped
+                    ],
+                }
+            )
             return
         if not new and not skipped:
-            console.print(f"no drift state matches --agent {agent!r} (the worker has not "
-                          "checked such a segment yet)", soft_wrap=True)  # fmt: skip
+            console.print(
+                f"no drift state matches --agent {agent!r} (the worker has not "
+                "checked such a segment yet)",
+                soft_wrap=True,
+            )
             raise typer.Exit(1)
         verb = "would re-pin" if dry_run else "re-pinned"
         for key, ref in new.items():
-            console.print(f"{verb} {_name(key)}: reference from {ref.ref_from:%Y-%m-%d %H:%M} "
-                          "UTC (the new normal)", soft_wrap=True)  # fmt: skip
+            console.print(
+                f"{verb} {_name(key)}: reference from {ref.ref_from:%Y-%m-%d %H:%M} "
+                "UTC (the new normal)",
+                soft_wrap=True,
+            )
         for key in skipped:
-            console.print(f"left {_name(key)}: not flagged (give --from to re-pin anyway)",
-                          soft_wrap=True)  # fmt: skip
+            console.print(
+                f"left {_name(key)}: not flagged (give --from to re-pin anyway)", soft_wrap=True
+            )

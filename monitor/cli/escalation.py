@@ -17,28 +17,44 @@ from monitor.cli import analytics_common as ac
 def escalation_table(summaries: dict[str, fa.EscalationSummary], threshold: float) -> Table:
     """One row per agent: inversion verdict, timing, missed escalations."""
     t = Table(title="escalation", title_justify="left")
-    for col in ("agent", "convs", "escalated", "rank corr (p)", "inverted", "turns to esc "
-                "med/p90", "seconds med/p90", f"missed (<{threshold:g}, failed, not esc)"):
+    for col in (
+        "agent",
+        "convs",
+        "escalated",
+        "rank corr (p)",
+        "inverted",
+        "turns to esc med/p90",
+        "seconds med/p90",
+        f"missed (<{threshold:g}, failed, not esc)",
+    ):
         t.add_column(col, justify="left" if col == "agent" else "right")
     for agent, s in summaries.items():
         inv = s.inversion
-        corr = (f"{inv.spearman_rho:+.2f} ({inv.spearman_pvalue:.3g})"
-                if inv.spearman_rho is not None and inv.spearman_pvalue is not None else "-")
+        corr = (
+            f"{inv.spearman_rho:+.2f} ({inv.spearman_pvalue:.3g})"
+            if inv.spearman_rho is not None and inv.spearman_pvalue is not None
+            else "-"
+        )
         tm = s.timing
         t.add_row(
-            agent, str(s.conversations), str(s.escalated), corr,
+            agent,
+            str(s.conversations),
+            str(s.escalated),
+            corr,
             "[red bold]YES[/]" if inv.inverted else "no",
             f"{ac.fmt(tm.median_turns, 1)}/{ac.fmt(tm.p90_turns, 1)}",
             f"{ac.fmt(tm.median_seconds, 0)}/{ac.fmt(tm.p90_seconds, 0)}",
             f"{s.missed.count} ({ac.fmt(s.missed.rate, 2)})",
-        )  # fmt: skip
+        )
     return t
 
 
 def rate_by_bin_table(summaries: dict[str, fa.EscalationSummary]) -> Table:
     """Escalation rate per confidence bin (rows) and agent (columns); should fall downwards."""
-    t = Table(title="escalation rate by minimum-confidence bin (should fall as confidence "
-              "rises)", title_justify="left")
+    t = Table(
+        title="escalation rate by minimum-confidence bin (should fall as confidence rises)",
+        title_justify="left",
+    )
     t.add_column("confidence bin", justify="right")
     agents = list(summaries)
     for a in agents:
@@ -63,8 +79,10 @@ def _rate(r: Rate | None) -> str:
 def advice_text(agent: str, adv: Advice | None) -> str:
     """The advisor's answer in a few lines (rates with their 95 % Wilson intervals)."""
     if adv is None:
-        return (f"[bold]{agent}[/]: no question asked (give --keep, --budget and/or --target "
-                "for a recommended threshold)")
+        return (
+            f"[bold]{agent}[/]: no question asked (give --keep, --budget and/or --target "
+            "for a recommended threshold)"
+        )
     if adv.threshold is None:
         return f"[bold]{agent}[/] ({adv.question}): no threshold: {adv.reason}"
     lines = [
@@ -78,9 +96,11 @@ def advice_text(agent: str, adv: Advice | None) -> str:
         f"error rate reduced by {ac.fmt(adv.error_rate_reduction)})",
     ]
     if adv.tied_at_cut:
-        lines.append(f"  ties at the cut      {adv.tied_at_cut} conversations at exactly "
-                     f"{adv.threshold:.4g} are kept; escalating them too would escalate "
-                     f"{ac.fmt(adv.escalated_share_with_ties)}")
+        lines.append(
+            f"  ties at the cut      {adv.tied_at_cut} conversations at exactly "
+            f"{adv.threshold:.4g} are kept; escalating them too would escalate "
+            f"{ac.fmt(adv.escalated_share_with_ties)}"
+        )
     return "\n".join(lines)
 
 
@@ -94,9 +114,14 @@ def register(app: typer.Typer) -> None:
         since: str = ac.SINCE,
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
-        threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
-                                        help="Confidence below which a failed, not escalated "
-                                        "conversation counts as a missed escalation."),
+        threshold: float = typer.Option(
+            0.5,
+            "--threshold",
+            min=0.0,
+            max=1.0,
+            help="Confidence below which a failed, not escalated "
+            "conversation counts as a missed escalation.",
+        ),
         as_json: bool = ac.JSON,
     ) -> None:
         """Does escalation follow confidence? Rate per confidence bin, inversion test (one-sided
@@ -128,17 +153,32 @@ def register(app: typer.Typer) -> None:
         since: str = typer.Option("7d", "--since", help="Range: the last DURATION."),
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
-        keep: float | None = typer.Option(None, "--keep", min=0.0, max=1.0,
-                                          help="Keep this share of the most confident "
-                                          "conversations, escalate the rest (0.8: escalate "
-                                          "the least confident 20 %)."),
-        budget: float | None = typer.Option(None, "--budget", min=0.0, max=1.0,
-                                            help="Most conversations you can escalate (share)."),
-        target: float | None = typer.Option(None, "--target", min=0.0, max=1.0,
-                                            help="Target failure rate among the conversations "
-                                            "NOT escalated."),
-        step: float = typer.Option(0.1, "--step", min=0.01, max=0.5,
-                                   help="Spacing of the candidate thresholds in the table."),
+        keep: float | None = typer.Option(
+            None,
+            "--keep",
+            min=0.0,
+            max=1.0,
+            help="Keep this share of the most confident "
+            "conversations, escalate the rest (0.8: escalate "
+            "the least confident 20 %).",
+        ),
+        budget: float | None = typer.Option(
+            None, "--budget", min=0.0, max=1.0, help="Most conversations you can escalate (share)."
+        ),
+        target: float | None = typer.Option(
+            None,
+            "--target",
+            min=0.0,
+            max=1.0,
+            help="Target failure rate among the conversations NOT escalated.",
+        ),
+        step: float = typer.Option(
+            0.1,
+            "--step",
+            min=0.01,
+            max=0.5,
+            help="Spacing of the candidate thresholds in the table.",
+        ),
         as_json: bool = ac.JSON,
     ) -> None:
         """Threshold advisor: for thresholds on a conversation's minimum confidence, the
@@ -152,23 +192,47 @@ def register(app: typer.Typer) -> None:
         q = ac.query(agent, domain, tier, version, since, start, end)
         n = round(1 / step)
         grid = [round(i / n, 6) for i in range(n + 1)]
-        out = ac.run_with_engine(console, lambda eng: fa.threshold_advice(
-            eng, q.segment, q.start, q.end, keep=keep, budget=budget, target=target,
-            candidates=grid), reads=True)  # fmt: skip
+        out = ac.run_with_engine(
+            console,
+            lambda eng: fa.threshold_advice(
+                eng,
+                q.segment,
+                q.start,
+                q.end,
+                keep=keep,
+                budget=budget,
+                target=target,
+                candidates=grid,
+            ),
+            reads=True,
+        )
         if as_json:
-            ac.print_json({"scope": q.describe(), "agents": {
-                a: {"rows": tb.rows, "advice": adv} for a, (tb, adv) in out.items()}})
+            ac.print_json(
+                {
+                    "scope": q.describe(),
+                    "agents": {a: {"rows": tb.rows, "advice": adv} for a, (tb, adv) in out.items()},
+                }
+            )
             return
         for a, (tb, adv) in out.items():
             console.print(advice_text(a, adv))
             t = Table(title=f"{a}: what-if by threshold", title_justify="left")
-            for col in ("threshold", "escalation rate", "residual failure rate",
-                        "failures caught", "share caught"):
+            for col in (
+                "threshold",
+                "escalation rate",
+                "residual failure rate",
+                "failures caught",
+                "share caught",
+            ):
                 t.add_column(col, justify="right")
             for r in tb.rows:
-                t.add_row(f"{r.threshold:.2f}", ac.fmt(r.escalation_rate),
-                          ac.fmt(r.residual_failure_rate), f"{r.failures_caught:.0f}",
-                          ac.fmt(r.failures_caught_share))  # fmt: skip
+                t.add_row(
+                    f"{r.threshold:.2f}",
+                    ac.fmt(r.escalation_rate),
+                    ac.fmt(r.residual_failure_rate),
+                    f"{r.failures_caught:.0f}",
+                    ac.fmt(r.failures_caught_share),
+                )
             ac.print_table(console, t)
         if not out:
             console.print(f"no sampled conversations for {q.describe()}")
@@ -179,8 +243,11 @@ def register(app: typer.Typer) -> None:
         domain: str | None = ac.DOMAIN,
         k: list[int] = typer.Option([1, 2], "--k", help="k values (repeat the option)."),
         since: str | None = typer.Option(
-            None, "--since", help="Range: the last DURATION (30m, 24h, 7d ...). Default: "
-            "every trial stored (trials of one task are often run days apart)."),
+            None,
+            "--since",
+            help="Range: the last DURATION (30m, 24h, 7d ...). Default: "
+            "every trial stored (trials of one task are often run days apart).",
+        ),
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
         as_json: bool = ac.JSON,
@@ -202,15 +269,23 @@ def register(app: typer.Typer) -> None:
             return
         if not any(out.values()):
             where = f" in {q.describe()}" if ranged else ""
-            console.print(f"no conversations with a task id and an outcome{where}: pass^k needs "
-                          "tasks run in several trials (context.task_id, context.trial)",
-                          soft_wrap=True)  # fmt: skip
+            console.print(
+                f"no conversations with a task id and an outcome{where}: pass^k needs "
+                "tasks run in several trials (context.task_id, context.trial)",
+                soft_wrap=True,
+            )
             return
         t = Table(title="pass^k (all k trials succeed) and pass@k", title_justify="left")
         for col in ("agent", "k", "tasks", "pass^k", "pass@k", "tasks with < k trials"):
             t.add_column(col)
         for kk, per in out.items():
             for a, p in per.items():
-                t.add_row(a, str(kk), str(p.n_tasks), ac.fmt(p.pass_hat_k), ac.fmt(p.pass_at_k),
-                          str(p.n_tasks_skipped))  # fmt: skip
+                t.add_row(
+                    a,
+                    str(kk),
+                    str(p.n_tasks),
+                    ac.fmt(p.pass_hat_k),
+                    ac.fmt(p.pass_at_k),
+                    str(p.n_tasks_skipped),
+                )
         ac.print_table(console, t)

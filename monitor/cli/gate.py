@@ -31,9 +31,18 @@ def _rate(r: Rate) -> str:
 
 def effect_table(effects: list[Effect]) -> Table:
     t = Table(title="gate effectiveness", title_justify="left")
-    for col in ("agent", "domain", "source", "convs", "proceed/revise/escalate",
-                "failure rate all", "failure rate proceeded", "failures prevented",
-                "escalation rate", "failure rate ungated"):  # fmt: skip
+    for col in (
+        "agent",
+        "domain",
+        "source",
+        "convs",
+        "proceed/revise/escalate",
+        "failure rate all",
+        "failure rate proceeded",
+        "failures prevented",
+        "escalation rate",
+        "failure rate ungated",
+    ):
         t.add_column(col, justify="left" if col in ("agent", "domain", "source") else "right")
     for e in effects:
         d = e.decisions
@@ -96,8 +105,15 @@ def register(app: typer.Typer) -> None:
         rows, ungated = ac.run_with_engine(console, load, reads=True)
         effects = effectiveness(rows, ungated)
         if as_json:
-            ac.print_json({"from": q.start, "to": q.end, "policy_version": policy.version,
-                           "policy_source": policy.source, "effects": effects})  # fmt: skip
+            ac.print_json(
+                {
+                    "from": q.start,
+                    "to": q.end,
+                    "policy_version": policy.version,
+                    "policy_source": policy.source,
+                    "effects": effects,
+                }
+            )
             return
         if not effects:
             console.print(f"no gated or replayable conversations between {q.start} and {q.end}")

@@ -40,9 +40,18 @@ async def _collect(
     found = await recent_flags(engine, q.segment, q.start, q.end, flags, like) if flags else []
     judgements = await conversation_judgements(engine, q.segment, q.start, q.end)
     async with engine.connect() as conn:
-        stored = (await conn.execute(text(
-            "SELECT judge, judge_version, muted, precision, flagged, computed_at"
-            " FROM judge_quality ORDER BY 1, 2"))).mappings().all()  # fmt: skip
+        stored = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT judge, judge_version, muted, precision, flagged, computed_at"
+                        " FROM judge_quality ORDER BY 1, 2"
+                    )
+                )
+            )
+            .mappings()
+            .all()
+        )
     return volumes, measure(judgements, floor, min_pairs), [dict(r) for r in stored], found
 
 
@@ -56,8 +65,9 @@ def _status(row: JudgeQuality, muted: set[tuple[str, str]], floor: float, min_pa
     if row.category is not None or row.judge in (ANY_DETERMINISTIC, ANY_JUDGE):
         return ""
     if row.below_floor or row.key in muted:
-        return (f"[red]precision below the floor {floor:g}: stops labelling items[/]"
-                + (" (applied by the worker)" if row.key in muted else ""))  # fmt: skip
+        return f"[red]precision below the floor {floor:g}: stops labelling items[/]" + (
+            " (applied by the worker)" if row.key in muted else ""
+        )
     if row.precision.n < min_pairs:
         return f"labels items (floor not tested: {row.precision.n} < {min_pairs} flagged)"
     return "labels items"
@@ -71,16 +81,28 @@ def register(app: typer.Typer) -> None:
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
         floor: float | None = typer.Option(
-            None, "--floor", min=0.0, max=1.0,
-            help="Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7)."),
+            None,
+            "--floor",
+            min=0.0,
+            max=1.0,
+            help="Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7).",
+        ),
         min_pairs: int | None = typer.Option(
-            None, "--min-pairs", min=1,
-            help="Flagged conversations needed to test the floor (default 30)."),
+            None,
+            "--min-pairs",
+            min=1,
+            help="Flagged conversations needed to test the floor (default 30).",
+        ),
         flags: int = typer.Option(
-            0, "--flags", min=0, max=1000,
-            help="Also list the N latest failures with what was wrong and their evidence."),
+            0,
+            "--flags",
+            min=0,
+            max=1000,
+            help="Also list the N latest failures with what was wrong and their evidence.",
+        ),
         flags_of: str = typer.Option(
-            "*", "--flags-of", help="Judges whose failures --flags lists (* wildcard)."),
+            "*", "--flags-of", help="Judges whose failures --flags lists (* wildcard)."
+        ),
         as_json: bool = ac.JSON,
     ) -> None:
         """Judge volumes, errors, latency, failure categories, and each judge's precision and
@@ -96,28 +118,49 @@ def register(app: typer.Typer) -> None:
         q = ac.query(agent, None, None, None, since, start, end)
         like = flags_of.replace("%", r"\%").replace("_", r"\_").replace("*", "%")
         volumes, quality, stored, found = ac.run_with_engine(
-            console, lambda eng: _collect(eng, q, fl, mp, flags, like), reads=True)
+            console, lambda eng: _collect(eng, q, fl, mp, flags, like), reads=True
+        )
         muted = {(r["judge"], r["judge_version"]) for r in stored if r["muted"]}
         if as_json:
-            ac.print_json({"scope": q.describe(), "judges": volumes, "quality": quality,
-                           "floor": {"precision": fl, "min_pairs": mp}, "stored": stored,
-                           "flags": found})
+            ac.print_json(
+                {
+                    "scope": q.describe(),
+                    "judges": volumes,
+                    "quality": quality,
+                    "floor": {"precision": fl, "min_pairs": mp},
+                    "stored": stored,
+                    "flags": found,
+                }
+            )
             return
         if not volumes:
             console.print(f"no verdicts for {q.describe()}")
             return
         t = Table(title=f"judges ({q.describe()})", title_justify="left")
-        for col in ("judge", "version", "verdicts", "errors", "failures found",
-                    "latency p50/p90 ms", "top categories"):  # fmt: skip
+        for col in (
+            "judge",
+            "version",
+            "verdicts",
+            "errors",
+            "failures found",
+            "latency p50/p90 ms",
+            "top categories",
+        ):
             t.add_column(col, justify="left" if col in ("judge", "top categories") else "right")
         for v in volumes:
-            cats = ", ".join(f"{c} {n}" for c, n in sorted(v.categories.items(),
-                             key=lambda kv: -kv[1])[:3])  # fmt: skip
+            cats = ", ".join(
+                f"{c} {n}" for c, n in sorted(v.categories.items(), key=lambda kv: -kv[1])[:3]
+            )
             errs = ", ".join(f"{r} {n}" for r, n in v.error_reasons.items())
-            t.add_row(v.judge, v.judge_version, str(v.verdicts),
-                      f"{v.errors}" + (f" ({errs})" if errs else ""), str(v.failures),
-                      f"{ac.fmt(v.latency_p50_ms, 1)}/{ac.fmt(v.latency_p90_ms, 1)}",
-                      cats or "-")  # fmt: skip
+            t.add_row(
+                v.judge,
+                v.judge_version,
+                str(v.verdicts),
+                f"{v.errors}" + (f" ({errs})" if errs else ""),
+                str(v.failures),
+                f"{ac.fmt(v.latency_p50_ms, 1)}/{ac.fmt(v.latency_p90_ms, 1)}",
+                cats or "-",
+            )
         ac.print_table(console, t)
         for v in volumes:
             if v.truncated:
@@ -127,19 +170,39 @@ def register(app: typer.Typer) -> None:
                     "evidence.truncated; MONITOR_JUDGE_MAX_EVENTS is now "
                     f"{settings.judge_max_events})"
                 )
-        a = Table(title="quality against ground truth, per conversation with an outcome the "
-                  "judge applied to (flagged = it found a failure; positive = the conversation "
-                  "failed; 95 % Wilson intervals)", title_justify="left")  # fmt: skip
-        for col in ("judge", "category", "pairs", "precision", "recall", "kappa",
-                    "tp/fp/fn/tn", "status"):  # fmt: skip
+        a = Table(
+            title="quality against ground truth, per conversation with an outcome the "
+            "judge applied to (flagged = it found a failure; positive = the conversation "
+            "failed; 95 % Wilson intervals)",
+            title_justify="left",
+        )
+        for col in (
+            "judge",
+            "category",
+            "pairs",
+            "precision",
+            "recall",
+            "kappa",
+            "tp/fp/fn/tn",
+            "status",
+        ):
             left = col in ("judge", "category", "status")
-            a.add_column(col, justify="left" if left else "right",
-                         no_wrap=col in ("status", "precision", "recall"))
+            a.add_column(
+                col,
+                justify="left" if left else "right",
+                no_wrap=col in ("status", "precision", "recall"),
+            )
         for r in quality:
-            a.add_row(f"{r.judge} {r.judge_version}".strip(), r.category or "(all)",
-                      str(r.pairs), _p(r.precision), _p(r.recall), ac.fmt(r.kappa, 2),
-                      f"{r.true_pos}/{r.false_pos}/{r.false_neg}/{r.true_neg}",
-                      _status(r, muted, fl, mp))  # fmt: skip
+            a.add_row(
+                f"{r.judge} {r.judge_version}".strip(),
+                r.category or "(all)",
+                str(r.pairs),
+                _p(r.precision),
+                _p(r.recall),
+                ac.fmt(r.kappa, 2),
+                f"{r.true_pos}/{r.false_pos}/{r.false_neg}/{r.true_neg}",
+                _status(r, muted, fl, mp),
+            )
         console.print(a)
         if found:
             console.print(_flags_table(found))

@@ -18,39 +18,73 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 # name -> (module under monitor.cli that registers it, its one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("up", "Run the whole pipeline locally and show it working: the make demo command."),
-    "schema": ("schema", "Print the JSON Schema of the agent-event/v1 contract (generated from "
-               "the models)."),
-    "worker": ("worker", "Run the stream worker: Kafka ingest into Postgres, judges, drift "
-               "checks, alert evaluation and delivery, HTTP ingest, /v1/calibration, /metrics, "
-               "/health."),
-    "migrate": ("worker", "Create or upgrade the database schema (Alembic); creates the "
-                "database if missing."),
-    "replay": ("replay", "Replay a recorded file: validate every event and send it to the "
-               "events topic."),
-    "simulate": ("simulate", "Generate synthetic agent traffic with known calibration, drift "
-                 "and escalation."),
-    "calibration": ("calibration", "Calibration of the agents' confidence: report, "
-                    "recalibration maps."),
-    "escalation": ("escalation", "Does escalation follow confidence? Rate per confidence bin, "
-                   "inversion test, time to escalation, missed escalations."),
-    "thresholds": ("escalation", "Threshold advisor: for thresholds on a conversation's "
-                   "minimum confidence, the escalation rate and the failures caught."),
+    "schema": (
+        "schema",
+        "Print the JSON Schema of the agent-event/v1 contract (generated from the models).",
+    ),
+    "worker": (
+        "worker",
+        "Run the stream worker: Kafka ingest into Postgres, judges, drift "
+        "checks, alert evaluation and delivery, HTTP ingest, /v1/calibration, /metrics, "
+        "/health.",
+    ),
+    "migrate": (
+        "worker",
+        "Create or upgrade the database schema (Alembic); creates the database if missing.",
+    ),
+    "replay": (
+        "replay",
+        "Replay a recorded file: validate every event and send it to the events topic.",
+    ),
+    "simulate": (
+        "simulate",
+        "Generate synthetic agent traffic with known calibration, drift and escalation.",
+    ),
+    "calibration": (
+        "calibration",
+        "Calibration of the agents' confidence: report, recalibration maps.",
+    ),
+    "escalation": (
+        "escalation",
+        "Does escalation follow confidence? Rate per confidence bin, "
+        "inversion test, time to escalation, missed escalations.",
+    ),
+    "thresholds": (
+        "escalation",
+        "Threshold advisor: for thresholds on a conversation's "
+        "minimum confidence, the escalation rate and the failures caught.",
+    ),
     "passk": ("escalation", "pass^k per agent for tasks run in several trials."),
-    "drift": ("drift", "Drift per segment: recent window against a baseline, every statistic "
-              "and p-value, stored in drift_checks."),
-    "drift-accept": ("drift_accept", "Accept a deliberate change: re-pin the drift reference "
-                     "of the selected segments to the stretch since the change, so their drift "
-                     "alerts resolve at the next quiet check."),
-    "judges": ("judges", "Judge volumes, errors, latency, failure categories, and agreement "
-               "with ground truth (accuracy, Cohen's kappa)."),
-    "gate": ("gate", "Gate effectiveness per agent x domain: decisions by kind, failures "
-             "among proceeded vs all, failures prevented, escalation rate."),
+    "drift": (
+        "drift",
+        "Drift per segment: recent window against a baseline, every statistic "
+        "and p-value, stored in drift_checks.",
+    ),
+    "drift-accept": (
+        "drift_accept",
+        "Accept a deliberate change: re-pin the drift reference "
+        "of the selected segments to the stretch since the change, so their drift "
+        "alerts resolve at the next quiet check.",
+    ),
+    "judges": (
+        "judges",
+        "Judge volumes, errors, latency, failure categories, and agreement "
+        "with ground truth (accuracy, Cohen's kappa).",
+    ),
+    "gate": (
+        "gate",
+        "Gate effectiveness per agent x domain: decisions by kind, failures "
+        "among proceeded vs all, failures prevented, escalation rate.",
+    ),
     "alerts": ("alerts", "Alerts: list, silence, unsilence, ack, rules, test."),
     "dashboards": ("dashboards", "Grafana dashboards: upload them to a running Grafana."),
     "keys": ("keys", "API keys: issue, list, revoke (scoped to agents and actions)."),
-    "report": ("report", "A self-contained HTML report (PNG charts too): health per agent, "
-               "firing alerts, charts, full tables."),
-}  # fmt: skip
+    "report": (
+        "report",
+        "A self-contained HTML report (PNG charts too): health per agent, "
+        "firing alerts, charts, full tables.",
+    ),
+}
 
 
 class _Placeholder(TyperCommand):

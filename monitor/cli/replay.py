@@ -173,9 +173,11 @@ def register(app: typer.Typer) -> None:
         target = None if dry_run else kafka_target(bootstrap, topic)
         label = f"{'validating' if dry_run else 'replaying'} {path.name} ({source.format})"
         try:
-            report = asyncio.run(replay_items(
-                source, total=source.total, target=target, rate=rate, strict=strict, label=label
-            ))
+            report = asyncio.run(
+                replay_items(
+                    source, total=source.total, target=target, rate=rate, strict=strict, label=label
+                )
+            )
         except MonitorError as exc:
             fail(f"replay failed: {exc}", 1)
         done = "validated" if target is None else f"sent {report.sent} to {target[1]}@{target[0]}"
@@ -183,5 +185,8 @@ def register(app: typer.Typer) -> None:
         if report.aborted is not None:
             fail(f"aborted at {report.aborted.location} (--strict)", 1)
         if report.counts.errors and not report.counts.events:
-            fail(f"{path}: every line ({report.counts.errors}) was invalid; nothing to "
-                 f"{'send' if target is not None else 'replay'}", 1)
+            fail(
+                f"{path}: every line ({report.counts.errors}) was invalid; nothing to "
+                f"{'send' if target is not None else 'replay'}",
+                1,
+            )

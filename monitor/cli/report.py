@@ -25,8 +25,12 @@ def register(app: typer.Typer) -> None:
         since: str = ac.SINCE,
         start: str | None = ac.FROM,
         end: str | None = ac.TO,
-        out: Path = typer.Option(Path("report"), "--out", "-o", help="Output directory (created): "
-                                 "report.html and the PNG images."),
+        out: Path = typer.Option(
+            Path("report"),
+            "--out",
+            "-o",
+            help="Output directory (created): report.html and the PNG images.",
+        ),
     ) -> None:
         """A self-contained HTML report (PNG charts too): a health level per agent first (healthy,
         watch or act, with the one reason), then the firing alerts, the charts per agent
@@ -35,5 +39,6 @@ def register(app: typer.Typer) -> None:
         console = ac.console()
         q = ac.query(agent, domain, tier, version, since, start, end)
         path = ac.run_with_engine(
-            console, lambda eng: fr.build_report(eng, q.segment, q.start, q.end, out), reads=True)
+            console, lambda eng: fr.build_report(eng, q.segment, q.start, q.end, out), reads=True
+        )
         console.print(f"report written to {path}", soft_wrap=True)

@@ -54,11 +54,16 @@ def register(app: typer.Typer) -> None:
     def simulate(
         seed: int = typer.Option(7, "--seed", help="Random seed; same seed + start = same events."),
         conversations: int | None = typer.Option(
-            None, "--conversations", "-n", min=1,
+            None,
+            "--conversations",
+            "-n",
+            min=1,
             help=f"Number of conversations (default {DEFAULT_CONVERSATIONS}).",
         ),
         duration: float | None = typer.Option(
-            None, "--duration", min=0.001,
+            None,
+            "--duration",
+            min=0.001,
             help="Simulated seconds of traffic instead of --conversations.",
         ),
         interval: float = typer.Option(
@@ -68,7 +73,8 @@ def register(app: typer.Typer) -> None:
             None, "--start", help="Simulated start time, ISO 8601 with zone (default: now)."
         ),
         change_point_minutes: float | None = typer.Option(
-            None, "--change-point-minutes",
+            None,
+            "--change-point-minutes",
             help="When the drifting agent turns overconfident, in simulated minutes after "
             "--start (default: the middle of the simulated span).",
         ),
@@ -101,8 +107,9 @@ def register(app: typer.Typer) -> None:
         else:
             count = conversations or DEFAULT_CONVERSATIONS
             span = count * step
-        offset = span / 2 if change_point_minutes is None else timedelta(
-            minutes=change_point_minutes)
+        offset = (
+            span / 2 if change_point_minutes is None else timedelta(minutes=change_point_minutes)
+        )
         sim = Simulator(seed, begin, default_agents(begin + offset), interval=step)
         events = sim.events(count)
         console = Console()
@@ -112,15 +119,22 @@ def register(app: typer.Typer) -> None:
                 where = f"wrote {report.sent} events to {output}"
             else:
                 target = kafka_target(bootstrap, topic)
-                report = asyncio.run(replay_items(
-                    events, total=None, target=target, rate=rate, strict=True,
-                    label=f"simulating {count} conversations",
-                ))
+                report = asyncio.run(
+                    replay_items(
+                        events,
+                        total=None,
+                        target=target,
+                        rate=rate,
+                        strict=True,
+                        label=f"simulating {count} conversations",
+                    )
+                )
                 where = f"sent {report.sent} events to {target[1]}@{target[0]}"
         except (MonitorError, OSError) as exc:
             fail(f"simulate failed: {exc}", 1)
         print_summary(
-            console, report,
+            console,
+            report,
             f"{count} conversations (seed {seed}, start {begin.isoformat()}, drift at "
             f"{(begin + offset).isoformat()}): {where}",
         )

@@ -89,8 +89,9 @@ class _Signals:
         signal.signal(signal.SIGTERM, self._saved)
 
 
-def _simulate(console: Console, running: Running, plan: TrafficPlan, gated: GatedRun,
-              rate: float) -> tuple[ReplayReport, int]:
+def _simulate(
+    console: Console, running: Running, plan: TrafficPlan, gated: GatedRun, rate: float
+) -> tuple[ReplayReport, int]:
     """Send the plan and, beside it, the gated conversations (asking the gate, then sending
     at a rate that ends with the plan); the returned report counts both and the gate's
     decision events (the worker publishes those)."""
@@ -100,22 +101,42 @@ def _simulate(console: Console, running: Running, plan: TrafficPlan, gated: Gate
         f"{len(plan.simulator.agents)} agents) at {rate:g} events/s to [bold]{s.topic_events}[/],"
         f" and beside them {gated.conversations:,} conversations whose agents ask the gate "
         f"first, plus {len(malformed_events(plan.marker))} deliberately "
-        "malformed ones that must end up in the dead-letter queue.", soft_wrap=True)
-    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
-               TimeElapsedColumn())
+        "malformed ones that must end up in the dead-letter queue.",
+        soft_wrap=True,
+    )
+    columns = (
+        TextColumn("simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("events"),
+        TimeElapsedColumn(),
+    )
     started = time.monotonic()
     with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("events", total=plan.events)
 
         async def both() -> tuple[tuple[ReplayReport, int], tuple[list[AgentEvent], float]]:
             return await asyncio.gather(
-                send_traffic(plan, running.kafka_bootstrap, s.topic_events,
-                             idempotent=s.kafka_idempotent, rate=rate,
-                             on_event=lambda: progress.advance(task)),
-                ask_and_send(gated, running.gate_url, s.gate_token, running.kafka_bootstrap,
-                             s.topic_events, idempotent=s.kafka_idempotent,
-                             seconds=plan.events / rate, on_event=lambda: progress.advance(task),
-                             on_total=lambda n: progress.update(task, total=plan.events + n)))
+                send_traffic(
+                    plan,
+                    running.kafka_bootstrap,
+                    s.topic_events,
+                    idempotent=s.kafka_idempotent,
+                    rate=rate,
+                    on_event=lambda: progress.advance(task),
+                ),
+                ask_and_send(
+                    gated,
+                    running.gate_url,
+                    s.gate_token,
+                    running.kafka_bootstrap,
+                    s.topic_events,
+                    idempotent=s.kafka_idempotent,
+                    seconds=plan.events / rate,
+                    on_event=lambda: progress.advance(task),
+                    on_total=lambda n: progress.update(task, total=plan.events + n),
+                ),
+            )
 
         (report, bad), (gated_events, asked) = asyncio.run(both())
     elapsed = time.monotonic() - started
@@ -125,28 +146,52 @@ def _simulate(console: Console, running: Running, plan: TrafficPlan, gated: Gate
     report.counts.by_type["gate"] += decisions
     report.sent += len(gated_events) + decisions
     kinds = [sum(d == k for d in gated.decisions.values()) for k in DECISIONS]
-    console.print(f"sent {report.sent:,} events and {bad} malformed ones in {elapsed:.1f} s "
-                  f"({len(gated_events):,} of them in the gated agents' conversations, "
-                  f"{decisions:,} the gate's decision events, which the worker publishes; "
-                  f"asking the gate about {gated.conversations:,} drafts took {asked:.1f} s: "
-                  f"{kinds[0]} proceed, {kinds[1]} revise, {kinds[2]} escalate)", soft_wrap=True)
+    console.print(
+        f"sent {report.sent:,} events and {bad} malformed ones in {elapsed:.1f} s "
+        f"({len(gated_events):,} of them in the gated agents' conversations, "
+        f"{decisions:,} the gate's decision events, which the worker publishes; "
+        f"asking the gate about {gated.conversations:,} drafts took {asked:.1f} s: "
+        f"{kinds[0]} proceed, {kinds[1]} revise, {kinds[2]} escalate)",
+        soft_wrap=True,
+    )
     return report, bad
 
 
 def _intro(bootstrap: str | None, database_url: str | None, state_dir: Path) -> str:
-    embedded = [name for name, value in (("the Tansu broker", bootstrap),
-                                         ("Postgres", database_url)) if value is None]
-    used = [f"{name} {value}" for name, value in (
-        ("the configured broker", bootstrap),
-        ("the configured database", database_url and shown_url(database_url))) if value]
-    parts = ([f"starting {' and '.join(embedded)} (embedded; data and logs in {state_dir})"]
-             if embedded else []) + ([f"using {' and '.join(used)}"] if used else [])
-    return (f"[bold]monitor up[/]: {'; '.join(parts)}, then the worker and the simulated "
-            "traffic. Ctrl-C stops everything at any time.")
+    embedded = [
+        name
+        for name, value in (("the Tansu broker", bootstrap), ("Postgres", database_url))
+        if value is None
+    ]
+    used = [
+        f"{name} {value}"
+        for name, value in (
+            ("the configured broker", bootstrap),
+            ("the configured database", database_url and shown_url(database_url)),
+        )
+        if value
+    ]
+    parts = (
+        [f"starting {' and '.join(embedded)} (embedded; data and logs in {state_dir})"]
+        if embedded
+        else []
+    ) + ([f"using {' and '.join(used)}"] if used else [])
+    return (
+        f"[bold]monitor up[/]: {'; '.join(parts)}, then the worker and the simulated "
+        "traffic. Ctrl-C stops everything at any time."
+    )
 
 
-def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate: float,
-           seed: int, keep_running: bool, ports: tuple[int, int, int, int]) -> int:
+def run_up(
+    console: Console,
+    *,
+    settings_dir: Path | None,
+    duration: float,
+    rate: float,
+    seed: int,
+    keep_running: bool,
+    ports: tuple[int, int, int, int],
+) -> int:
     """Everything ``monitor up`` does; returns the exit code (see the module docstring)."""
     try:
         settings = load_settings(**({"state_dir": settings_dir} if settings_dir else {}))
@@ -162,29 +207,45 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
     )
     signals = _Signals()
     code = 0
-    console.print(_intro(settings.kafka_bootstrap, settings.database_url, stack.state_dir),
-                  soft_wrap=True)
+    console.print(
+        _intro(settings.kafka_bootstrap, settings.database_url, stack.state_dir), soft_wrap=True
+    )
     try:
         running = stack.start()
-        console.print(f"[green]The stack is up[/]: broker {running.kafka_bootstrap}, database "
-                      f"{shown_url(running.database_url)}, worker {running.web_url}, gate "
-                      f"{running.gate_url}",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"[green]The stack is up[/]: broker {running.kafka_bootstrap}, database "
+            f"{shown_url(running.database_url)}, worker {running.web_url}, gate "
+            f"{running.gate_url}",
+            soft_wrap=True,
+            highlight=False,
+        )
         console.print(
             f"HTTP ingest token: [bold]{running.ingest_token}[/]"
-            + (" (generated for this run; set MONITOR_INGEST_TOKEN to choose your own)"
-               if running.token_generated else " (MONITOR_INGEST_TOKEN)"), soft_wrap=True)
+            + (
+                " (generated for this run; set MONITOR_INGEST_TOKEN to choose your own)"
+                if running.token_generated
+                else " (MONITOR_INGEST_TOKEN)"
+            ),
+            soft_wrap=True,
+        )
         plan = plan_traffic(seed, duration, rate, datetime.now(UTC))
         gated = plan_gated(plan, seed, datetime.now(UTC))
         report, bad = _simulate(console, running, plan, gated, rate)
         expected = (report.sent, bad)
         with console.status("waiting for the worker to write everything to Postgres") as status:
-            counts, summary = asyncio.run(wait_until_stored(
-                running.database_url, plan.scope, expected, timeout_s=INGEST_TIMEOUT_S,
-                alive=stack.worker_alive,
-                on_poll=lambda c: status.update(
-                    f"waiting for the worker: {c[0]:,}/{expected[0]:,} events, "
-                    f"{c[1]}/{expected[1]} dead letters stored")))
+            counts, summary = asyncio.run(
+                wait_until_stored(
+                    running.database_url,
+                    plan.scope,
+                    expected,
+                    timeout_s=INGEST_TIMEOUT_S,
+                    alive=stack.worker_alive,
+                    on_poll=lambda c: status.update(
+                        f"waiting for the worker: {c[0]:,}/{expected[0]:,} events, "
+                        f"{c[1]}/{expected[1]} dead letters stored"
+                    ),
+                )
+            )
         stack.check_worker()
         print_summary(console, plan, report, summary)
         print_gate(console, running.database_url, plan, gated)
@@ -196,7 +257,9 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
             console.print(
                 f"[red]not everything landed within {INGEST_TIMEOUT_S:.0f} s[/]: missing "
                 f"{expected[0] - counts[0]:,} event(s) and {expected[1] - counts[1]} dead "
-                f"letter(s); see {stack.state_dir / 'worker.log'}", soft_wrap=True)
+                f"letter(s); see {stack.state_dir / 'worker.log'}",
+                soft_wrap=True,
+            )
         print_next_steps(console, running, keep_running)
         if keep_running:
             console.print("[green]The stack keeps running.[/] Press Ctrl-C to stop it.")
@@ -215,8 +278,9 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
         return 1  # nothing was started
     except (MonitorError, OSError, asyncpg.PostgresError, SQLAlchemyError) as exc:
         code = 1
-        console.print(f"[red]error:[/] {escape(type(exc).__name__)}: {escape(str(exc))}",
-                      soft_wrap=True)
+        console.print(
+            f"[red]error:[/] {escape(type(exc).__name__)}: {escape(str(exc))}", soft_wrap=True
+        )
     finally:
         signals.quiet()  # a second Ctrl-C must not leave half the stack running
         try:
@@ -226,8 +290,11 @@ def run_up(console: Console, *, settings_dir: Path | None, duration: float, rate
     if stopped:
         console.print("stopped: nothing that `monitor up` started is left running.")
     else:
-        console.print("[red]stopped, but not cleanly[/]: see above; the next `monitor up` on "
-                      f"{stack.state_dir} stops what is left.", soft_wrap=True)
+        console.print(
+            "[red]stopped, but not cleanly[/]: see above; the next `monitor up` on "
+            f"{stack.state_dir} stops what is left.",
+            soft_wrap=True,
+        )
         code = code or 1
     return code
 
@@ -242,28 +309,52 @@ def register(app: typer.Typer) -> None:
     @app.command("up", help=_reflow(HELP))
     def up(
         duration: float = typer.Option(
-            60.0, "--duration", min=1.0, metavar="SECONDS",
-            help="How long to send simulated traffic (about DURATION x RATE events)."),
+            60.0,
+            "--duration",
+            min=1.0,
+            metavar="SECONDS",
+            help="How long to send simulated traffic (about DURATION x RATE events).",
+        ),
         rate: float = typer.Option(200.0, "--rate", min=1.0, help="Simulated events per second."),
         seed: int = typer.Option(7, "--seed", help="Simulator seed (same seed, same traffic)."),
         keep_running: bool = typer.Option(
-            False, "--keep-running",
-            help="Keep the stack up after the simulation, until Ctrl-C, to explore it."),
+            False,
+            "--keep-running",
+            help="Keep the stack up after the simulation, until Ctrl-C, to explore it.",
+        ),
         state_dir: Path | None = typer.Option(
-            None, "--state-dir",
-            help="Where embedded data and logs live (default: MONITOR_STATE_DIR or ./.monitor)."),
+            None,
+            "--state-dir",
+            help="Where embedded data and logs live (default: MONITOR_STATE_DIR or ./.monitor).",
+        ),
         broker_port: int = typer.Option(
-            9092, "--broker-port", min=0, max=65535,
-            help="Preferred port of the embedded broker; a free one if taken (0: any)."),
+            9092,
+            "--broker-port",
+            min=0,
+            max=65535,
+            help="Preferred port of the embedded broker; a free one if taken (0: any).",
+        ),
         pg_port: int = typer.Option(
-            5433, "--pg-port", min=0, max=65535,
-            help="Preferred port of the embedded Postgres; a free one if taken (0: any)."),
+            5433,
+            "--pg-port",
+            min=0,
+            max=65535,
+            help="Preferred port of the embedded Postgres; a free one if taken (0: any).",
+        ),
         web_port: int = typer.Option(
-            6066, "--web-port", min=0, max=65535,
-            help="Preferred port of the worker's HTTP API; a free one if taken (0: any)."),
+            6066,
+            "--web-port",
+            min=0,
+            max=65535,
+            help="Preferred port of the worker's HTTP API; a free one if taken (0: any).",
+        ),
         gate_port: int = typer.Option(
-            6067, "--gate-port", min=0, max=65535,
-            help="Preferred port of the gate process; a free one if taken (0: any)."),
+            6067,
+            "--gate-port",
+            min=0,
+            max=65535,
+            help="Preferred port of the gate process; a free one if taken (0: any).",
+        ),
     ) -> None:
         """The command; see HELP (shown by --help)."""
         code = run_up(

@@ -33,8 +33,10 @@ def _line(n: dict[str, Any]) -> str:
     scope = " ".join(f"{k}={v}" for k, v in sorted(n.get("scope", {}).items()))
     kind = str(n["kind"])
     style = _STYLE.get(kind, "bold")
-    return (f"  [dim]{at:%H:%M}[/] [{style}]{kind.upper():<8}[/] {escape(n['severity']):<8} "
-            f"[bold]{escape(n['rule'])}[/] {escape(scope)}: {escape(n.get('summary', ''))}")
+    return (
+        f"  [dim]{at:%H:%M}[/] [{style}]{kind.upper():<8}[/] {escape(n['severity']):<8} "
+        f"[bold]{escape(n['rule'])}[/] {escape(scope)}: {escape(n.get('summary', ''))}"
+    )
 
 
 def print_alerts(console: Console, database_url: str, plan: TrafficPlan) -> list[dict[str, Any]]:
@@ -49,9 +51,12 @@ def print_alerts(console: Console, database_url: str, plan: TrafficPlan) -> list
     start = min(plan.simulator.start + DRIFT_RECENT, end)  # a short run: from its start
     where = ", ".join(["a local webhook receiver", *sorted(extra)])
     console.print()
-    console.print(f"[bold]Alerts[/] over the run's simulated timeline ({start:%H:%M} to "
-                  f"{wall:%H:%M} UTC, every {STEP.seconds // 60} min; rules: {source}), "
-                  f"delivered to {where}:", soft_wrap=True)
+    console.print(
+        f"[bold]Alerts[/] over the run's simulated timeline ({start:%H:%M} to "
+        f"{wall:%H:%M} UTC, every {STEP.seconds // 60} min; rules: {source}), "
+        f"delivered to {where}:",
+        soft_wrap=True,
+    )
     delivered: list[dict[str, Any]] = []
 
     def on_message(message: dict[str, Any]) -> None:
@@ -59,16 +64,30 @@ def print_alerts(console: Console, database_url: str, plan: TrafficPlan) -> list
             delivered.append(n)
             console.print(_line(n), soft_wrap=True, highlight=False)
 
-    asyncio.run(run_demo_alerts(
-        database_url, rules, start, end, step=STEP, drift_recent=DRIFT_RECENT,
-        drift_min_samples=DRIFT_MIN_SAMPLES, extra_sinks=dict(extra), on_message=on_message,
-        clock=lambda: wall,
-    ))  # fmt: skip
+    asyncio.run(
+        run_demo_alerts(
+            database_url,
+            rules,
+            start,
+            end,
+            step=STEP,
+            drift_recent=DRIFT_RECENT,
+            drift_min_samples=DRIFT_MIN_SAMPLES,
+            extra_sinks=dict(extra),
+            on_message=on_message,
+            clock=lambda: wall,
+        )
+    )
     if not delivered:
-        console.print("  none (too little traffic for the rules' minimum sample sizes; try a "
-                      "longer --duration)", soft_wrap=True)
+        console.print(
+            "  none (too little traffic for the rules' minimum sample sizes; try a "
+            "longer --duration)",
+            soft_wrap=True,
+        )
     tally = Counter((n["rule"], n["kind"]) for n in delivered)
     if tally:
-        console.print("  [dim]->[/] " + ", ".join(f"{r} {k} x{c}" for (r, k), c in
-                                                   sorted(tally.items())), soft_wrap=True)
+        console.print(
+            "  [dim]->[/] " + ", ".join(f"{r} {k} x{c}" for (r, k), c in sorted(tally.items())),
+            soft_wrap=True,
+        )
     return delivered

@@ -46,8 +46,11 @@ def print_report(
     out_dir = (state_dir or load_settings().state_dir) / "report"
     end = datetime.now(UTC) + timedelta(minutes=1)
     path = write_demo_report(database_url, plan.simulator.start, end, out_dir)
-    console.print(f"report written to {path} (open it in a browser: its first screen says "
-                  "which agent needs action and why)", soft_wrap=True)
+    console.print(
+        f"report written to {path} (open it in a browser: its first screen says "
+        "which agent needs action and why)",
+        soft_wrap=True,
+    )
     return path
 
 
@@ -71,20 +74,32 @@ async def _print(console: Console, database_url: str, plan: TrafficPlan) -> None
     if cal:
         print_table(console, calibration_table(cal, "calibration of stated confidence"))
         worst = max((a for a in cal if a != fa.ALL), key=lambda a: cal[a].ece)
-        console.print(f"  [dim]->[/] highest ECE: [bold]{worst}[/] (gap "
-                      f"{cal[worst].overconfidence_gap:+.3f}: says more confident than it is)"
-                      if cal[worst].overconfidence_gap > 0 else "", soft_wrap=True)
+        console.print(
+            f"  [dim]->[/] highest ECE: [bold]{worst}[/] (gap "
+            f"{cal[worst].overconfidence_gap:+.3f}: says more confident than it is)"
+            if cal[worst].overconfidence_gap > 0
+            else "",
+            soft_wrap=True,
+        )
     if esc:
         print_table(console, escalation_table(esc, MISSED_THRESHOLD))
         inverted = [a for a, s in esc.items() if s.inversion.inverted]
-        console.print(f"  [dim]->[/] escalation inverted (rises with confidence): "
-                      f"[bold]{', '.join(inverted) or 'none'}[/]", soft_wrap=True)
+        console.print(
+            f"  [dim]->[/] escalation inverted (rises with confidence): "
+            f"[bold]{', '.join(inverted) or 'none'}[/]",
+            soft_wrap=True,
+        )
     if drift:
-        print_table(console, drift_table(
-            {k: (windows.baseline, c) for k, c in drift.items()}, windows.recent))
+        print_table(
+            console,
+            drift_table({k: (windows.baseline, c) for k, c in drift.items()}, windows.recent),
+        )
         fired = [k[0] for k, c in drift.items() if c.fired]
-        console.print(f"  [dim]->[/] drift between the change point "
-                      f"{plan.change_point:%H:%M} and {plan.recovery_point:%H:%M} UTC: "
-                      f"[bold]{', '.join(fired) or 'none'}[/]", soft_wrap=True)
+        console.print(
+            f"  [dim]->[/] drift between the change point "
+            f"{plan.change_point:%H:%M} and {plan.recovery_point:%H:%M} UTC: "
+            f"[bold]{', '.join(fired) or 'none'}[/]",
+            soft_wrap=True,
+        )
     if not (cal or esc):
         console.print("  no labelled conversations yet")

@@ -37,20 +37,28 @@ async def _load(database_url: str, plan: TrafficPlan) -> tuple[list[Effect], int
 
 def gate_table(effects: list[Effect], truths: dict[str, Truth], obeys: dict[str, bool]) -> Table:
     t = Table(title="Runtime trust gate: measured [95% interval] (truth)", title_justify="left")
-    for name in ("agent", "obeys", "proceed/revise/escalate", "escalation rate (human cost)",
-                 "failures prevented", "failure rate", "failure rate without the gate"):
+    for name in (
+        "agent",
+        "obeys",
+        "proceed/revise/escalate",
+        "escalation rate (human cost)",
+        "failures prevented",
+        "failure rate",
+        "failure rate without the gate",
+    ):
         t.add_column(name, justify="left" if name in ("agent", "obeys") else "right")
     for e in effects:
         truth = truths.get(e.agent_id)
         d = e.decisions
         t.add_row(
-            e.agent_id, {True: "yes", False: "no"}.get(obeys.get(e.agent_id, False), "?"),
+            e.agent_id,
+            {True: "yes", False: "no"}.get(obeys.get(e.agent_id, False), "?"),
             f"{d['proceed']}/{d['revise']}/{d['escalate']}",
             _rate(e.escalation_rate, None if truth is None else truth.escalation_rate),
             _rate(e.failures_prevented, None if truth is None else truth.failures_prevented),
             _rate(e.failure_rate_all, None if truth is None else truth.failure_rate_all),
             "-" if truth is None else f"{100 * truth.ungated_failure_rate:.0f}% (truth)",
-        )  # fmt: skip
+        )
     return t
 
 
@@ -64,14 +72,22 @@ def print_gate(console: Console, database_url: str, plan: TrafficPlan, gated: Ga
     if not effects:
         console.print("[yellow]no gate decision was stored for this run[/]")
         return
-    print_table(console, gate_table(effects, {a: gate_truth(s) for a, s in specs.items()},
-                                    {a: s.obeys for a, s in specs.items()}))
+    print_table(
+        console,
+        gate_table(
+            effects,
+            {a: gate_truth(s) for a, s in specs.items()},
+            {a: s.obeys for a, s in specs.items()},
+        ),
+    )
     notes = []
     if gated.unanswered:
         notes.append(f"{gated.unanswered} request(s) got no answer (the agents proceeded)")
     if degraded:
-        notes.append(f"{degraded} decision(s) made by the fail-open choice (checks ran "
-                     "past their deadline), not by the checks")
+        notes.append(
+            f"{degraded} decision(s) made by the fail-open choice (checks ran "
+            "past their deadline), not by the checks"
+        )
     console.print(
         "Each agent drafts a reply with a stated confidence (calibrated: P(success) = "
         "confidence) and sometimes claims a cancellation whose tool call failed (a "
@@ -81,4 +97,6 @@ def print_gate(console: Console, database_url: str, plan: TrafficPlan, gated: Ga
         "one that ignores the gate sends its draft anyway, so its failures prevented are "
         "those the gate flagged. Failures prevented: failures in conversations the gate "
         "stopped / all failures; failure rate: over all its conversations with an outcome."
-        + (" " + "; ".join(notes) + "." if notes else ""), soft_wrap=True)
+        + (" " + "; ".join(notes) + "." if notes else ""),
+        soft_wrap=True,
+    )

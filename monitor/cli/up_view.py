@@ -39,32 +39,44 @@ def _truth(spec: AgentSpec) -> str:
     if spec.behaviour == "overconfident":
         return f"P(success) = {gap}"
     if spec.behaviour == "drifting" and spec.change_point is not None:
-        until = (f" until {spec.recovery_point:%H:%M}, then confidence again"
-                 if spec.recovery_point is not None else "")
-        return (f"P(success) = confidence until {spec.change_point:%H:%M} UTC, then {gap}"
-                f"{until}")
+        until = (
+            f" until {spec.recovery_point:%H:%M}, then confidence again"
+            if spec.recovery_point is not None
+            else ""
+        )
+        return f"P(success) = confidence until {spec.change_point:%H:%M} UTC, then {gap}{until}"
     if spec.behaviour == "inverted":
         return "P(success) = confidence, but it escalates more often the more confident it is"
     return "P(success) = confidence"
 
 
-def print_summary(console: Console, plan: TrafficPlan, report: ReplayReport,
-                  summary: Summary) -> None:
+def print_summary(
+    console: Console, plan: TrafficPlan, report: ReplayReport, summary: Summary
+) -> None:
     """Three tables for this run: conversations per agent, events by type, dead letters."""
-    agents = Table(title=f"Conversations: {summary.conversations:,} stored (this run)",
-                   title_justify="left")
+    agents = Table(
+        title=f"Conversations: {summary.conversations:,} stored (this run)", title_justify="left"
+    )
     agents.add_column("agent", no_wrap=True)
     for name in ("conversations", "escalated", "confidence", "success"):
         agents.add_column(name, justify="right", no_wrap=True)
     for a in summary.agents:
         confidence = "-" if a.mean_confidence is None else f"{100 * a.mean_confidence:.0f}%"
-        agents.add_row(a.agent_id, f"{a.conversations:,}", _pct(a.escalated_share), confidence,
-                       _pct(a.success_share))
+        agents.add_row(
+            a.agent_id,
+            f"{a.conversations:,}",
+            _pct(a.escalated_share),
+            confidence,
+            _pct(a.success_share),
+        )
     console.print()
     console.print(agents)
-    console.print("confidence: mean of each conversation's lowest stated confidence; success: "
-                  "share of outcomes reporting success. Calibrated agents have the two close. "
-                  "What the simulator built in:", soft_wrap=True)
+    console.print(
+        "confidence: mean of each conversation's lowest stated confidence; success: "
+        "share of outcomes reporting success. Calibrated agents have the two close. "
+        "What the simulator built in:",
+        soft_wrap=True,
+    )
     for a in summary.agents:
         spec = plan.simulator.agents_by_id.get(a.agent_id)
         if spec is not None:
@@ -85,14 +97,18 @@ def print_summary(console: Console, plan: TrafficPlan, report: ReplayReport,
     for name in ("reason", "count", "what was sent"):
         dlq.add_column(name, justify="right" if name == "count" else "left")
     for reason in sorted(sent_bad | set(summary.dead_letters_by_reason)):
-        dlq.add_row(reason, str(summary.dead_letters_by_reason.get(reason, 0)),
-                    _BAD_WHAT.get(reason, ""))
+        dlq.add_row(
+            reason, str(summary.dead_letters_by_reason.get(reason, 0)), _BAD_WHAT.get(reason, "")
+        )
     console.print()
     console.print(dlq)
     if summary.dead_letters >= len(sent_bad):
-        console.print(f"These are the {len(sent_bad)} malformed events sent on purpose: each went "
-                      "to the DLQ topic and the dead_letters table with its reason, and the "
-                      "worker carried on.", soft_wrap=True)
+        console.print(
+            f"These are the {len(sent_bad)} malformed events sent on purpose: each went "
+            "to the DLQ topic and the dead_letters table with its reason, and the "
+            "worker carried on.",
+            soft_wrap=True,
+        )
 
 
 def monitor_command() -> str:
@@ -110,8 +126,10 @@ def monitor_command() -> str:
 
 def _tau2_example() -> str:
     """A tau2-bench results file to replay, relative to the current directory if possible."""
-    roots = (Path.cwd() / "tests" / "data" / "tau2",
-             Path(__file__).resolve().parents[2] / "tests" / "data" / "tau2")
+    roots = (
+        Path.cwd() / "tests" / "data" / "tau2",
+        Path(__file__).resolve().parents[2] / "tests" / "data" / "tau2",
+    )
     for root in roots:
         files = sorted(root.glob("*.json"))
         if files:
@@ -121,14 +139,19 @@ def _tau2_example() -> str:
 
 def _curl(running: Running) -> str:
     event = {
-        "schema": "agent-event/v1", "event_id": "hello-1", "type": "message",
-        "ts": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "conversation_id": "hello",
+        "schema": "agent-event/v1",
+        "event_id": "hello-1",
+        "type": "message",
+        "ts": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "conversation_id": "hello",
         "agent": {"id": "my-bot"},
         "message": {"role": "assistant", "content": "Hi! How can I help?", "confidence": 0.9},
     }
-    return (f"curl -X POST {running.web_url}/v1/events -H 'Authorization: Bearer "
-            f"{running.ingest_token}' -H 'Content-Type: application/json' "
-            f"-d {shlex.quote(json.dumps([event]))}")
+    return (
+        f"curl -X POST {running.web_url}/v1/events -H 'Authorization: Bearer "
+        f"{running.ingest_token}' -H 'Content-Type: application/json' "
+        f"-d {shlex.quote(json.dumps([event]))}"
+    )
 
 
 def print_next_steps(console: Console, running: Running, keep_running: bool) -> None:
@@ -139,11 +162,16 @@ def print_next_steps(console: Console, running: Running, keep_running: bool) -> 
     db = shown_url(running.database_url)
     lines = [
         ("worker", f"{running.web_url}/health   {running.web_url}/metrics"),
-        ("gate", f"{running.gate_url}/v1/gate   {running.gate_url}/health   "
-                 f"{running.gate_url}/metrics"),
+        (
+            "gate",
+            f"{running.gate_url}/v1/gate   {running.gate_url}/health   {running.gate_url}/metrics",
+        ),
         ("database", f"psql {db}"),
-        ("", f"psql {db} -c 'select agent_id, count(*), avg(min_confidence) as confidence, "
-             "avg(outcome_success::int) as success from conversations group by 1'"),
+        (
+            "",
+            f"psql {db} -c 'select agent_id, count(*), avg(min_confidence) as confidence, "
+            "avg(outcome_success::int) as success from conversations group by 1'",
+        ),
         ("replay", f"{monitor} replay {_tau2_example()}"),
         ("simulate", f"{monitor} simulate --conversations 500"),
         ("HTTP ingest", _curl(running)),
@@ -153,14 +181,22 @@ def print_next_steps(console: Console, running: Running, keep_running: bool) -> 
     logs += [state_dir / "pg" / "server.log"] if running.embedded_database else []
     lines.append(("logs", "  ".join(str(p) for p in logs)))
     console.print()
-    console.print("[bold]Where to look next[/]"
-                  + ("" if keep_running else " (these need the stack up: rerun with "
-                     "--keep-running and use a second terminal)"),
-                  soft_wrap=True)
+    console.print(
+        "[bold]Where to look next[/]"
+        + (
+            ""
+            if keep_running
+            else " (these need the stack up: rerun with --keep-running and use a second terminal)"
+        ),
+        soft_wrap=True,
+    )
     for label, text in lines:
         console.print(f"  [cyan]{label:<12}[/]{escape(text)}", soft_wrap=True, highlight=False)
-    again = (f"the data in {state_dir}/pg stays until then, and the next run starts clean"
-             if running.embedded_database else
-             "the configured database keeps everything: each run adds its conversations")
-    console.print(f"  Ctrl-C stops everything; rerunning `monitor up` is safe ({again}).",
-                  soft_wrap=True)
+    again = (
+        f"the data in {state_dir}/pg stays until then, and the next run starts clean"
+        if running.embedded_database
+        else "the configured database keeps everything: each run adds its conversations"
+    )
+    console.print(
+        f"  Ctrl-C stops everything; rerunning `monitor up` is safe ({again}).", soft_wrap=True
+    )

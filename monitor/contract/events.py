@@ -91,14 +91,23 @@ SCHEMA_ID = "agent-event/v1"
 MAX_EVENT_BYTES = 256 * 1024
 MAX_ATTRIBUTES_BYTES = 16 * 1024
 EVENT_TYPES: tuple[str, ...] = (
-    "message", "tool_result", "escalation", "outcome", "feedback", "gate",
-)  # fmt: skip
+    "message",
+    "tool_result",
+    "escalation",
+    "outcome",
+    "feedback",
+    "gate",
+)
 
 EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback", "gate"]
 Payload = (
-    MessagePayload | ToolResultPayload | EscalationPayload | OutcomePayload | FeedbackPayload
+    MessagePayload
+    | ToolResultPayload
+    | EscalationPayload
+    | OutcomePayload
+    | FeedbackPayload
     | GatePayload
-)  # fmt: skip
+)
 
 
 class AgentEvent(_Strict):

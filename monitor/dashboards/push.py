@@ -74,8 +74,12 @@ def _folder(api: GrafanaApi, title: str) -> tuple[str, bool]:
     return str(created["uid"]), True
 
 
-def push(api: GrafanaApi, dashboards: Sequence[dict[str, Any]], folder: str,
-         message: str = "monitor dashboards push") -> PushResult:
+def push(
+    api: GrafanaApi,
+    dashboards: Sequence[dict[str, Any]],
+    folder: str,
+    message: str = "monitor dashboards push",
+) -> PushResult:
     """Save ``dashboards`` into ``folder`` (created if missing), overwriting by uid.
 
     Raises GrafanaAuthError on 401/403, GrafanaPushError on any other refusal or I/O error.
@@ -85,12 +89,21 @@ def push(api: GrafanaApi, dashboards: Sequence[dict[str, Any]], folder: str,
         done = []
         for dashboard in dashboards:
             body = {k: v for k, v in dashboard.items() if k != "id"}
-            answer = api.dashboard.update_dashboard({
-                "dashboard": {**body, "id": None}, "folderUid": folder_uid, "overwrite": True,
-                "message": message,
-            })  # fmt: skip
-            done.append((str(answer.get("uid", body["uid"])), str(answer.get("url", "")),
-                         int(answer.get("version", 0))))
+            answer = api.dashboard.update_dashboard(
+                {
+                    "dashboard": {**body, "id": None},
+                    "folderUid": folder_uid,
+                    "overwrite": True,
+                    "message": message,
+                }
+            )
+            done.append(
+                (
+                    str(answer.get("uid", body["uid"])),
+                    str(answer.get("url", "")),
+                    int(answer.get("version", 0)),
+                )
+            )
     except GrafanaUnauthorizedError as exc:
         raise GrafanaAuthError(
             f"Grafana refused the token (401 {_detail(exc)}): check MONITOR_GRAFANA_TOKEN"

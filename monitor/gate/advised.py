@@ -130,8 +130,12 @@ def compute_cuts(
         conf = np.clip(calibrate(key[1], key[2] or None, raw), 0.0, 1.0)
         sums = np.array([(g.weight, g.weight_known, g.weight_failed) for g in found])
         uniq, inverse = np.unique(conf, return_inverse=True)  # a map can merge confidences
-        w, k, f = (np.asarray(np.bincount(inverse, weights=sums[:, j], minlength=uniq.size),
-                              dtype=np.float64) for j in range(3))  # fmt: skip
+        w, k, f = (
+            np.asarray(
+                np.bincount(inverse, weights=sums[:, j], minlength=uniq.size), dtype=np.float64
+            )
+            for j in range(3)
+        )
         threshold, reason = cut(uniq, w, k, f, spec)
         out[key] = AdvisorCut(threshold, n, reason, spec.question(), now)
     return AdvisorCuts(now, out)

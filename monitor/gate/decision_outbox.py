@@ -118,8 +118,9 @@ class DecisionOutbox:
         task.add_done_callback(_swallow)
         if self._spilled is None or self._spilled.done():
             self._spilled = asyncio.get_running_loop().create_future()
-        await asyncio.wait((task, self._spilled), timeout=self.spill_after_s,
-                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        await asyncio.wait(
+            (task, self._spilled), timeout=self.spill_after_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if seq not in self._inflight:
             return False  # written to disk by another event's failure (maybe sent twice)
         if not task.done():
@@ -142,8 +143,11 @@ class DecisionOutbox:
         self._inflight.clear()
         if self._spilled is not None and not self._spilled.done():
             self._spilled.set_result(None)  # wakes the publishers of the spilled events
-        log.warning("gate: %d decision events not acknowledged, buffered on disk (%s)",
-                    len(items), self.last_error)  # fmt: skip
+        log.warning(
+            "gate: %d decision events not acknowledged, buffered on disk (%s)",
+            len(items),
+            self.last_error,
+        )
         await self._write(items)
 
     def _drop_refused(self, exc: Refused) -> None:
@@ -172,11 +176,14 @@ class DecisionOutbox:
             try:
                 await asyncio.to_thread(self.buffer.append, batch)
             except Exception as exc:
-                self.buffer.dropped["write_error"] = (
-                    self.buffer.dropped.get("write_error", 0) + len(batch)
+                self.buffer.dropped["write_error"] = self.buffer.dropped.get(
+                    "write_error", 0
+                ) + len(batch)
+                log.error(
+                    "gate: %d decision events could not be buffered on disk, dropped: %s",
+                    len(batch),
+                    exc,
                 )
-                log.error("gate: %d decision events could not be buffered on disk, dropped: %s",
-                          len(batch), exc)  # fmt: skip
             self._in_write = 0
             for w in waiters:
                 if not w.done():
@@ -189,8 +196,9 @@ class DecisionOutbox:
         records = await asyncio.to_thread(self.buffer.read, self.replay_batch)
         if not records:
             return 0
-        results = await asyncio.gather(*(self.deliver(r.key, r.value) for r in records),
-                                       return_exceptions=True)  # fmt: skip
+        results = await asyncio.gather(
+            *(self.deliver(r.key, r.value) for r in records), return_exceptions=True
+        )
         done = sent = 0
         for result in results:
             if isinstance(result, Refused):
@@ -224,8 +232,11 @@ class DecisionOutbox:
                 log.error("gate: replaying buffered decision events failed: %s", exc)
                 sent = 0
             if sent:
-                log.info("gate: %d buffered decision events delivered, %d still buffered",
-                         sent, self.buffer.pending)  # fmt: skip
+                log.info(
+                    "gate: %d buffered decision events delivered, %d still buffered",
+                    sent,
+                    self.buffer.pending,
+                )
             else:
                 await asyncio.sleep(self.retry_s)
 

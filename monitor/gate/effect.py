@@ -126,15 +126,21 @@ def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
     if len(known) < len(rows):
         notes.append(f"{len(rows) - len(known)} conversations have no outcome yet")
     return Effect(
-        agent_id=agent, domain=domain, source=source, conversations=len(rows),
-        decisions=decisions, with_outcome=len(known), failure_rate_all=all_rate,
+        agent_id=agent,
+        domain=domain,
+        source=source,
+        conversations=len(rows),
+        decisions=decisions,
+        with_outcome=len(known),
+        failure_rate_all=all_rate,
         failure_rate_proceeded=proceeded_rate,
-        failures_prevented=Rate.of(stopped, len(failed)), relative_reduction=reduction,
+        failures_prevented=Rate.of(stopped, len(failed)),
+        relative_reduction=reduction,
         escalation_rate=Rate.of(decisions["escalate"], len(rows)),
         revise_rate=Rate.of(decisions["revise"], len(rows)),
         revise_failure_rate=Rate.of(sum(r.success is False for r in revised), len(revised)),
         notes=notes,
-    )  # fmt: skip
+    )
 
 
 def _with_ungated(e: Effect, u: UngatedCounts | None) -> Effect:
@@ -144,8 +150,12 @@ def _with_ungated(e: Effect, u: UngatedCounts | None) -> Effect:
     reduction = None
     if rate.value and e.failure_rate_proceeded.value is not None:
         reduction = 1.0 - e.failure_rate_proceeded.value / rate.value
-    return replace(e, ungated_conversations=u.conversations, failure_rate_ungated=rate,
-                   reduction_vs_ungated=reduction)  # fmt: skip
+    return replace(
+        e,
+        ungated_conversations=u.conversations,
+        failure_rate_ungated=rate,
+        reduction_vs_ungated=reduction,
+    )
 
 
 def effectiveness(

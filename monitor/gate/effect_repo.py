@@ -95,8 +95,9 @@ async def gated_conversations(
     uses_advisor = any(r.advisor is not None for r in policy.rules)
     cuts = await advisor_cuts(engine, policy, maps, end) if uses_advisor else None
     for agent_id, domain, tier, min_conf, success in replayable:
-        found = next(((i, r) for i, r in enumerate(policy.rules)
-                      if r.matches(agent_id, domain, tier)), None)  # fmt: skip
+        found = next(
+            ((i, r) for i, r in enumerate(policy.rules) if r.matches(agent_id, domain, tier)), None
+        )
         if found is None:
             continue
         index, rule = found
@@ -105,6 +106,13 @@ async def gated_conversations(
             threshold = advised_threshold(cuts, index, rule, agent_id, domain)[0]
         entry = lookup_map(maps, agent_id, domain)
         calibrated = min_conf if entry is None else entry.map.apply_one(min_conf)
-        out.append(GatedConversation(agent_id, domain or "", replayed_decision(
-            calibrated, threshold), success, "replayed"))  # fmt: skip
+        out.append(
+            GatedConversation(
+                agent_id,
+                domain or "",
+                replayed_decision(calibrated, threshold),
+                success,
+                "replayed",
+            )
+        )
     return out

@@ -208,20 +208,32 @@ def decide_gate(
     (the same answer as without it); ``cuts`` are the advisor's thresholds held in memory;
     ``grant`` (the request's credential) covers only its agents (403 ``out_of_scope``)."""
     if body is None:
-        return GateReply(413, {"error": f"body above {limits.max_body_bytes} bytes",
-                               "reason": "too_large"})  # fmt: skip
+        return GateReply(
+            413, {"error": f"body above {limits.max_body_bytes} bytes", "reason": "too_large"}
+        )
     req: GateRequest | None = None
     try:
         req = parse_gate_request(
-            body, max_body_bytes=limits.max_body_bytes, max_content_chars=limits.max_content_chars,
+            body,
+            max_body_bytes=limits.max_body_bytes,
+            max_content_chars=limits.max_content_chars,
             history_cache=history_cache,
-        )  # fmt: skip
+        )
         if grant is not None and not grant.allows(req.agent.id):
             refused = {"error": out_of_scope(grant, req.agent.id), "reason": "out_of_scope"}
             return GateReply(403, refused)
         event_id = f"gate:{req.request_id or new_id()}"
-        decision = decide(req, policy, maps, checks, event_id=event_id, now=now, timer=timer,
-                          started=started, cuts=cuts)  # fmt: skip
+        decision = decide(
+            req,
+            policy,
+            maps,
+            checks,
+            event_id=event_id,
+            now=now,
+            timer=timer,
+            started=started,
+            cuts=cuts,
+        )
     except GateRequestError as exc:
         return GateReply(exc.status, exc.as_dict())
     except UnknownAgent as exc:
@@ -267,8 +279,9 @@ def _failed(
     rule = policy.rule_for(req.agent.id, req.domain, req.tier) if req is not None else None
     why = f"{type(exc).__name__}: {exc}"[:300]
     if rule is None:
-        return GateReply(503, {"error": f"the gate could not decide ({why})",
-                               "reason": "gate_error"})  # fmt: skip
+        return GateReply(
+            503, {"error": f"the gate could not decide ({why})", "reason": "gate_error"}
+        )
     degraded = f"fail {rule.fail}: gate error ({why})"
     body = fail_answer(rule, degraded, policy.version, round(latency_ms, 3))
     index = next(i for i, r in enumerate(policy.rules) if r is rule)

@@ -107,10 +107,14 @@ async def finish_llm(
         elif fallback != "skip":
             decision = strictest([decision, fallback])
         degraded = f"llm {failure}: on_llm_timeout {fallback}"[:MAX_CRITIQUE]
-    payload = p.model_copy(update={
-        "decision": decision, "findings": findings, "degraded": degraded,
-        "latency_ms": round((timer() - pending.started) * 1000.0, 3),
-    })  # fmt: skip
+    payload = p.model_copy(
+        update={
+            "decision": decision,
+            "findings": findings,
+            "degraded": degraded,
+            "latency_ms": round((timer() - pending.started) * 1000.0, 3),
+        }
+    )
     final = GateDecision(pending.decision.event_id, payload, pending.decision.rule_index)
     answer = {**final.answer(), **pending.status}
     return answer, decision_event(pending.req, final, pending.now)

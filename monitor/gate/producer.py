@@ -40,10 +40,13 @@ class DecisionProducer:
         self.topic = topic
         self._origin_key = origin_key
         self._config: dict[str, Any] = {
-            "bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": idempotent,
-            "linger_ms": 20, "request_timeout_ms": request_timeout_ms,
+            "bootstrap_servers": bootstrap,
+            "acks": "all",
+            "enable_idempotence": idempotent,
+            "linger_ms": 20,
+            "request_timeout_ms": request_timeout_ms,
             "client_id": "agent-monitor-gate",
-        }  # fmt: skip
+        }
         self._producer: AIOKafkaProducer | None = None
         self._starting = asyncio.Lock()
         self._closed = False

@@ -84,14 +84,21 @@ def gate_llm_judge(settings: Settings, policy: GatePolicy) -> LLMJudge | None:
     if not budgets:
         return None
     if not settings.llm_judge_base_url:
-        raise ConfigError(f"{policy.source}: a gate rule lists the 'llm' check but "
-                          "MONITOR_LLM_JUDGE_BASE_URL is unset")  # fmt: skip
-    return LLMJudge(LLMJudgeConfig(
-        base_url=settings.llm_judge_base_url, model=settings.llm_judge_model,
-        api_key=settings.llm_judge_api_key, timeout=max(budgets) / 1000.0,
-        json_mode=settings.llm_judge_json_mode, retry=RetryPolicy(max_attempts=1),
-        name="llm",
-    ))  # fmt: skip
+        raise ConfigError(
+            f"{policy.source}: a gate rule lists the 'llm' check but "
+            "MONITOR_LLM_JUDGE_BASE_URL is unset"
+        )
+    return LLMJudge(
+        LLMJudgeConfig(
+            base_url=settings.llm_judge_base_url,
+            model=settings.llm_judge_model,
+            api_key=settings.llm_judge_api_key,
+            timeout=max(budgets) / 1000.0,
+            json_mode=settings.llm_judge_json_mode,
+            retry=RetryPolicy(max_attempts=1),
+            name="llm",
+        )
+    )
 
 
 async def load_maps(engine: AsyncEngine) -> dict[tuple[str, str], MapEntry]:
@@ -144,8 +151,10 @@ def _cuts_of_rows(
     now: datetime,
     days: float,
 ) -> AdvisorCuts:
-    groups = [ConfidenceGroup(a, d, int(t), float(c), int(n), float(w), float(k), float(f))
-              for a, d, t, c, n, w, k, f in rows]  # fmt: skip
+    groups = [
+        ConfidenceGroup(a, d, int(t), float(c), int(n), float(w), float(k), float(f))
+        for a, d, t, c, n, w, k, f in rows
+    ]
     return compute_cuts(policy, groups, calibrate, now, days)
 
 
@@ -188,8 +197,13 @@ class GateState:
         domains directory, or ``llm`` without an endpoint (the worker stops)."""
         policy = load_gate_policy(settings.gate_policy_file)
         judge = gate_llm_judge(settings, policy)
-        return cls(policy, CheckSet(load_domains(settings.domains_dir)), None,
-                   None if judge is None else judge.judge, judge)  # fmt: skip
+        return cls(
+            policy,
+            CheckSet(load_domains(settings.domains_dir)),
+            None,
+            None if judge is None else judge.judge,
+            judge,
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP clients of the LLM judge this state made (the worker, at stop)."""
@@ -208,8 +222,9 @@ class GateState:
             maps, mark = await _load_marked_maps(engine)
             changed = mark != self.map_mark
             age = None if self.cuts.at is None else (now - self.cuts.at).total_seconds()
-            if self._uses_advisor and (changed or age is None
-                                       or age >= self.policy.advisor_refresh_s):  # fmt: skip
+            if self._uses_advisor and (
+                changed or age is None or age >= self.policy.advisor_refresh_s
+            ):
                 self.cuts = await advisor_cuts(engine, self.policy, maps, now)
         except Exception as exc:  # the store is down or refusing: keep answering from memory
             self.last_error = f"{type(exc).__name__}: {exc}"[:300]

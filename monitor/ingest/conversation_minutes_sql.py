@@ -21,14 +21,22 @@ KEY = "minute, agent_id, domain, tier"
 
 def _values(x: str) -> str:
     """The key and the summed values of the image ``x``, in ``KEY`` + :data:`SUMS` order."""
-    return ", ".join([
-        f"date_trunc('minute', {x}.first_ts, 'UTC')", f"{x}.agent_id",
-        f"coalesce({x}.domain, '')", f"coalesce({x}.tier, 0)::smallint",
-        "1", f"{x}.escalated::int", f"({x}.outcome_success IS NOT NULL)::int",
-        f"coalesce({x}.outcome_success::int, 0)", f"({x}.min_confidence IS NOT NULL)::int",
-        f"coalesce(round({x}.min_confidence * 1000000)::bigint, 0)",
-        f"{x}.tool_errors", f"{x}.tool_results",
-    ])  # fmt: skip
+    return ", ".join(
+        [
+            f"date_trunc('minute', {x}.first_ts, 'UTC')",
+            f"{x}.agent_id",
+            f"coalesce({x}.domain, '')",
+            f"coalesce({x}.tier, 0)::smallint",
+            "1",
+            f"{x}.escalated::int",
+            f"({x}.outcome_success IS NOT NULL)::int",
+            f"coalesce({x}.outcome_success::int, 0)",
+            f"({x}.min_confidence IS NOT NULL)::int",
+            f"coalesce(round({x}.min_confidence * 1000000)::bigint, 0)",
+            f"{x}.tool_errors",
+            f"{x}.tool_results",
+        ]
+    )
 
 
 def upsert_deltas(after: str, before: str) -> str:
@@ -55,5 +63,7 @@ def backfill() -> str:
     back-fill and the tests' reference)."""
     cols = f"{KEY}, {', '.join(SUMS)}"
     sums = ", ".join(f"sum({c})::bigint" for c in SUMS)
-    return (f"SELECT {KEY}, {sums} FROM (SELECT {_values('c')} FROM conversations c)"
-            f" AS k({cols}) GROUP BY {KEY}")
+    return (
+        f"SELECT {KEY}, {sums} FROM (SELECT {_values('c')} FROM conversations c)"
+        f" AS k({cols}) GROUP BY {KEY}"
+    )

@@ -22,6 +22,7 @@ def storable_dead_letter(d: DeadLetter) -> tuple[object, ...]:
     field = printable(d.field) if d.field is not None else None
     return (printable(d.source), d.partition, d.offset, printable(d.reason), field, detail, d.raw)
 
+
 INSERT_DEAD_LETTER = """
 INSERT INTO dead_letters
   (source, source_partition, source_offset, reason, field, detail, raw, raw_md5)

@@ -25,12 +25,18 @@ DEC = f"""SELECT * FROM unnest({DECISION_PARAMS})
     AS d(conversation_id, d_agent, d_domain, d_tier, d_stratum, d_rate, d_by_rate, d_weight)"""
 
 #: true when the decision joined to an ``agg`` row was made from that row's segment
-SAME_SEGMENT = ("d_agent = agg.agent_id AND d_domain IS NOT DISTINCT FROM agg.domain"
-                " AND d_tier IS NOT DISTINCT FROM agg.tier")
+SAME_SEGMENT = (
+    "d_agent = agg.agent_id AND d_domain IS NOT DISTINCT FROM agg.domain"
+    " AND d_tier IS NOT DISTINCT FROM agg.tier"
+)
 
-_STORED = (("sample_stratum", "d_stratum"), ("sample_rate", "d_rate"),
-           ("sampled_by_rate", "d_by_rate"), ("sample_weight", "d_weight"),
-           ("sample_policy", "$9::text"))  # fmt: skip
+_STORED = (
+    ("sample_stratum", "d_stratum"),
+    ("sample_rate", "d_rate"),
+    ("sampled_by_rate", "d_by_rate"),
+    ("sample_weight", "d_weight"),
+    ("sample_policy", "$9::text"),
+)
 
 #: the ``conversations`` columns the insert fills, and their values (NULL unless ``k.ok``, the
 #: lateral :data:`SAME_SEGMENT` of the row)

@@ -30,8 +30,9 @@ _CID, _TS, _AGENT, _DOMAIN, _TIER = (
 
 #: the statement's parameter arrays, in ``DECISION_PARAMS`` order: conversation ids, agent,
 #: domain, tier the decision was made from, stratum, rate, by_rate, weight
-Decisions = tuple[list[str], list[Any], list[Any], list[Any], list[str], list[float],
-                  list[bool], list[float]]
+Decisions = tuple[
+    list[str], list[Any], list[Any], list[Any], list[str], list[float], list[bool], list[float]
+]
 
 
 def provisional(rows: Sequence[EventRow], policy: SamplingPolicy) -> Decisions:

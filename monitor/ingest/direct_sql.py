@@ -32,14 +32,30 @@ ROLLUP_TABLE = "staging_rollup"
 #: the columns of :data:`ROLLUP_TABLE` with their types: what the roll-ups and the new items
 #: read of an event (the ``events`` types; the body fields as the roll-ups extract them)
 _TYPES: tuple[tuple[str, str], ...] = (
-    ("event_id", "text"), ("conversation_id", "text"), ("type", "text"),
-    ("ts", "timestamptz"), ("agent_id", "text"), ("agent_version", "text"),
-    ("agent_model", "text"), ("domain", "text"), ("tier", "smallint"), ("channel", "text"),
-    ("intent", "text"), ("segment", "text"), ("task_id", "text"), ("trial", "integer"),
-    ("turn", "integer"), ("role", "text"), ("confidence", "float8"), ("tool_ok", "boolean"),
-    ("tool_calls", "integer"), ("escalation_trigger", "text"), ("outcome_success", "boolean"),
-    ("outcome_reward", "float8"), ("outcome_source", "text"),
-)  # fmt: skip
+    ("event_id", "text"),
+    ("conversation_id", "text"),
+    ("type", "text"),
+    ("ts", "timestamptz"),
+    ("agent_id", "text"),
+    ("agent_version", "text"),
+    ("agent_model", "text"),
+    ("domain", "text"),
+    ("tier", "smallint"),
+    ("channel", "text"),
+    ("intent", "text"),
+    ("segment", "text"),
+    ("task_id", "text"),
+    ("trial", "integer"),
+    ("turn", "integer"),
+    ("role", "text"),
+    ("confidence", "float8"),
+    ("tool_ok", "boolean"),
+    ("tool_calls", "integer"),
+    ("escalation_trigger", "text"),
+    ("outcome_success", "boolean"),
+    ("outcome_reward", "float8"),
+    ("outcome_source", "text"),
+)
 
 ROLLUP_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _TYPES)
 

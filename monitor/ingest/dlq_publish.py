@@ -45,9 +45,7 @@ def dlq_record(d: DeadLetter) -> tuple[bytes, list[tuple[str, bytes]]]:
 def retriable(exc: BaseException) -> bool:
     """Worth publishing again: a timeout or a Kafka error the client marks retriable."""
     transient = (asyncio.TimeoutError, TimeoutError, KafkaTimeoutError, KafkaConnectionError)
-    return isinstance(exc, transient) or bool(
-        getattr(exc, "retriable", False)
-    )
+    return isinstance(exc, transient) or bool(getattr(exc, "retriable", False))
 
 
 class DlqBatch:
@@ -81,7 +79,10 @@ class DlqBatch:
             if not retriable(outcome):
                 log.error(
                     "DLQ record for %s[%s]@%s refused by the broker (%s); kept in the "
-                    "dead_letters table only", d.source, d.partition, d.offset,
+                    "dead_letters table only",
+                    d.source,
+                    d.partition,
+                    d.offset,
                     type(outcome).__name__,
                 )
                 self.given_up.append(d)

@@ -58,17 +58,38 @@ KINDS = (0, 1, 2, 3)
 RESOLUTIONS = {"1h": "hour", "1d": "day"}
 
 KEY_COLUMNS = (
-    "kind", "agent_id", "agent_version", "domain", "tier",
-    "conf_milli", "escalated", "outcome", "weight", "turns", "seconds_bucket",
-)  # fmt: skip
+    "kind",
+    "agent_id",
+    "agent_version",
+    "domain",
+    "tier",
+    "conf_milli",
+    "escalated",
+    "outcome",
+    "weight",
+    "turns",
+    "seconds_bucket",
+)
 
 #: columns of ``conversations`` a key is computed from (the upsert returns them; also what
 #: monitor.ingest.conversation_minutes_sql reads of the same images)
 IMAGE_COLUMNS = (
-    "conversation_id", "first_ts", "agent_id", "agent_version", "domain", "tier",
-    "min_confidence", "escalated", "outcome_success", "sample_weight", "escalation_turn",
-    "first_turn", "escalated_at", "tool_errors", "tool_results",
-)  # fmt: skip
+    "conversation_id",
+    "first_ts",
+    "agent_id",
+    "agent_version",
+    "domain",
+    "tier",
+    "min_confidence",
+    "escalated",
+    "outcome_success",
+    "sample_weight",
+    "escalation_turn",
+    "first_turn",
+    "escalated_at",
+    "tool_errors",
+    "tool_results",
+)
 
 
 def seconds_bucket_sql(seconds: str) -> str:
@@ -84,26 +105,42 @@ def key_select(x: str, kind: int) -> str:
     :data:`KINDS`; 1-3 only for escalated ones), in :data:`KEY_COLUMNS` order."""
     secs = f"greatest(0, extract(epoch FROM {x}.escalated_at - {x}.first_ts))::float8"
     segment = [
-        f"{x}.agent_id", f"coalesce({x}.agent_version, '')", f"coalesce({x}.domain, '')",
+        f"{x}.agent_id",
+        f"coalesce({x}.agent_version, '')",
+        f"coalesce({x}.domain, '')",
         f"coalesce({x}.tier, 0)::smallint",
     ]
     if kind == 0:
-        return ", ".join([
-            "0::smallint", *segment,
-            f"coalesce(round({x}.min_confidence * 1000)::smallint, -1::smallint)",
-            f"{x}.escalated",
-            f"(CASE WHEN {x}.outcome_success IS NULL THEN -1 "
-            f"WHEN {x}.outcome_success THEN 1 ELSE 0 END)::smallint",
-            f"{x}.sample_weight", "-1", "-1::smallint",
-        ])
+        return ", ".join(
+            [
+                "0::smallint",
+                *segment,
+                f"coalesce(round({x}.min_confidence * 1000)::smallint, -1::smallint)",
+                f"{x}.escalated",
+                f"(CASE WHEN {x}.outcome_success IS NULL THEN -1 "
+                f"WHEN {x}.outcome_success THEN 1 ELSE 0 END)::smallint",
+                f"{x}.sample_weight",
+                "-1",
+                "-1::smallint",
+            ]
+        )
     turns = f"coalesce({x}.escalation_turn - coalesce({x}.first_turn, 0), -1)"
-    bucket = (f"(CASE WHEN {x}.escalated_at IS NOT NULL "
-              f"THEN {seconds_bucket_sql(secs)} ELSE -1 END)::smallint")
-    return ", ".join([
-        f"{kind}::smallint", *segment, "-1::smallint", "true", "-1::smallint",
-        f"{x}.sample_weight", turns if kind != 2 else "-1",
-        bucket if kind != 3 else "-1::smallint",
-    ])  # fmt: skip
+    bucket = (
+        f"(CASE WHEN {x}.escalated_at IS NOT NULL "
+        f"THEN {seconds_bucket_sql(secs)} ELSE -1 END)::smallint"
+    )
+    return ", ".join(
+        [
+            f"{kind}::smallint",
+            *segment,
+            "-1::smallint",
+            "true",
+            "-1::smallint",
+            f"{x}.sample_weight",
+            turns if kind != 2 else "-1",
+            bucket if kind != 3 else "-1::smallint",
+        ]
+    )
 
 
 def image_rows(rel: str, x: str, sign: int) -> str:
@@ -130,8 +167,9 @@ def upsert_deltas(after: str, before: str | None) -> str:
     if before is not None:
         changes += " UNION ALL " + image_rows(before, "o", -1)
     return f"""INSERT INTO escalation_bins AS eb (resolution, window_start, {_KEY}, conversations)
-  SELECT r.resolution, date_trunc(r.unit, k.first_ts, 'UTC'), {", ".join(f"k.{c}" for c in
-  KEY_COLUMNS)}, sum(k.sign)
+  SELECT r.resolution, date_trunc(r.unit, k.first_ts, 'UTC'), {
+        ", ".join(f"k.{c}" for c in KEY_COLUMNS)
+    }, sum(k.sign)
   FROM ({changes}) AS k(sign, first_ts, {_KEY})
   CROSS JOIN (VALUES {_RES}) AS r(resolution, unit)
   GROUP BY {_N} HAVING sum(k.sign) <> 0

@@ -58,8 +58,10 @@ class IngestHealth:
         if not self.ready:
             return False, "starting", "the ingest consumer is not subscribed yet"
         if self.commit_failures >= self.max_commit_failures:
-            return False, "commits_failing", (
-                f"{self.commit_failures} offset commits in a row failed ({self.last_error})"
+            return (
+                False,
+                "commits_failing",
+                (f"{self.commit_failures} offset commits in a row failed ({self.last_error})"),
             )
         since = self.seconds_since_write()
         if since > self.stall_after_s and (self.lag > 0 or self.paused):

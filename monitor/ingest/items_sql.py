@@ -118,7 +118,8 @@ _CONV = """(
 def sync_statement(new_items_from: str | None) -> str:
     """The statement (module docstring); its new items are the assistant messages with a
     confidence of the table ``new_items_from`` (the batch's events, staged), none when None."""
-    new_items = f"""
+    new_items = (
+        f"""
   INSERT INTO items (event_id, conversation_id, ts, {_SEG}, confidence, weight,
                      label, label_source, labelled_at)
   SELECT DISTINCT ON (s.event_id) s.event_id, s.conversation_id, s.ts, s.agent_id,
@@ -132,13 +133,14 @@ def sync_statement(new_items_from: str | None) -> str:
   ORDER BY s.event_id
   ON CONFLICT (event_id) DO NOTHING
   RETURNING conversation_id, ts, {_SEG}, confidence, weight, label AS y_new,
-            NULL::smallint AS y_old, label_source AS src_new, NULL::text AS src_old""" if (
-        new_items_from is not None
-    ) else f"""
+            NULL::smallint AS y_old, label_source AS src_new, NULL::text AS src_old"""
+        if (new_items_from is not None)
+        else f"""
   SELECT NULL::text AS conversation_id, NULL::timestamptz AS ts,
          {", ".join(f"NULL::{t} AS {c}" for c, t in _SEG_TYPES)},
          NULL::float8 AS confidence, NULL::float8 AS weight, NULL::smallint AS y_new,
          NULL::smallint AS y_old, NULL::text AS src_new, NULL::text AS src_old WHERE FALSE"""
+    )
     return f"""
 WITH judged AS ({_JUDGED}), new_items AS ({new_items}
 ), old AS (
@@ -189,8 +191,12 @@ SELECT (SELECT count(*) FROM new_items) AS new_items,
 """
 
 
-_SEG_TYPES = (("agent_id", "text"), ("agent_version", "text"), ("domain", "text"),
-              ("tier", "smallint"))  # fmt: skip
+_SEG_TYPES = (
+    ("agent_id", "text"),
+    ("agent_version", "text"),
+    ("domain", "text"),
+    ("tier", "smallint"),
+)
 
 #: New items from the staged batch + relabel of the batch's conversations (ingest path).
 SYNC_ITEMS = sync_statement(STAGING_TABLE)

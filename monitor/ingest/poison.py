@@ -64,8 +64,11 @@ async def write_isolating(
     except passthrough:
         raise
     except Exception as exc:
-        log.warning("the store rejected a batch of %d events (%s); isolating the poison",
-                    len(rows), describe(exc))  # fmt: skip
+        log.warning(
+            "the store rejected a batch of %d events (%s); isolating the poison",
+            len(rows),
+            describe(exc),
+        )
     total = WriteResult(0, 0, 0, 0)
     if dead:
         total = add(total, await write([], dead))
@@ -84,8 +87,13 @@ async def write_isolating(
                 chunks.extend([chunk[half:], chunk[:half]])
                 continue
             letter = rejected_letter(chunk[0], by_offset, topic, exc)
-        log.error("event at %s[%s]@%s rejected by the store: %s",
-                  letter.source, letter.partition, letter.offset, letter.detail)  # fmt: skip
+        log.error(
+            "event at %s[%s]@%s rejected by the store: %s",
+            letter.source,
+            letter.partition,
+            letter.offset,
+            letter.detail,
+        )
         await publish(letter)
         total = add(total, await write([], [letter]))
     return total

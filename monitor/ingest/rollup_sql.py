@@ -87,8 +87,11 @@ INSERTED: tuple[tuple[str, str], ...] = (
     *[(c, c) for c in ("role", "confidence", "turn", "tool_ok")],
     ("minute", "date_trunc('minute', ingested_at, 'UTC')"),
     ("delay_bucket", delay_bucket_sql("extract(epoch FROM ingested_at - ts)::float8")),
-    ("tool_calls", "CASE WHEN type = 'message' THEN jsonb_array_length("
-     "coalesce(body->'message'->'tool_calls', '[]'::jsonb)) END"),
+    (
+        "tool_calls",
+        "CASE WHEN type = 'message' THEN jsonb_array_length("
+        "coalesce(body->'message'->'tool_calls', '[]'::jsonb)) END",
+    ),
     ("escalation_trigger", f"CASE WHEN {_ESC} THEN body->'escalation'->>'trigger' END"),
     ("outcome_success", f"CASE WHEN {_OUT} THEN (body->'outcome'->>'success')::boolean END"),
     ("outcome_reward", f"CASE WHEN {_OUT} THEN (body->'outcome'->>'reward')::float8 END"),
@@ -196,51 +199,78 @@ _MINUTE_KEY = "minute, type, agent_id, domain, tier"
 ROLLUPS: tuple[tuple[str, str], ...] = (
     # the picks that order otherwise than by ts, from the few rows they read (so that every
     # ordered aggregate of agg orders by ts: one sort of the batch on Postgres 16+)
-    ("best_outcome", f"""SELECT DISTINCT ON (conversation_id) conversation_id, outcome_success,
+    (
+        "best_outcome",
+        f"""SELECT DISTINCT ON (conversation_id) conversation_id, outcome_success,
     outcome_reward, outcome_source, ts AS outcome_at
-  FROM ins WHERE {_OUT} ORDER BY conversation_id, {_OUTCOME_ORDER}"""),
-    ("last_conf", f"""SELECT DISTINCT ON (conversation_id) conversation_id,
+  FROM ins WHERE {_OUT} ORDER BY conversation_id, {_OUTCOME_ORDER}""",
+    ),
+    (
+        "last_conf",
+        f"""SELECT DISTINCT ON (conversation_id) conversation_id,
     confidence AS last_confidence
-  FROM ins WHERE {_ASSISTANT} AND confidence IS NOT NULL ORDER BY conversation_id, ts DESC"""),
-    ("agg", f"""SELECT * FROM (SELECT
+  FROM ins WHERE {_ASSISTANT} AND confidence IS NOT NULL ORDER BY conversation_id, ts DESC""",
+    ),
+    (
+        "agg",
+        f"""SELECT * FROM (SELECT
     {_AGG}
   FROM ins GROUP BY conversation_id) AS g
   LEFT JOIN last_conf USING (conversation_id) LEFT JOIN best_outcome USING (conversation_id)
-  LEFT JOIN dec USING (conversation_id)"""),
+  LEFT JOIN dec USING (conversation_id)""",
+    ),
     # escalation roll-up: the before image of every row the upsert may change
-    ("esc_before", f"""SELECT {", ".join(IMAGE_COLUMNS)} FROM conversations
-  WHERE conversation_id IN (SELECT conversation_id FROM agg)"""),
+    (
+        "esc_before",
+        f"""SELECT {", ".join(IMAGE_COLUMNS)} FROM conversations
+  WHERE conversation_id IN (SELECT conversation_id FROM agg)""",
+    ),
     # a new row takes the writer's decision when it was made from the row's own segment; the
     # update of an existing row leaves the sampling columns alone
-    ("up", f"""INSERT INTO conversations AS c ({", ".join((*_ROLLUP_COLS, *DECISION_COLS))})
+    (
+        "up",
+        f"""INSERT INTO conversations AS c ({", ".join((*_ROLLUP_COLS, *DECISION_COLS))})
   SELECT {", ".join(_ROLLUP_COLS)}, {DECISION_VALUES}
   FROM agg CROSS JOIN LATERAL (SELECT {SAME_SEGMENT} AS ok) AS k ORDER BY conversation_id
   ON CONFLICT (conversation_id) DO UPDATE SET
     {_UPDATES}
-  RETURNING {", ".join(f"c.{col}" for col in IMAGE_COLUMNS)}, c.xmax = 0 AS fresh"""),
+  RETURNING {", ".join(f"c.{col}" for col in IMAGE_COLUMNS)}, c.xmax = 0 AS fresh""",
+    ),
     # escalation roll-up: after image +1, before image -1
     ("esc", upsert_deltas("up", "esc_before")),
     # conversations per minute of first_ts (the pipeline panels), from the same images
     ("conv_minutes", conversation_minutes_sql.upsert_deltas("up", "esc_before")),
     # one pass over ins for both per-minute roll-ups (every row of a batch has the same
     # ingested_at, the transaction's now(), so this is a handful of rows)
-    ("by_minute", f"""SELECT {_MINUTE_KEY}, delay_bucket, count(*) AS n FROM (
+    (
+        "by_minute",
+        f"""SELECT {_MINUTE_KEY}, delay_bucket, count(*) AS n FROM (
     SELECT minute, type, agent_id, coalesce(domain, '') AS domain, coalesce(tier, 0) AS tier,
       delay_bucket FROM ins) AS r
-  GROUP BY {_MINUTE_KEY}, delay_bucket"""),
-    ("minutes", f"""INSERT INTO event_minutes AS m ({_MINUTE_KEY}, events)
+  GROUP BY {_MINUTE_KEY}, delay_bucket""",
+    ),
+    (
+        "minutes",
+        f"""INSERT INTO event_minutes AS m ({_MINUTE_KEY}, events)
   SELECT {_MINUTE_KEY}, sum(n)::bigint FROM by_minute
   GROUP BY {_MINUTE_KEY} ORDER BY {_MINUTE_KEY}
-  ON CONFLICT ({_MINUTE_KEY}) DO UPDATE SET events = m.events + EXCLUDED.events"""),
-    ("delays", """INSERT INTO ingest_delay_bins AS d (minute, bucket, events)
+  ON CONFLICT ({_MINUTE_KEY}) DO UPDATE SET events = m.events + EXCLUDED.events""",
+    ),
+    (
+        "delays",
+        """INSERT INTO ingest_delay_bins AS d (minute, bucket, events)
   SELECT minute, delay_bucket, sum(n)::bigint FROM by_minute GROUP BY 1, 2 ORDER BY 1, 2
-  ON CONFLICT (minute, bucket) DO UPDATE SET events = d.events + EXCLUDED.events"""),
-    ("segs", """INSERT INTO segment_values (kind, value)
+  ON CONFLICT (minute, bucket) DO UPDATE SET events = d.events + EXCLUDED.events""",
+    ),
+    (
+        "segs",
+        """INSERT INTO segment_values (kind, value)
   SELECT DISTINCT v.kind, v.value FROM up
   CROSS JOIN LATERAL (VALUES ('agent', up.agent_id), ('domain', up.domain), ('tier', up.tier::text))
     AS v(kind, value)
   WHERE v.value IS NOT NULL ORDER BY 1, 2
-  ON CONFLICT (kind, value) DO NOTHING"""),
+  ON CONFLICT (kind, value) DO NOTHING""",
+    ),
 )
 
 

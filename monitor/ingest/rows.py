@@ -19,15 +19,38 @@ from monitor.contract.events import AgentEvent
 # (spelled out so this module stays pure; tests/ingest/test_store_writer.py checks it against
 # the table definition)
 EVENT_COLUMNS: tuple[str, ...] = (
-    "event_id", "conversation_id", "type", "ts", "agent_id", "agent_version", "agent_model",
-    "domain", "tier", "channel", "intent", "segment", "task_id", "trial", "turn", "role",
-    "confidence", "tool_name", "tool_ok", "body", "kafka_partition", "kafka_offset",
+    "event_id",
+    "conversation_id",
+    "type",
+    "ts",
+    "agent_id",
+    "agent_version",
+    "agent_model",
+    "domain",
+    "tier",
+    "channel",
+    "intent",
+    "segment",
+    "task_id",
+    "trial",
+    "turn",
+    "role",
+    "confidence",
+    "tool_name",
+    "tool_ok",
+    "body",
+    "kafka_partition",
+    "kafka_offset",
 )
 
 #: after the ``EVENT_COLUMNS``: the number of tool calls of a message, the trigger of an
 #: escalation, the success, reward and source of an outcome (None for other event types)
 ROLLUP_FIELDS: tuple[str, ...] = (
-    "tool_calls", "escalation_trigger", "outcome_success", "outcome_reward", "outcome_source",
+    "tool_calls",
+    "escalation_trigger",
+    "outcome_success",
+    "outcome_reward",
+    "outcome_source",
 )
 
 #: every field of an ``EventRow``, in order

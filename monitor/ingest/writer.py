@@ -140,8 +140,12 @@ class EventWriter:
         await self.start()
         assert self._pool is not None
         no_rows = (*provisional([], self._policy), self._digest, "")
-        statements = [(ENSURE_DAYS, ([],)), (LOCK_CONVERSATIONS, ([],)),
-                      (DIRECT_BATCH, no_rows), (SYNC_ITEMS_DIRECT, ([], []))]  # fmt: skip
+        statements = [
+            (ENSURE_DAYS, ([],)),
+            (LOCK_CONVERSATIONS, ([],)),
+            (DIRECT_BATCH, no_rows),
+            (SYNC_ITEMS_DIRECT, ([], [])),
+        ]
         return await warm(self._pool, self._pool_size, statements, timeout_s)
 
     async def close(self) -> None:

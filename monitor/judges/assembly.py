@@ -55,8 +55,11 @@ def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules
         time_budget_s=settings.judge_time_budget_s,
     )
     domains = load_domains(settings.domains_dir)
-    log.info("judge domains: %s", ", ".join(f"{n} ({len(d.references)} references)"
-                                            for n, d in sorted(domains.items())) or "none")
+    log.info(
+        "judge domains: %s",
+        ", ".join(f"{n} ({len(d.references)} references)" for n, d in sorted(domains.items()))
+        or "none",
+    )
     runner = JudgeRunner(deterministic_judges(), llm, domains)
     loop = JudgeLoop(config, runner, rules, metrics)
     if settings.otel_evaluations_endpoint:

@@ -16,6 +16,7 @@ VERSION = "2"  # 2: applies to tool-using conversations only; think/no-op calls 
 NO_OP_TOOLS = frozenset({"think", "thinking", "reflect", "scratchpad", "noop", "no_op"})
 TOOL_USING = "tool-using conversations (a tool call or result recorded); assistant messages"
 
+
 def canonical_arguments(arguments: dict[str, Any]) -> str:
     """Arguments as canonical JSON (sorted keys, no spaces): equal calls give equal strings."""
     return json.dumps(

@@ -49,8 +49,12 @@ class Domain:
 
     def merged(self, other: Domain) -> Domain:
         """This domain with ``other``'s references and judges added after its own."""
-        return Domain(self.name, self.references + other.references,
-                      self.judges + other.judges, self.sources + other.sources)  # fmt: skip
+        return Domain(
+            self.name,
+            self.references + other.references,
+            self.judges + other.judges,
+            self.sources + other.sources,
+        )
 
     def fingerprint(self) -> str:
         """A short hash of the reference texts (shown with the judge report)."""

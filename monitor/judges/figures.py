@@ -31,12 +31,23 @@ FigureKind = Literal["amount", "date", "identifier"]
 _MONTHS = {
     m: i + 1
     for i, names in enumerate(
-        ("jan january", "feb february", "mar march", "apr april", "may", "jun june",
-         "jul july", "aug august", "sep sept september", "oct october", "nov november",
-         "dec december")
+        (
+            "jan january",
+            "feb february",
+            "mar march",
+            "apr april",
+            "may",
+            "jun june",
+            "jul july",
+            "aug august",
+            "sep sept september",
+            "oct october",
+            "nov november",
+            "dec december",
+        )
     )
     for m in names.split()
-}  # fmt: skip
+}
 _MONTH_ALT = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _AMOUNT_RE = re.compile(

@@ -67,19 +67,27 @@ async def label_sources(
     ``label_hours`` is kept by :mod:`monitor.ingest.label_sql`)."""
     cond, params = segment.where()
     p: dict[str, Any] = {"lo": start, "hi": end, **params}
-    items = (f"SELECT agent_id, coalesce(label_source, '') AS label_source, 1 AS n FROM items"
-             f" WHERE label IS NOT NULL AND {cond}")
+    items = (
+        f"SELECT agent_id, coalesce(label_source, '') AS label_source, 1 AS n FROM items"
+        f" WHERE label IS NOT NULL AND {cond}"
+    )
     hours = whole_hours(start, end)
     if hours is None:
         rows = f"{items} AND ts >= :lo AND ts < :hi"
     else:
         p["a"], p["b"] = hours
-        rows = (f"SELECT agent_id, label_source, items AS n FROM label_hours"
-                f" WHERE hour >= :a AND hour < :b AND {cond}"
-                f" UNION ALL {items} AND (ts >= :lo AND ts < :a OR ts >= :b AND ts < :hi)")
-    result = await conn.execute(text(
-        f"SELECT agent_id, label_source, sum(n) FROM ({rows}) AS t"
-        " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2"), p)
+        rows = (
+            f"SELECT agent_id, label_source, items AS n FROM label_hours"
+            f" WHERE hour >= :a AND hour < :b AND {cond}"
+            f" UNION ALL {items} AND (ts >= :lo AND ts < :a OR ts >= :b AND ts < :hi)"
+        )
+    result = await conn.execute(
+        text(
+            f"SELECT agent_id, label_source, sum(n) FROM ({rows}) AS t"
+            " GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 1, 2"
+        ),
+        p,
+    )
     out: list[Any] = list(result.all())
     return [(str(a), str(s), int(n)) for a, s, n in out]
 
@@ -91,15 +99,28 @@ async def judge_labels(
     async with engine.connect() as conn:
         sources = await label_sources(conn, segment, start, end)
         vcond, vparams = Segment(segment.agent).where("v.")
-        judged: list[Any] = list((await conn.execute(text(
-            "SELECT v.agent_id, v.judge, v.judge_version, count(DISTINCT v.conversation_id),"
-            " count(DISTINCT v.conversation_id) FILTER (WHERE v.label = 0)"
-            " FROM verdicts v JOIN conversations c USING (conversation_id)"
-            " WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NULL"
-            f" AND v.created_at >= :lo AND v.created_at < :hi AND {vcond}"
-            " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"), {"lo": start, "hi": end, **vparams})).all())
-    quality = {q.key: q for q in judge_quality(
-        await conversation_judgements(engine, segment, start, end)) if q.category is None}
+        judged: list[Any] = list(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT v.agent_id, v.judge, v.judge_version,"
+                        " count(DISTINCT v.conversation_id),"
+                        " count(DISTINCT v.conversation_id) FILTER (WHERE v.label = 0)"
+                        " FROM verdicts v JOIN conversations c USING (conversation_id)"
+                        " WHERE v.status = 'ok' AND v.label IS NOT NULL"
+                        " AND c.outcome_success IS NULL"
+                        f" AND v.created_at >= :lo AND v.created_at < :hi AND {vcond}"
+                        " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+                    ),
+                    {"lo": start, "hi": end, **vparams},
+                )
+            ).all()
+        )
+    quality = {
+        q.key: q
+        for q in judge_quality(await conversation_judgements(engine, segment, start, end))
+        if q.category is None
+    }
     per_agent: dict[str, dict[str, int]] = {}
     for agent, source, n in sources:
         per_agent.setdefault(str(agent), {})[str(source)] = int(n)
@@ -114,9 +135,15 @@ async def judge_labels(
             if a != agent:
                 continue
             q = quality.get((str(judge), str(version)))
-            acc = (corrected_accuracy(1 - int(n_flagged) / int(n_judged), q.recall.value,
-                                      q.specificity.value) if q is not None else None)
-            corrections.append(JudgeCorrection(str(judge), str(version), q, int(n_judged),
-                                               int(n_flagged), acc))  # fmt: skip
+            acc = (
+                corrected_accuracy(
+                    1 - int(n_flagged) / int(n_judged), q.recall.value, q.specificity.value
+                )
+                if q is not None
+                else None
+            )
+            corrections.append(
+                JudgeCorrection(str(judge), str(version), q, int(n_judged), int(n_flagged), acc)
+            )
         out[agent] = JudgeLabels(total, by_judge, by_judge / total, counts, corrections)
     return out

@@ -40,34 +40,96 @@ FAMILY_TOOLS: dict[str, tuple[str, ...]] = {
 }
 
 READ_ONLY_PREFIXES = (
-    "get", "search", "list", "find", "lookup", "look_up", "check", "calculate", "think", "read",
-    "fetch", "query", "view", "show", "describe", "count",
-)  # fmt: skip
+    "get",
+    "search",
+    "list",
+    "find",
+    "lookup",
+    "look_up",
+    "check",
+    "calculate",
+    "think",
+    "read",
+    "fetch",
+    "query",
+    "view",
+    "show",
+    "describe",
+    "count",
+)
 
 # participles that name their family on their own
 _VERB_FAMILY = {
-    "cancelled": "cancel", "canceled": "cancel", "refunded": "refund", "reimbursed": "refund",
-    "booked": "book", "reserved": "book", "rebooked": "modify", "upgraded": "modify",
-    "downgraded": "modify", "exchanged": "exchange", "charged": "payment", "paid": "payment",
-    "transferred": "transfer", "escalated": "transfer",
-}  # fmt: skip
+    "cancelled": "cancel",
+    "canceled": "cancel",
+    "refunded": "refund",
+    "reimbursed": "refund",
+    "booked": "book",
+    "reserved": "book",
+    "rebooked": "modify",
+    "upgraded": "modify",
+    "downgraded": "modify",
+    "exchanged": "exchange",
+    "charged": "payment",
+    "paid": "payment",
+    "transferred": "transfer",
+    "escalated": "transfer",
+}
 # participles that need a noun: updated/changed -> address or modify
 _CHANGE_VERBS = frozenset({"updated", "changed", "modified", "corrected", "edited", "switched"})
-_GENERIC_VERBS = frozenset({
-    "processed", "issued", "initiated", "submitted", "placed", "made", "created", "completed",
-    "confirmed", "sent", "added", "applied", "credited", "purchased", "finalized", "done",
-})  # fmt: skip
+_GENERIC_VERBS = frozenset(
+    {
+        "processed",
+        "issued",
+        "initiated",
+        "submitted",
+        "placed",
+        "made",
+        "created",
+        "completed",
+        "confirmed",
+        "sent",
+        "added",
+        "applied",
+        "credited",
+        "purchased",
+        "finalized",
+        "done",
+    }
+)
 # noun -> family, for generic participles (nearest noun to the verb wins)
 _NOUN_FAMILY = {
-    "refund": "refund", "reimbursement": "refund", "exchange": "exchange", "return": "return",
-    "cancellation": "cancel", "payment": "payment", "charge": "payment",
-    "certificate": "compensation", "voucher": "compensation", "compensation": "compensation",
-    "credit": "compensation", "note": "note", "comment": "note", "insurance": "insurance",
-    "bag": "baggage", "bags": "baggage", "baggage": "baggage", "luggage": "baggage",
-    "booking": "book", "reservation": "book", "order": "book", "address": "address",
-    "flight": "modify", "flights": "modify", "cabin": "modify", "seat": "modify",
-    "passenger": "modify", "passengers": "modify", "itinerary": "modify", "change": "modify",
-}  # fmt: skip
+    "refund": "refund",
+    "reimbursement": "refund",
+    "exchange": "exchange",
+    "return": "return",
+    "cancellation": "cancel",
+    "payment": "payment",
+    "charge": "payment",
+    "certificate": "compensation",
+    "voucher": "compensation",
+    "compensation": "compensation",
+    "credit": "compensation",
+    "note": "note",
+    "comment": "note",
+    "insurance": "insurance",
+    "bag": "baggage",
+    "bags": "baggage",
+    "baggage": "baggage",
+    "luggage": "baggage",
+    "booking": "book",
+    "reservation": "book",
+    "order": "book",
+    "address": "address",
+    "flight": "modify",
+    "flights": "modify",
+    "cabin": "modify",
+    "seat": "modify",
+    "passenger": "modify",
+    "passengers": "modify",
+    "itinerary": "modify",
+    "change": "modify",
+}
 
 _VERB_ALT = "|".join(sorted({*_VERB_FAMILY, *_CHANGE_VERBS, *_GENERIC_VERBS}, key=len)[::-1])
 _CLAIM_RE = re.compile(

@@ -174,10 +174,14 @@ class LLMJudge:
                 messages, repaired = rubric.repair_messages(messages, reply, exc), True
         extra, latency = {"attempts": attempts, "repaired": repaired}, self._elapsed_ms(start)
         return [
-            replace(v, rationale=self._scrub(v.rationale or "") or None, latency_ms=latency,
-                    evidence={**v.evidence, **extra})
+            replace(
+                v,
+                rationale=self._scrub(v.rationale or "") or None,
+                latency_ms=latency,
+                evidence={**v.evidence, **extra},
+            )
             for v in verdicts
-        ]  # fmt: skip
+        ]
 
     async def _complete(self, messages: list[dict[str, str]]) -> tuple[str | _Failure, int]:
         """One chat completion with retries: (the reply's text or the failure, attempts made)."""
@@ -273,10 +277,18 @@ class LLMJudge:
         items: list[str | None] = [m.event_id for m in msgs if m.confidence is not None]
         latency = self._elapsed_ms(start)
         return [
-            Verdict(self.name, self.version, cid, item, status="error", error=failure.code,
-                    evidence={"detail": failure.detail, "attempts": attempts}, latency_ms=latency)
+            Verdict(
+                self.name,
+                self.version,
+                cid,
+                item,
+                status="error",
+                error=failure.code,
+                evidence={"detail": failure.detail, "attempts": attempts},
+                latency_ms=latency,
+            )
             for item in (items or [None])
-        ]  # fmt: skip
+        ]
 
 
 def _own_clients(

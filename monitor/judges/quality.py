@@ -94,8 +94,14 @@ class JudgeQuality:
         return (self.judge, self.judge_version)
 
 
-def _quality(judge: str, version: str, category: str | None,
-             pairs: Sequence[tuple[bool, bool]], floor: float, min_pairs: int) -> JudgeQuality:
+def _quality(
+    judge: str,
+    version: str,
+    category: str | None,
+    pairs: Sequence[tuple[bool, bool]],
+    floor: float,
+    min_pairs: int,
+) -> JudgeQuality:
     tp = sum(1 for f, y in pairs if f and y)
     fp = sum(1 for f, y in pairs if f and not y)
     fn = sum(1 for f, y in pairs if not f and y)
@@ -104,14 +110,28 @@ def _quality(judge: str, version: str, category: str | None,
     agree = agreement([int(f) for f, _ in pairs], [int(y) for _, y in pairs], min_pairs=1)
     precision = Proportion.of(tp, tp + fp)
     return JudgeQuality(
-        judge, version, category, len(pairs), tp, fp, fn, tn, precision,
-        Proportion.of(tp, tp + fn), Proportion.of(tn, tn + fp), agree.kappa, agree.reason,
+        judge,
+        version,
+        category,
+        len(pairs),
+        tp,
+        fp,
+        fn,
+        tn,
+        precision,
+        Proportion.of(tp, tp + fn),
+        Proportion.of(tn, tn + fp),
+        agree.kappa,
+        agree.reason,
         below_floor(precision, floor, min_pairs) if category is None else False,
-    )  # fmt: skip
+    )
 
 
-def below_floor(precision: Proportion, floor: float = DEFAULT_PRECISION_FLOOR,
-                min_pairs: int = DEFAULT_FLOOR_MIN_PAIRS) -> bool:
+def below_floor(
+    precision: Proportion,
+    floor: float = DEFAULT_PRECISION_FLOOR,
+    min_pairs: int = DEFAULT_FLOOR_MIN_PAIRS,
+) -> bool:
     """True when ``precision`` is measured on at least ``min_pairs`` flagged conversations
     and is below ``floor`` (the judge then stops labelling items)."""
     return precision.n >= min_pairs and precision.value is not None and precision.value < floor
@@ -136,8 +156,9 @@ def judge_quality(
             any_det[j.conversation_id] = (flagged or j.flagged, failed)
     out: list[JudgeQuality] = []
     for (name, version), js in sorted(by_judge.items()):
-        out.append(_quality(name, version, None, [(j.flagged, j.failed) for j in js],
-                            floor, min_pairs))  # fmt: skip
+        out.append(
+            _quality(name, version, None, [(j.flagged, j.failed) for j in js], floor, min_pairs)
+        )
         for cat in sorted({c for j in js for c in j.categories}):
             pairs = [(cat in j.categories, j.failed) for j in js]
             out.append(_quality(name, version, cat, pairs, floor, min_pairs))
@@ -172,8 +193,9 @@ class CorrectedAccuracy:
     note: str | None
 
 
-def corrected_accuracy(raw_accuracy: float, sensitivity: float | None,
-                       specificity: float | None) -> CorrectedAccuracy:
+def corrected_accuracy(
+    raw_accuracy: float, sensitivity: float | None, specificity: float | None
+) -> CorrectedAccuracy:
     """Correct the accuracy measured on judge labels for the judge's error rates (module
     docstring): failure share ``q = 1 - raw``; ``sensitivity`` = the judge's recall of
     failures, ``specificity`` = its share of successes left unflagged."""
@@ -181,8 +203,9 @@ def corrected_accuracy(raw_accuracy: float, sensitivity: float | None,
         return CorrectedAccuracy(raw_accuracy, None, "the judge's error rates are not measured")
     youden = sensitivity + specificity - 1.0
     if youden <= 0:
-        return CorrectedAccuracy(raw_accuracy, None,
-                                 "the judge is no better than chance (se + sp <= 1)")
+        return CorrectedAccuracy(
+            raw_accuracy, None, "the judge is no better than chance (se + sp <= 1)"
+        )
     q = 1.0 - raw_accuracy
     f = min(max((q + specificity - 1.0) / youden, 0.0), 1.0)
     return CorrectedAccuracy(raw_accuracy, 1.0 - f, None)

@@ -56,26 +56,48 @@ async def refresh_judge_quality(
     async with pool.acquire() as conn:
         rows = await conn.fetch(_JUDGEMENTS)
     judgements = [
-        ConversationJudgement(r["conversation_id"], r["judge"], r["judge_version"],
-                              bool(r["flagged"]),
-                              frozenset(r["cats"].split(",")) if r["cats"] else frozenset(),
-                              not r["ok"])
+        ConversationJudgement(
+            r["conversation_id"],
+            r["judge"],
+            r["judge_version"],
+            bool(r["flagged"]),
+            frozenset(r["cats"].split(",")) if r["cats"] else frozenset(),
+            not r["ok"],
+        )
         for r in rows
-    ]  # fmt: skip
-    quality = [q for q in judge_quality(judgements, floor, min_pairs)
-               if q.category is None and q.judge_version]  # fmt: skip
+    ]
+    quality = [
+        q
+        for q in judge_quality(judgements, floor, min_pairs)
+        if q.category is None and q.judge_version
+    ]
     changes: list[FloorChange] = []
     async with pool.acquire() as conn, conn.transaction():
         stored = await conn.fetch("SELECT judge, judge_version, muted FROM judge_quality")
         before = {(r["judge"], r["judge_version"]): r["muted"] for r in stored}
         for q in quality:
-            await conn.execute(_UPSERT, q.judge, q.judge_version, q.pairs, q.precision.n,
-                               q.precision.value, q.recall.value, floor, min_pairs,
-                               q.below_floor)  # fmt: skip
+            await conn.execute(
+                _UPSERT,
+                q.judge,
+                q.judge_version,
+                q.pairs,
+                q.precision.n,
+                q.precision.value,
+                q.recall.value,
+                floor,
+                min_pairs,
+                q.below_floor,
+            )
             if before.get(q.key, False) != q.below_floor:
-                cids = [r["conversation_id"] for r in await conn.fetch(
-                    "SELECT DISTINCT conversation_id FROM verdicts WHERE judge = $1"
-                    " AND judge_version = $2 ORDER BY 1", q.judge, q.judge_version)]  # fmt: skip
+                cids = [
+                    r["conversation_id"]
+                    for r in await conn.fetch(
+                        "SELECT DISTINCT conversation_id FROM verdicts WHERE judge = $1"
+                        " AND judge_version = $2 ORDER BY 1",
+                        q.judge,
+                        q.judge_version,
+                    )
+                ]
                 await conn.execute(LOCK_CONVERSATIONS, cids)
                 row = await conn.fetchrow(RELABEL_ITEMS, cids, cids)
                 relabelled = int(row["relabelled"]) if row is not None else 0

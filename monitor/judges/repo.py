@@ -71,23 +71,29 @@ FROM conversations c
 """
 
 # the partial index ix_conversations_judge_candidates serves exactly this predicate
-_CANDIDATES = _FACTS + """
+_CANDIDATES = (
+    _FACTS
+    + """
 WHERE c.judge_requested_at IS NULL AND c.last_ts < $1 AND c.sample_rate IS NOT NULL
   AND (c.sampled_by_rate OR c.escalated OR c.tool_errors > 0 OR c.feedback_count > 0)
 ORDER BY c.last_ts
 LIMIT $2
 FOR UPDATE OF c SKIP LOCKED
 """
+)
 
 # the confidence-floor rule depends on configuration, so it has no partial index: it looks at
 # conversations idle for less than FLOOR_HORIZON only (the last_ts index bounds the scan)
-_LOW_CONFIDENCE = _FACTS + """
+_LOW_CONFIDENCE = (
+    _FACTS
+    + """
 WHERE c.judge_requested_at IS NULL AND c.last_ts < $1 AND c.last_ts >= $2
   AND c.sample_rate IS NOT NULL AND c.min_confidence < $3
 ORDER BY c.last_ts
 LIMIT $4
 FOR UPDATE OF c SKIP LOCKED
 """
+)
 FLOOR_HORIZON = timedelta(days=1)
 
 _MARK = """
@@ -257,10 +263,20 @@ def verdict_columns(
     cols: list[list[Any]] = [[] for _ in range(13)]
     for v in verdicts:
         values = (
-            v.conversation_id, v.item_id or "", agent_by_conversation[v.conversation_id],
-            v.judge, v.judge_version, v.status, v.label, v.score, json.dumps(list(v.categories)),
-            json.dumps(v.evidence, default=str), v.rationale, v.error, float(v.latency_ms),
-        )  # fmt: skip
+            v.conversation_id,
+            v.item_id or "",
+            agent_by_conversation[v.conversation_id],
+            v.judge,
+            v.judge_version,
+            v.status,
+            v.label,
+            v.score,
+            json.dumps(list(v.categories)),
+            json.dumps(v.evidence, default=str),
+            v.rationale,
+            v.error,
+            float(v.latency_ms),
+        )
         for col, value in zip(cols, values, strict=True):
             col.append(value)
     return cols

@@ -49,9 +49,10 @@ class JudgeRunner:
         if domain.name not in self._by_domain:
             self._by_domain[domain.name] = [
                 UnsupportedFigureJudge(j.reference + domain.references)
-                if isinstance(j, UnsupportedFigureJudge) else j
+                if isinstance(j, UnsupportedFigureJudge)
+                else j
                 for j in self.judges
-            ] + list(domain.judges)  # fmt: skip
+            ] + list(domain.judges)
         return self._by_domain[domain.name]
 
     def deterministic(

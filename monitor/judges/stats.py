@@ -37,8 +37,10 @@ class JudgeVolume:
 
 
 # the verdict's conversation started in [lo, hi)
-IN_RANGE = ("EXISTS (SELECT 1 FROM conversations c WHERE c.conversation_id = v.conversation_id"
-            " AND c.first_ts >= :lo AND c.first_ts < :hi)")
+IN_RANGE = (
+    "EXISTS (SELECT 1 FROM conversations c WHERE c.conversation_id = v.conversation_id"
+    " AND c.first_ts >= :lo AND c.first_ts < :hi)"
+)
 
 
 def _agent(segment: Segment) -> tuple[str, dict[str, Any]]:
@@ -58,19 +60,34 @@ async def judge_volumes(
     cond, params = _agent(segment)
     rng = f"{IN_RANGE} AND {cond}"
     p = {"lo": start, "hi": end, **params}
-    rows = await _rows(engine, (
-        "SELECT judge, judge_version, count(*), count(*) FILTER (WHERE status = 'error'),"
-        " count(*) FILTER (WHERE status = 'ok' AND label = 0),"
-        " percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),"
-        " percentile_cont(0.9) WITHIN GROUP (ORDER BY latency_ms),"
-        " count(DISTINCT conversation_id) FILTER (WHERE evidence ? 'truncated')"
-        f" FROM verdicts v WHERE {rng} GROUP BY 1, 2 ORDER BY 1, 2"), p)
-    errors = await _rows(engine, (
-        "SELECT judge, judge_version, coalesce(error, '?'), count(*) FROM verdicts v"
-        f" WHERE status = 'error' AND {rng} GROUP BY 1, 2, 3"), p)
-    cats = await _rows(engine, (
-        "SELECT judge, judge_version, c, count(*) FROM verdicts v,"
-        f" jsonb_array_elements_text(v.categories) AS c WHERE {rng} GROUP BY 1, 2, 3"), p)
+    rows = await _rows(
+        engine,
+        (
+            "SELECT judge, judge_version, count(*), count(*) FILTER (WHERE status = 'error'),"
+            " count(*) FILTER (WHERE status = 'ok' AND label = 0),"
+            " percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms),"
+            " percentile_cont(0.9) WITHIN GROUP (ORDER BY latency_ms),"
+            " count(DISTINCT conversation_id) FILTER (WHERE evidence ? 'truncated')"
+            f" FROM verdicts v WHERE {rng} GROUP BY 1, 2 ORDER BY 1, 2"
+        ),
+        p,
+    )
+    errors = await _rows(
+        engine,
+        (
+            "SELECT judge, judge_version, coalesce(error, '?'), count(*) FROM verdicts v"
+            f" WHERE status = 'error' AND {rng} GROUP BY 1, 2, 3"
+        ),
+        p,
+    )
+    cats = await _rows(
+        engine,
+        (
+            "SELECT judge, judge_version, c, count(*) FROM verdicts v,"
+            f" jsonb_array_elements_text(v.categories) AS c WHERE {rng} GROUP BY 1, 2, 3"
+        ),
+        p,
+    )
     out = {
         (r[0], r[1]): JudgeVolume(r[0], r[1], r[2], r[3], r[4], r[5], r[6], truncated=r[7])
         for r in rows
@@ -89,21 +106,31 @@ async def conversation_judgements(
     with a label (it applied): flagged (any label 0), the categories of its failures, and
     whether the conversation failed. Message-level and conversation-level verdicts count."""
     cond, params = _agent(segment)
-    rows = await _rows(engine, (
-        "SELECT v.judge, v.judge_version, v.conversation_id, bool_or(v.label = 0),"
-        " string_agg(DISTINCT cat.c, ',') FILTER (WHERE v.label = 0),"
-        " bool_and(c.outcome_success)"
-        " FROM verdicts v JOIN conversations c USING (conversation_id)"
-        " LEFT JOIN LATERAL jsonb_array_elements_text(v.categories) AS cat(c) ON TRUE"
-        " WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL"
-        f" AND c.first_ts >= :lo AND c.first_ts < :hi AND {cond}"
-        " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"), {"lo": start, "hi": end, **params})
+    rows = await _rows(
+        engine,
+        (
+            "SELECT v.judge, v.judge_version, v.conversation_id, bool_or(v.label = 0),"
+            " string_agg(DISTINCT cat.c, ',') FILTER (WHERE v.label = 0),"
+            " bool_and(c.outcome_success)"
+            " FROM verdicts v JOIN conversations c USING (conversation_id)"
+            " LEFT JOIN LATERAL jsonb_array_elements_text(v.categories) AS cat(c) ON TRUE"
+            " WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL"
+            f" AND c.first_ts >= :lo AND c.first_ts < :hi AND {cond}"
+            " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+        ),
+        {"lo": start, "hi": end, **params},
+    )
     return [
-        ConversationJudgement(str(cid), str(j), str(ver), bool(flagged),
-                              frozenset(str(cats).split(",")) if cats else frozenset(),
-                              not ok)
+        ConversationJudgement(
+            str(cid),
+            str(j),
+            str(ver),
+            bool(flagged),
+            frozenset(str(cats).split(",")) if cats else frozenset(),
+            not ok,
+        )
         for j, ver, cid, flagged, cats, ok in rows
-    ]  # fmt: skip
+    ]
 
 
 @dataclass(frozen=True)

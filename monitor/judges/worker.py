@@ -115,7 +115,9 @@ class JudgeLoop:
     async def start(self) -> None:
         cfg = self.config
         self._pool = await asyncpg.create_pool(  # see store.engine.CUSTOM_PLANS
-            libpq_url(cfg.database_url), min_size=0, max_size=cfg.concurrency + 1,
+            libpq_url(cfg.database_url),
+            min_size=0,
+            max_size=cfg.concurrency + 1,
             server_settings=CUSTOM_PLANS,
         )
         self._producer = AIOKafkaProducer(
@@ -150,9 +152,13 @@ class JudgeLoop:
             await asyncio.gather(*sent)
 
         done = await judge_repo.claim_candidates(
-            self._pool, self.rules, self.clock.now(),
-            _seconds(self.config.idle_s), self.config.schedule_batch, publish,
-        )  # fmt: skip
+            self._pool,
+            self.rules,
+            self.clock.now(),
+            _seconds(self.config.idle_s),
+            self.config.schedule_batch,
+            publish,
+        )
         self.metrics.judge_requests.inc(len(done))
         return len(done)
 
@@ -164,9 +170,14 @@ class JudgeLoop:
             self._pool, self.config.precision_floor, self.config.floor_min_pairs
         )
         for c in changes:
-            log.warning("judge %s %s %s (precision floor %.2f); %d items relabelled",
-                        c.judge, c.judge_version, "muted" if c.muted else "unmuted",
-                        self.config.precision_floor, c.relabelled)  # fmt: skip
+            log.warning(
+                "judge %s %s %s (precision floor %.2f); %d items relabelled",
+                c.judge,
+                c.judge_version,
+                "muted" if c.muted else "unmuted",
+                self.config.precision_floor,
+                c.relabelled,
+            )
         return changes
 
     async def schedule_forever(self) -> None:
@@ -188,10 +199,13 @@ class JudgeLoop:
     async def consume_forever(self, ready: asyncio.Event | None = None) -> None:
         cfg = self.config
         consumer = AIOKafkaConsumer(
-            cfg.topic, bootstrap_servers=cfg.bootstrap, group_id=cfg.group_id,
-            enable_auto_commit=False, auto_offset_reset="earliest",
+            cfg.topic,
+            bootstrap_servers=cfg.bootstrap,
+            group_id=cfg.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
             max_poll_records=cfg.concurrency * 4,
-        )  # fmt: skip
+        )
         await consumer.start()
         try:
             if ready is not None:
@@ -206,8 +220,9 @@ class JudgeLoop:
                         try:
                             requests.append(judge_repo.JudgeRequest.from_json(rec.value or b""))
                         except (ValueError, KeyError, TypeError) as exc:
-                            log.error("skipping a malformed judge request at %s: %s",
-                                      rec.offset, exc)  # fmt: skip
+                            log.error(
+                                "skipping a malformed judge request at %s: %s", rec.offset, exc
+                            )
                 unique = {r.conversation_id: r for r in requests}
                 results = await asyncio.gather(*(self._judge(r) for r in unique.values()))
                 if not all(r is not None for r in results) or not await self._write(results):

@@ -70,6 +70,7 @@ UNAUTHENTICATED = 16
 PERMISSION_DENIED = 7
 STATUS_CODES = {401: UNAUTHENTICATED, 403: PERMISSION_DENIED}  # else RESOURCE_EXHAUSTED (429)
 
+
 @dataclass
 class Answer(Reply):
     """What to send back; ``counts``: mapped/dropped/rejected spans and those waiting for their

@@ -202,20 +202,25 @@ def simulation_events(sim: Mapping[str, Any], run: Tau2Run) -> list[AgentEvent]:
             call_id = _opt_str(msg.get("id")) or f"call-{turn}"
             error = bool(msg.get("error"))
             content = _opt_str(msg.get("content"))
-            b.add(ts, turn, ToolResultPayload(
-                call_id=call_id,
-                name=call_names.get(call_id, "unknown"),
-                ok=not error,
-                content=content,
-                error=(content or "tool error") if error else None,
-            ))
+            b.add(
+                ts,
+                turn,
+                ToolResultPayload(
+                    call_id=call_id,
+                    name=call_names.get(call_id, "unknown"),
+                    ok=not error,
+                    content=content,
+                    error=(content or "tool error") if error else None,
+                ),
+            )
             continue
         if role not in _MESSAGE_ROLES:
             raise ValueError(f"message #{pos}: unknown role {role!r}")
         calls = [_tool_call(c, turn, j) for j, c in enumerate(msg.get("tool_calls") or [])]
         call_names.update((c.id, c.name) for c in calls)
         b.add(
-            ts, turn,
+            ts,
+            turn,
             MessagePayload(role=role, content=_opt_str(msg.get("content")), tool_calls=calls),
             attributes=_message_attributes(msg),
         )
@@ -225,8 +230,12 @@ def simulation_events(sim: Mapping[str, Any], run: Tau2Run) -> list[AgentEvent]:
     outcome = _outcome(sim)
     if outcome is not None and ts is not None:
         end = _parse_ts(sim.get("end_time"))
-        b.add(end if end is not None and end > ts else ts + _OUTCOME_GAP, None, outcome,
-              attributes=_outcome_attributes(sim))
+        b.add(
+            end if end is not None and end > ts else ts + _OUTCOME_GAP,
+            None,
+            outcome,
+            attributes=_outcome_attributes(sim),
+        )
     return b.events
 
 

@@ -66,37 +66,55 @@ def health_for(
         a = critical[0]
         return AgentHealth(agent, "act", f"critical alert {a['rule']}: {a['summary']}")
     if inverted:
-        return AgentHealth(agent, "act", "escalates more often when it is more confident "
-                       "(inversion test)")  # fmt: skip
+        return AgentHealth(
+            agent, "act", "escalates more often when it is more confident (inversion test)"
+        )
     newest = max((c["recent_to"] for c in drift), default=None)
     latest_fired = [c for c in drift if c["recent_to"] == newest and c.get("fired")]
     if latest_fired:
         tests = sorted({t for c in latest_fired for t in (c.get("fired_tests") or [])})
-        return AgentHealth(agent, "act", f"drift in the latest check (to {newest:%H:%M} UTC): "
-                       f"{', '.join(tests) or 'fired'}")  # fmt: skip
+        return AgentHealth(
+            agent,
+            "act",
+            f"drift in the latest check (to {newest:%H:%M} UTC): {', '.join(tests) or 'fired'}",
+        )
     judged = calibration is not None and calibration.meaningful
     low = calibration.ece_ci[0] if calibration is not None else float("nan")
     if judged and calibration is not None and low >= ACT_ECE:  # sure, not just noise
-        return AgentHealth(agent, "act", f"ECE {_fmt(calibration.ece)}, at least {_fmt(low)} "
-                       f"(95% interval; act at {ACT_ECE:g}): confidence "
-                       f"{_fmt(calibration.mean_confidence)} vs accuracy "
-                       f"{_fmt(calibration.accuracy)}")  # fmt: skip
+        return AgentHealth(
+            agent,
+            "act",
+            f"ECE {_fmt(calibration.ece)}, at least {_fmt(low)} "
+            f"(95% interval; act at {ACT_ECE:g}): confidence "
+            f"{_fmt(calibration.mean_confidence)} vs accuracy "
+            f"{_fmt(calibration.accuracy)}",
+        )
     if alerts:
         a = alerts[0]
         return AgentHealth(agent, "watch", f"{a['severity']} alert {a['rule']}: {a['summary']}")
     fired = [c for c in drift if c.get("fired")]
     if fired:
-        return AgentHealth(agent, "watch", f"drift fired at {fired[-1]['recent_to']:%H:%M} UTC, "
-                       "not in the latest check")  # fmt: skip
+        return AgentHealth(
+            agent,
+            "watch",
+            f"drift fired at {fired[-1]['recent_to']:%H:%M} UTC, not in the latest check",
+        )
     if judged and calibration is not None and calibration.ece >= WATCH_ECE:
-        return AgentHealth(agent, "watch", f"ECE {_fmt(calibration.ece)} [{_fmt(low)}, "
-                       f"{_fmt(calibration.ece_ci[1])}] (watch at {WATCH_ECE:g}, act when the "
-                       f"interval is above {ACT_ECE:g})")  # fmt: skip
+        return AgentHealth(
+            agent,
+            "watch",
+            f"ECE {_fmt(calibration.ece)} [{_fmt(low)}, "
+            f"{_fmt(calibration.ece_ci[1])}] (watch at {WATCH_ECE:g}, act when the "
+            f"interval is above {ACT_ECE:g})",
+        )
     if calibration is None or not calibration.meaningful:
         why = "no labelled items" if calibration is None else (calibration.reason or "too few")
         return AgentHealth(agent, "watch", f"calibration cannot be judged yet: {why}")
-    return AgentHealth(agent, "healthy", f"ECE {_fmt(calibration.ece)} on {calibration.count:,} "
-                   "items; no firing alert, no drift")  # fmt: skip
+    return AgentHealth(
+        agent,
+        "healthy",
+        f"ECE {_fmt(calibration.ece)} on {calibration.count:,} items; no firing alert, no drift",
+    )
 
 
 def agents_health(

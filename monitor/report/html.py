@@ -59,8 +59,9 @@ def cell(value: Any, key: str | None = None, digits: int = 4) -> str:
     if isinstance(value, bool) or value is None or not isinstance(value, int | float):
         shown = "-" if value is None else str(value)
         return f"<td>{html.escape(shown)}</td>"
-    shown = str(value) if isinstance(value, int) else (
-        f"{value:.{digits}f}" if value == value else "-")
+    shown = (
+        str(value) if isinstance(value, int) else (f"{value:.{digits}f}" if value == value else "-")
+    )
     attrs = f' data-key="{html.escape(key)}" data-value="{value!r}"' if key else ""
     return f'<td class="num"{attrs}>{shown}</td>'
 
@@ -69,8 +70,10 @@ def table(head: list[str], rows: list[str], empty: str = "none") -> str:
     """A table in a horizontally scrolling box (narrow screens)."""
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join(rows) or f'<tr><td colspan="{len(head)}">{html.escape(empty)}</td></tr>'
-    return f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody>' \
-           "</table></div>"
+    return (
+        f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody>'
+        "</table></div>"
+    )
 
 
 def anchor(agent: str) -> str:
@@ -88,8 +91,11 @@ def health_cards(found: Sequence[AgentHealth]) -> str:
     counts = {lvl: sum(v.level == lvl for v in found) for lvl in ("act", "watch", "healthy")}
     line = ", ".join(f"{n} {lvl}" for lvl, n in counts.items() if n)
     needs = [v.agent for v in found if v.level == "act"]
-    head = (f"<b>Act on {html.escape(', '.join(needs))}</b>" if needs
-            else "<b>No agent needs action now</b>")  # fmt: skip
+    head = (
+        f"<b>Act on {html.escape(', '.join(needs))}</b>"
+        if needs
+        else "<b>No agent needs action now</b>"
+    )
     cards = "".join(
         f'<div class="card {v.level}">{_badge(v.level)}<a class="agent" href="#{anchor(v.agent)}">'
         f"{html.escape(v.agent)}</a><p>{html.escape(v.reason)}</p></div>"
@@ -99,12 +105,18 @@ def health_cards(found: Sequence[AgentHealth]) -> str:
 
 
 def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
-    rows = [f"<tr><td>{a['time']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(a['severity']))}</td>"
-            f"<td>{html.escape(str(a['rule']))}</td><td>{html.escape(str(a['agent_id']))}</td>"
-            + cell(a["value"]) + f"<td>{html.escape(str(a['summary']))}</td></tr>"
-            for a in alerts]  # fmt: skip
-    return table(["fired at", "severity", "rule", "agent", "value", "summary"], rows,
-                 empty="no alert is firing")  # fmt: skip
+    rows = [
+        f"<tr><td>{a['time']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(a['severity']))}</td>"
+        f"<td>{html.escape(str(a['rule']))}</td><td>{html.escape(str(a['agent_id']))}</td>"
+        + cell(a["value"])
+        + f"<td>{html.escape(str(a['summary']))}</td></tr>"
+        for a in alerts
+    ]
+    return table(
+        ["fired at", "severity", "rule", "agent", "value", "summary"],
+        rows,
+        empty="no alert is firing",
+    )
 
 
 def _rate_cells(r: Rate, key: str) -> str:
@@ -130,9 +142,13 @@ def gate_section(effects: Sequence[Effect]) -> str:
             + _rate_cells(e.failures_prevented, f"{k}/failures_prevented")
             + cell(e.failure_rate_proceeded.value, f"{k}/failure_rate_proceeded")
             + cell(e.failure_rate_all.value, f"{k}/failure_rate_all")
-            + cell(None if e.failure_rate_ungated is None else e.failure_rate_ungated.value,
-                   f"{k}/failure_rate_ungated")
-            + cell(e.revise_failure_rate.value, f"{k}/revise_failure_rate") + "</tr>")
+            + cell(
+                None if e.failure_rate_ungated is None else e.failure_rate_ungated.value,
+                f"{k}/failure_rate_ungated",
+            )
+            + cell(e.revise_failure_rate.value, f"{k}/revise_failure_rate")
+            + "</tr>"
+        )
     return (
         "<h2>Runtime trust gate</h2><p class='meta'>Each gated conversation's latest decision "
         "in the range. Failures prevented: failures among the conversations the gate stopped "
@@ -140,16 +156,34 @@ def gate_section(effects: Sequence[Effect]) -> str:
         "hand-overs. For an agent that obeys the gate, stopped conversations' outcomes are the "
         "revised answer's or the human's. Failure rate ungated: the same agent's conversations "
         "in the domain without any gate decision, when it has some (docs/gate.md).</p>"
-        + table(["agent", "domain", "conversations", "proceed", "revise", "escalate",
-                 "escalation rate (human cost)", "95% interval", "failures prevented",
-                 "95% interval", "failure rate proceeded", "failure rate all",
-                 "failure rate ungated", "revise failure rate"], rows))  # fmt: skip
+        + table(
+            [
+                "agent",
+                "domain",
+                "conversations",
+                "proceed",
+                "revise",
+                "escalate",
+                "escalation rate (human cost)",
+                "95% interval",
+                "failures prevented",
+                "95% interval",
+                "failure rate proceeded",
+                "failure rate all",
+                "failure rate ungated",
+                "revise failure rate",
+            ],
+            rows,
+        )
+    )
 
 
 def _figure(name: str, png: bytes, caption: str) -> str:
     data = base64.b64encode(png).decode()
-    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>")
+    return (
+        f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>"
+    )
 
 
 def agent_charts(found: Sequence[AgentHealth], images: Mapping[str, Mapping[str, bytes]]) -> str:
@@ -157,56 +191,137 @@ def agent_charts(found: Sequence[AgentHealth], images: Mapping[str, Mapping[str,
     out = []
     for v in found:
         charts = images.get(v.agent, {})
-        figs = "".join(_figure(f"{v.agent}-{kind}.png", png, CHART_TITLES.get(kind, kind))
-                       for kind, png in charts.items())  # fmt: skip
-        out.append(f'<h3 id="{anchor(v.agent)}">{_badge(v.level)}{html.escape(v.agent)}</h3>'
-                   f'<div class="charts">{figs}</div>')  # fmt: skip
+        figs = "".join(
+            _figure(f"{v.agent}-{kind}.png", png, CHART_TITLES.get(kind, kind))
+            for kind, png in charts.items()
+        )
+        out.append(
+            f'<h3 id="{anchor(v.agent)}">{_badge(v.level)}{html.escape(v.agent)}</h3>'
+            f'<div class="charts">{figs}</div>'
+        )
     return "".join(out)
 
 
 def full_tables(d: ReportData, combined: Mapping[str, bytes]) -> str:
     """Every number, folded: calibration, escalation, thresholds, drift, all-agent charts."""
-    cal = [f"<tr><td>{html.escape(a)}</td>" + "".join(cell(getattr(r, f), f"calibration/{a}/{f}")
-           for f in ("count", "ece", "mce", "brier", "accuracy", "mean_confidence"))
-           + cell("yes" if r.meaningful else f"no ({r.reason})") + "</tr>"
-           for a, r in d.calibration.items()]  # fmt: skip
-    esc = [f"<tr><td>{html.escape(a)}</td><td>{b.lower:.1f}-{b.upper:.1f}</td>"
-           + cell(b.n, f"escalation/{a}/{b.index}/n")
-           + cell(b.rate, f"escalation/{a}/{b.index}/rate") + "</tr>"
-           for a, s in d.escalation.items() for b in s.bins if b.n]  # fmt: skip
-    thr = [f"<tr><td>{html.escape(a)}</td>" + cell(r.threshold, f"thresholds/{a}/{i}/threshold", 2)
-           + cell(r.escalation_rate, f"thresholds/{a}/{i}/escalation_rate")
-           + cell(r.residual_failure_rate, f"thresholds/{a}/{i}/residual_failure_rate")
-           + cell("<" if rec.threshold == r.threshold else "") + "</tr>"
-           for a, (tb, rec) in d.thresholds.items() for i, r in enumerate(tb.rows)]  # fmt: skip
-    dr = [f"<tr><td>{html.escape(str(c['agent_id']))}</td><td>{html.escape(str(c['domain']))}</td>"
-          f"<td>{c['tier'] or '-'}</td><td>{c['recent_to']:%Y-%m-%d %H:%M}</td>"
-          + "".join(cell(c[f]) for f in ("n_baseline", "n_recent", "psi", "ks_pvalue",
-                                         "accuracy_pvalue", "ece_baseline", "ece_recent",
-                                         "ece_pvalue"))
-          + f"<td>{'FIRED: ' + html.escape(str(c['fired_tests'])) if c['fired'] else 'no'}</td>"
-          "</tr>" for c in d.drift]  # fmt: skip
+    cal = [
+        f"<tr><td>{html.escape(a)}</td>"
+        + "".join(
+            cell(getattr(r, f), f"calibration/{a}/{f}")
+            for f in ("count", "ece", "mce", "brier", "accuracy", "mean_confidence")
+        )
+        + cell("yes" if r.meaningful else f"no ({r.reason})")
+        + "</tr>"
+        for a, r in d.calibration.items()
+    ]
+    esc = [
+        f"<tr><td>{html.escape(a)}</td><td>{b.lower:.1f}-{b.upper:.1f}</td>"
+        + cell(b.n, f"escalation/{a}/{b.index}/n")
+        + cell(b.rate, f"escalation/{a}/{b.index}/rate")
+        + "</tr>"
+        for a, s in d.escalation.items()
+        for b in s.bins
+        if b.n
+    ]
+    thr = [
+        f"<tr><td>{html.escape(a)}</td>"
+        + cell(r.threshold, f"thresholds/{a}/{i}/threshold", 2)
+        + cell(r.escalation_rate, f"thresholds/{a}/{i}/escalation_rate")
+        + cell(r.residual_failure_rate, f"thresholds/{a}/{i}/residual_failure_rate")
+        + cell("<" if rec.threshold == r.threshold else "")
+        + "</tr>"
+        for a, (tb, rec) in d.thresholds.items()
+        for i, r in enumerate(tb.rows)
+    ]
+    dr = [
+        f"<tr><td>{html.escape(str(c['agent_id']))}</td><td>{html.escape(str(c['domain']))}</td>"
+        f"<td>{c['tier'] or '-'}</td><td>{c['recent_to']:%Y-%m-%d %H:%M}</td>"
+        + "".join(
+            cell(c[f])
+            for f in (
+                "n_baseline",
+                "n_recent",
+                "psi",
+                "ks_pvalue",
+                "accuracy_pvalue",
+                "ece_baseline",
+                "ece_recent",
+                "ece_pvalue",
+            )
+        )
+        + f"<td>{'FIRED: ' + html.escape(str(c['fired_tests'])) if c['fired'] else 'no'}</td>"
+        "</tr>"
+        for c in d.drift
+    ]
     fired = sum(1 for c in d.drift if c["fired"])
-    figs = "".join(_figure(f"{k}.png", png, CHART_TITLES.get(k, k) + ", all agents")
-                   for k, png in combined.items())  # fmt: skip
+    figs = "".join(
+        _figure(f"{k}.png", png, CHART_TITLES.get(k, k) + ", all agents")
+        for k, png in combined.items()
+    )
 
     def fold(title: str, body: str) -> str:
         return f"<details><summary>{html.escape(title)}</summary>{body}</details>"
 
-    return "".join([
-        fold(f"Calibration ({len(cal)} rows)", table(
-            ["agent", "items", "ECE", "MCE", "Brier", "accuracy", "mean confidence",
-             "meaningful"], cal)),
-        fold(f"Escalation rate by minimum-confidence bin ({len(esc)} rows)",
-             table(["agent", "bin", "conversations", "escalation rate"], esc)),
-        fold(f"Threshold what-if, target residual failure {TARGET_RESIDUAL_FAILURE} "
-             f"({len(thr)} rows)", table(["agent", "threshold", "escalation rate",
-                                          "residual failure rate", "recommended"], thr)),
-        fold(f"Drift checks ({len(dr)} rows, {fired} fired)", table(
-            ["agent", "domain", "tier", "recent window end", "n baseline", "n recent", "PSI",
-             "KS p", "accuracy p", "ECE baseline", "ECE recent", "ECE p", "fired"], dr)),
-        fold("All agents on one chart", f'<div class="charts">{figs}</div>'),
-    ])  # fmt: skip
+    return "".join(
+        [
+            fold(
+                f"Calibration ({len(cal)} rows)",
+                table(
+                    [
+                        "agent",
+                        "items",
+                        "ECE",
+                        "MCE",
+                        "Brier",
+                        "accuracy",
+                        "mean confidence",
+                        "meaningful",
+                    ],
+                    cal,
+                ),
+            ),
+            fold(
+                f"Escalation rate by minimum-confidence bin ({len(esc)} rows)",
+                table(["agent", "bin", "conversations", "escalation rate"], esc),
+            ),
+            fold(
+                f"Threshold what-if, target residual failure {TARGET_RESIDUAL_FAILURE} "
+                f"({len(thr)} rows)",
+                table(
+                    [
+                        "agent",
+                        "threshold",
+                        "escalation rate",
+                        "residual failure rate",
+                        "recommended",
+                    ],
+                    thr,
+                ),
+            ),
+            fold(
+                f"Drift checks ({len(dr)} rows, {fired} fired)",
+                table(
+                    [
+                        "agent",
+                        "domain",
+                        "tier",
+                        "recent window end",
+                        "n baseline",
+                        "n recent",
+                        "PSI",
+                        "KS p",
+                        "accuracy p",
+                        "ECE baseline",
+                        "ECE recent",
+                        "ECE p",
+                        "fired",
+                    ],
+                    dr,
+                ),
+            ),
+            fold("All agents on one chart", f'<div class="charts">{figs}</div>'),
+        ]
+    )
 
 
 def render_html(
@@ -219,18 +334,24 @@ def render_html(
     an agent asked it), the charts per agent, then the full tables folded. ``images`` are the
     per-agent charts (agent -> kind -> PNG), ``combined`` the all-agent ones (kind -> PNG)."""
     scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
-    return "".join([
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>Agent reliability report</title><style>{_CSS}</style></head><body>",
-        "<h1>Agent reliability report</h1>",
-        f"<p class='meta'>Scope: {html.escape(scope or 'all agents')}; "
-        f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC"
-        f"{'; ' + html.escape(d.source.describe()) if d.source.standby else ''}.</p>",
-        "<h2>Health per agent</h2>", health_cards(found),
-        f"<h2>Firing alerts ({len(d.alerts)})</h2>", alerts_table(d.alerts),
-        gate_section(d.gate),
-        "<h2>Charts per agent</h2>", agent_charts(found, images),
-        "<h2>Full tables</h2>", full_tables(d, combined),
-        "</body></html>",
-    ])  # fmt: skip
+    return "".join(
+        [
+            "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+            f"<title>Agent reliability report</title><style>{_CSS}</style></head><body>",
+            "<h1>Agent reliability report</h1>",
+            f"<p class='meta'>Scope: {html.escape(scope or 'all agents')}; "
+            f"{d.start:%Y-%m-%d %H:%M} to {d.end:%Y-%m-%d %H:%M} UTC"
+            f"{'; ' + html.escape(d.source.describe()) if d.source.standby else ''}.</p>",
+            "<h2>Health per agent</h2>",
+            health_cards(found),
+            f"<h2>Firing alerts ({len(d.alerts)})</h2>",
+            alerts_table(d.alerts),
+            gate_section(d.gate),
+            "<h2>Charts per agent</h2>",
+            agent_charts(found, images),
+            "<h2>Full tables</h2>",
+            full_tables(d, combined),
+            "</body></html>",
+        ]
+    )

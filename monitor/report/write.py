@@ -45,13 +45,15 @@ THRESHOLD_GRID = [round(i / 10, 6) for i in range(11)]
 def bucket_for(start: datetime, end: datetime) -> tuple[str, timedelta]:
     """``(stored resolution, bucket length)`` for about 30 points over ``[start, end)``."""
     span = end - start
-    res, unit = ("1h", timedelta(hours=1)) if span > timedelta(days=2) else ("1m", timedelta(
-        minutes=1))
+    res, unit = (
+        ("1h", timedelta(hours=1)) if span > timedelta(days=2) else ("1m", timedelta(minutes=1))
+    )
     return res, max(unit, (span / 30 // unit) * unit)
 
 
-async def ece_over_time(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
-                        ) -> dict[str, list[tuple[datetime, float]]]:
+async def ece_over_time(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> dict[str, list[tuple[datetime, float]]]:
     """Per agent, ``(bucket start, ECE)`` from the bins summed per bucket (exact roll-up).
 
     The buckets divide the span the data covers, not the whole range: 17 minutes of traffic in
@@ -78,15 +80,18 @@ async def ece_over_time(engine: AsyncEngine, segment: Segment, start: datetime, 
 async def firing_alerts(engine: AsyncEngine, segment: Segment) -> list[dict[str, Any]]:
     """Firing alerts (view ``v_alerts``) of the agents matched by ``segment``."""
     cond, params = Segment(segment.agent).where()
-    sql = text(f"SELECT time, severity, rule, agent_id, domain, tier, value, threshold, summary"
-               f" FROM v_alerts WHERE status = 'firing' AND (agent_id IS NULL OR ({cond}))"
-               f" ORDER BY time DESC")
+    sql = text(
+        f"SELECT time, severity, rule, agent_id, domain, tier, value, threshold, summary"
+        f" FROM v_alerts WHERE status = 'firing' AND (agent_id IS NULL OR ({cond}))"
+        f" ORDER BY time DESC"
+    )
     async with engine.connect() as conn:
         return [dict(r) for r in (await conn.execute(sql, params)).mappings().all()]
 
 
-async def gate_effects(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
-                       ) -> list[Effect]:
+async def gate_effects(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> list[Effect]:
     """``monitor gate --json --no-replay`` for the scope: each gated conversation's latest
     decision in the range (the policy only matters for replayed decisions, not read here).
     The scope's agent (wildcards too) and domain apply; its version and tier do not (gate
@@ -101,23 +106,33 @@ async def gate_effects(engine: AsyncEngine, segment: Segment, start: datetime, e
     return effectiveness(rows, await ungated_counts(engine, start, end, exact))
 
 
-async def gather(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
-                 ) -> ReportData:
+async def gather(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> ReportData:
     """Compute every section of the report (the CLI's functions and defaults), and which
     server they were read from (a replica's lag is shown under the title)."""
     source = await read_source(engine)
     return ReportData(
-        segment, start, end,
+        segment,
+        start,
+        end,
         await fa.calibration(engine, segment, start, end),
         await ece_over_time(engine, segment, start, end),
         await fa.escalation(engine, segment, start, end, threshold=MISSED_THRESHOLD),
-        await fa.thresholds(engine, segment, start, end, target=TARGET_RESIDUAL_FAILURE,
-                            budget=None, candidates=THRESHOLD_GRID),
+        await fa.thresholds(
+            engine,
+            segment,
+            start,
+            end,
+            target=TARGET_RESIDUAL_FAILURE,
+            budget=None,
+            candidates=THRESHOLD_GRID,
+        ),
         await drift_history(engine, segment, start, end),
         await firing_alerts(engine, segment),
         await gate_effects(engine, segment, start, end),
         source,
-    )  # fmt: skip
+    )
 
 
 # --- files -------------------------------------------------------------------------------------
@@ -166,8 +181,9 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
     return path
 
 
-async def build_report(engine: AsyncEngine, segment: Segment, start: datetime, end: datetime,
-                       out_dir: Path) -> Path:
+async def build_report(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime, out_dir: Path
+) -> Path:
     """Gather and write the report; returns the path of the HTML file."""
     return write_report(await gather(engine, segment, start, end), out_dir)
 

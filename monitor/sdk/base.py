@@ -130,8 +130,15 @@ class EventHelpers(ABC, Generic[R_co]):
         }
         return self._emit(
             self.build(
-                "message", conversation_id, payload, turn=turn, attributes=attributes,
-                agent=agent, context=context, event_id=event_id, ts=ts,
+                "message",
+                conversation_id,
+                payload,
+                turn=turn,
+                attributes=attributes,
+                agent=agent,
+                context=context,
+                event_id=event_id,
+                ts=ts,
             )
         )
 
@@ -155,8 +162,15 @@ class EventHelpers(ABC, Generic[R_co]):
         payload = {"call_id": call_id, "name": name, "ok": ok, "content": content, "error": error}
         return self._emit(
             self.build(
-                "tool_result", conversation_id, payload, turn=turn, attributes=attributes,
-                agent=agent, context=context, event_id=event_id, ts=ts,
+                "tool_result",
+                conversation_id,
+                payload,
+                turn=turn,
+                attributes=attributes,
+                agent=agent,
+                context=context,
+                event_id=event_id,
+                ts=ts,
             )
         )
 
@@ -178,8 +192,15 @@ class EventHelpers(ABC, Generic[R_co]):
         payload = {"trigger": trigger, "reason": reason, "confidence": confidence}
         return self._emit(
             self.build(
-                "escalation", conversation_id, payload, turn=turn, attributes=attributes,
-                agent=agent, context=context, event_id=event_id, ts=ts,
+                "escalation",
+                conversation_id,
+                payload,
+                turn=turn,
+                attributes=attributes,
+                agent=agent,
+                context=context,
+                event_id=event_id,
+                ts=ts,
             )
         )
 
@@ -201,8 +222,15 @@ class EventHelpers(ABC, Generic[R_co]):
         payload = {"success": success, "reward": reward, "source": source}
         return self._emit(
             self.build(
-                "outcome", conversation_id, payload, turn=turn, attributes=attributes,
-                agent=agent, context=context, event_id=event_id, ts=ts,
+                "outcome",
+                conversation_id,
+                payload,
+                turn=turn,
+                attributes=attributes,
+                agent=agent,
+                context=context,
+                event_id=event_id,
+                ts=ts,
             )
         )
 
@@ -224,7 +252,14 @@ class EventHelpers(ABC, Generic[R_co]):
         payload = {"score": score, "source": source, "comment": comment}
         return self._emit(
             self.build(
-                "feedback", conversation_id, payload, turn=turn, attributes=attributes,
-                agent=agent, context=context, event_id=event_id, ts=ts,
+                "feedback",
+                conversation_id,
+                payload,
+                turn=turn,
+                attributes=attributes,
+                agent=agent,
+                context=context,
+                event_id=event_id,
+                ts=ts,
             )
         )

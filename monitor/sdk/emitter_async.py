@@ -142,7 +142,10 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             ) from exc
         self._producer = producer
         self._batches = Batches(
-            producer, self.topic, linger_s=self._linger_s, buffer_bytes=self._buffer_bytes,
+            producer,
+            self.topic,
+            linger_s=self._linger_s,
+            buffer_bytes=self._buffer_bytes,
             timeout_s=self._timeout_s,
         )
         self._idle = asyncio.Event()
@@ -165,7 +168,8 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             raise TypeError(f"send() takes an AgentEvent, got {type(event).__name__}")
         if self._state != "running":
             raise EmitterNotRunning(
-                "emitter is closed" if self._state != "new"
+                "emitter is closed"
+                if self._state != "new"
                 else "emitter is not started; await start() or use 'async with'"
             )
         value = event.to_json()
@@ -275,10 +279,17 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         if url is None:
             raise EmitterError("gate() needs gate_url= (the worker's web address)")
         body = body_for(
-            agent or self.agent, self.context.domain if self.context else None,
-            conversation_id, content, confidence, tool_calls=tool_calls, domain=domain,
-            tier=tier, history=history, request_id=request_id,
-        )  # fmt: skip
+            agent or self.agent,
+            self.context.domain if self.context else None,
+            conversation_id,
+            content,
+            confidence,
+            tool_calls=tool_calls,
+            domain=domain,
+            tier=tier,
+            history=history,
+            request_id=request_id,
+        )
         if self._gate is None:
             self._gate = GateClient(url, token, timeout=timeout)
         return await self._gate.ask(body)

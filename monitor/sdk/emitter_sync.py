@@ -50,9 +50,16 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         """See ``EventEmitter.__init__``; nothing connects, no thread starts until ``start()``."""
         super().__init__(agent, context, clock)
         self._async = EventEmitter(
-            bootstrap_servers, topic, idempotent=idempotent, linger_ms=linger_ms,
-            max_batch_size=max_batch_size, buffer_bytes=buffer_bytes, agent=agent,
-            context=context, clock=clock, request_timeout_ms=request_timeout_ms,
+            bootstrap_servers,
+            topic,
+            idempotent=idempotent,
+            linger_ms=linger_ms,
+            max_batch_size=max_batch_size,
+            buffer_bytes=buffer_bytes,
+            agent=agent,
+            context=context,
+            clock=clock,
+            request_timeout_ms=request_timeout_ms,
         )
         self._gate_config = (gate_url, gate_token, gate_timeout_s)
         self._gate: SyncGateClient | None = None
@@ -90,7 +97,8 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         with self._lock:
             if self._state != "running" or self._loop is None:
                 raise EmitterNotRunning(
-                    "emitter is closed" if self._state == "closed"
+                    "emitter is closed"
+                    if self._state == "closed"
                     else "emitter is not started; call start() or use 'with'"
                 )
             future = asyncio.run_coroutine_threadsafe(make(), self._loop)
@@ -168,10 +176,17 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         if url is None:
             raise EmitterError("gate() needs gate_url= (the worker's web address)")
         body = body_for(
-            agent or self.agent, self.context.domain if self.context else None,
-            conversation_id, content, confidence, tool_calls=tool_calls, domain=domain,
-            tier=tier, history=history, request_id=request_id,
-        )  # fmt: skip
+            agent or self.agent,
+            self.context.domain if self.context else None,
+            conversation_id,
+            content,
+            confidence,
+            tool_calls=tool_calls,
+            domain=domain,
+            tier=tier,
+            history=history,
+            request_id=request_id,
+        )
         with self._lock:
             if self._gate is None:
                 self._gate = SyncGateClient(url, token, timeout=timeout)

@@ -54,14 +54,20 @@ class GateAnswer:
             Finding(f["judge"], f.get("category"), f["critique"]) for f in data.get("findings", [])
         )
         return cls(
-            decision=data["decision"], calibrated=bool(data.get("calibrated", False)),
+            decision=data["decision"],
+            calibrated=bool(data.get("calibrated", False)),
             calibrated_confidence=data.get("calibrated_confidence"),
-            threshold=data.get("threshold"), threshold_source=data.get("threshold_source"),
-            findings=findings, policy_version=data.get("policy_version", ""),
-            latency_ms=float(data.get("latency_ms", 0.0)), decision_id=data.get("decision_id"),
-            degraded=data.get("degraded"), enforced=bool(data.get("enforced", True)),
-            shadow_decision=data.get("shadow_decision"), raw=data,
-        )  # fmt: skip
+            threshold=data.get("threshold"),
+            threshold_source=data.get("threshold_source"),
+            findings=findings,
+            policy_version=data.get("policy_version", ""),
+            latency_ms=float(data.get("latency_ms", 0.0)),
+            decision_id=data.get("decision_id"),
+            degraded=data.get("degraded"),
+            enforced=bool(data.get("enforced", True)),
+            shadow_decision=data.get("shadow_decision"),
+            raw=data,
+        )
 
 
 def gate_body(
@@ -127,9 +133,13 @@ class GateClient:
     """Async client of ``POST {base_url}/v1/gate``; ``timeout`` bounds each call (seconds)."""
 
     def __init__(
-        self, base_url: str, token: str | None = None, *, timeout: float = 2.0,
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 2.0,
         transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
         )
@@ -150,9 +160,13 @@ class SyncGateClient:
     """Blocking client of ``POST {base_url}/v1/gate`` (thread-safe, like httpx.Client)."""
 
     def __init__(
-        self, base_url: str, token: str | None = None, *, timeout: float = 2.0,
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 2.0,
         transport: httpx.BaseTransport | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._http = httpx.Client(
             base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
         )

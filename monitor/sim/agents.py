@@ -89,10 +89,17 @@ def default_agents(
     """
     return (
         AgentSpec("sim-airline-calibrated", "calibrated", "airline", 2),
-        AgentSpec("sim-retail-overconfident", "overconfident", "retail", 1,
-                  confidence_range=(0.6, 0.99)),
-        AgentSpec("sim-telecom-drifting", "drifting", "telecom", 3,
-                  confidence_range=(0.5, 0.99), change_point=change_point,
-                  recovery_point=recovery_point),
+        AgentSpec(
+            "sim-retail-overconfident", "overconfident", "retail", 1, confidence_range=(0.6, 0.99)
+        ),
+        AgentSpec(
+            "sim-telecom-drifting",
+            "drifting",
+            "telecom",
+            3,
+            confidence_range=(0.5, 0.99),
+            change_point=change_point,
+            recovery_point=recovery_point,
+        ),
         AgentSpec("sim-airline-inverted", "inverted", "airline", 1),
     )

@@ -59,8 +59,9 @@ class GatedAgentSpec:
     fabricated_success: float = 0.3
     human_success: float = 0.9
 
-    def expected_decision(self, confidence: float, fabricated: bool,
-                          threshold: float = THRESHOLD) -> str:
+    def expected_decision(
+        self, confidence: float, fabricated: bool, threshold: float = THRESHOLD
+    ) -> str:
         """The built-in policy's decision: escalate below the threshold, else revise a
         fabrication, else proceed."""
         if confidence < threshold:
@@ -80,8 +81,14 @@ def gated_agents() -> tuple[GatedAgentSpec, ...]:
     """Two agents that obey the gate and one that ignores it."""
     return (
         GatedAgentSpec("sim-gated-airline", "airline", 2, obeys=True),
-        GatedAgentSpec("sim-gated-retail", "retail", 1, obeys=True, percent_range=(40, 99),
-                       fabrication_rate=0.3),
+        GatedAgentSpec(
+            "sim-gated-retail",
+            "retail",
+            1,
+            obeys=True,
+            percent_range=(40, 99),
+            fabrication_rate=0.3,
+        ),
         GatedAgentSpec("sim-gated-ignores", "telecom", 2, obeys=False),
     )
 
@@ -115,11 +122,13 @@ def gate_truth(spec: GatedAgentSpec, threshold: float = THRESHOLD) -> Truth:
             ungated += w * (1 - spec.success_probability(c, fabricated, "proceed"))
     failed = sum(fail_by.values())
     return Truth(
-        decisions=share, failure_rate_all=failed,
+        decisions=share,
+        failure_rate_all=failed,
         failure_rate_proceeded=fail_by["proceed"] / share["proceed"] if share["proceed"] else None,
         failures_prevented=(failed - fail_by["proceed"]) / failed if failed else None,
-        escalation_rate=share["escalate"], ungated_failure_rate=ungated,
-    )  # fmt: skip
+        escalation_rate=share["escalate"],
+        ungated_failure_rate=ungated,
+    )
 
 
 @dataclass(frozen=True)
@@ -140,9 +149,15 @@ class GatedTraffic:
     interval, prefix). ``conversation_id`` is ``{prefix}g{k:06d}``; conversation ``k`` starts
     at ``start + k * interval`` and its last event (the outcome) is at most 150 s later."""
 
-    def __init__(self, seed: int, start: datetime, agents: tuple[GatedAgentSpec, ...] | None
-                 = None, *, interval: timedelta = timedelta(seconds=5),
-                 prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        start: datetime,
+        agents: tuple[GatedAgentSpec, ...] | None = None,
+        *,
+        interval: timedelta = timedelta(seconds=5),
+        prefix: str | None = None,
+    ) -> None:
         if start.tzinfo is None:
             raise ValueError("start must be a timezone-aware datetime")
         if interval <= timedelta(0):
@@ -165,10 +180,16 @@ class GatedTraffic:
         ev = _Events(cid, spec, t0)
         ev.add("message", MessagePayload(role="user", content="Please cancel my reservation."))
         ev.add("message", MessagePayload(role="assistant", content=None, tool_calls=[call]))
-        ev.add("tool_result", ToolResultPayload(
-            call_id=call.id, name=call.name, ok=not failed,
-            content=None if failed else '{"status": "ok"}',
-            error="Error: upstream timeout" if failed else None))  # fmt: skip
+        ev.add(
+            "tool_result",
+            ToolResultPayload(
+                call_id=call.id,
+                name=call.name,
+                ok=not failed,
+                content=None if failed else '{"status": "ok"}',
+                error="Error: upstream timeout" if failed else None,
+            ),
+        )
         if fabricated or not failed:
             content = "Your reservation has been cancelled."
         else:
@@ -182,30 +203,53 @@ class GatedTraffic:
         spec = draft.spec
         ev = _Events(draft.conversation_id, spec, draft.history[-1].ts, list(draft.history))
         if spec.obeys and decision == "escalate":
-            ev.add("escalation", EscalationPayload(trigger="threshold", confidence=draft.confidence,
-                                                   reason="the trust gate escalated"))
+            ev.add(
+                "escalation",
+                EscalationPayload(
+                    trigger="threshold",
+                    confidence=draft.confidence,
+                    reason="the trust gate escalated",
+                ),
+            )
         else:
             revised = spec.obeys and decision == "revise"
-            content = ("Sorry, I could not cancel it: the system timed out. Please try later."
-                       if revised else draft.content)
-            ev.add("message", MessagePayload(role="assistant", content=content,
-                                             confidence=draft.confidence,
-                                             confidence_source="verbalized"))
+            content = (
+                "Sorry, I could not cancel it: the system timed out. Please try later."
+                if revised
+                else draft.content
+            )
+            ev.add(
+                "message",
+                MessagePayload(
+                    role="assistant",
+                    content=content,
+                    confidence=draft.confidence,
+                    confidence_source="verbalized",
+                ),
+            )
         p = spec.success_probability(draft.confidence, draft.fabricated, decision)
         success = rng.random() < p
         ev.ts += timedelta(seconds=round(rng.uniform(30.0, 120.0), 3))
-        ev.add("outcome", OutcomePayload(success=success, reward=float(success),
-                                         source="ground_truth"),
-               {"simulated": True, "p_success": round(p, 4), "gate_decision": decision,
-                "fabricated": draft.fabricated, "obeys": spec.obeys})
+        ev.add(
+            "outcome",
+            OutcomePayload(success=success, reward=float(success), source="ground_truth"),
+            {
+                "simulated": True,
+                "p_success": round(p, 4),
+                "gate_decision": decision,
+                "fabricated": draft.fabricated,
+                "obeys": spec.obeys,
+            },
+        )
         return ev.events
 
 
 class _Events:
     """Appends events to one conversation, 1-3 s apart."""
 
-    def __init__(self, cid: str, spec: GatedAgentSpec, ts: datetime,
-                 events: list[AgentEvent] | None = None) -> None:
+    def __init__(
+        self, cid: str, spec: GatedAgentSpec, ts: datetime, events: list[AgentEvent] | None = None
+    ) -> None:
         self.cid, self.ts = cid, ts
         self.events = events or []
         self.agent = Agent(id=spec.agent_id, version="1.0", model="sim-llm-1")
@@ -214,8 +258,16 @@ class _Events:
     def add(self, kind: EventType, payload: Any, attributes: dict[str, Any] | None = None) -> None:
         if self.events:
             self.ts += timedelta(seconds=1.5)
-        self.events.append(AgentEvent(
-            event_id=f"{self.cid}:{len(self.events)}", type=kind, ts=self.ts,
-            conversation_id=self.cid, agent=self.agent, context=self.context,
-            turn=len(self.events) if kind in ("message", "tool_result") else None,
-            attributes=attributes, **{kind: payload}))  # fmt: skip
+        self.events.append(
+            AgentEvent(
+                event_id=f"{self.cid}:{len(self.events)}",
+                type=kind,
+                ts=self.ts,
+                conversation_id=self.cid,
+                agent=self.agent,
+                context=self.context,
+                turn=len(self.events) if kind in ("message", "tool_result") else None,
+                attributes=attributes,
+                **{kind: payload},
+            )
+        )

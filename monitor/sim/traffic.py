@@ -49,8 +49,11 @@ _TOOLS = {
     "telecom": ("get_customer_by_phone", "get_bills_for_customer", "suspend_line"),
 }
 _ASKS = {
-    "airline": ("I need to change my flight.", "Can I cancel my reservation?",
-                "My flight was delayed, can I get compensation?"),
+    "airline": (
+        "I need to change my flight.",
+        "Can I cancel my reservation?",
+        "My flight was delayed, can I get compensation?",
+    ),
     "retail": ("I want to return an item.", "Where is my order?", "Can I exchange my shoes?"),
     "telecom": ("My data is not working.", "Why is my bill so high?", "Please suspend my line."),
 }
@@ -162,16 +165,28 @@ class _Conversation:
         self.turn = 0
         self.events: list[AgentEvent] = []
         self.agent = Agent(id=spec.agent_id, version=spec.version, model=spec.model)
-        self.context = Context(domain=spec.domain, tier=spec.tier, channel="chat",
-                               segment=f"{spec.domain}-t{spec.tier}")
+        self.context = Context(
+            domain=spec.domain,
+            tier=spec.tier,
+            channel="chat",
+            segment=f"{spec.domain}-t{spec.tier}",
+        )
 
     def add(self, payload: Any, turn: int | None, attributes: dict[str, Any] | None = None) -> None:
         kind = _KINDS[type(payload)]
-        self.events.append(AgentEvent(
-            event_id=f"{self.cid}:{len(self.events)}", type=kind, ts=self.ts,
-            conversation_id=self.cid, agent=self.agent, context=self.context, turn=turn,
-            attributes=attributes, **{kind: payload},
-        ))
+        self.events.append(
+            AgentEvent(
+                event_id=f"{self.cid}:{len(self.events)}",
+                type=kind,
+                ts=self.ts,
+                conversation_id=self.cid,
+                agent=self.agent,
+                context=self.context,
+                turn=turn,
+                attributes=attributes,
+                **{kind: payload},
+            )
+        )
 
     def later(self, lo: float, hi: float) -> None:
         self.ts += timedelta(seconds=round(self.rng.uniform(lo, hi), 3))
@@ -186,8 +201,10 @@ class _Conversation:
         base = round(rng.uniform(lo, hi), 2)
         steps = rng.randint(1, 3)
         lowest = rng.randrange(steps)
-        confs = [base if i == lowest else min(1.0, round(base + rng.uniform(0, 0.15), 2))
-                 for i in range(steps)]
+        confs = [
+            base if i == lowest else min(1.0, round(base + rng.uniform(0, 0.15), 2))
+            for i in range(steps)
+        ]
         self.message("user", content=rng.choice(_ASKS.get(spec.domain, _ASKS["airline"])))
         for step, conf in enumerate(confs):
             if step:
@@ -196,15 +213,24 @@ class _Conversation:
             if rng.random() < self.sim.tool_call_rate:
                 self.tool_step(step)
             self.later(0.5, 3.0)
-            self.message("assistant", content=f"Here is what I found (confidence {conf:.2f}).",
-                         confidence=conf, confidence_source="verbalized")
+            self.message(
+                "assistant",
+                content=f"Here is what I found (confidence {conf:.2f}).",
+                confidence=conf,
+                confidence_source="verbalized",
+            )
         last_turn = self.turn - 1
         if rng.random() < spec.escalation_probability(base):
             self.later(0.05, 0.5)
             trigger: Literal["agent", "threshold"] = (
-                "threshold" if base < 0.5 and spec.behaviour != "inverted" else "agent")
-            self.add(EscalationPayload(trigger=trigger, reason="handing over to a human agent",
-                                       confidence=base), last_turn)
+                "threshold" if base < 0.5 and spec.behaviour != "inverted" else "agent"
+            )
+            self.add(
+                EscalationPayload(
+                    trigger=trigger, reason="handing over to a human agent", confidence=base
+                ),
+                last_turn,
+            )
         p = spec.success_probability(base, self.t0)
         success = rng.random() < p
         last = self.ts
@@ -214,24 +240,36 @@ class _Conversation:
             self.add(FeedbackPayload(score=round(score, 2), source="thumbs"), None)
         self.ts = last
         self.later(30.0, 600.0)
-        self.add(OutcomePayload(success=success, reward=1.0 if success else 0.0,
-                                source="ground_truth"),
-                 None, {"simulated": True, "p_success": round(p, 4), "behaviour": spec.behaviour})
+        self.add(
+            OutcomePayload(success=success, reward=1.0 if success else 0.0, source="ground_truth"),
+            None,
+            {"simulated": True, "p_success": round(p, 4), "behaviour": spec.behaviour},
+        )
         return self.events
 
     def tool_step(self, step: int) -> None:
         rng = self.rng
         tools = _TOOLS.get(self.spec.domain, _TOOLS["airline"])
-        call = ToolCall(id=f"{self.cid}-call{step}", name=rng.choice(tools),
-                        arguments={"id": f"R{rng.randrange(100_000):05d}"})
+        call = ToolCall(
+            id=f"{self.cid}-call{step}",
+            name=rng.choice(tools),
+            arguments={"id": f"R{rng.randrange(100_000):05d}"},
+        )
         self.later(0.5, 3.0)
         self.message("assistant", content=None, tool_calls=[call])
         self.later(0.05, 0.5)
         ok = rng.random() >= self.spec.tool_failure_rate
         error = None if ok else rng.choice(_TOOL_ERRORS)
-        self.add(ToolResultPayload(call_id=call.id, name=call.name, ok=ok,
-                                   content='{"status": "ok"}' if ok else None, error=error),
-                 self.turn)
+        self.add(
+            ToolResultPayload(
+                call_id=call.id,
+                name=call.name,
+                ok=ok,
+                content='{"status": "ok"}' if ok else None,
+                error=error,
+            ),
+            self.turn,
+        )
         self.turn += 1
 
 

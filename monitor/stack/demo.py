@@ -85,8 +85,12 @@ def malformed_events(marker: bytes) -> list[tuple[str, bytes]]:
     tag = marker.decode()
     message = {"role": "assistant", "content": "Sure!", "confidence": 0.9}
     good = {
-        "schema": "agent-event/v1", "type": "message", "ts": "2025-01-01T00:00:00Z",
-        "conversation_id": tag, "agent": {"id": "sim-bad-agent"}, "message": message,
+        "schema": "agent-event/v1",
+        "type": "message",
+        "ts": "2025-01-01T00:00:00Z",
+        "conversation_id": tag,
+        "agent": {"id": "sim-bad-agent"},
+        "message": message,
     }
 
     def variant(n: int, **changes: object) -> bytes:
@@ -121,8 +125,9 @@ async def send_traffic(
     from monitor.sdk import EventEmitter
 
     bad = malformed_events(plan.marker)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                enable_idempotence=idempotent)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=idempotent
+    )
     await producer.start()
     try:
         for _, raw in bad:
@@ -132,8 +137,12 @@ async def send_traffic(
     emitter = EventEmitter(bootstrap, topic, idempotent=idempotent)
     await emitter.start()
     try:
-        report = await run_replay(plan.simulator.events(plan.conversations), emitter.send,
-                                  rate=rate, on_item=lambda _item: on_event())
+        report = await run_replay(
+            plan.simulator.events(plan.conversations),
+            emitter.send,
+            rate=rate,
+            on_item=lambda _item: on_event(),
+        )
         await emitter.flush()
     finally:
         await emitter.close()

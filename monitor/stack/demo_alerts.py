@@ -108,10 +108,18 @@ async def run_demo_alerts(
         notifier = Notifier(engine, sinks, default_retry(3), lease_s=30)
         try:
             ticks = await replay_alert_timeline(
-                engine, rules, start, end, step, sinks=sinks, notifier=notifier,
-                drift_recent=drift_recent, drift_min_samples=drift_min_samples, on_tick=on_tick,
+                engine,
+                rules,
+                start,
+                end,
+                step,
+                sinks=sinks,
+                notifier=notifier,
+                drift_recent=drift_recent,
+                drift_min_samples=drift_min_samples,
+                on_tick=on_tick,
                 not_after=wall,
-            )  # fmt: skip
+            )
         finally:
             for sink in sinks.values():
                 await sink.aclose()

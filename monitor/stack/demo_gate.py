@@ -44,8 +44,9 @@ class GatedRun:
     @property
     def events(self) -> int:
         """Events :func:`send_gated` sends (known once the gate answered)."""
-        return sum(len(self.traffic.conversation(d, self.decisions[d.index]))
-                   for d in self.drafts())
+        return sum(
+            len(self.traffic.conversation(d, self.decisions[d.index])) for d in self.drafts()
+        )
 
 
 def plan_gated(plan: TrafficPlan, seed: int, now: datetime) -> GatedRun:
@@ -59,8 +60,9 @@ def plan_gated(plan: TrafficPlan, seed: int, now: datetime) -> GatedRun:
     return GatedRun(traffic, n)
 
 
-async def ask_gate(run: GatedRun, web_url: str, token: str | None,
-                   concurrency: int = 8) -> GatedRun:
+async def ask_gate(
+    run: GatedRun, web_url: str, token: str | None, concurrency: int = 8
+) -> GatedRun:
     """Ask the gate about every draft (see the module docstring); fills ``run.decisions``."""
     from monitor.contract.events import Agent
     from monitor.core.errors import GateError, GateUnavailable
@@ -70,9 +72,16 @@ async def ask_gate(run: GatedRun, web_url: str, token: str | None,
     gate = asyncio.Semaphore(concurrency)
 
     async def one(d: Draft) -> None:
-        body = gate_body(d.conversation_id, d.content, agent=Agent(id=d.spec.agent_id),
-                         confidence=d.confidence, domain=d.spec.domain, tier=d.spec.tier,
-                         history=d.history, request_id=d.conversation_id)
+        body = gate_body(
+            d.conversation_id,
+            d.content,
+            agent=Agent(id=d.spec.agent_id),
+            confidence=d.confidence,
+            domain=d.spec.domain,
+            tier=d.spec.tier,
+            history=d.history,
+            request_id=d.conversation_id,
+        )
         async with gate:
             try:
                 run.decisions[d.index] = (await client.ask(body)).decision
@@ -87,9 +96,15 @@ async def ask_gate(run: GatedRun, web_url: str, token: str | None,
     return run
 
 
-async def send_gated(run: GatedRun, bootstrap: str, topic: str, *, idempotent: bool,
-                     rate: float, on_event: Callable[[], None] = lambda: None
-                     ) -> list[AgentEvent]:
+async def send_gated(
+    run: GatedRun,
+    bootstrap: str,
+    topic: str,
+    *,
+    idempotent: bool,
+    rate: float,
+    on_event: Callable[[], None] = lambda: None,
+) -> list[AgentEvent]:
     """Send the gated conversations in ts order at ``rate`` events/s; returns the events sent.
 
     Raises:
@@ -97,9 +112,10 @@ async def send_gated(run: GatedRun, bootstrap: str, topic: str, *, idempotent: b
     """
     from monitor.sdk import EventEmitter
 
-    events = sorted((e for d in run.drafts()
-                     for e in run.traffic.conversation(d, run.decisions[d.index])),
-                    key=lambda e: e.ts)
+    events = sorted(
+        (e for d in run.drafts() for e in run.traffic.conversation(d, run.decisions[d.index])),
+        key=lambda e: e.ts,
+    )
     emitter = EventEmitter(bootstrap, topic, idempotent=idempotent)
     await emitter.start()
     loop = asyncio.get_running_loop()
@@ -117,12 +133,18 @@ async def send_gated(run: GatedRun, bootstrap: str, topic: str, *, idempotent: b
     return events
 
 
-
-async def ask_and_send(run: GatedRun, web_url: str, token: str | None, bootstrap: str,
-                       topic: str, *, idempotent: bool, seconds: float,
-                       on_event: Callable[[], None] = lambda: None,
-                       on_total: Callable[[int], None] = lambda _n: None,
-                       ) -> tuple[list[AgentEvent], float]:
+async def ask_and_send(
+    run: GatedRun,
+    web_url: str,
+    token: str | None,
+    bootstrap: str,
+    topic: str,
+    *,
+    idempotent: bool,
+    seconds: float,
+    on_event: Callable[[], None] = lambda: None,
+    on_total: Callable[[int], None] = lambda _n: None,
+) -> tuple[list[AgentEvent], float]:
     """Ask the gate, then send the conversations so that both end within about ``seconds``
     (at least 1 s of sending); returns the events sent and the seconds spent asking.
     ``on_total`` gets the number of events to send once the decisions are known."""
@@ -133,6 +155,7 @@ async def ask_and_send(run: GatedRun, web_url: str, token: str | None, bootstrap
     n = run.events
     on_total(n)
     rate = n / max(1.0, seconds - asked)
-    sent = await send_gated(run, bootstrap, topic, idempotent=idempotent, rate=rate,
-                            on_event=on_event)
+    sent = await send_gated(
+        run, bootstrap, topic, idempotent=idempotent, rate=rate, on_event=on_event
+    )
     return sent, asked

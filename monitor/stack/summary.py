@@ -172,8 +172,9 @@ WHERE CAST(:prefix AS text) IS NULL OR left(conversation_id, length(:prefix)) = 
 ORDER BY conversation_id, time DESC, event_id DESC""")
 
 
-async def gated_conversations(engine: AsyncEngine, scope: Scope = Scope()
-                              ) -> tuple[list[GatedConversation], int]:
+async def gated_conversations(
+    engine: AsyncEngine, scope: Scope = Scope()
+) -> tuple[list[GatedConversation], int]:
     """Each gated conversation's latest decision within ``scope`` (view ``v_gate_decisions``,
     as ``monitor gate`` reads them) and how many of those were degraded (fail open/closed)."""
     async with engine.connect() as conn:

@@ -15,10 +15,12 @@ async def create_topics(settings: Settings) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
     try:
-        response = await admin.create_topics([
-            NewTopic(settings.topic_events, settings.topic_partitions, 1),
-            NewTopic(settings.topic_dlq, 1, 1),
-        ])
+        response = await admin.create_topics(
+            [
+                NewTopic(settings.topic_events, settings.topic_partitions, 1),
+                NewTopic(settings.topic_dlq, 1, 1),
+            ]
+        )
     finally:
         await admin.close()
     for topic, code, *rest in response.topic_errors:

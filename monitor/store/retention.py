@@ -52,32 +52,52 @@ LOCK_TIMEOUT = "2s"
 _DELETES: tuple[tuple[str, str, str], ...] = (
     # an id is forgotten only once its events partition is gone (a kept replayed day stays
     # de-duplicated)
-    ("event_ids", "event_ids",
-     "DELETE FROM event_ids WHERE ts < :cut AND to_regclass('event_partitions.events_'"
-     " || to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL"),
-    ("calibration_bins_1m", "minute_sums",
-     "DELETE FROM calibration_bins WHERE resolution = '1m' AND window_start < :cut"),
+    (
+        "event_ids",
+        "event_ids",
+        "DELETE FROM event_ids WHERE ts < :cut AND to_regclass('event_partitions.events_'"
+        " || to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL",
+    ),
+    (
+        "calibration_bins_1m",
+        "minute_sums",
+        "DELETE FROM calibration_bins WHERE resolution = '1m' AND window_start < :cut",
+    ),
     ("event_minutes", "minute_sums", "DELETE FROM event_minutes WHERE minute < :cut"),
     ("ingest_delay_bins", "minute_sums", "DELETE FROM ingest_delay_bins WHERE minute < :cut"),
-    ("conversation_minutes", "minute_sums",
-     "DELETE FROM conversation_minutes WHERE minute < :cut"),
-    ("calibration_bins_1h", "hourly_sums",
-     "DELETE FROM calibration_bins WHERE resolution = '1h' AND window_start < :cut"),
-    ("calibration_bins_1d", "daily_sums",
-     "DELETE FROM calibration_bins WHERE resolution = '1d' AND window_start < :cut"),
+    ("conversation_minutes", "minute_sums", "DELETE FROM conversation_minutes WHERE minute < :cut"),
+    (
+        "calibration_bins_1h",
+        "hourly_sums",
+        "DELETE FROM calibration_bins WHERE resolution = '1h' AND window_start < :cut",
+    ),
+    (
+        "calibration_bins_1d",
+        "daily_sums",
+        "DELETE FROM calibration_bins WHERE resolution = '1d' AND window_start < :cut",
+    ),
     ("items", "items", "DELETE FROM items WHERE ts < :cut"),
     # the cut is midnight, so whole hours go with their items
     ("item_hours", "items", "DELETE FROM item_hours WHERE hour < :cut"),
     ("design_hours", "items", "DELETE FROM design_hours WHERE hour < :cut"),
     ("label_hours", "items", "DELETE FROM label_hours WHERE hour < :cut"),
-    ("escalation_bins_1h", "hourly_sums",
-     "DELETE FROM escalation_bins WHERE resolution = '1h' AND window_start < :cut"),
-    ("escalation_bins_1d", "daily_sums",
-     "DELETE FROM escalation_bins WHERE resolution = '1d' AND window_start < :cut"),
+    (
+        "escalation_bins_1h",
+        "hourly_sums",
+        "DELETE FROM escalation_bins WHERE resolution = '1h' AND window_start < :cut",
+    ),
+    (
+        "escalation_bins_1d",
+        "daily_sums",
+        "DELETE FROM escalation_bins WHERE resolution = '1d' AND window_start < :cut",
+    ),
     # by event time, but a conversation written into since the horizon (a replay of old
     # traffic, an agent resuming it) is kept until idle as long
-    ("conversations", "conversations",
-     "DELETE FROM conversations WHERE last_ts < :cut AND updated_at < :cut"),
+    (
+        "conversations",
+        "conversations",
+        "DELETE FROM conversations WHERE last_ts < :cut AND updated_at < :cut",
+    ),
     ("dead_letters", "dead_letters", "DELETE FROM dead_letters WHERE received_at < :cut"),
     ("verdicts", "verdicts", "DELETE FROM verdicts WHERE created_at < :cut"),
     ("judge_requests", "verdicts", "DELETE FROM judge_requests WHERE requested_at < :cut"),
@@ -102,8 +122,9 @@ async def run_retention(
     """One retention run at ``now`` (module docstring); logs and returns what it did."""
     report = RetentionReport(horizons=horizons(settings, now))
     async with engine.connect() as conn:
-        got: bool = (await conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
-                                  {"k": RETENTION_LOCK})).scalar_one()
+        got: bool = (
+            await conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": RETENTION_LOCK})
+        ).scalar_one()
         await conn.commit()
         if not got:
             log.info("retention: another worker is running it; skipped")
@@ -115,7 +136,9 @@ async def run_retention(
             await conn.commit()
     log.info(
         "retention: %d partitions created, %d dropped, rows deleted %s%s",
-        report.partitions_created, report.partitions_dropped, report.deleted,
+        report.partitions_created,
+        report.partitions_dropped,
+        report.deleted,
         f", failed: {report.failed}" if report.failed else "",
     )
     return report
@@ -164,6 +187,7 @@ async def drop_before(conn: AsyncConnection, day: date) -> int:
 
 
 def _failed(report: RetentionReport, step: str, exc: Exception) -> None:
-    log.warning("retention: %s failed (%s: %s); retried at the next run",
-                step, type(exc).__name__, exc)
+    log.warning(
+        "retention: %s failed (%s: %s); retried at the next run", step, type(exc).__name__, exc
+    )
     report.failed.append(step)

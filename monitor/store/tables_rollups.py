@@ -66,8 +66,7 @@ event_minutes = Table(
     Column("domain", Text, nullable=False, server_default=""),
     Column("tier", SmallInteger, nullable=False, server_default="0"),
     Column("events", BigInteger, nullable=False),
-    PrimaryKeyConstraint("minute", "type", "agent_id", "domain", "tier",
-                         name="pk_event_minutes"),
+    PrimaryKeyConstraint("minute", "type", "agent_id", "domain", "tier", name="pk_event_minutes"),
 )
 
 ingest_delay_bins = Table(
@@ -81,9 +80,15 @@ ingest_delay_bins = Table(
 
 #: the summed columns of ``conversation_minutes`` (monitor.ingest.conversation_minutes_sql)
 CONVERSATION_MINUTE_SUMS = (
-    "conversations", "escalated", "with_outcome", "succeeded", "with_confidence",
-    "confidence_micro", "tool_errors", "tool_results",
-)  # fmt: skip
+    "conversations",
+    "escalated",
+    "with_outcome",
+    "succeeded",
+    "with_confidence",
+    "confidence_micro",
+    "tool_errors",
+    "tool_results",
+)
 
 conversation_minutes = Table(
     "conversation_minutes",
@@ -122,8 +127,19 @@ escalation_bins = Table(
     Column("seconds_bucket", SmallInteger, nullable=False),
     Column("conversations", BigInteger, nullable=False),
     PrimaryKeyConstraint(
-        "resolution", "window_start", "kind", "agent_id", "agent_version", "domain", "tier",
-        "conf_milli", "escalated", "outcome", "weight", "turns", "seconds_bucket",
+        "resolution",
+        "window_start",
+        "kind",
+        "agent_id",
+        "agent_version",
+        "domain",
+        "tier",
+        "conf_milli",
+        "escalated",
+        "outcome",
+        "weight",
+        "turns",
+        "seconds_bucket",
         name="pk_escalation_bins",
     ),
 )

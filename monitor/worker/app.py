@@ -119,8 +119,9 @@ def create_app(settings: Settings) -> faust.App:
     ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
     emitter = ingest.emitter
     gate = GateState.from_settings(settings)
-    gate_outbox = GateOutboxService(settings, closing=[gate.aclose], loop=app.loop,
-                                    beacon=app.beacon)  # fmt: skip
+    gate_outbox = GateOutboxService(
+        settings, closing=[gate.aclose], loop=app.loop, beacon=app.beacon
+    )
     outbox = gate_outbox.outbox  # decision events: disk buffer when the broker does not ack
     app.service(cast(Any, gate_outbox))
     app.service(cast(Any, LoopLagService(metrics, loop=app.loop, beacon=app.beacon)))
@@ -172,8 +173,11 @@ def create_app(settings: Settings) -> faust.App:
     class Health(View):
         async def get(self, request: Request) -> Response:
             healthy, state, reason = ingest.loop_.health.status()
-            body = {"status": state, **({"reason": reason} if reason else {}),
-                    "gate_decision_events": outbox.status()}  # fmt: skip
+            body = {
+                "status": state,
+                **({"reason": reason} if reason else {}),
+                "gate_decision_events": outbox.status(),
+            }
             return self.json(body, status=200 if healthy else 503)
 
     @app.page("/metrics")

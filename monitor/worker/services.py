@@ -157,8 +157,12 @@ class AnalyticsService(Service):
             "drift checks",
             settings.drift_interval_s,
             lambda: drift_once(
-                self.engine, SystemClock(), recent, settings.drift_alpha,
-                settings.drift_min_samples, reference,
+                self.engine,
+                SystemClock(),
+                recent,
+                settings.drift_alpha,
+                settings.drift_min_samples,
+                reference,
             ),
         )
 
@@ -232,10 +236,16 @@ class AlertingService(Service):
     @Service.task
     async def _evaluate(self) -> None:
         await run_evaluation(
-            self.engine, self.rules, sorted(self.sinks), self.stopping,
-            self.rules.evaluation_interval.total_seconds(), SystemClock(), lag=self._lag,
-            stall=self.stall, on_report=self._on_report,
-        )  # fmt: skip
+            self.engine,
+            self.rules,
+            sorted(self.sinks),
+            self.stopping,
+            self.rules.evaluation_interval.total_seconds(),
+            SystemClock(),
+            lag=self._lag,
+            stall=self.stall,
+            on_report=self._on_report,
+        )
 
     def _on_report(self, report: EvaluationReport) -> None:
         self.metrics.alerts(report.flapping)
@@ -269,15 +279,20 @@ class GateOutboxService(Service):
         self.closing = list(closing)
         assert settings.kafka_bootstrap
         self.producer = DecisionProducer(
-            settings.kafka_bootstrap, settings.topic_events, idempotent=settings.kafka_idempotent,
+            settings.kafka_bootstrap,
+            settings.topic_events,
+            idempotent=settings.kafka_idempotent,
             origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
-        )  # fmt: skip
+        )
         self.buffer = open_gate_buffer(settings)
-        self.outbox = DecisionOutbox(self.producer.deliver, self.buffer,
-                                     spill_after_s=settings.gate_spill_after_s)  # fmt: skip
+        self.outbox = DecisionOutbox(
+            self.producer.deliver, self.buffer, spill_after_s=settings.gate_spill_after_s
+        )
         if self.buffer.pending:
-            log.warning("gate: %d decision events buffered on disk by an earlier run, "
-                        "replaying them", self.buffer.pending)  # fmt: skip
+            log.warning(
+                "gate: %d decision events buffered on disk by an earlier run, replaying them",
+                self.buffer.pending,
+            )
 
     @Service.task
     async def _replay(self) -> None:

@@ -269,19 +269,49 @@ def test_invariants_over_random_histories(steps: list[tuple[float | None, int]])
 
 @pytest.mark.parametrize(
     "metric,comparison,value,scope,fired_for,expected",
-    [("ece", ">", 0.0794, {"agent": "a", "tier": "3"}, timedelta(minutes=10),
-      "ECE 0.0794, back under 0.08 for a (tier 3) after 10 min firing"),
-     ("accuracy", "<", 0.91, {"agent": "a", "domain": "retail"}, timedelta(hours=2, minutes=5),
-      "Accuracy 0.91, back above 0.08 for a / retail after 2 h 5 min firing"),
-     ("drift", ">=", 0.0, {"agent": "a", "tier": "2"}, timedelta(seconds=40),
-      "Drift no longer detected for a (tier 2) after 40 s firing"),
-     ("dlq_rate", ">", None, {}, timedelta(days=1, hours=3),
-      "Dead-letter rate n/a, back under 0.08 for all agents after 1 d 3 h firing")],
-)  # fmt: skip
+    [
+        (
+            "ece",
+            ">",
+            0.0794,
+            {"agent": "a", "tier": "3"},
+            timedelta(minutes=10),
+            "ECE 0.0794, back under 0.08 for a (tier 3) after 10 min firing",
+        ),
+        (
+            "accuracy",
+            "<",
+            0.91,
+            {"agent": "a", "domain": "retail"},
+            timedelta(hours=2, minutes=5),
+            "Accuracy 0.91, back above 0.08 for a / retail after 2 h 5 min firing",
+        ),
+        (
+            "drift",
+            ">=",
+            0.0,
+            {"agent": "a", "tier": "2"},
+            timedelta(seconds=40),
+            "Drift no longer detected for a (tier 2) after 40 s firing",
+        ),
+        (
+            "dlq_rate",
+            ">",
+            None,
+            {},
+            timedelta(days=1, hours=3),
+            "Dead-letter rate n/a, back under 0.08 for all agents after 1 d 3 h firing",
+        ),
+    ],
+)
 def test_resolved_summary_says_what_resolved_it(
-    metric: str, comparison: str, value: float | None, scope: dict[str, str],
-    fired_for: timedelta, expected: str,
-) -> None:  # fmt: skip
+    metric: str,
+    comparison: str,
+    value: float | None,
+    scope: dict[str, str],
+    fired_for: timedelta,
+    expected: str,
+) -> None:
     from monitor.alerts.wording import resolved_summary
 
     assert resolved_summary(metric, comparison, 0.08, value, scope, fired_for) == expected

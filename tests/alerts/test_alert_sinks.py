@@ -233,10 +233,16 @@ async def alertmanager(tmp_path: Path) -> AsyncIterator[str]:
     config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
     port = free_port()
     proc = subprocess.Popen(
-        [str(AM_BIN), f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "am.log").open("wb"),
-    )  # fmt: skip
+        [
+            str(AM_BIN),
+            f"--config.file={config}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "am.log").open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as client:
@@ -266,9 +272,14 @@ async def test_alertmanager_receives_and_shows_the_alerts(alertmanager: str) -> 
         assert sorted(a["labels"]["alertname"] for a in shown) == ["drift-psi", "ece-tier3"]
         ece = next(a for a in shown if a["labels"]["alertname"] == "ece-tier3")
         assert ece["labels"] == {
-            "agent": "billing", "alertname": "ece-tier3", "domain": "refunds",
-            "metric": "ece", "severity": "critical", "team": "cx", "tier": "3",
-        }  # fmt: skip
+            "agent": "billing",
+            "alertname": "ece-tier3",
+            "domain": "refunds",
+            "metric": "ece",
+            "severity": "critical",
+            "team": "cx",
+            "tier": "3",
+        }
         assert ece["annotations"] == {
             "summary": "ECE above 0.05 on billing",
             "description": "Calibration of billing degraded.",
@@ -291,8 +302,15 @@ async def test_alertmanager_receives_and_shows_the_alerts(alertmanager: str) -> 
 
 # --- monitor alerts test ------------------------------------------------------------------
 
-ALERT_ENV = ("SLACK_BOT_TOKEN", "SLACK_CHANNEL", "SLACK_WEBHOOK_URL", "SLACK_API_URL",
-             "WEBHOOK_URL", "WEBHOOK_SECRET", "ALERTMANAGER_URL")  # fmt: skip
+ALERT_ENV = (
+    "SLACK_BOT_TOKEN",
+    "SLACK_CHANNEL",
+    "SLACK_WEBHOOK_URL",
+    "SLACK_API_URL",
+    "WEBHOOK_URL",
+    "WEBHOOK_SECRET",
+    "ALERTMANAGER_URL",
+)
 
 
 def cli_env(**values: str) -> dict[str, str | None]:
@@ -314,9 +332,13 @@ async def test_alerts_test_command_reports_each_sink(slack: SlackServer) -> None
 
     async with WebhookReceiver(SECRET) as receiver:
         assert isinstance(receiver, WebhookReceiver)
-        env = cli_env(slack_bot_token=slack.token, slack_channel=slack.channel,
-                      slack_api_url=f"{slack.base_url}/api/", webhook_url=receiver.url,
-                      webhook_secret=SECRET)  # fmt: skip
+        env = cli_env(
+            slack_bot_token=slack.token,
+            slack_channel=slack.channel,
+            slack_api_url=f"{slack.base_url}/api/",
+            webhook_url=receiver.url,
+            webhook_secret=SECRET,
+        )
         code, out = await asyncio.to_thread(run, env)
         assert code == 0, out
         assert "slack" in out and "webhook" in out and out.count("delivered") == 2

@@ -31,10 +31,17 @@ T = TypeVar("T")
 def firing(rule: str = "ece_tier3", scope: dict[str, str] = SCOPE, version: int = 3) -> AlertState:
     base = AlertState.new(rule, scope)
     return replace(
-        base, status=Status.FIRING, active_since=T0, fired_at=T0 + timedelta(minutes=10),
-        notified=1, last_notified_at=T0 + timedelta(minutes=10), last_value=0.123,
-        last_samples=512.0, last_observed_at=T0 + timedelta(minutes=10), version=version,
-    )  # fmt: skip
+        base,
+        status=Status.FIRING,
+        active_since=T0,
+        fired_at=T0 + timedelta(minutes=10),
+        notified=1,
+        last_notified_at=T0 + timedelta(minutes=10),
+        last_value=0.123,
+        last_samples=512.0,
+        last_observed_at=T0 + timedelta(minutes=10),
+        version=version,
+    )
 
 
 @pytest.fixture
@@ -124,12 +131,27 @@ async def test_ack_updates_state_and_history(engine: AsyncEngine) -> None:
 
 def note(kind: Kind, fp: str = "f1", seq: int = 0) -> Notification:
     return Notification(
-        idempotency_key=f"{fp}:{T0.isoformat()}:{kind.value}:{seq}", kind=kind, sequence=seq,
-        fingerprint=fp, rule="r", metric="ece", severity="critical", scope=SCOPE,
-        labels={"alertname": "r", "severity": "critical", **SCOPE}, summary="s", description="",
-        runbook_url=None, value=0.2, threshold=0.1, comparison=">", samples=300, window="1h",
-        fired_at=T0, resolved_at=None, created_at=T0,
-    )  # fmt: skip
+        idempotency_key=f"{fp}:{T0.isoformat()}:{kind.value}:{seq}",
+        kind=kind,
+        sequence=seq,
+        fingerprint=fp,
+        rule="r",
+        metric="ece",
+        severity="critical",
+        scope=SCOPE,
+        labels={"alertname": "r", "severity": "critical", **SCOPE},
+        summary="s",
+        description="",
+        runbook_url=None,
+        value=0.2,
+        threshold=0.1,
+        comparison=">",
+        samples=300,
+        window="1h",
+        fired_at=T0,
+        resolved_at=None,
+        created_at=T0,
+    )
 
 
 async def test_groups_and_history_roundtrip(engine: AsyncEngine) -> None:
@@ -180,8 +202,11 @@ def seed_states(url: str, *states: AlertState) -> None:
 def test_cli_list_silence_unsilence_ack(database_url: str) -> None:
     url = database_url
     fire = firing()
-    resolved = replace(firing("ece_tier2", {"agent": "shop", "tier": "2"}), status=Status.RESOLVED,
-                       resolved_at=T0 + timedelta(hours=1))  # fmt: skip
+    resolved = replace(
+        firing("ece_tier2", {"agent": "shop", "tier": "2"}),
+        status=Status.RESOLVED,
+        resolved_at=T0 + timedelta(hours=1),
+    )
     seed_states(url, fire, resolved)
     out = json.loads(cli(url, "list", "--json").output)["alerts"]
     assert [a["fingerprint"] for a in out] == [fire.fingerprint]
@@ -200,12 +225,23 @@ def test_cli_list_silence_unsilence_ack(database_url: str) -> None:
     # silence: required reason, --by from $USER, matched in list
     cli(url, "silence", "alertname=ece_*,agent=billing", "--for", "2h", code=2, USER="carol")
     made = json.loads(
-        cli(url, "silence", "alertname=ece_*,agent=billing", "--for", "2h", "--reason", "deploy",
-            "--json", USER="carol").output
-    )  # fmt: skip
+        cli(
+            url,
+            "silence",
+            "alertname=ece_*,agent=billing",
+            "--for",
+            "2h",
+            "--reason",
+            "deploy",
+            "--json",
+            USER="carol",
+        ).output
+    )
     assert made["created_by"] == "carol" and made["reason"] == "deploy"
-    assert made["matchers"] == [{"label": "alertname", "pattern": "ece_*"},
-                                {"label": "agent", "pattern": "billing"}]  # fmt: skip
+    assert made["matchers"] == [
+        {"label": "alertname", "pattern": "ece_*"},
+        {"label": "agent", "pattern": "billing"},
+    ]
     a = json.loads(cli(url, "list", "--json").output)["alerts"][0]
     assert a["silenced"] is True and a["silence_id"] == made["id"]
     listed = json.loads(cli(url, "silences", "--json").output)["silences"]
@@ -242,11 +278,20 @@ def test_cli_list_names_the_destinations_or_says_there_is_none(database_url: str
 
 @pytest.mark.parametrize(
     "env",
-    [{}, {"slack_webhook_url": "http://h/s"}, {"slack_bot_token": "xoxb-1", "slack_channel": "C"},
-     {"webhook_url": "http://h/w", "alertmanager_url": "http://h/am"},
-     {"slack_bot_token": "xoxb-1", "slack_channel": "C", "slack_webhook_url": "http://h/s",
-      "webhook_url": "http://h/w", "alertmanager_url": "http://h/am"}],
-)  # fmt: skip
+    [
+        {},
+        {"slack_webhook_url": "http://h/s"},
+        {"slack_bot_token": "xoxb-1", "slack_channel": "C"},
+        {"webhook_url": "http://h/w", "alertmanager_url": "http://h/am"},
+        {
+            "slack_bot_token": "xoxb-1",
+            "slack_channel": "C",
+            "slack_webhook_url": "http://h/s",
+            "webhook_url": "http://h/w",
+            "alertmanager_url": "http://h/am",
+        },
+    ],
+)
 async def test_destinations_name_exactly_the_sinks_the_worker_builds(env: dict[str, str]) -> None:
     from monitor.alerts.destinations import destinations
     from monitor.alerts.sinks.registry import configured_sinks

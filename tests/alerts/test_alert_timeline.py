@@ -66,12 +66,20 @@ def quick_drift_rules() -> RuleSet:
 def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
     async def go() -> tuple[list[dict[str, Any]], SlackServer]:
         async with SlackServer() as slack:
-            sink = SlackSink(slack.token, slack.channel, "http://grafana.local",
-                             base_url=f"{slack.base_url}/api/")  # fmt: skip
+            sink = SlackSink(
+                slack.token,
+                slack.channel,
+                "http://grafana.local",
+                base_url=f"{slack.base_url}/api/",
+            )
             messages, ticks = await run_demo_alerts(
-                seeded, quick_drift_rules(), START + timedelta(minutes=40), END,
-                extra_sinks={"slack": sink}, clock=lambda: END,  # the traffic ends "now"
-            )  # fmt: skip
+                seeded,
+                quick_drift_rules(),
+                START + timedelta(minutes=40),
+                END,
+                extra_sinks={"slack": sink},
+                clock=lambda: END,  # the traffic ends "now"
+            )
         assert max(t.at for t in ticks) == END  # the flush tick did not run ahead of the clock
         return messages, slack
 
@@ -85,8 +93,10 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
     assert delivered and all(r["delivered_at"] >= r["created_at"] for r in delivered)
     drift = [
         (n["kind"], n["scope"].get("agent"), datetime.fromisoformat(n["created_at"]))
-        for m in messages for n in notifications(m) if n["rule"] == "drift_tier3"
-    ]  # fmt: skip
+        for m in messages
+        for n in notifications(m)
+        if n["rule"] == "drift_tier3"
+    ]
     drifting = [(k, t) for k, a, t in drift if a == "sim-telecom-drifting"]
     assert [k for k, _ in drifting] == ["firing", "resolved"], drift
     fired_at, resolved_at = drifting[0][1], drifting[1][1]
@@ -97,8 +107,11 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
     assert not [a for _, a, _ in drift if a == "sim-airline-calibrated"]
     # the same notifications reached Slack, the resolution threaded under the firing message
     texts = [(m.get("text", ""), m.get("thread_ts"), m["ts"]) for m in slack.messages]
-    firing = [(t, ts) for t, th, ts in texts if "drift_tier3" in t and th is None
-              and "sim-telecom-drifting" in t]  # fmt: skip
+    firing = [
+        (t, ts)
+        for t, th, ts in texts
+        if "drift_tier3" in t and th is None and "sim-telecom-drifting" in t
+    ]
     assert firing, texts
     replies = [th for t, th, _ in texts if th is not None]
     assert firing[0][1] in replies

@@ -16,9 +16,19 @@ NOW = T0 + timedelta(minutes=20)  # the gate events are at T0 + 10..14 min
 
 
 def gate(i: int, conv: str, decision: str, agent: str = "bot", **extra: object) -> AgentEvent:
-    return validate_event(event_dict(f"g{i}", conv, "gate", at=600 + i, agent=agent,
-                                     context={"domain": "retail", "tier": 2},
-                                     decision=decision, findings=[], **extra))  # fmt: skip
+    return validate_event(
+        event_dict(
+            f"g{i}",
+            conv,
+            "gate",
+            at=600 + i,
+            agent=agent,
+            context={"domain": "retail", "tier": 2},
+            decision=decision,
+            findings=[],
+            **extra,
+        )
+    )
 
 
 async def test_default_gate_rules_observe_escalations_failures_and_fallbacks(
@@ -32,8 +42,13 @@ async def test_default_gate_rules_observe_escalations_failures_and_fallbacks(
         extra = {"degraded": slow} if i % 20 == 0 else {}
         events.append(gate(i, f"c{i}", decision, **extra))
         if 15 <= i < 55:
-            events.append(validate_event(event_dict(f"o{i}", f"c{i}", "outcome", at=900 + i,
-                                                    agent="bot", success=i >= 23)))  # fmt: skip
+            events.append(
+                validate_event(
+                    event_dict(
+                        f"o{i}", f"c{i}", "outcome", at=900 + i, agent="bot", success=i >= 23
+                    )
+                )
+            )
     # c15 was first escalated, then proceeded: its latest decision counts for the failures
     events.append(gate(100, "c15", "escalate"))  # at 700: later than c15's proceed at 615
     # another agent

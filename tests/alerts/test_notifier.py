@@ -140,8 +140,10 @@ async def test_500s_then_success_with_exact_backoff(
     assert await n.run_once(T0) == 1
     (row,) = await rows(engine)
     assert (row["status"], row["attempts"], row["last_error"]) == (
-        "pending", 1, "slack answered HTTP 500"
-    )  # fmt: skip
+        "pending",
+        1,
+        "slack answered HTTP 500",
+    )
     assert row["next_attempt_at"] == T0 + timedelta(seconds=0.5)  # rand 0.5 * 1 s
     assert await n.run_once(T0 + timedelta(seconds=0.4)) == 0  # not due yet
     clock.now = T0 + timedelta(seconds=0.5)
@@ -175,8 +177,10 @@ async def test_429_retry_after_is_honoured_by_the_run_loop(
     assert [p.answered for p in slack.posts] == [429, 200]
     (row,) = await rows(engine)
     assert (row["status"], row["attempts"], row["delivered_at"]) == (
-        "delivered", 2, T0 + timedelta(seconds=7)
-    )  # fmt: skip
+        "delivered",
+        2,
+        T0 + timedelta(seconds=7),
+    )
 
 
 async def test_ratelimited_ok_false_retries_and_invalid_auth_fails_at_once(
@@ -284,9 +288,13 @@ async def _spawn(
         "MONITOR_NOTIFY_LEASE_S": "8",
     }
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "monitor.alerts.notifier", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=log.open("ab"),
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "monitor.alerts.notifier",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
 
 
 async def _until(check: Any, timeout: float = 30.0) -> None:

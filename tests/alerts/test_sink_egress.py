@@ -118,9 +118,12 @@ async def test_every_outgoing_byte_is_redacted_and_escaped(engine: AsyncEngine) 
         payload = planted()
         member = Notification.from_dict(payload)
         group = GroupedNotification(
-            "g1", f"agent={EMAIL},domain={PHONE}", {"team": f"{MENTION} {CARD}"}, (member,),
+            "g1",
+            f"agent={EMAIL},domain={PHONE}",
+            {"team": f"{MENTION} {CARD}"},
+            (member,),
             member.created_at,
-        ).to_dict()  # fmt: skip
+        ).to_dict()
         n = Notifier(engine, sinks, default_retry(3))
         await enqueue(engine, [payload, group], list(sinks))
         assert await n.run_once(datetime.now(UTC)) == 8

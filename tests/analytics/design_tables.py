@@ -16,7 +16,8 @@ async def assert_design_tables_match_items(conn: asyncpg.Connection) -> int:
     want_rows = await conn.fetch(
         f"SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {SEG}, count(*) AS n"
         " FROM items WHERE label IS NOT NULL AND weight > 0"
-        f" GROUP BY conversation_id, hour, {SEG}")
+        f" GROUP BY conversation_id, hour, {SEG}"
+    )
     got_rows = await conn.fetch(f"SELECT conversation_id, hour, {SEG}, n, multi FROM item_hours")
     assert all(r["n"] >= 0 for r in got_rows)
     want = {tuple(r.values()) for r in want_rows}
@@ -30,14 +31,19 @@ async def assert_design_tables_match_items(conn: asyncpg.Connection) -> int:
         f"SELECT hour, {SEG}, sum(n) AS items, count(DISTINCT conversation_id) AS conversations"
         f" FROM (SELECT conversation_id, date_trunc('hour', ts, 'UTC') AS hour, {SEG}, 1 AS n"
         "        FROM items WHERE label IS NOT NULL AND weight > 0) AS i"
-        f" GROUP BY hour, {SEG}")
-    stored = await conn.fetch(f"SELECT hour, {SEG}, items, conversations FROM design_hours"
-                              " WHERE items <> 0 OR conversations <> 0")
+        f" GROUP BY hour, {SEG}"
+    )
+    stored = await conn.fetch(
+        f"SELECT hour, {SEG}, items, conversations FROM design_hours"
+        " WHERE items <> 0 OR conversations <> 0"
+    )
     assert {tuple(r.values()) for r in stored} == {tuple(r.values()) for r in sums}
     sources = await conn.fetch(
         f"SELECT date_trunc('hour', ts, 'UTC') AS hour, {SEG}, label_source, count(*)"
-        f" FROM items WHERE label IS NOT NULL GROUP BY hour, {SEG}, label_source")
-    by_hour = await conn.fetch(f"SELECT hour, {SEG}, label_source, items FROM label_hours"
-                               " WHERE items <> 0")
+        f" FROM items WHERE label IS NOT NULL GROUP BY hour, {SEG}, label_source"
+    )
+    by_hour = await conn.fetch(
+        f"SELECT hour, {SEG}, label_source, items FROM label_hours WHERE items <> 0"
+    )
     assert {tuple(r.values()) for r in by_hour} == {tuple(r.values()) for r in sources}
     return len(want)

@@ -88,10 +88,27 @@ async def test_cli_keep_json_on_stored_conversations(database_url: str) -> None:
     for i, (c, conv) in enumerate(zip(CONF, CONVS, strict=True)):
         cid = f"adv-{i}"
         events.append(event(f"{cid}:0", cid, "message", at=i * 10, agent="adv", confidence=c))
-        events.append(event(f"{cid}:1", cid, "message", at=i * 10 + 1, agent="adv",
-                            confidence=min(1.0, c + 0.05)))  # the minimum is c
-        events.append(event(f"{cid}:2", cid, "outcome", at=i * 10 + 2, agent="adv",
-                            success=conv.success, reward=1.0 if conv.success else 0.0))
+        events.append(
+            event(
+                f"{cid}:1",
+                cid,
+                "message",
+                at=i * 10 + 1,
+                agent="adv",
+                confidence=min(1.0, c + 0.05),
+            )
+        )  # the minimum is c
+        events.append(
+            event(
+                f"{cid}:2",
+                cid,
+                "outcome",
+                at=i * 10 + 2,
+                agent="adv",
+                success=conv.success,
+                reward=1.0 if conv.success else 0.0,
+            )
+        )
     w = EventWriter(database_url)
     try:
         await w.write([event_row(e) for e in events])
@@ -101,8 +118,9 @@ async def test_cli_keep_json_on_stored_conversations(database_url: str) -> None:
 
     def run(*opts: str) -> dict:
         args = ["thresholds", "--from", T0.isoformat(), "--to", hi, "--agent", "adv", *opts]
-        result = CliRunner().invoke(app, [*args, "--json"], env={"MONITOR_DATABASE_URL":
-                                                                 database_url})
+        result = CliRunner().invoke(
+            app, [*args, "--json"], env={"MONITOR_DATABASE_URL": database_url}
+        )
         assert result.exit_code == 0, result.output
         return json.loads(result.output)["agents"]["adv"]
 
@@ -110,7 +128,8 @@ async def test_cli_keep_json_on_stored_conversations(database_url: str) -> None:
     assert adv["threshold"] == 0.3 and adv["tied_at_cut"] == 3
     assert adv["residual_error"]["value"] == pytest.approx(0.25)
     assert [adv["residual_error"]["low"], adv["residual_error"]["high"]] == pytest.approx(
-        list(wilson(0.25, 8)))
+        list(wilson(0.25, 8))
+    )
     assert adv["escalated_share"]["value"] == pytest.approx(0.2)
     assert adv["failures_prevented"]["value"] == pytest.approx(0.5)
     target = (await asyncio.to_thread(run, "--target", "0.2"))["advice"]
@@ -118,7 +137,10 @@ async def test_cli_keep_json_on_stored_conversations(database_url: str) -> None:
     table_only = await asyncio.to_thread(run)
     assert table_only["advice"] is None and table_only["rows"]
     text = await asyncio.to_thread(
-        CliRunner().invoke, app, ["thresholds", "--from", T0.isoformat(), "--to", hi,
-                                  "--budget", "0.2"], env={"MONITOR_DATABASE_URL": database_url})
+        CliRunner().invoke,
+        app,
+        ["thresholds", "--from", T0.isoformat(), "--to", hi, "--budget", "0.2"],
+        env={"MONITOR_DATABASE_URL": database_url},
+    )
     assert text.exit_code == 0 and "budget 0.2" in text.output
     assert "None" not in text.output and "ties at the cut" in text.output

@@ -120,8 +120,9 @@ def test_drift_fires_after_change_point_only(seeded):
     assert drifting["n_recent"] >= 100 and drifting["n_baseline"] >= 100
     # where there is no data it says why and where to look instead
     env = {"MONITOR_DATABASE_URL": url}
-    empty = CliRunner().invoke(app, ["drift", "--no-store", "--at", "2001-01-01T00:00:00Z"],
-                               env=env)  # fmt: skip
+    empty = CliRunner().invoke(
+        app, ["drift", "--no-store", "--at", "2001-01-01T00:00:00Z"], env=env
+    )
     said = " ".join(empty.output.split())
     assert empty.exit_code == 0, said
     assert "no labelled items in the recent window (2000-12-31 23:00 to 00:00 UTC)" in said
@@ -199,7 +200,8 @@ def test_passk_on_tau2_equals_direct_computation(seeded, tau2_files):
     assert cli(url, "passk", "--agent", "*", "--k", "1", "--k", "2", *wide) == out
     empty = CliRunner().invoke(app, ["passk", *old], env={"MONITOR_DATABASE_URL": url})
     assert empty.exit_code == 0 and "no conversations with a task id and an outcome in" in (
-        " ".join(empty.output.split()))
+        " ".join(empty.output.split())
+    )
 
 
 def test_recalibration_fit_show_and_lower_ece(seeded):
@@ -236,10 +238,15 @@ def test_periodic_drift_job_stores_each_check_once(seeded):
 
                 # the periodic job's checks: against the 24 h pinned reference (the CLI tests
                 # above stored checks of the same recent window against the previous period)
-                rows = (await conn.execute(text(
-                    "SELECT agent_id, fired FROM drift_checks WHERE recent_to = :t"
-                    " AND baseline_to - baseline_from = interval '24 hours'"),
-                    {"t": CHANGE + timedelta(minutes=40)})).all()  # fmt: skip
+                rows = (
+                    await conn.execute(
+                        text(
+                            "SELECT agent_id, fired FROM drift_checks WHERE recent_to = :t"
+                            " AND baseline_to - baseline_from = interval '24 hours'"
+                        ),
+                        {"t": CHANGE + timedelta(minutes=40)},
+                    )
+                ).all()
         finally:
             await engine.dispose()
         sims = [r for r in rows if r[0].startswith("sim-")]

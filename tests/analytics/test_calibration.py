@@ -67,8 +67,14 @@ def _reference(conf, y, w, n_bins=10):
             bins.append((b, C[b] / W[b], Y[b] / W[b], W[b], N[b], W[b] ** 2 / W2[b]))
     e = sum(wb / total * abs(acc - cf) for _, cf, acc, wb, _, _ in bins)
     m = max(abs(acc - cf) for _, cf, acc, _, _, _ in bins)
-    return {"ece": e, "mce": m, "brier": sq / total, "bins": bins,
-            "accuracy": sum(Y) / total, "mean_conf": sum(C) / total}
+    return {
+        "ece": e,
+        "mce": m,
+        "brier": sq / total,
+        "bins": bins,
+        "accuracy": sum(Y) / total,
+        "mean_conf": sum(C) / total,
+    }
 
 
 # -- bins -------------------------------------------------------------------------------------
@@ -106,8 +112,15 @@ def test_rows_round_trip_and_duplicate_rows_are_summed():
     assert doubled.isclose(s + s)
     with pytest.raises(ValueError):
         BinSums.from_rows([(10, 1.0, 0.5, 1.0, 0.25, 1.0, 1)])
-    assert item_row(0.35, 1.0, 2.0) == {"bin": 3, "weight": 2.0, "sum_conf": 0.7, "sum_y": 2.0,
-                                        "sum_sq_err": 2.0 * 0.65**2, "sum_w2": 4.0, "count": 1}
+    assert item_row(0.35, 1.0, 2.0) == {
+        "bin": 3,
+        "weight": 2.0,
+        "sum_conf": 0.7,
+        "sum_y": 2.0,
+        "sum_sq_err": 2.0 * 0.65**2,
+        "sum_w2": 4.0,
+        "count": 1,
+    }
 
 
 # -- metrics against independent implementations ---------------------------------------------
@@ -264,8 +277,10 @@ def test_intervals_from_sums_and_from_items_agree_and_are_seeded():
     assert par == parametric_bootstrap(sums, n_boot=500, seed=1)
     items = bootstrap_from_items(conf, y, w, n_boot=300, seed=1)
     assert items == bootstrap_from_items(conf, y, w, n_boot=300, seed=1)
-    for p, i, point in ((par.ece_ci, items.ece_ci, ece(sums)),
-                        (par.brier_ci, items.brier_ci, brier(sums))):
+    for p, i, point in (
+        (par.ece_ci, items.ece_ci, ece(sums)),
+        (par.brier_ci, items.brier_ci, brier(sums)),
+    ):
         assert p[0] < point < p[1] and i[0] < point < i[1]
         width_p, width_i = p[1] - p[0], i[1] - i[0]
         assert 0.4 < width_p / width_i < 2.5, (p, i)
@@ -333,9 +348,11 @@ def test_isotonic_validation():
 
 
 def test_metrics_package_imports_no_io_library():
-    code = ("import sys, monitor.analytics.bins, monitor.analytics.calibration, "
-            "monitor.analytics.recalibration; bad = {'sqlalchemy', 'httpx', 'faust', 'aiokafka', "
-            "'asyncpg'} & set(sys.modules); assert not bad, bad")
+    code = (
+        "import sys, monitor.analytics.bins, monitor.analytics.calibration, "
+        "monitor.analytics.recalibration; bad = {'sqlalchemy', 'httpx', 'faust', 'aiokafka', "
+        "'asyncpg'} & set(sys.modules); assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

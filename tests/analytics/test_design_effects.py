@@ -23,8 +23,7 @@ from tests.analytics.design_tables import assert_design_tables_match_items
 from tests.factories import T0, event
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
-KEYS = (("agent_id",), ("agent_id", "domain"), ("agent_id", "agent_version", "domain", "tier"),
-        ())
+KEYS = (("agent_id",), ("agent_id", "domain"), ("agent_id", "agent_version", "domain", "tier"), ())
 
 
 def expected(rows: list[asyncpg.Record], keys: tuple[str, ...]) -> dict[tuple[object, ...], float]:
@@ -48,32 +47,38 @@ async def test_design_effects_equal_the_items_counted_in_python(database_url: st
     conn = await asyncpg.connect(libpq_url(database_url))
     try:
         assert await assert_design_tables_match_items(conn) >= 200
-        for lo, hi in ((NOW - timedelta(hours=7), NOW + timedelta(days=1)),
-                       (NOW - timedelta(hours=3, minutes=7), NOW - timedelta(hours=1))):
+        for lo, hi in (
+            (NOW - timedelta(hours=7), NOW + timedelta(days=1)),
+            (NOW - timedelta(hours=3, minutes=7), NOW - timedelta(hours=1)),
+        ):
             assert repo.whole_hours(lo, hi) is not None  # the roll-up path
             rows = await conn.fetch(
                 "SELECT agent_id, domain, conversation_id FROM items WHERE label IS NOT NULL"
-                " AND weight > 0 AND ts >= $1 AND ts < $2", lo, hi)
+                " AND weight > 0 AND ts >= $1 AND ts < $2",
+                lo,
+                hi,
+            )
             assert len({r["conversation_id"] for r in rows}) >= 20
             for keys in (("agent_id",), ("agent_id", "domain")):
                 want = expected(rows, keys)
                 assert max(want.values()) > 1.0  # several items per conversation
                 for read in (design_effect.design_effects, design_effect.design_effects_scan):
-                    total = await read(engine, repo.Segment(), lo, hi, group_by=keys,
-                                       with_total=True)
+                    total = await read(
+                        engine, repo.Segment(), lo, hi, group_by=keys, with_total=True
+                    )
                     assert total == want
                     groups = await read(engine, repo.Segment(), lo, hi, group_by=keys)
                     assert groups == {k: v for k, v in want.items() if k != ()}
-            alone = await design_effect.design_effects(engine, repo.Segment(), lo, hi,
-                                                       group_by=())
+            alone = await design_effect.design_effects(engine, repo.Segment(), lo, hi, group_by=())
             assert alone == {(): want[()]}
     finally:
         await conn.close()
         await engine.dispose()
 
 
-def windows(rng: random.Random, lo: datetime, hi: datetime, n: int) -> list[tuple[datetime,
-                                                                                   datetime]]:
+def windows(
+    rng: random.Random, lo: datetime, hi: datetime, n: int
+) -> list[tuple[datetime, datetime]]:
     """``n`` random windows inside ``[lo, hi]``: on whole hours, on minutes, on microseconds."""
     span = (hi - lo).total_seconds()
     out = []
@@ -102,11 +107,19 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
     for k in range(24):
         cid, at = f"span-{k}", 1800.0 * k + (3500 if k % 2 else 1000)
         other = f"other-{k % 2}" if k % 3 else "agent-a"
-        spanning += [event(f"{cid}-a0", cid, at=at, confidence=0.6),
-                     event(f"{cid}-a1", cid, at=at + 200, confidence=0.7, agent=other),
-                     event(f"{cid}-a2", cid, at=at + 250, confidence=0.9),
-                     event(f"{cid}-o", cid, "outcome", at=at + 300, success=k % 4 < 2,
-                           source="csat" if k % 4 == 3 else "ground_truth")]
+        spanning += [
+            event(f"{cid}-a0", cid, at=at, confidence=0.6),
+            event(f"{cid}-a1", cid, at=at + 200, confidence=0.7, agent=other),
+            event(f"{cid}-a2", cid, at=at + 250, confidence=0.9),
+            event(
+                f"{cid}-o",
+                cid,
+                "outcome",
+                at=at + 300,
+                success=k % 4 < 2,
+                source="csat" if k % 4 == 3 else "ground_truth",
+            ),
+        ]
         if k % 8 == 3:  # a later ground truth relabels some of the csat-labelled items
             late.append(event(f"{cid}-gt", cid, "outcome", at=at + 900, success=True))
     writer = EventWriter(database_url)
@@ -125,25 +138,38 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
             if i > j:
                 batch[i], batch[j] = batch[j], batch[i]
         for i in range(0, len(batch), 97):
-            await writer.write(batch[i:i + 97])
+            await writer.write(batch[i : i + 97])
         await writer.write([event_row(e) for e in late])  # relabels stored items
         await writer.write(batch[:500])  # a replay changes nothing
         assert await assert_design_tables_match_items(conn) >= 300
-        multi = await conn.fetchval("SELECT count(DISTINCT conversation_id) FROM item_hours"
-                                    " WHERE multi AND n > 0")
+        multi = await conn.fetchval(
+            "SELECT count(DISTINCT conversation_id) FROM item_hours WHERE multi AND n > 0"
+        )
         assert multi >= 16  # the correction for conversations across hours is exercised
         want_total = await design_effect.design_effects_scan(
-            engine, repo.Segment(), NOW - timedelta(hours=8, minutes=13),
-            NOW - timedelta(minutes=21), with_total=True)
+            engine,
+            repo.Segment(),
+            NOW - timedelta(hours=8, minutes=13),
+            NOW - timedelta(minutes=21),
+            with_total=True,
+        )
         assert len(want_total) >= 2
         checked = sources = 0
-        for lo, hi in [(NOW - timedelta(hours=10), NOW + timedelta(hours=1)),
-                       (T0, T0 + timedelta(hours=13)),
-                       *windows(rng, NOW - timedelta(hours=10), NOW, 24),
-                       *windows(rng, T0, T0 + timedelta(hours=13), 16)]:
-            want_sources = [tuple(r) for r in await conn.fetch(
-                "SELECT agent_id, label_source, count(*) FROM items WHERE label IS NOT NULL"
-                " AND ts >= $1 AND ts < $2 GROUP BY 1, 2 ORDER BY 1, 2", lo, hi)]
+        for lo, hi in [
+            (NOW - timedelta(hours=10), NOW + timedelta(hours=1)),
+            (T0, T0 + timedelta(hours=13)),
+            *windows(rng, NOW - timedelta(hours=10), NOW, 24),
+            *windows(rng, T0, T0 + timedelta(hours=13), 16),
+        ]:
+            want_sources = [
+                tuple(r)
+                for r in await conn.fetch(
+                    "SELECT agent_id, label_source, count(*) FROM items WHERE label IS NOT NULL"
+                    " AND ts >= $1 AND ts < $2 GROUP BY 1, 2 ORDER BY 1, 2",
+                    lo,
+                    hi,
+                )
+            ]
             async with engine.connect() as c:
                 assert await label_sources(c, repo.Segment(), lo, hi) == want_sources
             sources += len({s for _, s, _ in want_sources}) > 1
@@ -151,9 +177,11 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
                 for seg in (repo.Segment(), repo.Segment(agent="other-*")):
                     for total in (False, True):
                         want = await design_effect.design_effects_scan(
-                            engine, seg, lo, hi, group_by=keys, with_total=total)
+                            engine, seg, lo, hi, group_by=keys, with_total=total
+                        )
                         got = await design_effect.design_effects(
-                            engine, seg, lo, hi, group_by=keys, with_total=total)
+                            engine, seg, lo, hi, group_by=keys, with_total=total
+                        )
                         assert got == want, (lo, hi, keys, seg, total)
                         checked += bool(want) and repo.whole_hours(lo, hi) is not None
         assert checked >= 200 and sources >= 10  # windows with outcome sources of two kinds
@@ -163,8 +191,10 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
         await asyncio.to_thread(upgrade, database_url)
         assert await assert_design_tables_match_items(conn) >= 300
         lo, hi = NOW - timedelta(hours=8, minutes=13), NOW - timedelta(minutes=21)
-        assert await design_effect.design_effects(engine, repo.Segment(), lo, hi,
-                                                  with_total=True) == want_total
+        assert (
+            await design_effect.design_effects(engine, repo.Segment(), lo, hi, with_total=True)
+            == want_total
+        )
     finally:
         await conn.close()
         await engine.dispose()

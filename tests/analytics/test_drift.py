@@ -27,8 +27,9 @@ from monitor.analytics.drift import (
 )
 
 
-def _agent(seed: int, n: int, overconfidence: float = 0.0, conf_shift: float = 0.0
-           ) -> tuple[np.ndarray, np.ndarray]:
+def _agent(
+    seed: int, n: int, overconfidence: float = 0.0, conf_shift: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Items of a synthetic agent.  Its true accuracy per item is ``base - overconfidence`` with
     ``base`` ~ U(0.5, 0.95); it states ``base + conf_shift`` (so a shift moves the confidence
     distribution without changing accuracy, and overconfidence the reverse)."""
@@ -60,7 +61,11 @@ def test_psi_equals_direct_loop_and_reading() -> None:
     assert psi([1, 2, 3], [2, 4, 6]) == pytest.approx(0.0, abs=1e-15)
     assert math.isfinite(psi([10, 0], [0, 10])) and psi([10, 0], [0, 10]) > 0.25
     assert [psi_level(x) for x in (0.05, 0.1, 0.25, 0.26)] == [
-        "stable", "moderate", "moderate", "major"]
+        "stable",
+        "moderate",
+        "moderate",
+        "major",
+    ]
     with pytest.raises(ValueError):
         psi([1, 2], [1, 2, 3])
     with pytest.raises(ValueError):
@@ -88,8 +93,9 @@ def test_ks_binned_close_to_raw_on_fine_bins_and_conservative_on_coarse() -> Non
     fine = ks_binned(fine_a.weight, fine_b.weight, 3000, 3000)
     assert fine.statistic == pytest.approx(ref.statistic, abs=2e-3)
     assert fine.pvalue == pytest.approx(ref.pvalue, rel=0.2, abs=1e-6)
-    coarse = ks_binned(BinSums.from_items(a, ya).weight, BinSums.from_items(b, yb).weight,
-                       3000, 3000)
+    coarse = ks_binned(
+        BinSums.from_items(a, ya).weight, BinSums.from_items(b, yb).weight, 3000, 3000
+    )
     assert coarse.statistic <= ref.statistic + 1e-12 and coarse.pvalue >= ref.pvalue
 
 
@@ -124,8 +130,11 @@ def test_ece_of_sums_equals_direct_item_loop() -> None:
         sel = np.minimum((conf * 10).astype(int), 9) == b
         if sel.any():
             wb = w[sel]
-            direct += wb.sum() / w.sum() * abs(
-                np.average(y[sel], weights=wb) - np.average(conf[sel], weights=wb))
+            direct += (
+                wb.sum()
+                / w.sum()
+                * abs(np.average(y[sel], weights=wb) - np.average(conf[sel], weights=wb))
+            )
     assert ece_of(BinSums.from_items(conf, y, w)) == pytest.approx(direct)
 
 
@@ -153,8 +162,11 @@ def test_ece_change_tests_hold_their_level_under_the_null() -> None:
     for s in range(120):
         (cb, yb), (cr, yr) = _agent(1000 + 2 * s, 600), _agent(1001 + 2 * s, 600)
         perm.append(ece_change_permutation(cb, yb, cr, yr, n_resamples=199, seed=s).pvalue)
-        boot.append(ece_change_bootstrap(BinSums.from_items(cb, yb), BinSums.from_items(cr, yr),
-                                         n_resamples=199, seed=s).pvalue)
+        boot.append(
+            ece_change_bootstrap(
+                BinSums.from_items(cb, yb), BinSums.from_items(cr, yr), n_resamples=199, seed=s
+            ).pvalue
+        )
     for pvalues in (perm, boot):
         rate = float(np.mean(np.array(pvalues) < 0.05))
         assert rate <= 0.1, rate
@@ -163,11 +175,14 @@ def test_ece_change_tests_hold_their_level_under_the_null() -> None:
 # --- whole checks ---------------------------------------------------------------------------------
 
 
-def _both(base: tuple[np.ndarray, np.ndarray], recent: tuple[np.ndarray, np.ndarray],
-          ) -> tuple[DriftCheck, DriftCheck]:
+def _both(
+    base: tuple[np.ndarray, np.ndarray],
+    recent: tuple[np.ndarray, np.ndarray],
+) -> tuple[DriftCheck, DriftCheck]:
     raw = check_drift_raw(*base, *recent, n_resamples=1000, seed=7)
-    sums = check_drift_sums(BinSums.from_items(*base), BinSums.from_items(*recent),
-                            n_resamples=1000, seed=7)
+    sums = check_drift_sums(
+        BinSums.from_items(*base), BinSums.from_items(*recent), n_resamples=1000, seed=7
+    )
     return raw, sums
 
 
@@ -181,8 +196,12 @@ def test_false_alarm_rate_of_the_whole_check_under_the_null() -> None:
     """Four tests at alpha 0.01 each: a check on two samples of the same agent fires rarely.
     (Any single seed pair fires with probability ~3 %: seeds 20/21 do, on accuracy_drop with
     p = 0.0099, which is why the test above does not rest on one pair alone.)"""
-    fired = [check_drift_raw(*_agent(5000 + 2 * s, 1000), *_agent(5001 + 2 * s, 1000),
-                             n_resamples=100, seed=s).fired for s in range(80)]
+    fired = [
+        check_drift_raw(
+            *_agent(5000 + 2 * s, 1000), *_agent(5001 + 2 * s, 1000), n_resamples=100, seed=s
+        ).fired
+        for s in range(80)
+    ]
     assert sum(fired) <= 8, sum(fired)
 
 
@@ -208,10 +227,21 @@ def test_raw_and_sums_agree_and_report_sample_sizes() -> None:
     rng = np.random.default_rng(30)
     wb, wr = rng.uniform(1, 3, 800), rng.uniform(1, 3, 600)
     raw = check_drift_raw(cb, yb, cr, yr, baseline_weight=wb, recent_weight=wr, n_resamples=200)
-    sums = check_drift_sums(BinSums.from_items(cb, yb, wb), BinSums.from_items(cr, yr, wr),
-                            n_resamples=200)
-    for name in ("psi", "accuracy_baseline", "accuracy_recent", "accuracy_z", "accuracy_pvalue",
-                 "ece_baseline", "ece_recent", "ece_delta", "weight_baseline", "n_eff_recent"):
+    sums = check_drift_sums(
+        BinSums.from_items(cb, yb, wb), BinSums.from_items(cr, yr, wr), n_resamples=200
+    )
+    for name in (
+        "psi",
+        "accuracy_baseline",
+        "accuracy_recent",
+        "accuracy_z",
+        "accuracy_pvalue",
+        "ece_baseline",
+        "ece_recent",
+        "ece_delta",
+        "weight_baseline",
+        "n_eff_recent",
+    ):
         assert getattr(raw, name) == pytest.approx(getattr(sums, name)), name
     assert (raw.n_baseline, raw.n_recent) == (sums.n_baseline, sums.n_recent) == (800, 600)
     assert raw.n_eff_baseline == pytest.approx(wb.sum() ** 2 / (wb**2).sum())
@@ -220,8 +250,7 @@ def test_raw_and_sums_agree_and_report_sample_sizes() -> None:
 
 
 def test_below_min_samples_never_fires_but_reports() -> None:
-    raw = check_drift_raw(*_agent(40, 60), *_agent(41, 60, overconfidence=0.3),
-                          n_resamples=200)
+    raw = check_drift_raw(*_agent(40, 60), *_agent(41, 60, overconfidence=0.3), n_resamples=200)
     assert not raw.fired and raw.fired_tests == () and "too few samples" in raw.reason
     assert raw.accuracy_pvalue is not None and raw.ece_delta is not None
     empty = check_drift_sums(BinSums.empty(), BinSums.from_items(*_agent(42, 200)))
@@ -246,9 +275,10 @@ def test_pure_modules_import_no_io_library() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, monitor.analytics.drift, monitor.analytics.escalation, "
-            "monitor.analytics.passk; bad = {'sqlalchemy', 'httpx', 'faust', 'aiokafka', "
-            "'asyncpg'} & {m.split('.')[0] for m in sys.modules}; print(sorted(bad))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, monitor.analytics.drift, monitor.analytics.escalation, "
+        "monitor.analytics.passk; bad = {'sqlalchemy', 'httpx', 'faust', 'aiokafka', "
+        "'asyncpg'} & {m.split('.')[0] for m in sys.modules}; print(sorted(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -33,14 +33,19 @@ KEY = (DRIFTING, "1.0", "telecom", 3)
 
 
 def test_accept_repins_the_reference_and_clears_the_flag():
-    flagged = Reference(T0 - timedelta(days=1), T0, None, T0 + timedelta(hours=2),
-                        T0 + timedelta(hours=5))
+    flagged = Reference(
+        T0 - timedelta(days=1), T0, None, T0 + timedelta(hours=2), T0 + timedelta(hours=5)
+    )
     since = accepted_since(flagged, timedelta(hours=1))
     assert since == T0 + timedelta(hours=1)
     now = T0 + timedelta(hours=6)
     new = accept(flagged, since, now)
     assert (new.ref_from, new.ref_to, new.clean_since, new.flagged_since) == (
-        since, now, since, None)
+        since,
+        now,
+        since,
+        None,
+    )
     assert not new.flagged
     # the next check compares with the accepted stretch, then rolls forward from it
     assert reference_window(new, now - timedelta(minutes=55), timedelta(days=1)) == (since, now)
@@ -80,8 +85,16 @@ def test_an_accepted_change_is_no_longer_flagged(seeded):
     before = _checks(seeded, START + timedelta(minutes=60), accepted_at)
     assert before[accepted_at] is not None and before[accepted_at].flagged, before
     env = {"MONITOR_DATABASE_URL": seeded}
-    args = ["drift-accept", "--agent", "sim-*", "--at", accepted_at.isoformat(), "--recent",
-            "40m", "--json"]
+    args = [
+        "drift-accept",
+        "--agent",
+        "sim-*",
+        "--at",
+        accepted_at.isoformat(),
+        "--recent",
+        "40m",
+        "--json",
+    ]
     dry = CliRunner().invoke(app, [*args, "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
     dry_out = json.loads(dry.output)
@@ -94,12 +107,14 @@ def test_an_accepted_change_is_no_longer_flagged(seeded):
     assert done.exit_code == 0, done.output
     first_fired = before[accepted_at].flagged_since  # type: ignore[union-attr]
     assert json.loads(done.output)["accepted"][0]["reference_from"] == (
-        (first_fired - RECENT).isoformat())  # type: ignore[operator]
+        (first_fired - RECENT).isoformat()
+    )  # type: ignore[operator]
     after = _checks(seeded, accepted_at + timedelta(minutes=10), END)
     assert after and all(r is not None and not r.flagged for r in after.values()), after
 
 
 def test_nothing_to_accept_says_so(seeded):
-    out = CliRunner().invoke(app, ["drift-accept", "--agent", "nobody"],
-                             env={"MONITOR_DATABASE_URL": seeded})
+    out = CliRunner().invoke(
+        app, ["drift-accept", "--agent", "nobody"], env={"MONITOR_DATABASE_URL": seeded}
+    )
     assert out.exit_code == 1 and "no drift state matches" in out.output

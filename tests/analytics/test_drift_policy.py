@@ -70,8 +70,15 @@ def test_no_psi_from_a_tiny_baseline():
     assert "psi" not in check.fired_tests and "ece_increase" not in check.fired_tests
     assert "too few samples for psi" in check.reason
     # the same data without the per-test guard lets PSI through
-    raw = check_drift_sums(BinSums.from_items(cb, yb), BinSums.from_items(cr, yr), min_samples=1,
-                           holm=False, test_min_samples=None, alpha=0.2, n_resamples=200)
+    raw = check_drift_sums(
+        BinSums.from_items(cb, yb),
+        BinSums.from_items(cr, yr),
+        min_samples=1,
+        holm=False,
+        test_min_samples=None,
+        alpha=0.2,
+        n_resamples=200,
+    )
     assert "too few" not in raw.reason
 
 
@@ -86,8 +93,7 @@ def test_lower_bounds_separate_noise_from_miscalibration():
     assert lo is not None and 0.12 < lo < cal.ece(over)
     # overconfidence: mean confidence minus the upper one-sided 99 % Wilson bound of accuracy
     _, hi = cal.wilson_interval(cal.accuracy(over), over.total_n_eff(), 0.98)
-    assert lower_bound("overconfidence_gap", over) == pytest.approx(
-        cal.mean_confidence(over) - hi)
+    assert lower_bound("overconfidence_gap", over) == pytest.approx(cal.mean_confidence(over) - hi)
     b = lower_bound("brier", over)
     assert b is not None and b < cal.brier(over)
     with pytest.raises(ValueError):
@@ -95,11 +101,19 @@ def test_lower_bounds_separate_noise_from_miscalibration():
 
 
 def test_lower_bound_only_for_bounded_metrics():
-    base = {"name": "r", "comparison": ">", "threshold": 1, "window": "1h", "severity": "warning",
-            "annotations": {"summary": "s"}, "estimate": "lower_bound"}
+    base = {
+        "name": "r",
+        "comparison": ">",
+        "threshold": 1,
+        "window": "1h",
+        "severity": "warning",
+        "annotations": {"summary": "s"},
+        "estimate": "lower_bound",
+    }
     with pytest.raises(ValidationError, match="lower_bound"):
         Rule.model_validate({**base, "metric": "drift"})
     with pytest.raises(ValidationError, match="lower_bound"):
         Rule.model_validate({**base, "metric": "ece", "comparison": "<", "threshold": 0.1})
     assert Rule.model_validate({**base, "metric": "ece", "threshold": 0.1}).estimate == (
-        "lower_bound")
+        "lower_bound"
+    )

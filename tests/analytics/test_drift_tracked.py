@@ -51,13 +51,19 @@ def test_a_change_stays_flagged_against_its_pinned_reference(seeded):
             while t <= END:
                 n = await drift_once(engine, FixedClock(t), RECENT, 0.001, 100)
                 fired_rounds.append((t, n))
-                refs.append((t, (await load_references(engine)).get(
-                    (DRIFTING, "1.0", "telecom", 3))))
+                refs.append(
+                    (t, (await load_references(engine)).get((DRIFTING, "1.0", "telecom", 3)))
+                )
                 t += timedelta(minutes=10)
             states = await load_references(engine)
             # the old baseline, the period just before the recent window, at the end
-            old = await fa.run_drift(engine, Segment(agent=DRIFTING),
-                                     fa.drift_windows(END, RECENT), alpha=0.01, store=False)
+            old = await fa.run_drift(
+                engine,
+                Segment(agent=DRIFTING),
+                fa.drift_windows(END, RECENT),
+                alpha=0.01,
+                store=False,
+            )
             return fired_rounds, states, refs, any(c.fired for c in old.values())
         finally:
             await engine.dispose()
@@ -92,13 +98,26 @@ def test_a_change_stays_flagged_against_its_pinned_reference(seeded):
     ref = states[(DRIFTING, "1.0", "telecom", 3)]
     assert drifting["fired"], drifting
     assert drifting["accuracy_recent"] < drifting["accuracy_baseline"]
-    assert (datetime.fromisoformat(drifting["baseline_from"]),
-            datetime.fromisoformat(drifting["baseline_to"])) == (ref.ref_from, ref.ref_to)
+    assert (
+        datetime.fromisoformat(drifting["baseline_from"]),
+        datetime.fromisoformat(drifting["baseline_to"]),
+    ) == (ref.ref_from, ref.ref_to)
     assert not any(c["fired"] for a, c in checks.items() if a != DRIFTING)
     assert asyncio.run(_references(seeded)) == states
     # --baseline-from/--baseline-to: one pinned window for every segment (here: before the change)
-    out = CliRunner().invoke(app, [*args, "--agent", DRIFTING, "--baseline-from", START.isoformat(),
-                                   "--baseline-to", CHANGE.isoformat()], env=env)  # fmt: skip
+    out = CliRunner().invoke(
+        app,
+        [
+            *args,
+            "--agent",
+            DRIFTING,
+            "--baseline-from",
+            START.isoformat(),
+            "--baseline-to",
+            CHANGE.isoformat(),
+        ],
+        env=env,
+    )
     assert out.exit_code == 0, out.output
     (pinned_check,) = json.loads(out.output)["checks"]
     assert pinned_check["fired"], pinned_check

@@ -32,7 +32,8 @@ def test_weighted_quantile_unit_weights_equal_numpy_percentile() -> None:
         for q in (0.0, 0.1, 0.25, 0.5, 0.9, 0.99, 1.0):
             assert weighted_quantile(x, q) == pytest.approx(np.percentile(x, 100 * q), abs=1e-12)
             assert weighted_quantile(x, q, np.full(n, 3.7)) == pytest.approx(
-                np.percentile(x, 100 * q), abs=1e-12)  # scale-free
+                np.percentile(x, 100 * q), abs=1e-12
+            )  # scale-free
 
 
 def test_weighted_quantile_integer_weights_equal_repetition() -> None:
@@ -70,14 +71,19 @@ def _population(seed: int, n: int, slope: float) -> list[Conv]:
 
 def test_escalation_by_bin_against_direct_weighted_loop() -> None:
     rng = np.random.default_rng(5)
-    convs = [Conv(float(c), bool(rng.random() < 0.3), None, float(w))
-             for c, w in zip(rng.uniform(0, 1, 400), rng.uniform(1, 10, 400), strict=True)]
+    convs = [
+        Conv(float(c), bool(rng.random() < 0.3), None, float(w))
+        for c, w in zip(rng.uniform(0, 1, 400), rng.uniform(1, 10, 400), strict=True)
+    ]
     convs.append(Conv(None, True, False))  # no confidence: ignored
     bins = escalation_by_bin(convs, n_bins=5)
     assert [b.index for b in bins] == list(range(5))
     for b in bins:
-        members = [c for c in convs if c.min_confidence is not None
-                   and b.lower <= c.min_confidence < b.upper]
+        members = [
+            c
+            for c in convs
+            if c.min_confidence is not None and b.lower <= c.min_confidence < b.upper
+        ]
         w = np.array([c.weight for c in members])
         e = np.array([c.escalated for c in members], dtype=float)
         assert b.n == len(members)
@@ -143,12 +149,12 @@ def test_time_to_escalation_against_numpy() -> None:
 # A hand-computed table: (min conf, escalated, success, weight).
 TABLE = [
     Conv(0.2, False, False, 1.0),  # A: low, not escalated, failed -> missed
-    Conv(0.4, False, True, 1.0),   # B
-    Conv(0.5, True, False, 2.0),   # C
-    Conv(0.7, False, True, 1.0),   # D
-    Conv(0.9, False, True, 1.0),   # E
-    Conv(0.9, True, False, 1.0),   # F
-    Conv(0.8, False, None, 1.0),   # H: outcome unknown
+    Conv(0.4, False, True, 1.0),  # B
+    Conv(0.5, True, False, 2.0),  # C
+    Conv(0.7, False, True, 1.0),  # D
+    Conv(0.9, False, True, 1.0),  # E
+    Conv(0.9, True, False, 1.0),  # F
+    Conv(0.8, False, None, 1.0),  # H: outcome unknown
     Conv(None, False, False, 5.0),  # G: no confidence, ignored
 ]
 
@@ -162,8 +168,18 @@ def test_missed_escalations_hand_table() -> None:
 
 def test_threshold_table_hand_computed() -> None:
     rows = threshold_table(TABLE, [0.95, 0.3, 0.6]).rows
-    got = [(r.threshold, r.escalation_rate, r.residual_failure_rate, r.failures_caught,
-            r.failures_caught_share, r.n_escalated, r.n_remaining_known) for r in rows]
+    got = [
+        (
+            r.threshold,
+            r.escalation_rate,
+            r.residual_failure_rate,
+            r.failures_caught,
+            r.failures_caught_share,
+            r.n_escalated,
+            r.n_remaining_known,
+        )
+        for r in rows
+    ]
     assert got == [
         pytest.approx((0.3, 1 / 8, 3 / 6, 1.0, 1 / 4, 1, 5)),
         pytest.approx((0.6, 4 / 8, 1 / 3, 3.0, 3 / 4, 3, 3)),
@@ -194,8 +210,15 @@ def test_recommend_hand_computed() -> None:
 
 def test_threshold_table_against_brute_force() -> None:
     rng = np.random.default_rng(9)
-    convs = [Conv(float(c), False, None if rng.random() < 0.1 else bool(rng.random() < c),
-                  float(rng.uniform(1, 4))) for c in rng.uniform(0, 1, 300)]
+    convs = [
+        Conv(
+            float(c),
+            False,
+            None if rng.random() < 0.1 else bool(rng.random() < c),
+            float(rng.uniform(1, 4)),
+        )
+        for c in rng.uniform(0, 1, 300)
+    ]
     for row in threshold_table(convs).rows:
         t = row.threshold
         esc = [c for c in convs if c.min_confidence < t]  # type: ignore[operator]
@@ -206,17 +229,25 @@ def test_threshold_table_against_brute_force() -> None:
             fail = sum(c.weight for c in rest if not c.success)
             assert row.residual_failure_rate == pytest.approx(fail / sum(c.weight for c in rest))
         assert row.failures_caught == pytest.approx(
-            sum(c.weight for c in esc if c.success is False))
+            sum(c.weight for c in esc if c.success is False)
+        )
     rec = threshold_table(convs).recommend(target_residual_failure=0.2)
     assert rec.row is not None and rec.row.residual_failure_rate is not None
     assert rec.row.residual_failure_rate <= 0.2
-    assert all(r.escalation_rate >= rec.row.escalation_rate for r in threshold_table(convs).rows
-               if r.residual_failure_rate is not None and r.residual_failure_rate <= 0.2)
+    assert all(
+        r.escalation_rate >= rec.row.escalation_rate
+        for r in threshold_table(convs).rows
+        if r.residual_failure_rate is not None and r.residual_failure_rate <= 0.2
+    )
     json.dumps(asdict(rec))
 
 
 def test_conversation_validation() -> None:
-    for bad in (dict(min_confidence=1.2), dict(weight=0.0), dict(escalation_turn=-1),
-                dict(escalation_seconds=float("nan"))):
+    for bad in (
+        dict(min_confidence=1.2),
+        dict(weight=0.0),
+        dict(escalation_turn=-1),
+        dict(escalation_seconds=float("nan")),
+    ):
         with pytest.raises(ValueError):
             Conv(**{"min_confidence": 0.5, "escalated": True, "success": None, **bad})  # type: ignore[arg-type]

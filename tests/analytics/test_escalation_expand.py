@@ -13,8 +13,17 @@ from monitor.analytics.escalation import ConversationEscalation
 from monitor.analytics.repo_escalation import _conversation, _expand
 
 
-def row(agent: str, conf: float | None, esc: bool, ok: bool | None, w: float,
-        turns: int | None, bucket: int | None, n: int, kind: int | None) -> tuple[Any, ...]:
+def row(
+    agent: str,
+    conf: float | None,
+    esc: bool,
+    ok: bool | None,
+    w: float,
+    turns: int | None,
+    bucket: int | None,
+    n: int,
+    kind: int | None,
+) -> tuple[Any, ...]:
     return (agent, conf, esc, ok, w, turns, None, bucket, n, kind)
 
 
@@ -47,7 +56,8 @@ def one_by_one(rows: list[tuple[Any, ...]]) -> dict[str, list[ConversationEscala
     for key, convs in waiting.items():
         out.setdefault(key[0], []).extend(
             replace(c, escalation_turn=t.escalation_turn, escalation_seconds=t.escalation_seconds)
-            for c, t in zip(convs, timings[key], strict=True))
+            for c, t in zip(convs, timings[key], strict=True)
+        )
     return out
 
 

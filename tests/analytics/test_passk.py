@@ -68,7 +68,14 @@ def test_invalid_inputs_raise() -> None:
 
 def test_rewards_and_bools() -> None:
     assert [is_success(x) for x in (True, False, 1.0, 0.99, 0, 1, 1.5)] == [
-        True, False, True, False, False, True, True]
+        True,
+        False,
+        True,
+        False,
+        False,
+        True,
+        True,
+    ]
     trials = [("t1", 1.0), ("t1", 0.5), ("t2", True), ("t2", 1)]
     assert task_counts(trials) == {"t1": (2, 1), "t2": (2, 2)}
     assert pass_hat_k(trials, 2) == pytest.approx((0 + 1) / 2)
@@ -87,8 +94,11 @@ def test_tasks_with_fewer_trials_than_k_are_skipped() -> None:
 def test_random_suites_equal_enumeration() -> None:
     rng = random.Random(7)
     for _ in range(50):
-        trials = [(f"t{t}", rng.random() < rng.random())
-                  for t in range(rng.randint(1, 6)) for _ in range(rng.randint(1, 7))]
+        trials = [
+            (f"t{t}", rng.random() < rng.random())
+            for t in range(rng.randint(1, 6))
+            for _ in range(rng.randint(1, 7))
+        ]
         rng.shuffle(trials)
         for k in (1, 2, 3):
             if not any(len(v) >= k for v in _by_task(trials).values()):

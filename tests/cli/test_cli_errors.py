@@ -20,8 +20,9 @@ def test_drift_blames_the_option_that_is_wrong(database_url: str) -> None:
     assert code == 2
     assert "Invalid value for --at: 'banana' is not an ISO 8601 time" in err
     assert "--to" not in err
-    code, _, err = run(database_url, "drift", "--baseline-from", "nope", "--baseline-to",
-                       "2026-01-01T00:00:00Z")  # fmt: skip
+    code, _, err = run(
+        database_url, "drift", "--baseline-from", "nope", "--baseline-to", "2026-01-01T00:00:00Z"
+    )
     assert code == 2 and "Invalid value for --baseline-from: 'nope'" in err
 
 

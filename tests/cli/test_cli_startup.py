@@ -24,8 +24,9 @@ def loaded_after(code: str) -> list[str]:
         f"import sys\n{code}\n"
         "import json; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
     found = set(json.loads(done.stdout.splitlines()[-1]))
     return sorted(found & {*HEAVY, "numpy", "sqlalchemy"})
 
@@ -66,8 +67,12 @@ def test_every_command_is_listed_with_its_own_help() -> None:
 
 
 def test_help_has_no_bool_placeholders_or_raw_backticks() -> None:
-    for argv in (["--help"], *([name, "--help"] for name in COMMANDS),
-                 ["alerts", "list", "--help"], ["calibration", "fit", "--help"]):  # fmt: skip
+    for argv in (
+        ["--help"],
+        *([name, "--help"] for name in COMMANDS),
+        ["alerts", "list", "--help"],
+        ["calibration", "fit", "--help"],
+    ):
         result = CliRunner().invoke(app, argv, env={"COLUMNS": "120"})
         assert result.exit_code == 0, (argv, result.output)
         assert "<bool>" not in result.output, argv

@@ -24,10 +24,21 @@ T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 def row(agent: str = AGENT, rule: str = RULE) -> dict[str, object]:
-    return {"fingerprint": "0123456789abcdef", "rule": rule, "status": "firing",
-            "severity": "critical", "scope": {"agent": agent, "tier": "3"}, "value": 0.3123,
-            "comparison": ">", "threshold": 0.15, "samples": 812.0, "since": T0,
-            "silenced": False, "silence_id": None, "acked_by": None}  # fmt: skip
+    return {
+        "fingerprint": "0123456789abcdef",
+        "rule": rule,
+        "status": "firing",
+        "severity": "critical",
+        "scope": {"agent": agent, "tier": "3"},
+        "value": 0.3123,
+        "comparison": ">",
+        "threshold": 0.15,
+        "samples": 812.0,
+        "since": T0,
+        "silenced": False,
+        "silence_id": None,
+        "acked_by": None,
+    }
 
 
 def render(width: int) -> list[str]:
@@ -58,13 +69,28 @@ def test_wide_enough_is_a_table_too_narrow_is_one_block_per_row() -> None:
 
 
 def test_alerts_list_piped_keeps_long_names(database_url: str) -> None:
-    seed_states(database_url, AlertState("f" * 16, RULE, {"agent": AGENT, "tier": "3"},
-                                         status=Status.FIRING, active_since=T0, fired_at=T0,
-                                         notified=1, last_value=0.31, last_samples=900))
-    result = CliRunner().invoke(app, ["alerts", "list"],
-                                env={"MONITOR_DATABASE_URL": database_url, "COLUMNS": "60"})
+    seed_states(
+        database_url,
+        AlertState(
+            "f" * 16,
+            RULE,
+            {"agent": AGENT, "tier": "3"},
+            status=Status.FIRING,
+            active_since=T0,
+            fired_at=T0,
+            notified=1,
+            last_value=0.31,
+            last_samples=900,
+        ),
+    )
+    result = CliRunner().invoke(
+        app, ["alerts", "list"], env={"MONITOR_DATABASE_URL": database_url, "COLUMNS": "60"}
+    )
     assert result.exit_code == 0, result.output
     assert f"agent={AGENT},tier=3" in result.output and RULE in result.output
-    listed = json.loads(CliRunner().invoke(
-        app, ["alerts", "list", "--json"], env={"MONITOR_DATABASE_URL": database_url}).output)
+    listed = json.loads(
+        CliRunner()
+        .invoke(app, ["alerts", "list", "--json"], env={"MONITOR_DATABASE_URL": database_url})
+        .output
+    )
     assert listed["alerts"][0]["scope"]["agent"] == AGENT

@@ -52,8 +52,11 @@ def _cli(primary_url: str, read_url: str | None, *args: str) -> Any:
     app = typer.Typer()
     for module in (alerts, calibration, drift, escalation, gate, judges, report):
         module.register(app)
-    env = {"MONITOR_DATABASE_URL": primary_url, "DATABASE_URL": primary_url,
-           "MONITOR_STATE_DIR": "/nonexistent-monitor-state"}  # fmt: skip
+    env = {
+        "MONITOR_DATABASE_URL": primary_url,
+        "DATABASE_URL": primary_url,
+        "MONITOR_STATE_DIR": "/nonexistent-monitor-state",
+    }
     if read_url:
         env["MONITOR_DATABASE_READ_URL"] = read_url
     return CliRunner().invoke(app, list(args), env=env)
@@ -173,8 +176,19 @@ def test_analytics_and_report_read_the_replica(
         assert "replica" not in result.stderr
 
     # a write with a read URL set goes to the primary (and reaches the standby by replication)
-    silenced = _cli(primary, standby, "alerts", "silence", "agent=x", "--for", "1h",
-                    "--reason", "maintenance", "--by", "test")  # fmt: skip
+    silenced = _cli(
+        primary,
+        standby,
+        "alerts",
+        "silence",
+        "agent=x",
+        "--for",
+        "1h",
+        "--reason",
+        "maintenance",
+        "--by",
+        "test",
+    )
     assert silenced.exit_code == 0, silenced.output
     assert asyncio.run(_silences(primary)) == 1
     asyncio.run(_write_and_wait_for_replay(primary, standby, []))
@@ -200,8 +214,19 @@ def test_analytics_and_report_read_the_replica(
     assert "maintenance" in listed.stdout  # replicated, read from the replica
 
     # writes never go to the replica: with the primary down they fail, the replica is unchanged
-    refused = _cli(primary, standby, "alerts", "silence", "agent=y", "--for", "1h",
-                   "--reason", "r", "--by", "test")  # fmt: skip
+    refused = _cli(
+        primary,
+        standby,
+        "alerts",
+        "silence",
+        "agent=y",
+        "--for",
+        "1h",
+        "--reason",
+        "r",
+        "--by",
+        "test",
+    )
     assert refused.exit_code == 2 and "database unreachable" in refused.output
     assert asyncio.run(_silences(standby)) == 1
 

@@ -27,14 +27,18 @@ def nest(levels: int) -> object:
 
 CASES = [
     (event_dict("e", content="a\x00b"), ("invalid_character", "message.content")),
-    ({**event_dict("e"), "attributes": {"x": ["ok", {"y\x00": 1}]}},
-     ("invalid_character", "attributes.x.1.y\\u0000")),
+    (
+        {**event_dict("e"), "attributes": {"x": ["ok", {"y\x00": 1}]}},
+        ("invalid_character", "attributes.x.1.y\\u0000"),
+    ),
     (event_dict("e", turn=2**31), ("out_of_range", "turn")),
     (event_dict("e", context={"trial": -(2**31) - 1}), ("out_of_range", "context.trial")),
     ({**event_dict("e"), "ts": "0001-01-01T00:30:00+01:00"}, ("out_of_range", "ts")),
     ({**event_dict("e"), "ts": "9999-12-31T20:00:00-05:00"}, ("out_of_range", "ts")),
-    ({**event_dict("e"), "ts": (NOW + timedelta(minutes=6)).isoformat()},
-     ("future_timestamp", "ts")),
+    (
+        {**event_dict("e"), "ts": (NOW + timedelta(minutes=6)).isoformat()},
+        ("future_timestamp", "ts"),
+    ),
     ({**event_dict("e"), "attributes": nest(MAX_JSON_DEPTH)}, ("too_deep", None)),
     # labels the store indexes: at most MAX_LABEL_CHARS (a btree entry holds ~2.7 KB)
     (event_dict("e", context={"domain": "d" * 2800}), ("invalid_value", "context.domain")),
@@ -42,12 +46,16 @@ CASES = [
     (event_dict("e", context={"task_id": "t" * 257}), ("invalid_value", "context.task_id")),
     (event_dict("e", context={"channel": "c" * 257}), ("invalid_value", "context.channel")),
     (event_dict("e", context={"intent": "i" * 257}), ("invalid_value", "context.intent")),
-    ({**event_dict("e"), "agent": {"id": "a", "version": "v" * 257}},
-     ("invalid_value", "agent.version")),
-    ({**event_dict("e"), "agent": {"id": "a", "model": "m" * 257}},
-     ("invalid_value", "agent.model")),
+    (
+        {**event_dict("e"), "agent": {"id": "a", "version": "v" * 257}},
+        ("invalid_value", "agent.version"),
+    ),
+    (
+        {**event_dict("e"), "agent": {"id": "a", "model": "m" * 257}},
+        ("invalid_value", "agent.model"),
+    ),
     ({**event_dict("e"), "agent": {"id": "a" * 129}}, ("invalid_value", "agent.id")),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("obj", "expected"), CASES)

@@ -88,8 +88,16 @@ class Variable:
 
 # --- time ranges and intervals ------------------------------------------------------------------
 
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "M": 2592000,
-           "y": 31536000}
+_UNIT_S = {
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+    "M": 2592000,
+    "y": 31536000,
+}
 
 
 def parse_time(expr: str, now: datetime) -> datetime:
@@ -122,13 +130,37 @@ def interval_to_ms(text: str) -> float:
 
 def round_interval(ms: float) -> int:
     """Grafana frontend ``rangeutil.roundInterval``: the nice interval for ``ms``."""
-    ladder = [(10, 1), (15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500),
-              (1500, 1000), (3500, 2000), (7500, 5000), (12500, 10000), (17500, 15000),
-              (25000, 20000), (45000, 30000), (90000, 60000), (210000, 120000),
-              (450000, 300000), (750000, 600000), (1050000, 900000), (1500000, 1200000),
-              (2700000, 1800000), (5400000, 3600000), (9000000, 7200000),
-              (16200000, 10800000), (32400000, 21600000), (86400000, 43200000),
-              (604800000, 86400000), (1814400000, 604800000), (3628800000, 2592000000)]
+    ladder = [
+        (10, 1),
+        (15, 10),
+        (35, 20),
+        (75, 50),
+        (150, 100),
+        (350, 200),
+        (750, 500),
+        (1500, 1000),
+        (3500, 2000),
+        (7500, 5000),
+        (12500, 10000),
+        (17500, 15000),
+        (25000, 20000),
+        (45000, 30000),
+        (90000, 60000),
+        (210000, 120000),
+        (450000, 300000),
+        (750000, 600000),
+        (1050000, 900000),
+        (1500000, 1200000),
+        (2700000, 1800000),
+        (5400000, 3600000),
+        (9000000, 7200000),
+        (16200000, 10800000),
+        (32400000, 21600000),
+        (86400000, 43200000),
+        (604800000, 86400000),
+        (1814400000, 604800000),
+        (3628800000, 2592000000),
+    ]
     return next((nice for limit, nice in ladder if ms < limit), 31536000000)
 
 
@@ -166,8 +198,7 @@ def parse_go_interval(text: str, now: datetime) -> timedelta:
         y, mo = divmod(now.month - 1 + months, 12)
         first = now.replace(year=now.year + y, month=mo + 1, day=1)
         return first + timedelta(days=now.day - 1) - now
-    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1, "m": 60,
-             "h": 3600}
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
     m = re.fullmatch(r"([-+]?)((?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+|0)", text)
     if not m:
         raise GrafanaSQLError(f"error parsing interval {text}")
@@ -292,8 +323,13 @@ def _check_fill(fill: str) -> None:
 
 def _macro(name: str, args: list[str], tr: TimeRange) -> str:
     start, end = tr.start.astimezone(UTC), tr.end.astimezone(UTC)
-    need_col = {"__time", "__timeEpoch", "__timeFilter", "__unixEpochFilter",
-                "__unixEpochNanoFilter"}
+    need_col = {
+        "__time",
+        "__timeEpoch",
+        "__timeFilter",
+        "__unixEpochFilter",
+        "__unixEpochNanoFilter",
+    }
     if name in need_col and (not args or args == [""]):
         raise GrafanaSQLError(f"missing time column argument for macro {name}")
     if name in ("__timeGroup", "__timeGroupAlias", "__unixEpochGroup", "__unixEpochGroupAlias"):
@@ -312,9 +348,7 @@ def _macro(name: str, args: list[str], tr: TimeRange) -> str:
         "__timeFilter": lambda: f"{args[0]} BETWEEN '{rfc3339(start)}' AND '{rfc3339(end)}'",
         "__timeFrom": lambda: f"'{rfc3339(start)}'",
         "__timeTo": lambda: f"'{rfc3339(end)}'",
-        "__unixEpochFilter": lambda: (
-            f"{args[0]} >= {unix(start)} AND {args[0]} <= {unix(end)}"
-        ),
+        "__unixEpochFilter": lambda: (f"{args[0]} >= {unix(start)} AND {args[0]} <= {unix(end)}"),
         "__unixEpochNanoFilter": lambda: f"{args[0]} >= {ns(start)} AND {args[0]} <= {ns(end)}",
         "__unixEpochNanoFrom": lambda: str(ns(start)),
         "__unixEpochNanoTo": lambda: str(ns(end)),
@@ -346,8 +380,14 @@ def expand_macros(sql: str, time_range: TimeRange, interval_ms: int) -> str:
 
 def go_format_interval(interval_ms: int) -> str:
     """grafana-plugin-sdk-go ``gtime.FormatInterval`` (truncating)."""
-    for size, unit in ((31536000000, "y"), (86400000, "d"), (3600000, "h"), (60000, "m"),
-                       (1000, "s"), (1, "ms")):
+    for size, unit in (
+        (31536000000, "y"),
+        (86400000, "d"),
+        (3600000, "h"),
+        (60000, "m"),
+        (1000, "s"),
+        (1, "ms"),
+    ):
         if interval_ms >= size:
             return f"{interval_ms // size}{unit}"
     return "1ms"

@@ -43,8 +43,9 @@ def simulated_events(now: datetime) -> list[AgentEvent]:
     return list(Simulator(seed=7, start=now - timedelta(hours=3)).events(N_CONVERSATIONS))
 
 
-async def seed(database_url: str, tau2_files: Sequence[Path],
-               dead_letters: Sequence[DeadLetter] = ()) -> list[AgentEvent]:
+async def seed(
+    database_url: str, tau2_files: Sequence[Path], dead_letters: Sequence[DeadLetter] = ()
+) -> list[AgentEvent]:
     """Seed everything (see the module docstring); returns the events written."""
     now = datetime.now(UTC)
     events = [e for path in tau2_files for e in tau2_file_events(path)]
@@ -72,8 +73,9 @@ async def seed_analytics(database_url: str, now: datetime) -> None:
         for back in (75, 60, 30, 0):
             windows = fa.drift_windows(now - timedelta(minutes=back), timedelta(minutes=45))
             await fa.run_drift(engine, Segment(), windows, min_samples=50)
-        await fa.fit_maps(engine, Segment(), now - timedelta(days=30), now + timedelta(minutes=1),
-                          min_items=100)
+        await fa.fit_maps(
+            engine, Segment(), now - timedelta(days=30), now + timedelta(minutes=1), min_items=100
+        )
     finally:
         await engine.dispose()
 
@@ -95,8 +97,11 @@ def rubric_verdicts(conv: Conversation) -> list[Verdict]:
     outcome = next((e.outcome.success for e in conv.events if e.outcome is not None), None)
     latency = 400 + 2600 * _unit(cid, "latency")
     if _unit(cid, "error") < 0.04:
-        return [Verdict("llm-rubric", "v1", cid, None, status="error", error="timeout",
-                        latency_ms=30000.0)]
+        return [
+            Verdict(
+                "llm-rubric", "v1", cid, None, status="error", error="timeout", latency_ms=30000.0
+            )
+        ]
     ok = outcome if outcome is not None else _unit(cid, "label") < 0.7
     if _unit(cid, "agree") > 0.85:
         ok = not ok
@@ -107,8 +112,18 @@ def rubric_verdicts(conv: Conversation) -> list[Verdict]:
         if cat == "fabrication":
             kind = FABRICATION_TYPES[int(_unit(cid, "fab") * len(FABRICATION_TYPES))]
             cats = ("fabrication", f"fabrication:{kind}")
-    return [Verdict("llm-rubric", "v1", cid, None, label=int(ok), score=1.0 if ok else 0.2,
-                    categories=cats, latency_ms=latency)]
+    return [
+        Verdict(
+            "llm-rubric",
+            "v1",
+            cid,
+            None,
+            label=int(ok),
+            score=1.0 if ok else 0.2,
+            categories=cats,
+            latency_ms=latency,
+        )
+    ]
 
 
 async def seed_verdicts(database_url: str, events: Sequence[AgentEvent]) -> None:
@@ -128,8 +143,9 @@ async def seed_verdicts(database_url: str, events: Sequence[AgentEvent]) -> None
             batch += run_all(conv) + rubric_verdicts(conv)
         for lo in range(0, len(batch), 2000):
             part = batch[lo : lo + 2000]
-            await write_verdicts(pool, {v.conversation_id: agents[v.conversation_id]
-                                        for v in part}, part)
+            await write_verdicts(
+                pool, {v.conversation_id: agents[v.conversation_id] for v in part}, part
+            )
     finally:
         await pool.close()
 
@@ -137,8 +153,13 @@ async def seed_verdicts(database_url: str, events: Sequence[AgentEvent]) -> None
 ALERTS = (  # (rule, scope, severity, minutes ago it fired, minutes ago it resolved or None)
     ("ece_tier1", {"agent": "sim-retail-overconfident", "tier": "1"}, "warning", 100, None),
     ("escalation_inverted", {"agent": "sim-airline-inverted"}, "critical", 80, None),
-    ("drift", {"agent": "sim-telecom-drifting", "domain": "telecom", "tier": "3"}, "critical",
-     50, 20),
+    (
+        "drift",
+        {"agent": "sim-telecom-drifting", "domain": "telecom", "tier": "3"},
+        "critical",
+        50,
+        20,
+    ),
 )
 
 
@@ -151,20 +172,44 @@ async def seed_alerts(database_url: str, now: datetime) -> None:
             at = now - timedelta(minutes=fired)
             end = now - timedelta(minutes=resolved) if resolved is not None else None
             status = Status.RESOLVED if end else Status.FIRING
-            state = AlertState(fp, rule, scope, status, active_since=at, fired_at=at,
-                               resolved_at=end, last_notified_at=at, notified=1, last_value=0.31,
-                               last_samples=400.0, last_observed_at=now, version=3)
+            state = AlertState(
+                fp,
+                rule,
+                scope,
+                status,
+                active_since=at,
+                fired_at=at,
+                resolved_at=end,
+                last_notified_at=at,
+                notified=1,
+                last_value=0.31,
+                last_samples=400.0,
+                last_observed_at=now,
+                version=3,
+            )
             await conn.execute(
                 "INSERT INTO alert_states (fingerprint, rule, scope, status, state, version)"
                 " VALUES ($1, $2, $3::jsonb, $4, $5::jsonb, 3)",
-                fp, rule, json.dumps(scope), status.value, json.dumps(state.to_dict()))
+                fp,
+                rule,
+                json.dumps(scope),
+                status.value,
+                json.dumps(state.to_dict()),
+            )
             kinds = [("firing", at)] + ([("resolved", end)] if end else [])
             for kind, when in kinds:
                 await conn.execute(
                     "INSERT INTO alert_history (fingerprint, rule, kind, severity, scope, value,"
                     " threshold, summary, at, idempotency_key)"
                     " VALUES ($1, $2, $3, $4, $5::jsonb, 0.31, 0.15, $6, $7, $8)",
-                    fp, rule, kind, severity, json.dumps(scope),
-                    f"{rule} for {scope['agent']}: 0.31 above 0.15", when, f"{fp}:{kind}")
+                    fp,
+                    rule,
+                    kind,
+                    severity,
+                    json.dumps(scope),
+                    f"{rule} for {scope['agent']}: 0.31 above 0.15",
+                    when,
+                    f"{fp}:{kind}",
+                )
     finally:
         await conn.close()

@@ -36,14 +36,26 @@ class Clock:
 
 
 def request_bytes(d: Draft) -> bytes:
-    body = gate_body(d.conversation_id, d.content, agent=Agent(id=d.spec.agent_id),
-                     confidence=d.confidence, domain=d.spec.domain, tier=d.spec.tier,
-                     history=d.history, request_id=d.conversation_id)
+    body = gate_body(
+        d.conversation_id,
+        d.content,
+        agent=Agent(id=d.spec.agent_id),
+        confidence=d.confidence,
+        domain=d.spec.domain,
+        tier=d.spec.tier,
+        history=d.history,
+        request_id=d.conversation_id,
+    )
     return json.dumps(body).encode()
 
 
-def gated_events(start: datetime, n: int, interval: timedelta = timedelta(seconds=30),
-                 seed: int = 3, ungated_every: int = 0) -> tuple[list[AgentEvent], dict[str, str]]:
+def gated_events(
+    start: datetime,
+    n: int,
+    interval: timedelta = timedelta(seconds=30),
+    seed: int = 3,
+    ungated_every: int = 0,
+) -> tuple[list[AgentEvent], dict[str, str]]:
     """The events of ``n`` gated conversations from ``start`` (with their decision events)
     and each conversation's decision. With ``ungated_every`` > 0, every such conversation
     does not ask the gate (no decision event; the agent sends its draft): the ungated
@@ -57,12 +69,18 @@ def gated_events(start: datetime, n: int, interval: timedelta = timedelta(second
         if ungated_every and k % ungated_every == ungated_every - 1:
             events += traffic.conversation(d, "proceed")
             continue
-        req = parse_gate_request(request_bytes(d), max_body_bytes=10**7,
-                                 max_content_chars=10**5)
+        req = parse_gate_request(request_bytes(d), max_body_bytes=10**7, max_content_chars=10**5)
         now = d.history[-1].ts + timedelta(seconds=1)
         clock = Clock(0.06 if k % SLOW == SLOW - 1 else 0.0005)
-        decision = decide(req, DEFAULT_POLICY, {}, checks, event_id=f"gate:{d.conversation_id}",
-                          now=now, timer=clock)
+        decision = decide(
+            req,
+            DEFAULT_POLICY,
+            {},
+            checks,
+            event_id=f"gate:{d.conversation_id}",
+            now=now,
+            timer=clock,
+        )
         decisions[d.conversation_id] = decision.payload.decision
         events += traffic.conversation(d, decision.payload.decision)
         events.append(decision_event(req, decision, now))

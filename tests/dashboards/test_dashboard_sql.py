@@ -75,8 +75,11 @@ class Result:
     rows: list[tuple[Any, ...]]
 
     def numeric(self, exclude: Iterable[str] = ()) -> list[int]:
-        return [i for i, (c, t) in enumerate(zip(self.columns, self.types, strict=True))
-                if t in NUMERIC_TYPES and c not in exclude]
+        return [
+            i
+            for i, (c, t) in enumerate(zip(self.columns, self.types, strict=True))
+            if t in NUMERIC_TYPES and c not in exclude
+        ]
 
     def has_signal(self) -> bool:
         cols = self.numeric(exclude=("time",))
@@ -131,8 +134,13 @@ async def resolve_variables(
                 problems.append(f"{where}: {why}")
                 continue
             try:  # variable queries get the time range; $__interval is not meant for them
-                text = g.interpolate(sql, time_range=scenario.time_range, interval_ms=60000,
-                                     variables=resolved, search_filter=True)
+                text = g.interpolate(
+                    sql,
+                    time_range=scenario.time_range,
+                    interval_ms=60000,
+                    variables=resolved,
+                    search_filter=True,
+                )
                 result = await run_sql(conn, text)
             except (g.GrafanaSQLError, asyncpg.PostgresError) as exc:
                 problems.append(f"{where}: {type(exc).__name__}: {exc}")
@@ -156,11 +164,16 @@ async def resolve_variables(
             continue
         include_all = bool(spec.get("includeAll"))
         default = (g.ALL,) if include_all else tuple(options[:1])
-        resolved.append(g.Variable(
-            name, multi=bool(spec.get("multi")), include_all=include_all,
-            all_value=spec.get("allValue") or None, options=tuple(options),
-            selected=scenario.selection.get(name, default),
-        ))
+        resolved.append(
+            g.Variable(
+                name,
+                multi=bool(spec.get("multi")),
+                include_all=include_all,
+                all_value=spec.get("allValue") or None,
+                options=tuple(options),
+                selected=scenario.selection.get(name, default),
+            )
+        )
     return resolved
 
 
@@ -234,8 +247,13 @@ def epoch_ms(value: Any) -> float:
     return number * 1000 if exponent == "+09" else number / 1e6 if exponent == "+18" else number
 
 
-def shape_problems(panel: dict[str, Any], target: dict[str, Any], result: Result,
-                   scenario: Scenario, interval_ms: int) -> list[str]:
+def shape_problems(
+    panel: dict[str, Any],
+    target: dict[str, Any],
+    result: Result,
+    scenario: Scenario,
+    interval_ms: int,
+) -> list[str]:
     out = []
     time_series = target.get("format", "time_series") == "time_series"
     if time_series or panel.get("type") in TIME_PANELS:
@@ -275,17 +293,24 @@ async def check_dashboard(
                 where = f"panel {panel.get('id')} {panel.get('title')!r} [{scenario.name}]"
                 found = await check_panel(conn, panel, scenario, variables, results)
                 problems.extend(f"{where}: {p}" for p in found)
-                signal = any(r.has_signal() for (s, p, _), r in results.items()
-                             if s == scenario.name and p == panel.get("id"))
+                signal = any(
+                    r.has_signal()
+                    for (s, p, _), r in results.items()
+                    if s == scenario.name and p == panel.get("id")
+                )
                 exempt = (dashboard.get("uid"), panel.get("id")) in MAY_BE_EMPTY
                 if scenario.require_signal and not signal and not exempt:
                     problems.append(f"{where}: no data with the seeded database")
     return problems
 
 
-async def check_panel(conn: asyncpg.Connection, panel: dict[str, Any], scenario: Scenario,
-                      variables: list[g.Variable], results: dict[tuple[str, Any, Any], Result],
-                      ) -> list[str]:
+async def check_panel(
+    conn: asyncpg.Connection,
+    panel: dict[str, Any],
+    scenario: Scenario,
+    variables: list[g.Variable],
+    results: dict[tuple[str, Any, Any], Result],
+) -> list[str]:
     """Run the panel's targets (results go to ``results``) and return the panel's problems."""
     if "libraryPanel" in panel:
         return ["library panels are not modelled by this checker"]
@@ -299,10 +324,15 @@ async def check_panel(conn: asyncpg.Connection, panel: dict[str, Any], scenario:
             problems.append(f"{here}: not a raw Postgres SQL query ({why or 'no rawSql'})")
             continue
         interval_ms = g.panel_interval_ms(
-            panel, scenario.time_range, ds.get("jsonData", {}).get("timeInterval"))
+            panel, scenario.time_range, ds.get("jsonData", {}).get("timeInterval")
+        )
         try:
-            sql = g.interpolate(target["rawSql"], time_range=scenario.time_range,
-                                interval_ms=interval_ms, variables=variables)
+            sql = g.interpolate(
+                target["rawSql"],
+                time_range=scenario.time_range,
+                interval_ms=interval_ms,
+                variables=variables,
+            )
             result = await run_sql(conn, sql)
         except (g.GrafanaSQLError, asyncpg.PostgresError) as exc:
             problems.append(f"{here}: {type(exc).__name__}: {exc}")
@@ -324,8 +354,9 @@ async def check_panel(conn: asyncpg.Connection, panel: dict[str, Any], scenario:
     return problems
 
 
-def restriction_problems(base: Result | None, result: Result, variables: Sequence[g.Variable],
-                         uses: set[str]) -> list[str]:
+def restriction_problems(
+    base: Result | None, result: Result, variables: Sequence[g.Variable], uses: set[str]
+) -> list[str]:
     """Columns holding a variable's values under All must hold only the selected ones."""
     if base is None:
         return []
@@ -338,13 +369,16 @@ def restriction_problems(base: Result | None, result: Result, variables: Sequenc
             j = result.columns.index(column)
             got = {r[j] for r in result.rows if r[j] is not None}
             if not got <= set(var.selected):
-                out.append(f"{column!r} is not restricted to ${var.name}={list(var.selected)}: "
-                           f"it shows {sorted(got)}")
+                out.append(
+                    f"{column!r} is not restricted to ${var.name}={list(var.selected)}: "
+                    f"it shows {sorted(got)}"
+                )
     return out
 
 
-async def assert_dashboard_ok(conn: asyncpg.Connection, dashboard: dict[str, Any],
-                              scenarios: Sequence[Scenario]) -> None:
+async def assert_dashboard_ok(
+    conn: asyncpg.Connection, dashboard: dict[str, Any], scenarios: Sequence[Scenario]
+) -> None:
     problems = await check_dashboard(conn, dashboard, scenarios)
     assert not problems, f"{dashboard.get('title')}:\n" + "\n".join(problems)
 
@@ -390,21 +424,33 @@ async def seeded_connection(
         await conn.close()
 
 
-def scenarios_for(dashboard: dict[str, Any], now: datetime, oldest: datetime,
-                  variables: Sequence[g.Variable]) -> list[Scenario]:
+def scenarios_for(
+    dashboard: dict[str, Any], now: datetime, oldest: datetime, variables: Sequence[g.Variable]
+) -> list[Scenario]:
     """The dashboard's default range and the whole history with everything selected, then each
     query variable at one value, two values (multi) and a value that matches nothing."""
     t = dashboard.get("time") or {"from": "now-6h", "to": "now"}
     default = g.TimeRange(g.parse_time(t["from"], now), g.parse_time(t["to"], now))
     history = g.TimeRange(oldest - timedelta(days=1), now)
-    out = [Scenario("default range, all", default, require_signal=True),
-           Scenario("history, all", history, require_signal=True)]
+    out = [
+        Scenario("default range, all", default, require_signal=True),
+        Scenario("history, all", history, require_signal=True),
+    ]
     for v in variables:
         picks = [v.options[:1], v.options[:2]] if v.multi else [v.options[:1]]
-        out += [Scenario(f"history, ${v.name}={list(p)}", history, {v.name: p},
-                         baseline="history, all") for p in picks if p]
-        out.append(Scenario(f"history, ${v.name} matches nothing", history,
-                            {v.name: (NOTHING,)}, expect_no_signal=True))
+        out += [
+            Scenario(f"history, ${v.name}={list(p)}", history, {v.name: p}, baseline="history, all")
+            for p in picks
+            if p
+        ]
+        out.append(
+            Scenario(
+                f"history, ${v.name} matches nothing",
+                history,
+                {v.name: (NOTHING,)},
+                expect_no_signal=True,
+            )
+        )
     return out
 
 
@@ -449,24 +495,44 @@ class Mutation:
 def mutations(dashboard: dict[str, Any]) -> list[Mutation]:
     out = [
         # a set-returning function (escalation_bins_in) renamed is a missing function
-        Mutation("missing table", "Undefined(Table|Function)Error", r"\bFROM (\w+)",
-                 r"FROM \1_missing"),
-        Mutation("missing column", "UndefinedColumnError", r"\$__timeFilter\((\w+)\)",
-                 r"$__timeFilter(\1_missing)"),
+        Mutation(
+            "missing table", "Undefined(Table|Function)Error", r"\bFROM (\w+)", r"FROM \1_missing"
+        ),
+        Mutation(
+            "missing column",
+            "UndefinedColumnError",
+            r"\$__timeFilter\((\w+)\)",
+            r"$__timeFilter(\1_missing)",
+        ),
         Mutation("unknown macro", "UnknownMacroError", r"\$__timeFilter\(", "$__timeFilterz("),
-        Mutation("filter that matches nothing", "no data with the seeded database", r"\bWHERE ",
-                 "WHERE false AND "),
-        Mutation("time series without a time column", "no 'time' column",
-                 r"\$__timeGroupAlias\(([^)]*)\)", r"$__timeGroup(\1) AS bucket", required=False),
+        Mutation(
+            "filter that matches nothing",
+            "no data with the seeded database",
+            r"\bWHERE ",
+            "WHERE false AND ",
+        ),
+        Mutation(
+            "time series without a time column",
+            "no 'time' column",
+            r"\$__timeGroupAlias\(([^)]*)\)",
+            r"$__timeGroup(\1) AS bucket",
+            required=False,
+        ),
     ]
     names = "|".join(re.escape(v["name"]) for v in variable_specs(dashboard))
     if names:
         out += [
-            Mutation("unknown variable", "UnknownVariableError", rf"\$(\{{)?({names})\b",
-                     r"$\1\2_typo"),
-            Mutation("filter that ignores the variable", "matches nothing|not restricted",
-                     rf"(\$\{{?(?:{names})\b(?::\w+)?\}}?\))", r"\1 OR (true)",
-                     required=False, every_panel=True),
+            Mutation(
+                "unknown variable", "UnknownVariableError", rf"\$(\{{)?({names})\b", r"$\1\2_typo"
+            ),
+            Mutation(
+                "filter that ignores the variable",
+                "matches nothing|not restricted",
+                rf"(\$\{{?(?:{names})\b(?::\w+)?\}}?\))",
+                r"\1 OR (true)",
+                required=False,
+                every_panel=True,
+            ),
         ]
     return out
 
@@ -480,7 +546,8 @@ def broken_copies(dashboard: dict[str, Any], mutation: Mutation) -> list[tuple[d
                 broken = copy.deepcopy(panel)
                 sql = broken["targets"][i]["rawSql"]
                 broken["targets"][i]["rawSql"] = re.sub(
-                    mutation.pattern, mutation.replacement, sql, count=1)
+                    mutation.pattern, mutation.replacement, sql, count=1
+                )
                 out.append(({**dashboard, "panels": [panel]}, {**dashboard, "panels": [broken]}))
                 break
     return out if mutation.every_panel else out[:1]
@@ -506,7 +573,8 @@ async def test_checker_rejects_broken_panels(
                     await assert_dashboard_ok(conn, broken, scenarios)
         missing_field = copy.deepcopy(next(p for p in all_panels(dashboard) if p.get("targets")))
         missing_field.setdefault("fieldConfig", {}).setdefault("overrides", []).append(
-            {"matcher": {"id": "byName", "options": "no such field"}, "properties": []})
+            {"matcher": {"id": "byName", "options": "no such field"}, "properties": []}
+        )
         with pytest.raises(AssertionError, match="references field 'no such field'"):
             await assert_dashboard_ok(conn, {**dashboard, "panels": [missing_field]}, scenarios)
 
@@ -517,71 +585,108 @@ T0 = datetime(2018, 4, 12, 18, 0, tzinfo=UTC)
 FIVE_MIN = g.TimeRange(T0, T0 + timedelta(minutes=5))
 
 
-@pytest.mark.parametrize(("sql", "expanded"), [
-    # the cases of Grafana's pkg/tsdb/grafana-postgresql-datasource/macros_test.go
-    ("select $__time(time_column)", 'select time_column AS "time"'),
-    ("WHERE $__timeFilter(time_column)",
-     "WHERE time_column BETWEEN '2018-04-12T18:00:00Z' AND '2018-04-12T18:05:00Z'"),
-    ("select $__timeFrom(), $__timeTo()", "select '2018-04-12T18:00:00Z', '2018-04-12T18:05:00Z'"),
-    ("SELECT $__timeGroup(time_column,'5m'), value",
-     'SELECT floor(extract(epoch from time_column)/300)*300 AS "time", value'),
-    ("SELECT $__timeGroup(time_column,'5m') as time, value",
-     "SELECT floor(extract(epoch from time_column)/300)*300 as time, value"),
-    ("$__timeGroupAlias(time_column , '5m')",
-     'floor(extract(epoch from time_column)/300)*300 AS "time"'),
-    ("select $__unixEpochFilter(time)", "select time >= 1523556000 AND time <= 1523556300"),
-    ("select $__unixEpochNanoFrom()", "select 1523556000000000000"),
-    ("SELECT $__unixEpochGroupAlias(c+a,'5m')", 'SELECT floor((c+a)/300)*300 AS "time"'),
-    # $__interval / $__interval_ms, as the dashboards use them (fill values are Grafana-side)
-    ("$__timeGroupAlias(ts, $__interval, 0), n * 1000.0 / $__interval_ms",
-     'floor(extract(epoch from ts)/20)*20 AS "time", n * 1000.0 / 20000'),
-    ("$__timeGroup(ts, '20ms', NULL) $__timeGroup(ts, 1h30m, previous)",
-     "floor(extract(epoch from ts)/0.02)*0.02 floor(extract(epoch from ts)/5400)*5400"),
-    ("$__timeGroup(ts, '30d')", "floor(extract(epoch from ts)/2.592e+06)*2.592e+06"),
-    ("$__from $__to ${__range_s} $__unixEpochFrom()", "1523556000000 1523556300000 300 1523556000"),
-])
+@pytest.mark.parametrize(
+    ("sql", "expanded"),
+    [
+        # the cases of Grafana's pkg/tsdb/grafana-postgresql-datasource/macros_test.go
+        ("select $__time(time_column)", 'select time_column AS "time"'),
+        (
+            "WHERE $__timeFilter(time_column)",
+            "WHERE time_column BETWEEN '2018-04-12T18:00:00Z' AND '2018-04-12T18:05:00Z'",
+        ),
+        (
+            "select $__timeFrom(), $__timeTo()",
+            "select '2018-04-12T18:00:00Z', '2018-04-12T18:05:00Z'",
+        ),
+        (
+            "SELECT $__timeGroup(time_column,'5m'), value",
+            'SELECT floor(extract(epoch from time_column)/300)*300 AS "time", value',
+        ),
+        (
+            "SELECT $__timeGroup(time_column,'5m') as time, value",
+            "SELECT floor(extract(epoch from time_column)/300)*300 as time, value",
+        ),
+        (
+            "$__timeGroupAlias(time_column , '5m')",
+            'floor(extract(epoch from time_column)/300)*300 AS "time"',
+        ),
+        ("select $__unixEpochFilter(time)", "select time >= 1523556000 AND time <= 1523556300"),
+        ("select $__unixEpochNanoFrom()", "select 1523556000000000000"),
+        ("SELECT $__unixEpochGroupAlias(c+a,'5m')", 'SELECT floor((c+a)/300)*300 AS "time"'),
+        # $__interval / $__interval_ms, as the dashboards use them (fill values are Grafana-side)
+        (
+            "$__timeGroupAlias(ts, $__interval, 0), n * 1000.0 / $__interval_ms",
+            'floor(extract(epoch from ts)/20)*20 AS "time", n * 1000.0 / 20000',
+        ),
+        (
+            "$__timeGroup(ts, '20ms', NULL) $__timeGroup(ts, 1h30m, previous)",
+            "floor(extract(epoch from ts)/0.02)*0.02 floor(extract(epoch from ts)/5400)*5400",
+        ),
+        ("$__timeGroup(ts, '30d')", "floor(extract(epoch from ts)/2.592e+06)*2.592e+06"),
+        (
+            "$__from $__to ${__range_s} $__unixEpochFrom()",
+            "1523556000000 1523556300000 300 1523556000",
+        ),
+    ],
+)
 def test_macros_expand_like_grafana(sql: str, expanded: str) -> None:
     assert g.interpolate(sql, time_range=FIVE_MIN, interval_ms=20000) == expanded
 
 
 def test_fractional_time_range_formats_like_go() -> None:
     t = g.TimeRange(datetime(1960, 2, 1, 7, 0, 0, 500000, UTC), T0)
-    assert g.interpolate("$__timeFilter(t) $__unixEpochFilter(t)", time_range=t,
-                         interval_ms=1000) == (
+    assert g.interpolate(
+        "$__timeFilter(t) $__unixEpochFilter(t)", time_range=t, interval_ms=1000
+    ) == (
         "t BETWEEN '1960-02-01T07:00:00.5Z' AND '2018-04-12T18:00:00Z' "
-        "t >= -312915600 AND t <= 1523556000")
+        "t >= -312915600 AND t <= 1523556000"
+    )
 
 
-AGENT = g.Variable("agent", multi=True, include_all=True, all_value="'__all__'",
-                   options=("a", "b"))
+AGENT = g.Variable("agent", multi=True, include_all=True, all_value="'__all__'", options=("a", "b"))
 FORMATS = "($agent) ${agent} [[agent]] ${agent:csv} ${agent:sqlstring} ${agent:text}"
 
 
-@pytest.mark.parametrize(("variable", "expanded"), [
-    (AGENT, "('__all__') '__all__' '__all__' '__all__' '__all__' All"),
-    (g.Variable(**{**AGENT.__dict__, "all_value": None}),
-     "('a','b') 'a','b' 'a','b' a,b 'a','b' All"),
-    (g.Variable(**{**AGENT.__dict__, "selected": ("a", "o'b")}),
-     "('a','o''b') 'a','o''b' 'a','o''b' a,o'b 'a','o''b' a + o'b"),
-    (g.Variable("agent", options=("a", "b"), selected=("a",)), "(a) a a a 'a' a"),
-    (g.Variable("agent", options=("o'b",), selected=("o'b",)), "(o''b) o''b o''b o'b 'o''b' o'b"),
-])
+@pytest.mark.parametrize(
+    ("variable", "expanded"),
+    [
+        (AGENT, "('__all__') '__all__' '__all__' '__all__' '__all__' All"),
+        (
+            g.Variable(**{**AGENT.__dict__, "all_value": None}),
+            "('a','b') 'a','b' 'a','b' a,b 'a','b' All",
+        ),
+        (
+            g.Variable(**{**AGENT.__dict__, "selected": ("a", "o'b")}),
+            "('a','o''b') 'a','o''b' 'a','o''b' a,o'b 'a','o''b' a + o'b",
+        ),
+        (g.Variable("agent", options=("a", "b"), selected=("a",)), "(a) a a a 'a' a"),
+        (
+            g.Variable("agent", options=("o'b",), selected=("o'b",)),
+            "(o''b) o''b o''b o'b 'o''b' o'b",
+        ),
+    ],
+)
 def test_variables_format_like_grafana(variable: g.Variable, expanded: str) -> None:
-    assert g.interpolate(FORMATS, time_range=FIVE_MIN, interval_ms=1000,
-                         variables=[variable]) == expanded
+    assert (
+        g.interpolate(FORMATS, time_range=FIVE_MIN, interval_ms=1000, variables=[variable])
+        == expanded
+    )
 
 
-@pytest.mark.parametrize(("sql", "error"), [
-    ("WHERE $__timeFilterz(ts)", g.UnknownMacroError),
-    ("SELECT $__rate_interval", g.UnknownMacroError),
-    ("WHERE $__timeFilter()", g.GrafanaSQLError),
-    ("$__timeGroup(ts)", g.GrafanaSQLError),
-    ("$__timeGroup(ts, five minutes)", g.GrafanaSQLError),
-    ("$__timeGroup(ts, 5m, zero)", g.GrafanaSQLError),
-    ("agent_id IN ($agents)", g.UnknownVariableError),
-    ("agent_id IN (${agent:regex})", g.UnknownVariableError),
-    ("agent_id = '${agent.id}'", g.UnknownVariableError),
-])
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("WHERE $__timeFilterz(ts)", g.UnknownMacroError),
+        ("SELECT $__rate_interval", g.UnknownMacroError),
+        ("WHERE $__timeFilter()", g.GrafanaSQLError),
+        ("$__timeGroup(ts)", g.GrafanaSQLError),
+        ("$__timeGroup(ts, five minutes)", g.GrafanaSQLError),
+        ("$__timeGroup(ts, 5m, zero)", g.GrafanaSQLError),
+        ("agent_id IN ($agents)", g.UnknownVariableError),
+        ("agent_id IN (${agent:regex})", g.UnknownVariableError),
+        ("agent_id = '${agent.id}'", g.UnknownVariableError),
+    ],
+)
 def test_unknown_macros_and_variables_fail_loudly(sql: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         g.interpolate(sql, time_range=FIVE_MIN, interval_ms=1000, variables=[AGENT])
@@ -595,4 +700,9 @@ def test_panel_interval_follows_grafana() -> None:
     assert g.panel_interval_ms({"maxDataPoints": 10}, six_hours, None) == 1800000
     assert g.panel_interval_ms({}, g.TimeRange(T0 - timedelta(minutes=5), T0), "10s") == 10000
     assert [g.seconds_to_hms(s) for s in (0.5, 20, 90, 86400, 604800)] == [
-        "500ms", "20s", "1m", "1d", "7d"]
+        "500ms",
+        "20s",
+        "1m",
+        "1d",
+        "7d",
+    ]

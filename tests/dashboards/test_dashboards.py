@@ -38,11 +38,28 @@ from tests.dashboards.test_dashboard_sql import (
 from tests.servers.grafana_server import FakeGrafana
 from tests.test_deploy_files import DASHBOARDS, all_panels, dashboard_files
 
-UIDS = {"monitor-calibration", "monitor-drift", "monitor-escalation", "monitor-gate",
-        "monitor-judges", "monitor-pipeline"}
-VIEWS = {"v_calibration_bins", "v_calibration_windows", "v_calibration_maps",
-         "v_escalation_conversations", "v_escalation_bins", "v_drift_checks", "v_verdicts",
-         "v_alerts", "v_alert_annotations", "v_pipeline", "v_event_minutes", "v_gate_decisions"}
+UIDS = {
+    "monitor-calibration",
+    "monitor-drift",
+    "monitor-escalation",
+    "monitor-gate",
+    "monitor-judges",
+    "monitor-pipeline",
+}
+VIEWS = {
+    "v_calibration_bins",
+    "v_calibration_windows",
+    "v_calibration_maps",
+    "v_escalation_conversations",
+    "v_escalation_bins",
+    "v_drift_checks",
+    "v_verdicts",
+    "v_alerts",
+    "v_alert_annotations",
+    "v_pipeline",
+    "v_event_minutes",
+    "v_gate_decisions",
+}
 # what panels may read: the views, and escalation_bins_in (a SQL function over v_escalation_bins)
 READABLE = VIEWS | {"escalation_bins_in", "calibration_bins_in"}  # functions over views
 
@@ -68,24 +85,48 @@ def test_every_dashboard_is_there_with_scope_variables_and_alerts() -> None:
             assert not v.get("skipUrlSync"), (uid, v["name"])  # the URL must set them
         annotations = [a for a in d["annotations"]["list"] if a.get("target")]
         assert any("v_alert_annotations" in a["target"]["rawSql"] for a in annotations), uid
-        assert any(p["type"] == "table" and "FROM v_alerts" in p["targets"][0]["rawSql"]
-                   for p in all_panels(d)) or uid == "monitor-judges", uid
+        assert (
+            any(
+                p["type"] == "table" and "FROM v_alerts" in p["targets"][0]["rawSql"]
+                for p in all_panels(d)
+            )
+            or uid == "monitor-judges"
+        ), uid
         assert any(link.get("includeVars") and link.get("keepTime") for link in d["links"]), uid
 
 
 def test_issue_panels_exist() -> None:
     titles = {uid: {p["title"] for p in all_panels(d)} for uid, d in dashboards().items()}
-    assert {"ECE over time per agent", "ECE over time per tier", "Brier score over time per agent",
-            "Reliability diagram (selected range)", "Confidence histogram (selected range)",
-            "Raw vs recalibrated ECE", "Firing alerts"} <= titles["monitor-calibration"]
+    assert {
+        "ECE over time per agent",
+        "ECE over time per tier",
+        "Brier score over time per agent",
+        "Reliability diagram (selected range)",
+        "Confidence histogram (selected range)",
+        "Raw vs recalibrated ECE",
+        "Firing alerts",
+    } <= titles["monitor-calibration"]
     assert {"ECE: recent vs baseline", "p-values of the drift tests", "Drift checks"} <= titles[
-        "monitor-drift"]
-    assert {"Escalation rate by confidence bin", "Threshold curve", "Time to escalation per agent",
-            "Missed escalations"} <= titles["monitor-escalation"]
-    assert {"Verdicts by failure category", "Fabrications by type", "Judge latency",
-            "Judge errors", "Judges against ground truth"} <= titles["monitor-judges"]
-    reliability = next(p for p in all_panels(dashboards()["monitor-calibration"])
-                       if p["title"].startswith("Reliability"))
+        "monitor-drift"
+    ]
+    assert {
+        "Escalation rate by confidence bin",
+        "Threshold curve",
+        "Time to escalation per agent",
+        "Missed escalations",
+    } <= titles["monitor-escalation"]
+    assert {
+        "Verdicts by failure category",
+        "Fabrications by type",
+        "Judge latency",
+        "Judge errors",
+        "Judges against ground truth",
+    } <= titles["monitor-judges"]
+    reliability = next(
+        p
+        for p in all_panels(dashboards()["monitor-calibration"])
+        if p["title"].startswith("Reliability")
+    )
     assert "diagonal (perfect calibration)" in reliability["targets"][0]["rawSql"]
 
 
@@ -167,8 +208,11 @@ async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None
         judged = await conversation_judgements(engine, Segment(), lo, hi)
     finally:
         await engine.dispose()
-    want = {(q.judge, q.judge_version): q for q in judge_quality(judged)
-            if q.category is None and q.judge not in (ANY_DETERMINISTIC, ANY_JUDGE)}
+    want = {
+        (q.judge, q.judge_version): q
+        for q in judge_quality(judged)
+        if q.category is None and q.judge not in (ANY_DETERMINISTIC, ANY_JUDGE)
+    }
     board = dashboards()["monitor-judges"]
     panels = {p["title"]: p for p in all_panels(board)}
     scenario = Scenario("everything", g.TimeRange(lo, hi))
@@ -179,9 +223,12 @@ async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None
         assert not problems, problems
 
         async def panel(title: str) -> Any:
-            sql = g.interpolate(panels[title]["targets"][0]["rawSql"],
-                                time_range=scenario.time_range, interval_ms=60000,
-                                variables=variables)
+            sql = g.interpolate(
+                panels[title]["targets"][0]["rawSql"],
+                time_range=scenario.time_range,
+                interval_ms=60000,
+                variables=variables,
+            )
             return await run_sql(conn, sql)
 
         table = await panel("Judges against ground truth")
@@ -209,8 +256,9 @@ async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None
     assert stat.rows[0][0] == pytest.approx(tp / flagged, abs=1e-12)
 
 
-async def run_annotations(url: str, dashboard: dict[str, Any], selection: dict[str, tuple[str, ...]]
-                          ) -> dict[str, Any]:
+async def run_annotations(
+    url: str, dashboard: dict[str, Any], selection: dict[str, tuple[str, ...]]
+) -> dict[str, Any]:
     now = datetime.now(UTC)
     scenario = Scenario("annotations", g.TimeRange(now - timedelta(hours=6), now), selection)
     conn = await asyncpg.connect(libpq_url(url))
@@ -221,8 +269,12 @@ async def run_annotations(url: str, dashboard: dict[str, Any], selection: dict[s
         out = {}
         for a in dashboard["annotations"]["list"]:
             if a.get("target"):
-                sql = g.interpolate(a["target"]["rawSql"], time_range=scenario.time_range,
-                                    interval_ms=60000, variables=variables)
+                sql = g.interpolate(
+                    a["target"]["rawSql"],
+                    time_range=scenario.time_range,
+                    interval_ms=60000,
+                    variables=variables,
+                )
                 out[a["name"]] = await run_sql(conn, sql)
         return out
     finally:
@@ -238,7 +290,8 @@ async def test_annotations_mark_alerts_and_fired_drift_checks(seeded: str) -> No
         alerts = results["Alerts"]
         texts = [r[alerts.columns.index("text")] for r in alerts.rows]
         assert sum(t.startswith("FIRING:") for t in texts) == 3 and any(
-            t.startswith("RESOLVED:") for t in texts), texts
+            t.startswith("RESOLVED:") for t in texts
+        ), texts
         nothing = await run_annotations(seeded, d, {"agent": (NOTHING,)})
         assert all(not r.rows for r in nothing.values()), uid
     drift = await run_annotations(seeded, dashboards()["monitor-drift"], {})
@@ -274,8 +327,10 @@ def test_push_creates_then_updates_without_duplicates() -> None:
         (folder,) = grafana.folders.values()
         assert folder["title"] == "Agent monitor"
         assert set(grafana.dashboards) == UIDS
-        assert all(d["folderUid"] == folder["uid"] and d["version"] == 1
-                   for d in grafana.dashboards.values())
+        assert all(
+            d["folderUid"] == folder["uid"] and d["version"] == 1
+            for d in grafana.dashboards.values()
+        )
         ids = {uid: d["id"] for uid, d in grafana.dashboards.items()}
         pushed = grafana.dashboards["monitor-calibration"]["dashboard"]
         assert pushed["panels"] == dashboards()["monitor-calibration"]["panels"]

@@ -38,16 +38,25 @@ async def write(url: str, events: list[AgentEvent]) -> None:
         await w.close()
 
 
-async def panel(conn: asyncpg.Connection, title: str, tr: g.TimeRange = RANGE,
-                selection: dict[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
+async def panel(
+    conn: asyncpg.Connection,
+    title: str,
+    tr: g.TimeRange = RANGE,
+    selection: dict[str, tuple[str, ...]] | None = None,
+) -> list[dict[str, Any]]:
     """The rows of the panel's query as Grafana would send it (variables resolved)."""
     p = next(p for p in all_panels(DASHBOARD) if p["title"] == title)
     problems: list[str] = []
-    variables = await resolve_variables(conn, DASHBOARD, Scenario("s", tr, selection or {}),
-                                        problems)
+    variables = await resolve_variables(
+        conn, DASHBOARD, Scenario("s", tr, selection or {}), problems
+    )
     assert not problems, problems
-    sql = g.interpolate(p["targets"][0]["rawSql"], time_range=tr,
-                        interval_ms=g.panel_interval_ms(p, tr, None), variables=variables)
+    sql = g.interpolate(
+        p["targets"][0]["rawSql"],
+        time_range=tr,
+        interval_ms=g.panel_interval_ms(p, tr, None),
+        variables=variables,
+    )
     result = await run_sql(conn, sql)
     return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
 
@@ -75,13 +84,37 @@ def known_events() -> list[AgentEvent]:
         out.append(validate_event(event_dict(f"{cid}:m", cid, at=n, agent=agent, context=ctx)))
         for d in decisions:
             n += 1
-            out.append(validate_event(event_dict(
-                f"gate:{cid}:{d}", cid, "gate", at=n, agent=agent, context=ctx, decision=d,
-                latency_ms=float(n), degraded="fail open: checks took 61 ms, deadline 50 ms"
-                if cid == "c9" else None)))  # fmt: skip
+            out.append(
+                validate_event(
+                    event_dict(
+                        f"gate:{cid}:{d}",
+                        cid,
+                        "gate",
+                        at=n,
+                        agent=agent,
+                        context=ctx,
+                        decision=d,
+                        latency_ms=float(n),
+                        degraded="fail open: checks took 61 ms, deadline 50 ms"
+                        if cid == "c9"
+                        else None,
+                    )
+                )
+            )
         if success is not None:
-            out.append(validate_event(event_dict(f"{cid}:o", cid, "outcome", at=n + 0.5,
-                                                 agent=agent, context=ctx, success=success)))
+            out.append(
+                validate_event(
+                    event_dict(
+                        f"{cid}:o",
+                        cid,
+                        "outcome",
+                        at=n + 0.5,
+                        agent=agent,
+                        context=ctx,
+                        success=success,
+                    )
+                )
+            )
     return out
 
 
@@ -102,8 +135,14 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
         assert degraded["degraded share"] == pytest.approx(1 / 11)  # c8 has two decisions
         table = {r["agent"]: r for r in await panel(conn, "Gate effectiveness per agent x domain")}
         a, b = table["agent-a"], table["agent-b"]
-        assert (a["domain"], a["conversations"], a["proceed"], a["revise"], a["escalate"],
-                a["with outcome"]) == ("retail", 8, 4, 2, 2, 7)
+        assert (
+            a["domain"],
+            a["conversations"],
+            a["proceed"],
+            a["revise"],
+            a["escalate"],
+            a["with outcome"],
+        ) == ("retail", 8, 4, 2, 2, 7)
         assert a["escalation rate"] == pytest.approx(2 / 8)
         assert a["failure rate all"] == pytest.approx(3 / 7)
         assert a["failure rate proceeded"] == pytest.approx(1 / 4)
@@ -128,14 +167,19 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
         by_metric: dict[str, int] = {}
         for r in series:
             by_metric[r["metric"]] = by_metric.get(r["metric"], 0) + r["decisions"]
-        assert by_metric == {"agent-a / retail: proceed": 4, "agent-a / retail: revise": 2,
-                             "agent-a / retail: escalate": 3, "agent-b / airline: proceed": 1,
-                             "agent-b / airline: escalate": 1}
+        assert by_metric == {
+            "agent-a / retail: proceed": 4,
+            "agent-a / retail: revise": 2,
+            "agent-a / retail: escalate": 3,
+            "agent-b / airline: proceed": 1,
+            "agent-b / airline: escalate": 1,
+        }
         latency = await panel(conn, "Gate latency")
         assert max(r["p99"] for r in latency) <= 11 and min(r["p50"] for r in latency) >= 1
         # a selection restricts: only agent-b
-        (only_b,) = await panel(conn, "Escalation rate (human cost)",
-                                selection={"agent": ("agent-b",)})
+        (only_b,) = await panel(
+            conn, "Escalation rate (human cost)", selection={"agent": ("agent-b",)}
+        )
         assert only_b["escalation rate"] == pytest.approx(1 / 2)
     finally:
         await conn.close()
@@ -148,8 +192,9 @@ async def test_ungated_baseline_panel_gives_the_worked_out_numbers(database_url:
         ctx = {"domain": "retail", "tier": 2}
         ungated.append(event_dict(f"u{i}:m", f"u{i}", at=100 + i, context=ctx))
         if ok is not None:
-            ungated.append(event_dict(f"u{i}:o", f"u{i}", "outcome", at=100.5 + i,
-                                      context=ctx, success=ok))
+            ungated.append(
+                event_dict(f"u{i}:o", f"u{i}", "outcome", at=100.5 + i, context=ctx, success=ok)
+            )
     # an agent that never asked the gate has no baseline row; an ungated conversation before
     # the range is not counted
     ungated.append(event_dict("n1:m", "n1", at=5, agent="agent-n", context={"domain": "retail"}))
@@ -163,7 +208,11 @@ async def test_ungated_baseline_panel_gives_the_worked_out_numbers(database_url:
     assert len(rows) == 1  # agent-b/airline has no ungated conversation, agent-n no decision
     (a,) = rows
     assert (a["agent"], a["domain"], a["ungated conversations"], a["ungated with outcome"]) == (
-        "agent-a", "retail", 5, 4)
+        "agent-a",
+        "retail",
+        5,
+        4,
+    )
     assert a["failure rate ungated"] == pytest.approx(3 / 4)
     assert a["failure rate proceeded"] == pytest.approx(1 / 4)  # c2 of c1 c2 c3 c8
     assert a["reduction vs ungated"] == pytest.approx(1 - (1 / 4) / (3 / 4))
@@ -173,9 +222,19 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
     events, decisions = gated_events(T0, 240, ungated_every=4)
     asyncio.run(write(database_url, events))
     assert {"proceed", "revise", "escalate"} <= set(decisions.values())
-    result = CliRunner().invoke(app, [
-        "gate", "--json", "--no-replay", "--from", RANGE.start.isoformat(),
-        "--to", RANGE.end.isoformat()], env={"MONITOR_DATABASE_URL": database_url})  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "gate",
+            "--json",
+            "--no-replay",
+            "--from",
+            RANGE.start.isoformat(),
+            "--to",
+            RANGE.end.isoformat(),
+        ],
+        env={"MONITOR_DATABASE_URL": database_url},
+    )
     assert result.exit_code == 0, result.output
     cli = {(e["agent_id"], e["domain"]): e for e in json.loads(result.output)["effects"]}
 
@@ -186,10 +245,14 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
         finally:
             await conn.close()
 
-    table = {(r["agent"], r["domain"]): r
-             for r in asyncio.run(rows("Gate effectiveness per agent x domain"))}
-    base = {(r["agent"], r["domain"]): r
-            for r in asyncio.run(rows("Ungated baseline per agent x domain"))}
+    table = {
+        (r["agent"], r["domain"]): r
+        for r in asyncio.run(rows("Gate effectiveness per agent x domain"))
+    }
+    base = {
+        (r["agent"], r["domain"]): r
+        for r in asyncio.run(rows("Ungated baseline per agent x domain"))
+    }
     assert base and set(base) <= set(cli)
     for key, e in cli.items():
         if key not in base:
@@ -199,21 +262,26 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
         assert r["ungated conversations"] == e["ungated_conversations"] > 0
         assert r["ungated with outcome"] == e["failure_rate_ungated"]["den"]
         assert r["failure rate ungated"] == pytest.approx(
-            e["failure_rate_ungated"]["value"], abs=1e-12)
+            e["failure_rate_ungated"]["value"], abs=1e-12
+        )
         assert r["failure rate proceeded"] == pytest.approx(
-            e["failure_rate_proceeded"]["value"], abs=1e-12)
+            e["failure_rate_proceeded"]["value"], abs=1e-12
+        )
         assert r["reduction vs ungated"] == pytest.approx(e["reduction_vs_ungated"], abs=1e-12)
     assert set(table) == set(cli) and len(table) == 3
     for key, e in cli.items():
         r = table[key]
         assert r["conversations"] == e["conversations"]
         assert [r[d] for d in ("proceed", "revise", "escalate")] == [
-            e["decisions"][d] for d in ("proceed", "revise", "escalate")]
+            e["decisions"][d] for d in ("proceed", "revise", "escalate")
+        ]
         assert r["with outcome"] == e["with_outcome"]
-        for col, name in (("escalation rate", "escalation_rate"),
-                          ("failure rate all", "failure_rate_all"),
-                          ("failure rate proceeded", "failure_rate_proceeded"),
-                          ("failures prevented", "failures_prevented")):
+        for col, name in (
+            ("escalation rate", "escalation_rate"),
+            ("failure rate all", "failure_rate_all"),
+            ("failure rate proceeded", "failure_rate_proceeded"),
+            ("failures prevented", "failures_prevented"),
+        ):
             assert r[col] == pytest.approx(e[name]["value"], abs=1e-12), (key, col)
         assert r["prevented low"] == pytest.approx(e["failures_prevented"]["low"], abs=1e-9)
         assert r["prevented high"] == pytest.approx(e["failures_prevented"]["high"], abs=1e-9)

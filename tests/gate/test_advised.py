@@ -35,24 +35,34 @@ NOW = T0 + timedelta(days=1)
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize(
     "question",
-    [{"keep": 0.8}, {"budget": 0.35}, {"target": 0.1}, {"target": 0.15, "budget": 0.3},
-     {"keep": 0.0}, {"target": 0.0}],
-)  # fmt: skip
+    [
+        {"keep": 0.8},
+        {"budget": 0.35},
+        {"target": 0.1},
+        {"target": 0.15, "budget": 0.3},
+        {"keep": 0.0},
+        {"target": 0.0},
+    ],
+)
 def test_the_grouped_cut_is_the_advisors_cut(seed: int, question: dict[str, float]) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(5, 300))
     conf = np.round(rng.uniform(0, 1, n), int(rng.integers(1, 3)))  # many ties
     weight = rng.choice([1.0, 2.0, 0.5], n)
     outcome = rng.choice([True, False, None], n, p=[0.6, 0.25, 0.15])
-    convs = [ConversationEscalation(float(c), False, o, float(w))
-             for c, w, o in zip(conf, weight, outcome, strict=True)]  # fmt: skip
+    convs = [
+        ConversationEscalation(float(c), False, o, float(w))
+        for c, w, o in zip(conf, weight, outcome, strict=True)
+    ]
     want = advise(convs, **question).threshold
     # grouped per distinct confidence, as the gate reads them from the store
     uniq = np.unique(conf)
     has = np.array([o is not None for o in outcome])
     bad = np.array([o is False for o in outcome])
-    rows = [[weight[conf == u].sum(), weight[(conf == u) & has].sum(),
-             weight[(conf == u) & bad].sum()] for u in uniq]  # fmt: skip
+    rows = [
+        [weight[conf == u].sum(), weight[(conf == u) & has].sum(), weight[(conf == u) & bad].sum()]
+        for u in uniq
+    ]
     sums = np.array(rows)
     got, _ = cut(uniq, sums[:, 0], sums[:, 1], sums[:, 2], AdvisorSpec(**question))
     assert got == want
@@ -83,23 +93,33 @@ def test_the_advisor_shape_loads_and_its_errors_name_file_line_field() -> None:
     assert third.advisor is None and third.fixed_threshold == 0.5
     assert p.advisor_refresh_s == 60
     bad = {
-        "keep: 0.8,": ("keep: 1.8,", "gate.yaml:6: rules[0].threshold.advisor.keep: Input "
-                       "should be less than or equal to 1"),
-        "fallback: 0.45": ("fallback: x", "gate.yaml:7: rules[0].threshold.fallback: Input "
-                           "should be a valid number"),
-        "{target: 0.1,": ("{target: 0.1, keep: 0.5, budget: 0.1,", "gate.yaml:10: rules[1]."
-                          "threshold.advisor: keep and budget are two ways"),
-        "window_days: 3": ("windw_days: 3", "gate.yaml:6: rules[0].threshold.advisor."
-                           "windw_days: Extra inputs are not permitted"),
+        "keep: 0.8,": (
+            "keep: 1.8,",
+            "gate.yaml:6: rules[0].threshold.advisor.keep: Input should be less than or equal to 1",
+        ),
+        "fallback: 0.45": (
+            "fallback: x",
+            "gate.yaml:7: rules[0].threshold.fallback: Input should be a valid number",
+        ),
+        "{target: 0.1,": (
+            "{target: 0.1, keep: 0.5, budget: 0.1,",
+            "gate.yaml:10: rules[1].threshold.advisor: keep and budget are two ways",
+        ),
+        "window_days: 3": (
+            "windw_days: 3",
+            "gate.yaml:6: rules[0].threshold.advisor.windw_days: Extra inputs are not permitted",
+        ),
         "      fallback: 0.55\n": ("", "gate.yaml:9: rules[1].threshold.fallback: Field required"),
-    }  # fmt: skip
+    }
     for old, (new, message) in bad.items():
         with pytest.raises(ConfigError) as info:
             load_policy(POLICY.format(a="a", b="b").replace(old, new), "gate.yaml")
         assert str(info.value).startswith(message), (old, str(info.value))
     with pytest.raises(ConfigError, match=r"gate.yaml:3: rules\[0\].threshold.advisor: give"):
-        load_policy("version: x\nrules:\n  - threshold: {advisor: {window_days: 2}, "
-                    "fallback: 0.3}\n", "gate.yaml")  # fmt: skip
+        load_policy(
+            "version: x\nrules:\n  - threshold: {advisor: {window_days: 2}, fallback: 0.3}\n",
+            "gate.yaml",
+        )
 
 
 async def _seed(url: str, convs: list[tuple[str, float, bool | None, float]]) -> None:
@@ -108,11 +128,13 @@ async def _seed(url: str, convs: list[tuple[str, float, bool | None, float]]) ->
     for i, (agent, conf, ok, hours_ago) in enumerate(convs):
         at = (NOW - T0).total_seconds() - hours_ago * 3600
         cid = f"{agent}-c{i}"
-        events.append(event_dict(f"{cid}-m", cid, "message", at=at, agent=agent,
-                                 confidence=conf, turn=0))  # fmt: skip
+        events.append(
+            event_dict(f"{cid}-m", cid, "message", at=at, agent=agent, confidence=conf, turn=0)
+        )
         if ok is not None:
-            events.append(event_dict(f"{cid}-o", cid, "outcome", at=at + 1, agent=agent,
-                                     success=ok))  # fmt: skip
+            events.append(
+                event_dict(f"{cid}-o", cid, "outcome", at=at + 1, agent=agent, success=ok)
+            )
     w = EventWriter(url)
     try:
         await w.write([event_row(validate_event(e)) for e in events])
@@ -121,12 +143,26 @@ async def _seed(url: str, convs: list[tuple[str, float, bool | None, float]]) ->
 
 
 def _ask(state: GateState, agent: str, confidence: float) -> dict[str, Any]:
-    body = {"conversation_id": "q", "agent": {"id": agent}, "content": "Hello.",
-            "confidence": confidence, "domain": "retail"}  # fmt: skip
-    req = parse_gate_request(json.dumps(body).encode(), max_body_bytes=1 << 20,
-                             max_content_chars=1000)  # fmt: skip
-    return decide(req, state.policy, state.maps, state.checks, event_id="gate:x", now=NOW,
-                  timer=lambda: 0.0, cuts=state.cuts).answer()  # fmt: skip
+    body = {
+        "conversation_id": "q",
+        "agent": {"id": agent},
+        "content": "Hello.",
+        "confidence": confidence,
+        "domain": "retail",
+    }
+    req = parse_gate_request(
+        json.dumps(body).encode(), max_body_bytes=1 << 20, max_content_chars=1000
+    )
+    return decide(
+        req,
+        state.policy,
+        state.maps,
+        state.checks,
+        event_id="gate:x",
+        now=NOW,
+        timer=lambda: 0.0,
+        cuts=state.cuts,
+    ).answer()
 
 
 async def test_cuts_from_the_store_drive_the_threshold(database_url: str) -> None:
@@ -179,11 +215,14 @@ async def test_the_cut_is_on_calibrated_confidences_and_follows_a_new_map(
     tag = uuid.uuid4().hex[:6]
     a = f"adv-m-{tag}"
     await _seed(database_url, [(a, round(0.1 * k, 1), True, 1.0) for k in range(1, 11)])
-    policy = load_policy(f"""version: m
+    policy = load_policy(
+        f"""version: m
 rules:
   - agent: {a}
     threshold: {{advisor: {{keep: 0.8, min_conversations: 5}}, fallback: 0.5}}
-""", "g.yaml")  # fmt: skip
+""",
+        "g.yaml",
+    )
     state = GateState(policy, CheckSet())
     engine = make_engine(database_url)
     try:
@@ -212,8 +251,9 @@ rules:
 
 
 def test_without_cuts_an_advisor_rule_uses_its_fallback() -> None:
-    policy = load_policy("version: f\nrules:\n  - threshold: {advisor: {keep: 0.9}, "
-                         "fallback: 0.7}\n", "g.yaml")  # fmt: skip
+    policy = load_policy(
+        "version: f\nrules:\n  - threshold: {advisor: {keep: 0.9}, fallback: 0.7}\n", "g.yaml"
+    )
     state = GateState(policy, CheckSet(), {("x", ""): MapEntry(IsotonicMap.identity(), 1)})
     assert state.cuts == AdvisorCuts()
     got = _ask(state, "x", 0.65)
@@ -227,13 +267,16 @@ async def test_replayed_decisions_use_the_advisors_cut(database_url: str) -> Non
     convs = [(a, round(0.1 * k, 1), k != 2, 1.0) for k in range(1, 11)]
     convs += [(few, c, True, 1.0) for c in (0.2, 0.5)]
     await _seed(database_url, convs)
-    policy = load_policy(f"""version: r
+    policy = load_policy(
+        f"""version: r
 rules:
   - agent: {a}
     threshold: {{advisor: {{keep: 0.8, min_conversations: 5}}, fallback: 0.9}}
   - agent: {few}
     threshold: {{advisor: {{keep: 0.8, min_conversations: 5}}, fallback: 0.4}}
-""", "g.yaml")  # fmt: skip
+""",
+        "g.yaml",
+    )
     engine = make_engine(database_url)
     try:
         rows = await gated_conversations(engine, policy, NOW - timedelta(days=2), NOW)
@@ -251,16 +294,20 @@ rules:
 def test_groups_go_to_their_first_rule_and_a_flat_map_merges_candidates() -> None:
     from monitor.gate.advised import ConfidenceGroup, compute_cuts
 
-    policy = load_policy("""version: g
+    policy = load_policy(
+        """version: g
 rules:
   - agent: x
     tier: 2
     threshold: 0.4
   - agent: x
     threshold: {advisor: {keep: 0.8, min_conversations: 10}, fallback: 0.2}
-""", "g.yaml")  # fmt: skip
-    groups = [ConfidenceGroup("x", "", 0, round(0.1 * k, 1), 1, 1.0, 1.0, 0.0)
-              for k in range(1, 11)]  # fmt: skip
+""",
+        "g.yaml",
+    )
+    groups = [
+        ConfidenceGroup("x", "", 0, round(0.1 * k, 1), 1, 1.0, 1.0, 0.0) for k in range(1, 11)
+    ]
     groups.append(ConfidenceGroup("x", "", 2, 0.05, 50, 50.0, 50.0, 50.0))  # rule 0's traffic
     plain = compute_cuts(policy, groups, lambda a, d, c: c, NOW)
     assert list(plain.cuts) == [(1, "x", "")]  # the tier-2 group belongs to the fixed rule

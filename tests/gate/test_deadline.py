@@ -15,8 +15,9 @@ from monitor.judges.base import Conversation, Verdict
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = GatePolicy(version="p", rules=(GateRule(threshold=0.5, deadline_ms=50),))
-BODY = json.dumps({"conversation_id": "c1", "agent": {"id": "a"}, "content": "ok",
-                   "confidence": 0.2}).encode()  # fmt: skip
+BODY = json.dumps(
+    {"conversation_id": "c1", "agent": {"id": "a"}, "content": "ok", "confidence": 0.2}
+).encode()
 
 
 class Clock:
@@ -49,12 +50,28 @@ def checks(clock: Clock, seconds: float) -> CheckSet:
 def test_time_before_the_checks_is_latency_not_a_missed_deadline() -> None:
     req = parse_gate_request(BODY, max_body_bytes=4096, max_content_chars=100)
     clock = Clock()
-    waited = decide(req, POLICY, {}, checks(clock, 0.001), event_id="gate:1", now=NOW,
-                    timer=clock, started=clock.t - 2.0)  # fmt: skip  # 2 s queued before
+    waited = decide(
+        req,
+        POLICY,
+        {},
+        checks(clock, 0.001),
+        event_id="gate:1",
+        now=NOW,
+        timer=clock,
+        started=clock.t - 2.0,
+    )  # 2 s queued before
     assert waited.payload.degraded is None
     assert waited.payload.decision == "escalate"  # the threshold decided, not the fail mode
     assert waited.payload.latency_ms >= 2000.0
-    slow = decide(req, POLICY, {}, checks(clock, 0.08), event_id="gate:2", now=NOW, timer=clock,
-                  started=clock.t)  # fmt: skip
+    slow = decide(
+        req,
+        POLICY,
+        {},
+        checks(clock, 0.08),
+        event_id="gate:2",
+        now=NOW,
+        timer=clock,
+        started=clock.t,
+    )
     assert slow.payload.decision == "proceed"  # fail open
     assert slow.payload.degraded == "fail open: checks took 80.0 ms, deadline 50 ms"

@@ -26,8 +26,13 @@ def decision(i: int) -> AgentEvent:
 
 
 async def read_all(bootstrap: str, topic: str, n: int) -> list[AgentEvent]:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
     await consumer.start()
     out: list[AgentEvent] = []
     try:
@@ -64,8 +69,9 @@ async def test_no_broker_events_are_buffered_in_order_then_replayed_once_one_ans
     broker: Any, topic_name: str, tmp_path: Path
 ) -> None:
     await create_topic(broker.bootstrap, topic_name, partitions=1)
-    nowhere = DecisionProducer(f"127.0.0.1:{free_port()}", topic_name, idempotent=False,
-                               request_timeout_ms=2000)  # fmt: skip
+    nowhere = DecisionProducer(
+        f"127.0.0.1:{free_port()}", topic_name, idempotent=False, request_timeout_ms=2000
+    )
     buf = DiskBuffer(tmp_path / "buf")
     outbox = DecisionOutbox(nowhere.deliver, buf, spill_after_s=0.5, retry_s=0.2)
     assert await outbox.publish(decision(0)) is False  # refused or not acknowledged in time
@@ -126,8 +132,9 @@ async def test_a_record_refused_for_good_is_dropped_counted_and_does_not_block_t
 @pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 async def test_a_graceful_stop_writes_the_events_in_flight_to_disk(tmp_path: Path) -> None:
     own = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
-    producer = DecisionProducer(own.bootstrap, "decisions", idempotent=False,
-                                request_timeout_ms=3000)  # only bounds the producer's stop
+    producer = DecisionProducer(
+        own.bootstrap, "decisions", idempotent=False, request_timeout_ms=3000
+    )  # only bounds the producer's stop
     buf = DiskBuffer(tmp_path / "buf")
     outbox = DecisionOutbox(producer.deliver, buf, spill_after_s=120)
     try:

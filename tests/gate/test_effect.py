@@ -69,21 +69,57 @@ def test_monitor_gate_json_on_replayed_and_recorded_data(
     failed = sorted(c for c, ok in outcome.items() if not ok)[:2]
     passed = sorted(c for c, ok in outcome.items() if ok)[:2]
     agent_of = {e.conversation_id: e.agent.id for e in tau2}
-    recorded = [(failed[0], "escalate"), (failed[1], "proceed"), (passed[0], "proceed"),
-                (passed[1], "revise")]  # fmt: skip
-    gates = [validate_event(event_dict(f"gate:{i}", cid, "gate", at=i, agent=agent_of[cid],
-                                       context={"domain": "airline"}, decision=d))
-             for i, (cid, d) in enumerate(recorded)]  # fmt: skip
+    recorded = [
+        (failed[0], "escalate"),
+        (failed[1], "proceed"),
+        (passed[0], "proceed"),
+        (passed[1], "revise"),
+    ]
+    gates = [
+        validate_event(
+            event_dict(
+                f"gate:{i}",
+                cid,
+                "gate",
+                at=i,
+                agent=agent_of[cid],
+                context={"domain": "airline"},
+                decision=d,
+            )
+        )
+        for i, (cid, d) in enumerate(recorded)
+    ]
     # an earlier decision in the same conversation is superseded by the latest one
-    gates.append(validate_event(event_dict("gate:old", failed[0], "gate", at=-10,
-                                           agent=agent_of[failed[0]], decision="proceed",
-                                           context={"domain": "airline"})))  # fmt: skip
+    gates.append(
+        validate_event(
+            event_dict(
+                "gate:old",
+                failed[0],
+                "gate",
+                at=-10,
+                agent=agent_of[failed[0]],
+                decision="proceed",
+                context={"domain": "airline"},
+            )
+        )
+    )
     asyncio.run(_seed(database_url, sim + tau2 + gates))
     policy = tmp_path / "gate.yaml"
     policy.write_text('version: "p-1"\nrules:\n  - threshold: 0.6\n')
-    result = CliRunner().invoke(app, [
-        "gate", "--json", "--policy", str(policy), "--from", "2000-01-01", "--to", "2100-01-01",
-    ], env={"MONITOR_DATABASE_URL": database_url})  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "gate",
+            "--json",
+            "--policy",
+            str(policy),
+            "--from",
+            "2000-01-01",
+            "--to",
+            "2100-01-01",
+        ],
+        env={"MONITOR_DATABASE_URL": database_url},
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["policy_version"] == "p-1"
@@ -144,21 +180,40 @@ def test_the_ungated_baseline_sits_beside_recorded_rows_only() -> None:
 
 
 def test_monitor_gate_json_reports_the_ungated_failure_rate(database_url: str) -> None:
-    def conv(cid: str, agent: str, at: float, ok: bool | None, domain: str = "retail",
-             decision: str | None = None) -> list[AgentEvent]:  # fmt: skip
+    def conv(
+        cid: str,
+        agent: str,
+        at: float,
+        ok: bool | None,
+        domain: str = "retail",
+        decision: str | None = None,
+    ) -> list[AgentEvent]:
         ctx = {"domain": domain}
         out = [event_dict(f"{cid}-m", cid, "message", at=at, agent=agent, context=ctx)]
         if ok is not None:
-            out.append(event_dict(f"{cid}-o", cid, "outcome", at=at + 5, agent=agent,
-                                  context=ctx, success=ok))  # fmt: skip
+            out.append(
+                event_dict(
+                    f"{cid}-o", cid, "outcome", at=at + 5, agent=agent, context=ctx, success=ok
+                )
+            )
         if decision is not None:
-            out.append(event_dict(f"gate:{cid}", cid, "gate", at=at + 1, agent=agent,
-                                  context=ctx, decision=decision))  # fmt: skip
+            out.append(
+                event_dict(
+                    f"gate:{cid}",
+                    cid,
+                    "gate",
+                    at=at + 1,
+                    agent=agent,
+                    context=ctx,
+                    decision=decision,
+                )
+            )
         return [validate_event(e) for e in out]
 
     events: list[AgentEvent] = []
-    for i, (ok, decision) in enumerate([(True, "proceed"), (False, "proceed"),
-                                        (False, "escalate"), (True, "proceed")]):  # fmt: skip
+    for i, (ok, decision) in enumerate(
+        [(True, "proceed"), (False, "proceed"), (False, "escalate"), (True, "proceed")]
+    ):
         events += conv(f"g{i}", "gated-bot", 100 + i, ok, decision=decision)
     for i, ok in enumerate([False, False, True, True, None]):  # ungated, retail
         events += conv(f"u{i}", "gated-bot", 200 + i, ok)
@@ -166,9 +221,19 @@ def test_monitor_gate_json_reports_the_ungated_failure_rate(database_url: str) -
     events += conv("u-old", "gated-bot", -2 * 86400, False)  # before the range
     events += conv("free", "free-bot", 400, False)  # never gated: no baseline row
     asyncio.run(_seed(database_url, events))
-    result = CliRunner().invoke(app, [
-        "gate", "--json", "--no-replay", "--from", "2025-12-31", "--to", "2026-01-02",
-    ], env={"MONITOR_DATABASE_URL": database_url})  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "gate",
+            "--json",
+            "--no-replay",
+            "--from",
+            "2025-12-31",
+            "--to",
+            "2026-01-02",
+        ],
+        env={"MONITOR_DATABASE_URL": database_url},
+    )
     assert result.exit_code == 0, result.output
     (e,) = json.loads(result.output)["effects"]
     assert (e["agent_id"], e["domain"], e["source"]) == ("gated-bot", "retail", "recorded")

@@ -22,15 +22,24 @@ from monitor.gate.endpoint import (
 from monitor.gate.policy import DEFAULT_POLICY, GatePolicy, GateRule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-BODY = json.dumps({"conversation_id": "c1", "agent": {"id": "a"}, "content": "hi",
-                   "confidence": 0.8}).encode()  # fmt: skip
+BODY = json.dumps(
+    {"conversation_id": "c1", "agent": {"id": "a"}, "content": "hi", "confidence": 0.8}
+).encode()
 
 
 @pytest.mark.parametrize(
     ("peer", "loopback"),
-    [("127.0.0.1", True), ("127.8.0.3", True), ("::1", True), ("::ffff:127.0.0.1", True),
-     ("10.0.0.7", False), ("172.18.0.1", False), (None, False), ("", False)],
-)  # fmt: skip
+    [
+        ("127.0.0.1", True),
+        ("127.8.0.3", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("10.0.0.7", False),
+        ("172.18.0.1", False),
+        (None, False),
+        ("", False),
+    ],
+)
 def test_loopback(peer: str | None, loopback: bool) -> None:
     assert is_loopback(peer) is loopback
 

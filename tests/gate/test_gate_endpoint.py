@@ -38,12 +38,18 @@ async def gate_worker(broker: Any, topic_name: str, database_url: str, tmp_path:
     policy = tmp_path / "gate.yaml"
     policy.write_text(POLICY)
     worker = WorkerProcess(
-        broker.bootstrap, database_url, topic_name, tmp_path,
-        MONITOR_GATE_TOKEN="g4te", MONITOR_GATE_POLICY_FILE=str(policy),
-        MONITOR_GATE_REFRESH_S="0.5", MONITOR_GATE_MAX_CONTENT_CHARS="2000",
-        MONITOR_INGEST_TOKEN="s3cret", MONITOR_JUDGE_ENABLED="false",
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_GATE_TOKEN="g4te",
+        MONITOR_GATE_POLICY_FILE=str(policy),
+        MONITOR_GATE_REFRESH_S="0.5",
+        MONITOR_GATE_MAX_CONTENT_CHARS="2000",
+        MONITOR_INGEST_TOKEN="s3cret",
+        MONITOR_JUDGE_ENABLED="false",
         MONITOR_ALERTING_ENABLED="false",
-    ).start()  # fmt: skip
+    ).start()
     try:
         await worker.wait_ready()
         yield worker
@@ -52,8 +58,14 @@ async def gate_worker(broker: Any, topic_name: str, database_url: str, tmp_path:
 
 
 def ask(**over: Any) -> dict[str, Any]:
-    return {"conversation_id": "g-1", "agent": {"id": "agent-a"}, "content": "Let me check.",
-            "confidence": 0.9, "domain": "retail", **over}  # fmt: skip
+    return {
+        "conversation_id": "g-1",
+        "agent": {"id": "agent-a"},
+        "content": "Let me check.",
+        "confidence": 0.9,
+        "domain": "retail",
+        **over,
+    }
 
 
 async def fetch(url: str, sql: str) -> list[Any]:
@@ -74,7 +86,10 @@ async def test_gate_answers_and_records_every_decision(
         assert r.status_code == 200, r.text
         first = r.json()
         assert (first["decision"], first["calibrated"], first["map_version"]) == (
-            "proceed", False, None)  # fmt: skip
+            "proceed",
+            False,
+            None,
+        )
         assert first["policy_version"] == "test-7" and first["threshold"] == 0.7
         assert first["threshold_source"].endswith("gate.yaml rules[0]")
         assert 0 < first["latency_ms"] < 1000 and first["decision_id"] == "gate:r0"
@@ -106,14 +121,24 @@ async def test_gate_answers_and_records_every_decision(
         assert body["decision"] == "escalate" and body["maps_loaded_at"] is not None
 
         # a check fires on the proposed message: revise, with the critique
-        r = await client.post(url, headers=AUTH, json=ask(
-            conversation_id="c1", request_id="r2", domain="billing", history=FAILED_CANCEL,
-            content="Your order W1 has been cancelled."))  # fmt: skip
+        r = await client.post(
+            url,
+            headers=AUTH,
+            json=ask(
+                conversation_id="c1",
+                request_id="r2",
+                domain="billing",
+                history=FAILED_CANCEL,
+                content="Your order W1 has been cancelled.",
+            ),
+        )
         assert r.status_code == 200, r.text
         revise = r.json()
         assert revise["decision"] == "revise" and revise["calibrated"] is False
-        assert {f["judge"] for f in revise["findings"]} == {"det.authorization",
-                                                             "det.ignored_error"}  # fmt: skip
+        assert {f["judge"] for f in revise["findings"]} == {
+            "det.authorization",
+            "det.ignored_error",
+        }
 
         # refusals: a status and a reason, never a 500
         assert (await client.post(url, json=ask())).json()["reason"] == "unauthorized"
@@ -133,14 +158,19 @@ async def test_gate_answers_and_records_every_decision(
 
         # the conversation's outcome arrives later, through the ingest endpoint
         outcome = event_dict("o-1", "c1", "outcome", at=60, success=False)
-        r = await client.post(f"{gate_worker.url}/v1/events", json=[outcome],
-                              headers={"Authorization": "Bearer s3cret"})  # fmt: skip
+        r = await client.post(
+            f"{gate_worker.url}/v1/events",
+            json=[outcome],
+            headers={"Authorization": "Bearer s3cret"},
+        )
         assert r.status_code == 202
 
-    sql = ("SELECT g.event_id, g.body::jsonb->'gate'->>'decision' AS decision,"
-           " (o.body::jsonb->'outcome'->>'success')::bool AS success FROM events g"
-           " LEFT JOIN events o ON o.conversation_id = g.conversation_id AND o.type = 'outcome'"
-           " WHERE g.type = 'gate' ORDER BY g.event_id")  # fmt: skip
+    sql = (
+        "SELECT g.event_id, g.body::jsonb->'gate'->>'decision' AS decision,"
+        " (o.body::jsonb->'outcome'->>'success')::bool AS success FROM events g"
+        " LEFT JOIN events o ON o.conversation_id = g.conversation_id AND o.type = 'outcome'"
+        " WHERE g.type = 'gate' ORDER BY g.event_id"
+    )
     rows: list[Any] = []
     for _ in range(120):
         rows = await fetch(database_url, sql)
@@ -148,8 +178,14 @@ async def test_gate_answers_and_records_every_decision(
             break
         await asyncio.sleep(0.25)
     assert len(rows) == 3 + polls, rows  # every decision is an event, stored once
-    named = [(r["event_id"], r["decision"], r["success"]) for r in rows if
-             r["event_id"] in ("gate:r0", "gate:r1", "gate:r2")]  # fmt: skip
-    assert named == [("gate:r0", "proceed", None), ("gate:r1", "escalate", None),
-                     ("gate:r2", "revise", False)]  # fmt: skip
+    named = [
+        (r["event_id"], r["decision"], r["success"])
+        for r in rows
+        if r["event_id"] in ("gate:r0", "gate:r1", "gate:r2")
+    ]
+    assert named == [
+        ("gate:r0", "proceed", None),
+        ("gate:r1", "escalate", None),
+        ("gate:r2", "revise", False),
+    ]
     assert metric(gate_worker, 'monitor_gate_answers_total{result="unknown_agent"}') == 1.0

@@ -24,14 +24,21 @@ from tests.servers.worker import WorkerProcess, count, create_topic, metric
 GATE_IDS = "SELECT count(DISTINCT event_id) FROM events WHERE type = 'gate'"
 GATE_ROWS = "SELECT count(*) FROM events WHERE type = 'gate'"
 FAST = {
-    "MONITOR_GATE_REFRESH_S": "0.5", "MONITOR_GATE_SPILL_AFTER_S": "0.5",
-    "MONITOR_JUDGE_ENABLED": "false", "MONITOR_ALERTING_ENABLED": "false",
-}  # fmt: skip
+    "MONITOR_GATE_REFRESH_S": "0.5",
+    "MONITOR_GATE_SPILL_AFTER_S": "0.5",
+    "MONITOR_JUDGE_ENABLED": "false",
+    "MONITOR_ALERTING_ENABLED": "false",
+}
 
 
 def ask(i: int) -> dict[str, Any]:
-    return {"conversation_id": f"c-{i % 7}", "agent": {"id": "agent-a"}, "content": "Done.",
-            "confidence": 0.3 + (i % 7) / 10, "request_id": f"r{i}"}  # fmt: skip
+    return {
+        "conversation_id": f"c-{i % 7}",
+        "agent": {"id": "agent-a"},
+        "content": "Done.",
+        "confidence": 0.3 + (i % 7) / 10,
+        "request_id": f"r{i}",
+    }
 
 
 async def gate(worker: WorkerProcess, ids: range) -> list[dict[str, Any]]:
@@ -145,8 +152,7 @@ async def test_broker_down_decisions_are_buffered_then_stored_exactly_once(
     own_broker: EmbeddedBroker, topic_name: str, tmp_path: Path, database_url: str
 ) -> None:
     await create_topic(own_broker.bootstrap, topic_name)
-    worker = WorkerProcess(own_broker.bootstrap, database_url, topic_name, tmp_path,
-                           **FAST).start()  # fmt: skip
+    worker = WorkerProcess(own_broker.bootstrap, database_url, topic_name, tmp_path, **FAST).start()
     try:
         await worker.wait_ready()
         await gate(worker, range(10))
@@ -186,8 +192,7 @@ async def test_worker_killed_with_events_on_disk_delivers_them_after_restart(
     own_broker: EmbeddedBroker, topic_name: str, tmp_path: Path, database_url: str
 ) -> None:
     await create_topic(own_broker.bootstrap, topic_name)
-    first = WorkerProcess(own_broker.bootstrap, database_url, topic_name, tmp_path,
-                          **FAST).start()  # fmt: skip
+    first = WorkerProcess(own_broker.bootstrap, database_url, topic_name, tmp_path, **FAST).start()
     second: WorkerProcess | None = None
     try:
         await first.wait_ready()
@@ -197,8 +202,9 @@ async def test_worker_killed_with_events_on_disk_delivers_them_after_restart(
         first.kill()  # SIGKILL: nothing in memory survives
         own_broker.start()
         await make_topic(own_broker.bootstrap, topic_name)
-        second = WorkerProcess(own_broker.bootstrap, database_url, topic_name, tmp_path,
-                               **FAST).start()  # same state dir: the same disk buffer
+        second = WorkerProcess(
+            own_broker.bootstrap, database_url, topic_name, tmp_path, **FAST
+        ).start()  # same state dir: the same disk buffer
         await second.wait_ready()
         await stored_exactly(database_url, 20, second, timeout=120)
         await until(lambda: health(second)["buffered"] == 0, 30, "buffer empty", second)

@@ -49,11 +49,17 @@ async def worker(
     policy = tmp_path / "gate.yaml"
     policy.write_text(POLICY)
     proc = WorkerProcess(
-        broker.bootstrap, database_url, topic_name, tmp_path,
-        MONITOR_GATE_POLICY_FILE=str(policy), MONITOR_GATE_REFRESH_S="3600",
-        MONITOR_LLM_JUDGE_BASE_URL=llm_server.base_url, MONITOR_LLM_JUDGE_MODEL="gate-model",
-        MONITOR_JUDGE_ENABLED="false", MONITOR_ALERTING_ENABLED="false",
-    ).start()  # fmt: skip
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_GATE_POLICY_FILE=str(policy),
+        MONITOR_GATE_REFRESH_S="3600",
+        MONITOR_LLM_JUDGE_BASE_URL=llm_server.base_url,
+        MONITOR_LLM_JUDGE_MODEL="gate-model",
+        MONITOR_JUDGE_ENABLED="false",
+        MONITOR_ALERTING_ENABLED="false",
+    ).start()
     try:
         await proc.wait_ready()
         yield proc
@@ -62,9 +68,14 @@ async def worker(
 
 
 def ask(agent: str, request_id: str, confidence: float = 0.75) -> dict[str, Any]:
-    return {"conversation_id": f"c-{request_id}", "agent": {"id": agent}, "domain": "retail",
-            "content": "Your refund was issued.", "confidence": confidence,
-            "request_id": request_id}  # fmt: skip
+    return {
+        "conversation_id": f"c-{request_id}",
+        "agent": {"id": agent},
+        "domain": "retail",
+        "content": "Your refund was issued.",
+        "confidence": confidence,
+        "request_id": request_id,
+    }
 
 
 async def test_a_new_map_is_used_at_once(worker: WorkerProcess, database_url: str) -> None:
@@ -74,8 +85,9 @@ async def test_a_new_map_is_used_at_once(worker: WorkerProcess, database_url: st
         assert (before["decision"], before["calibrated"]) == ("proceed", False)
         engine = make_engine(database_url)
         try:  # a map taking 0.75 to 0.5, below the threshold 0.7
-            fitted = RecalibrationResult(IsotonicMap((0.0, 1.0), (0.0, 2 / 3)), 8, 2, 0.1,
-                                         0.05, 0.2, 0.1, 0, 0.3, 10)  # fmt: skip
+            fitted = RecalibrationResult(
+                IsotonicMap((0.0, 1.0), (0.0, 2 / 3)), 8, 2, 0.1, 0.05, 0.2, 0.1, 0, 0.3, 10
+            )
             await save_map(engine, "agent-a", "retail", fitted, T0, T0)
         finally:
             await engine.dispose()
@@ -97,10 +109,18 @@ async def test_the_llm_check_is_awaited_without_blocking_other_answers(
 ) -> None:
     url = f"{worker.url}/v1/gate"
     llm_server.push(
-        Reply(verdicts_json({"item_id": "gate:l1:message", "label": 0, "categories":
-                             ["fabrication"], "rationale": "no refund tool call"})),
+        Reply(
+            verdicts_json(
+                {
+                    "item_id": "gate:l1:message",
+                    "label": 0,
+                    "categories": ["fabrication"],
+                    "rationale": "no refund tool call",
+                }
+            )
+        ),
         Hang(5.0),
-    )  # fmt: skip
+    )
     async with httpx.AsyncClient(timeout=30) as client:
         fired = (await client.post(url, json=ask("llm-bot", "l1"))).json()
         assert fired["decision"] == "revise" and fired["degraded"] is None

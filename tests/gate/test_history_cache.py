@@ -22,36 +22,77 @@ CHECKS = CheckSet(load_domains())
 
 
 def event(i: int, kind: str, payload: dict[str, Any], cid: str = "c1") -> dict[str, Any]:
-    return {"schema": "agent-event/v1", "event_id": f"h{i}", "type": kind,
-            "ts": f"2026-01-01T00:00:0{i}+00:00", "conversation_id": cid,
-            "agent": {"id": "a"}, kind: payload}  # fmt: skip
+    return {
+        "schema": "agent-event/v1",
+        "event_id": f"h{i}",
+        "type": kind,
+        "ts": f"2026-01-01T00:00:0{i}+00:00",
+        "conversation_id": cid,
+        "agent": {"id": "a"},
+        kind: payload,
+    }
 
 
 def history(ok: bool = False, cid: str = "c1") -> list[dict[str, Any]]:
     return [
         event(1, "message", {"role": "user", "content": "Cancel order #W2378156 ($348.20)."}, cid),
-        event(2, "message", {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "k1", "name": "cancel_pending_order",
-             "arguments": {"order_id": "#W2378156"}}]}, cid),
-        event(3, "tool_result", {"call_id": "k1", "name": "cancel_pending_order", "ok": ok,
-                                 **({} if ok else {"error": "payment service timeout"})}, cid),
-    ]  # fmt: skip
+        event(
+            2,
+            "message",
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "k1",
+                        "name": "cancel_pending_order",
+                        "arguments": {"order_id": "#W2378156"},
+                    }
+                ],
+            },
+            cid,
+        ),
+        event(
+            3,
+            "tool_result",
+            {
+                "call_id": "k1",
+                "name": "cancel_pending_order",
+                "ok": ok,
+                **({} if ok else {"error": "payment service timeout"}),
+            },
+            cid,
+        ),
+    ]
 
 
 def body(hist: list[dict[str, Any]], cid: str = "c1", **over: Any) -> bytes:
-    return json.dumps({
-        "conversation_id": cid, "agent": {"id": "a"}, "domain": "airline", "confidence": 0.9,
-        "content": "Your order #W2378156 has been cancelled; $348.20 will be refunded.",
-        "history": hist, **over,
-    }).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "conversation_id": cid,
+            "agent": {"id": "a"},
+            "domain": "airline",
+            "confidence": 0.9,
+            "content": "Your order #W2378156 has been cancelled; $348.20 will be refunded.",
+            "history": hist,
+            **over,
+        }
+    ).encode()
 
 
 def ask(data: bytes, cache: HistoryCache | None) -> GateReply:
     return decide_gate(
-        data, limits=GateLimits(1 << 20, 10_000),
-        policy=DEFAULT_POLICY, maps={}, checks=CHECKS, now=NOW, timer=lambda: 1.0, started=1.0,
-        new_id=lambda: "r1", history_cache=cache,
-    )  # fmt: skip
+        data,
+        limits=GateLimits(1 << 20, 10_000),
+        policy=DEFAULT_POLICY,
+        maps={},
+        checks=CHECKS,
+        now=NOW,
+        timer=lambda: 1.0,
+        started=1.0,
+        new_id=lambda: "r1",
+        history_cache=cache,
+    )
 
 
 def same(data: bytes, cache: HistoryCache) -> GateReply:
@@ -86,19 +127,22 @@ def test_cached_and_uncached_answers_are_equal_even_when_the_history_changes() -
 def test_the_key_is_the_exact_json_value_types_included() -> None:
     cache = HistoryCache()
     good = history(ok=True)
-    parse_gate_request(body(good), max_body_bytes=1 << 20, max_content_chars=10_000,
-                       history_cache=cache)  # fmt: skip
+    parse_gate_request(
+        body(good), max_body_bytes=1 << 20, max_content_chars=10_000, history_cache=cache
+    )
     # true -> 1: equal in Python (1 == True), but a strict event refuses it
     bad = [*good[:2], {**good[2], "tool_result": {**good[2]["tool_result"], "ok": 1}}]
     for c in (cache, None):
         with pytest.raises(GateRequestError) as err:
-            parse_gate_request(body(bad), max_body_bytes=1 << 20, max_content_chars=10_000,
-                               history_cache=c)  # fmt: skip
+            parse_gate_request(
+                body(bad), max_body_bytes=1 << 20, max_content_chars=10_000, history_cache=c
+            )
         assert err.value.reason == "invalid_history" and "history[2]" in err.value.detail
     # the refused history changed nothing: the valid one is still served from the cache
     hits = cache.hits
-    parse_gate_request(body(good), max_body_bytes=1 << 20, max_content_chars=10_000,
-                       history_cache=cache)  # fmt: skip
+    parse_gate_request(
+        body(good), max_body_bytes=1 << 20, max_content_chars=10_000, history_cache=cache
+    )
     assert cache.hits == hits + 3
 
 

@@ -24,15 +24,22 @@ from tests.servers.llm_server import ChatServer, Hang, Reply, Status, verdicts_j
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 ITEM = "gate:r1:message"  # the proposed message's id the LLM grades
-FAILING = verdicts_json({
-    "item_id": ITEM, "label": 0, "correctness": 0.1, "categories": ["fabrication"],
-    "fabrication_type": "authorization", "rationale": "says the refund is done; no tool did it",
-})  # fmt: skip
+FAILING = verdicts_json(
+    {
+        "item_id": ITEM,
+        "label": 0,
+        "correctness": 0.1,
+        "categories": ["fabrication"],
+        "fabrication_type": "authorization",
+        "rationale": "says the refund is done; no tool did it",
+    }
+)
 PASSING = verdicts_json({"item_id": ITEM, "label": 1})
 
 
 def policy(on_timeout: str = "skip", timeout_ms: int = 300, threshold: float = 0.5) -> GatePolicy:
-    return load_policy(f"""version: llm-1
+    return load_policy(
+        f"""version: llm-1
 rules:
   - agent: llm-bot
     threshold: {threshold}
@@ -42,26 +49,48 @@ rules:
     deadline_ms: 10000
   - agent: plain-bot
     threshold: 0.5
-""", "gate.yaml")  # fmt: skip
+""",
+        "gate.yaml",
+    )
 
 
 def body(agent: str = "llm-bot", confidence: float = 0.9) -> bytes:
-    return json.dumps({"conversation_id": "c1", "agent": {"id": agent}, "request_id": "r1",
-                       "content": "Your refund of $40 has been issued.",
-                       "confidence": confidence, "domain": "retail"}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "conversation_id": "c1",
+            "agent": {"id": agent},
+            "request_id": "r1",
+            "content": "Your refund of $40 has been issued.",
+            "confidence": confidence,
+            "domain": "retail",
+        }
+    ).encode()
 
 
 def first(p: GatePolicy, raw: bytes) -> GateReply:
     return decide_gate(
-        raw, limits=GateLimits(1 << 20, 2000),
-        policy=p, maps={}, checks=CheckSet(), now=NOW, timer=time.perf_counter,
-        started=time.perf_counter(), new_id=lambda: "unused", status={"maps_loaded_at": None},
-    )  # fmt: skip
+        raw,
+        limits=GateLimits(1 << 20, 2000),
+        policy=p,
+        maps={},
+        checks=CheckSet(),
+        now=NOW,
+        timer=time.perf_counter,
+        started=time.perf_counter(),
+        new_id=lambda: "unused",
+        status={"maps_loaded_at": None},
+    )
 
 
 async def ask(server: ChatServer, p: GatePolicy, raw: bytes | None = None) -> GateReply:
-    judge = LLMJudge(LLMJudgeConfig(base_url=server.base_url, model="gate-model", timeout=5.0,
-                                    retry=RetryPolicy(max_attempts=1)))  # fmt: skip
+    judge = LLMJudge(
+        LLMJudgeConfig(
+            base_url=server.base_url,
+            model="gate-model",
+            timeout=5.0,
+            retry=RetryPolicy(max_attempts=1),
+        )
+    )
     try:
         reply = first(p, raw or body())
         assert reply.pending is not None and reply.event is None
@@ -76,8 +105,11 @@ async def test_a_failing_llm_verdict_revises_with_its_critique() -> None:
         reply = await ask(server, policy())
     assert reply.status == 200 and reply.body["decision"] == "revise"
     (finding,) = reply.body["findings"]
-    assert finding == {"judge": "llm", "category": "fabrication:authorization",
-                       "critique": "says the refund is done; no tool did it"}  # fmt: skip
+    assert finding == {
+        "judge": "llm",
+        "category": "fabrication:authorization",
+        "critique": "says the refund is done; no tool did it",
+    }
     assert reply.body["degraded"] is None and reply.body["maps_loaded_at"] is None
     assert reply.event is not None and reply.event.gate is not None
     assert reply.event.gate.decision == "revise" and reply.event.gate.findings[0].judge == "llm"
@@ -96,9 +128,15 @@ async def test_a_passing_verdict_keeps_the_deterministic_decision() -> None:
 
 @pytest.mark.parametrize(
     ("fallback", "confidence", "decision"),
-    [("skip", 0.9, "proceed"), ("skip", 0.2, "escalate"), ("proceed", 0.2, "proceed"),
-     ("revise", 0.9, "revise"), ("revise", 0.2, "escalate"), ("escalate", 0.9, "escalate")],
-)  # fmt: skip
+    [
+        ("skip", 0.9, "proceed"),
+        ("skip", 0.2, "escalate"),
+        ("proceed", 0.2, "proceed"),
+        ("revise", 0.9, "revise"),
+        ("revise", 0.2, "escalate"),
+        ("escalate", 0.9, "escalate"),
+    ],
+)
 async def test_a_slow_llm_times_out_into_the_rules_fallback(
     fallback: str, confidence: float, decision: str
 ) -> None:
@@ -133,9 +171,14 @@ async def test_rules_without_llm_answer_synchronously_and_never_call_it() -> Non
         assert reply.body["decision"] == "proceed"
         assert await finish_gate(reply, None, time.perf_counter) is reply
         # a deterministic decision already made by the fail mode is not sent to the LLM
-        late = first(load_policy(
-            "version: v\nrules:\n  - threshold: 0.5\n    checks: [llm]\n"
-            "    deadline_ms: 0.000001\n", "g.yaml"), body())  # fmt: skip
+        late = first(
+            load_policy(
+                "version: v\nrules:\n  - threshold: 0.5\n    checks: [llm]\n"
+                "    deadline_ms: 0.000001\n",
+                "g.yaml",
+            ),
+            body(),
+        )
         assert late.pending is None and late.body["degraded"].startswith("fail open")
     assert server.requests == []
 
@@ -147,8 +190,9 @@ def test_llm_is_off_by_default_and_needs_an_endpoint() -> None:
     assert gate_llm_judge(settings, default) is None
     with pytest.raises(ConfigError, match=r"gate\.yaml: a gate rule lists the 'llm' check"):
         gate_llm_judge(settings, policy())
-    judge = gate_llm_judge(Settings(llm_judge_base_url="http://127.0.0.1:9/v1"), policy(
-        timeout_ms=700))  # fmt: skip
+    judge = gate_llm_judge(
+        Settings(llm_judge_base_url="http://127.0.0.1:9/v1"), policy(timeout_ms=700)
+    )
     assert judge is not None and judge.config.timeout == 0.7
     assert judge.config.retry.max_attempts == 1
 
@@ -157,11 +201,14 @@ async def test_the_gate_state_closes_the_llm_clients_it_made(tmp_path: Path) -> 
     """The worker's gate state owns the inline LLM judge's HTTP clients: after an answer went
     through the real loopback server, ``aclose`` (called when the worker stops) closes them."""
     policy_file = tmp_path / "gate.yaml"
-    policy_file.write_text("version: v\nrules:\n  - agent: llm-bot\n    threshold: 0.5\n"
-                           "    checks: [llm]\n    llm_timeout_ms: 3000\n")  # fmt: skip
+    policy_file.write_text(
+        "version: v\nrules:\n  - agent: llm-bot\n    threshold: 0.5\n"
+        "    checks: [llm]\n    llm_timeout_ms: 3000\n"
+    )
     async with ChatServer(default=Reply(PASSING)) as server:
-        state = GateState.from_settings(Settings(
-            llm_judge_base_url=server.base_url, gate_policy_file=policy_file))  # fmt: skip
+        state = GateState.from_settings(
+            Settings(llm_judge_base_url=server.base_url, gate_policy_file=policy_file)
+        )
         assert state.llm_judge is not None
         pending = first(state.policy, body())
         reply = await finish_gate(pending, state.llm_judge, time.perf_counter)

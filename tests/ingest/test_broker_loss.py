@@ -101,9 +101,14 @@ async def test_a_recreated_partition_that_keeps_receiving_is_not_read_again(
         await asyncio.sleep(1.0)
         await ingest.lose_data()
         for k in range(3):  # three batches of ten
-            await produce(ingest.broker.bootstrap, topic, [
-                (b"k", json.dumps(event_dict(f"b-{k}-{i}", "c-b", at=i)).encode())
-                for i in range(10)])  # fmt: skip
+            await produce(
+                ingest.broker.bootstrap,
+                topic,
+                [
+                    (b"k", json.dumps(event_dict(f"b-{k}-{i}", "c-b", at=i)).encode())
+                    for i in range(10)
+                ],
+            )
         assert await wait_count(database_url, "SELECT count(*) FROM events", 50, timeout=90) == 50
         await asyncio.sleep(6.0)  # past LOSS_CONFIRM_S: an idle partition would be re-read now
         assert loop.metrics.events_duplicate._value.get() == 0  # nothing read twice

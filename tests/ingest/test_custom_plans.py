@@ -23,8 +23,9 @@ async def test_writer_connections_use_custom_plans(database_url: str) -> None:
             st = await conn.prepare("SELECT count(*) FROM items WHERE conversation_id = ANY($1)")
             for _ in range(7):  # past the five executions after which a generic plan may win
                 await st.fetchval(["c1", "c2"])
-            plan = "\n".join(r[0] for r in await conn.fetch(
-                "EXPLAIN EXECUTE " + st.get_name() + "('{c1}')"))
+            plan = "\n".join(
+                r[0] for r in await conn.fetch("EXPLAIN EXECUTE " + st.get_name() + "('{c1}')")
+            )
             assert "$1" not in plan  # planned with the value, not a placeholder
     finally:
         await writer.close()
@@ -40,17 +41,20 @@ async def test_relabel_step_reads_items_by_index_on_a_large_store(database_url: 
         await conn.execute(
             "INSERT INTO conversations (conversation_id, agent_id, first_ts, last_ts,"
             " outcome_success, sample_weight)"
-            " SELECT 'c' || g, 'a', now(), now(), g % 2 = 0, 1.0 FROM generate_series(1, 60000) g")
+            " SELECT 'c' || g, 'a', now(), now(), g % 2 = 0, 1.0 FROM generate_series(1, 60000) g"
+        )
         await conn.execute(
             "INSERT INTO items (event_id, conversation_id, ts, agent_id, confidence, weight)"
             " SELECT 'e' || g || '-' || k, 'c' || g, now(), 'a', 0.5, 1.0"
-            " FROM generate_series(1, 60000) g, generate_series(1, 2) k")
+            " FROM generate_series(1, 60000) g, generate_series(1, 2) k"
+        )
         await conn.execute("ANALYZE conversations; ANALYZE items")
         batch = [f"c{g}" for g in range(50_000, 50_700)]
         async with conn.transaction():
             await conn.execute(CREATE_STAGING)
-            plan = "\n".join(r[0] for r in await conn.fetch(
-                "EXPLAIN " + SYNC_ITEMS, batch, batch[:650]))  # fmt: skip
+            plan = "\n".join(
+                r[0] for r in await conn.fetch("EXPLAIN " + SYNC_ITEMS, batch, batch[:650])
+            )
         assert "Seq Scan on items" not in plan, plan
         assert "ix_items_conversation_id" in plan, plan
     finally:

@@ -22,11 +22,16 @@ from monitor.store.engine import libpq_url
 from monitor.store.partitions import ENSURE_DAYS, days_of
 from tests.factories import event
 
-POLICY = SamplingPolicy.from_mapping({
-    "default_rate": 0.5, "salt": "d1",
-    "strata": [{"agent": "*", "domain": "airline", "rate": 0.25},
-               {"agent": "agent-b", "tier": 1, "rate": 0.125}],
-})  # fmt: skip
+POLICY = SamplingPolicy.from_mapping(
+    {
+        "default_rate": 0.5,
+        "salt": "d1",
+        "strata": [
+            {"agent": "*", "domain": "airline", "rate": 0.25},
+            {"agent": "agent-b", "tier": 1, "rate": 0.125},
+        ],
+    }
+)
 
 
 def want(cid: str, agent: str, domain: str | None, tier: int | None) -> tuple[Any, ...]:
@@ -35,8 +40,10 @@ def want(cid: str, agent: str, domain: str | None, tier: int | None) -> tuple[An
     return (s.name, s.rate, hit, 1.0 / s.rate if hit else 0.0, POLICY.digest())
 
 
-DECISION = ("SELECT conversation_id, agent_id, domain, tier, sample_stratum, sample_rate,"
-            " sampled_by_rate, sample_weight, sample_policy FROM conversations")
+DECISION = (
+    "SELECT conversation_id, agent_id, domain, tier, sample_stratum, sample_rate,"
+    " sampled_by_rate, sample_weight, sample_policy FROM conversations"
+)
 
 
 async def stored(database_url: str) -> dict[str, asyncpg.Record]:
@@ -52,16 +59,28 @@ def batches() -> list[list[Any]]:
     b1, b2 = [], []
     for i in range(60):  # plain: agent, domain and tier on every event
         ctx = {"domain": ("airline", "retail")[i % 2], "tier": 1 + i % 3}
-        b1 += [event(f"p{i}-{k}", f"plain-{i}", at=k, agent=("agent-a", "agent-b")[i % 3 == 0],
-                     context=ctx) for k in range(3)]
+        b1 += [
+            event(
+                f"p{i}-{k}",
+                f"plain-{i}",
+                at=k,
+                agent=("agent-a", "agent-b")[i % 3 == 0],
+                context=ctx,
+            )
+            for k in range(3)
+        ]
     # the first event has no domain: the domain of the earliest event that has one counts
-    b1 += [event("late-0", "late", at=0, context={}),
-           event("late-1", "late", at=2, context={"domain": "airline", "tier": 1}),
-           event("late-2", "late", at=1, context={"domain": "retail"})]
+    b1 += [
+        event("late-0", "late", at=0, context={}),
+        event("late-1", "late", at=2, context={"domain": "airline", "tier": 1}),
+        event("late-2", "late", at=1, context={"domain": "retail"}),
+    ]
     # two events at the same ts disagree on the domain: whichever the roll-up keeps, the
     # decision must be the one for what it kept
-    b1 += [event("tie-0", "tie", at=5, context={"domain": "airline", "tier": 2}),
-           event("tie-1", "tie", at=5, context={"domain": "retail", "tier": 2})]
+    b1 += [
+        event("tie-0", "tie", at=5, context={"domain": "airline", "tier": 2}),
+        event("tie-1", "tie", at=5, context={"domain": "retail", "tier": 2}),
+    ]
     # a conversation continued in a second batch with another domain: decided once, in b1
     b1 += [event("cont-0", "cont", at=0, agent="agent-b", context={"tier": 1})]
     b2 += [event("cont-1", "cont", at=9, agent="agent-b", context={"domain": "airline"})]
@@ -93,8 +112,10 @@ async def test_every_stored_decision_is_the_policys_for_the_stored_segment(
 async def test_a_decision_made_from_another_segment_is_not_stored(database_url: str) -> None:
     """The statement itself, given one right and one wrong guess: the wrong one leaves the
     row undecided (the writer then decides it from the stored row)."""
-    rows = [event_row(event("r-0", "right", context={"domain": "retail", "tier": 2})),
-            event_row(event("w-0", "wrong", context={"domain": "retail", "tier": 2}))]
+    rows = [
+        event_row(event("r-0", "right", context={"domain": "retail", "tier": 2})),
+        event_row(event("w-0", "wrong", context={"domain": "retail", "tier": 2})),
+    ]
     params = list(provisional(rows, POLICY))
     assert params[0] == ["right", "wrong"] and params[2] == ["retail", "retail"]
     params[2] = ["retail", "airline"]  # the guess for "wrong" names another domain
@@ -103,8 +124,9 @@ async def test_a_decision_made_from_another_segment_is_not_stored(database_url: 
         async with conn.transaction():
             await conn.fetchval(ENSURE_DAYS, days_of(r[EVENT_COLUMNS.index("ts")] for r in rows))
             await conn.execute(CREATE_STAGING)
-            await conn.copy_records_to_table(STAGING_TABLE, records=rows,
-                                             columns=list(EVENT_COLUMNS))
+            await conn.copy_records_to_table(
+                STAGING_TABLE, records=rows, columns=list(EVENT_COLUMNS)
+            )
             record = await conn.fetchrow(WRITE_BATCH, *params, POLICY.digest(), "t")
     finally:
         await conn.close()

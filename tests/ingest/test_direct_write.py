@@ -31,9 +31,19 @@ TOOL_CALLS = ROW_FIELDS.index("tool_calls")
 WRITE_TIMES = {"ingested_at", "updated_at", "labelled_at", "created_at"}
 # every table the batch write keeps; the two keyed by ingest time are compared without it
 # (the two stores were written at different moments) and with a recomputation from the events
-TABLES = ("events", "event_ids", "conversations", "items", "item_hours", "design_hours",
-          "label_hours", "calibration_bins", "escalation_bins", "conversation_minutes",
-          "segment_values")  # fmt: skip
+TABLES = (
+    "events",
+    "event_ids",
+    "conversations",
+    "items",
+    "item_hours",
+    "design_hours",
+    "label_hours",
+    "calibration_bins",
+    "escalation_bins",
+    "conversation_minutes",
+    "segment_values",
+)
 BY_INGEST_TIME = {
     "event_minutes": "SELECT type, agent_id, domain, tier, sum(events) FROM event_minutes"
     " GROUP BY 1, 2, 3, 4",
@@ -64,9 +74,14 @@ async def dump(url: str) -> dict[str, list[tuple[object, ...]]]:
     try:
         out = {}
         for table in TABLES:
-            cols = [r[0] for r in await conn.fetch(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = $1"
-                " AND table_schema = 'public' ORDER BY ordinal_position", table)]  # fmt: skip
+            cols = [
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = $1"
+                    " AND table_schema = 'public' ORDER BY ordinal_position",
+                    table,
+                )
+            ]
             query = f"SELECT {', '.join(c for c in cols if c not in WRITE_TIMES)} FROM {table}"
             out[table] = await conn.fetch(query)
         for table, query in BY_INGEST_TIME.items():
@@ -75,8 +90,9 @@ async def dump(url: str) -> dict[str, list[tuple[object, ...]]]:
             assert sorted(await conn.fetch(stored)) == sorted(await conn.fetch(recomputed)), table
     finally:
         await conn.close()
-    return {t: sorted((tuple(_norm(v) for v in r) for r in rows), key=repr)
-            for t, rows in out.items()}
+    return {
+        t: sorted((tuple(_norm(v) for v in r) for r in rows), key=repr) for t, rows in out.items()
+    }
 
 
 def traffic(seed: int, n: int) -> list[list[tuple[object, ...]]]:

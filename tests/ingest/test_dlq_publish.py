@@ -46,9 +46,7 @@ def test_oversize_value_is_truncated_with_its_digest():
     assert value == raw[:DLQ_HEAD_BYTES]
     assert meta["sha256"] == hashlib.sha256(raw).hexdigest().encode()
     assert meta["original_bytes"] == str(len(raw)).encode() and meta["truncated"] == b"true"
-    assert (meta["source"], meta["source_partition"], meta["source_offset"]) == (
-        b"src", b"0", b"7"
-    )
+    assert (meta["source"], meta["source_partition"], meta["source_offset"]) == (b"src", b"0", b"7")
     assert dlq_record(letter(8, b"small")) == (b"small", letter(8, b"small").headers())
 
 
@@ -70,7 +68,6 @@ def test_repeated_client_lines_are_cut_to_one_per_window(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "OffsetCommit failed for group g: UnknownTopicOrPartition",
-        "OffsetCommit failed for group g: UnknownTopicOrPartition (189 identical lines "
-        "suppressed)",
+        "OffsetCommit failed for group g: UnknownTopicOrPartition (189 identical lines suppressed)",
         "another message",
     ]

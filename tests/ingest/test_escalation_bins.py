@@ -76,11 +76,15 @@ async def fill(database_url: str, before_outcomes: Any = None) -> None:
     outcomes = [e for e in events if e.type == "outcome"]
     rest = [e for e in events if e.type != "outcome"]
     late_esc = next(e for e in rest if e.type == "escalation" and e.turn)
-    late_first = next(e for e in rest if e.conversation_id != late_esc.conversation_id
-                      and e.type == "message" and e.turn == 0)
+    late_first = next(
+        e
+        for e in rest
+        if e.conversation_id != late_esc.conversation_id and e.type == "message" and e.turn == 0
+    )
     rest = [e for e in rest if e is not late_esc and e is not late_first]
-    writers = [EventWriter(database_url, policy=SamplingPolicy(default_rate=r))
-               for r in (0.5, 0.25)]
+    writers = [
+        EventWriter(database_url, policy=SamplingPolicy(default_rate=r)) for r in (0.5, 0.25)
+    ]
     try:
         batches = [rest[i : i + 250] for i in range(0, len(rest), 250)]
         for i, batch in enumerate(batches):
@@ -125,8 +129,7 @@ def body(c: ConversationEscalation) -> tuple[Any, ...]:
 def timing(cs: list[ConversationEscalation]) -> tuple[list[Any], list[Any]]:
     esc = [c for c in cs if c.escalated]
     turns = sorted((c.weight, c.escalation_turn) for c in esc if c.escalation_turn is not None)
-    secs = sorted((c.weight, c.escalation_seconds) for c in esc
-                  if c.escalation_seconds is not None)
+    secs = sorted((c.weight, c.escalation_seconds) for c in esc if c.escalation_seconds is not None)
     return turns, secs
 
 
@@ -140,7 +143,10 @@ def assert_same(got: list[ConversationEscalation], want: list[ConversationEscala
         assert w - 1e-9 <= g <= w * BUCKET + 0.001 + 1e-9
     exact, rolled = time_to_escalation(want), time_to_escalation(got)
     assert (rolled.n_turns, rolled.median_turns, rolled.p90_turns) == (
-        exact.n_turns, exact.median_turns, exact.p90_turns)
+        exact.n_turns,
+        exact.median_turns,
+        exact.p90_turns,
+    )
     for q in ("median_seconds", "p90_seconds"):
         e, r = getattr(exact, q), getattr(rolled, q)
         assert (e is None) == (r is None)
@@ -299,16 +305,25 @@ ORDER BY 1, 2"""
 
 
 async def test_time_to_escalation_panel_equals_percentile_cont(database_url: str) -> None:
-    """"Time to escalation per agent" computes percentile_cont from running counts of the
+    """ "Time to escalation per agent" computes percentile_cont from running counts of the
     bucket values; the answers are those of percentile_cont over the values repeated by their
     counts (the panel's earlier SQL), at several bucket widths."""
     await fill(database_url)
     board = json.loads((REPO / "dashboards/escalation.json").read_text())
-    (sql,) = [p["targets"][0]["rawSql"] for p in board["panels"]
-              if p.get("title") == "Time to escalation per agent"]
+    (sql,) = [
+        p["targets"][0]["rawSql"]
+        for p in board["panels"]
+        if p.get("title") == "Time to escalation per agent"
+    ]
     variables = [
-        grafana_sql.Variable(v, multi=True, include_all=True, all_value="'__all__'",
-                             options=("x",), selected=(grafana_sql.ALL,))
+        grafana_sql.Variable(
+            v,
+            multi=True,
+            include_all=True,
+            all_value="'__all__'",
+            options=("x",),
+            selected=(grafana_sql.ALL,),
+        )
         for v in ("agent", "domain", "tier")
     ]
     tr = grafana_sql.TimeRange(NOW - timedelta(hours=60), NOW)
@@ -316,10 +331,13 @@ async def test_time_to_escalation_panel_equals_percentile_cont(database_url: str
     try:
         compared = 0
         for ms in (60_000, 600_000, 3_600_000, 86_400_000):
-            want = await conn.fetch(grafana_sql.interpolate(PERCENTILE_CONT_PANEL, time_range=tr,
-                                                  interval_ms=ms))
-            got = await conn.fetch(grafana_sql.interpolate(sql, time_range=tr, interval_ms=ms,
-                                                 variables=variables) + ", 2")
+            want = await conn.fetch(
+                grafana_sql.interpolate(PERCENTILE_CONT_PANEL, time_range=tr, interval_ms=ms)
+            )
+            got = await conn.fetch(
+                grafana_sql.interpolate(sql, time_range=tr, interval_ms=ms, variables=variables)
+                + ", 2"
+            )
             # the panel's time is a timestamptz (date_bin), the earlier SQL's epoch seconds
             assert [(r[0].timestamp(), r[1]) for r in got] == [(float(r[0]), r[1]) for r in want]
             for a, b in zip(got, want, strict=True):
@@ -331,7 +349,7 @@ async def test_time_to_escalation_panel_equals_percentile_cont(database_url: str
 
 
 async def test_median_time_to_escalation_equals_percentile_cont(database_url: str) -> None:
-    """"Median time to escalation" computes percentile_cont from running counts of the values
+    """ "Median time to escalation" computes percentile_cont from running counts of the values
     (its earlier SQL expanded every row into one row per conversation: 9x slower at 10 times
     the traffic); the answers are those of that earlier SQL, for several ranges."""
     await fill(database_url)

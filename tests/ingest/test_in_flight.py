@@ -42,8 +42,15 @@ async def test_a_revocation_waits_for_every_batch_in_flight_and_holds_back_new_o
     assert "revoked" not in log  # k is still in flight
     release[0].set()
     await asyncio.gather(first, second, revocation, third)
-    assert log == ["k started", "k+1 started", "k+1 committed", "k committed", "revoked",
-                   "k+2 started", "k+2 committed"]  # fmt: skip
+    assert log == [
+        "k started",
+        "k+1 started",
+        "k+1 committed",
+        "k committed",
+        "revoked",
+        "k+2 started",
+        "k+2 committed",
+    ]
     assert gate.batches == 0
 
 

@@ -101,13 +101,22 @@ async def test_decode_overlaps_the_write_and_commits_stay_ordered(
 ) -> None:
     await create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     events = [event_dict(f"e-{i}", f"c-{i % 50}", at=i, turn=i // 50) for i in range(N)]
-    await produce(broker.bootstrap, topic_name,
-                  [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
+    await produce(
+        broker.bootstrap,
+        topic_name,
+        [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events],
+    )
     timeline = Timeline()
     writer = HoldingWriter(database_url, timeline)
-    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          batch_max_events=BATCH, idempotent_producer=False,
-                          writes_in_flight=in_flight)  # fmt: skip
+    config = IngestConfig(
+        broker.bootstrap,
+        topic_name,
+        f"{topic_name}.dlq",
+        f"g-{topic_name}",
+        batch_max_events=BATCH,
+        idempotent_producer=False,
+        writes_in_flight=in_flight,
+    )
     loop = RecordingLoop(config, writer)
     loop.timeline, loop.dsn = timeline, libpq_url(database_url)
     loop.commits, loop.violations = [], []
@@ -154,8 +163,10 @@ def test_a_decoded_batch_keeps_only_the_partitions_still_assigned() -> None:
         for i, (p, v) in enumerate(zip(parts, values, strict=True))
     ]
     tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
-    batch = {tp0: [r for r in records if r.partition == 0],
-             tp1: [r for r in records if r.partition == 1]}  # fmt: skip
+    batch = {
+        tp0: [r for r in records if r.partition == 0],
+        tp1: [r for r in records if r.partition == 1],
+    }
     rows, dead = decode_records(records)
     decoded = Decoded(batch, records, rows, dead, 0.0)
     decoded.keep({tp0, tp1})
@@ -205,12 +216,18 @@ async def test_no_offset_is_committed_past_a_batch_that_did_not_commit(
     are not committed: committing them would skip batch 1's records for good."""
     await create_topic(broker.bootstrap, topic_name, partitions=1)
     events = [event_dict(f"s-{i}", f"c-{i % 5}", at=i) for i in range(2 * BATCH)]
-    await produce(broker.bootstrap, topic_name,
-                  [(b"k", json.dumps(e).encode()) for e in events])  # fmt: skip
+    await produce(broker.bootstrap, topic_name, [(b"k", json.dumps(e).encode()) for e in events])
     writer = StallingWriter(database_url)
-    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          batch_max_events=BATCH, idempotent_producer=False,
-                          retry_initial_s=0.05, retry_max_s=0.1)  # fmt: skip
+    config = IngestConfig(
+        broker.bootstrap,
+        topic_name,
+        f"{topic_name}.dlq",
+        f"g-{topic_name}",
+        batch_max_events=BATCH,
+        idempotent_producer=False,
+        retry_initial_s=0.05,
+        retry_max_s=0.1,
+    )
     loop = RecordingLoop(config, writer)
     loop.timeline, loop.dsn = Timeline(), libpq_url(database_url)
     loop.commits, loop.violations = [], []
@@ -231,10 +248,14 @@ async def test_no_offset_is_committed_past_a_batch_that_did_not_commit(
 
 def decoded_batch(tp: TopicPartition, first: int, n: int = 3) -> Decoded:
     """``n`` valid events at offsets ``first``.. of ``tp``, decoded as the loop decodes them."""
-    values = [json.dumps(event_dict(f"r-{tp.partition}-{i}", "c", at=i)).encode()
-              for i in range(first, first + n)]  # fmt: skip
-    records = [ConsumerRecord(tp.topic, tp.partition, first + i, 0, 0, None, v, None, 0, len(v),
-                              []) for i, v in enumerate(values)]  # fmt: skip
+    values = [
+        json.dumps(event_dict(f"r-{tp.partition}-{i}", "c", at=i)).encode()
+        for i in range(first, first + n)
+    ]
+    records = [
+        ConsumerRecord(tp.topic, tp.partition, first + i, 0, 0, None, v, None, 0, len(v), [])
+        for i, v in enumerate(values)
+    ]
     rows, dead = decode_records(records)
     return Decoded({tp: records}, records, rows, dead, 0.0)
 
@@ -246,12 +267,18 @@ async def loop_owning(
     """An ``IngestLoop`` on a 2-partition topic whose real consumer is assigned ``owned`` only
     (the other partition counts as lost); the consumer and the writer are closed after."""
     await create_topic(broker.bootstrap, topic_name, partitions=2)
-    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          idempotent_producer=False)  # fmt: skip
+    config = IngestConfig(
+        broker.bootstrap,
+        topic_name,
+        f"{topic_name}.dlq",
+        f"g-{topic_name}",
+        idempotent_producer=False,
+    )
     writer = EventWriter(database_url)
     loop = IngestLoop(config, writer)
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=config.group_id,
-                                enable_auto_commit=False)  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker.bootstrap, group_id=config.group_id, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         consumer.assign([owned])

@@ -81,8 +81,14 @@ async def test_poison_of_every_class_between_good_events(broker, topic_name: str
     await produce(broker.bootstrap, topic_name, items)
 
     writer = EventWriter(database_url)
-    config = IngestConfig(broker.bootstrap, topic_name, dlq, f"g-{topic_name}",
-                          batch_max_events=500, idempotent_producer=False)  # fmt: skip
+    config = IngestConfig(
+        broker.bootstrap,
+        topic_name,
+        dlq,
+        f"g-{topic_name}",
+        batch_max_events=500,
+        idempotent_producer=False,
+    )
     loop = IngestLoop(config, writer)
     task = asyncio.create_task(loop.run())
     n_poison = sum(len(v) for v in poison.values())

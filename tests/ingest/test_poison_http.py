@@ -34,11 +34,16 @@ async def worker(broker, topic_name: str, database_url: str, tmp_path: Path):
         await conn.close()
     await create_topic(broker.bootstrap, topic_name)
     w = WorkerProcess(
-        broker.bootstrap, database_url, topic_name, tmp_path,
-        MONITOR_INGEST_TOKEN="s3cret", MONITOR_HTTP_MAX_BODY_BYTES=str(LIMIT),
-        MONITOR_HEALTH_STALL_S="2", MONITOR_JUDGE_ENABLED="false",
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_INGEST_TOKEN="s3cret",
+        MONITOR_HTTP_MAX_BODY_BYTES=str(LIMIT),
+        MONITOR_HEALTH_STALL_S="2",
+        MONITOR_JUDGE_ENABLED="false",
         MONITOR_ALERTING_ENABLED="false",
-    ).start()  # fmt: skip
+    ).start()
     try:
         await w.wait_ready()
         yield w
@@ -55,9 +60,23 @@ def fuzz_corpus(seed: int = 14, n: int = 250) -> list[bytes]:
         "\n".join(json.dumps(event_dict(f"f-{i}", "fz")) for i in range(4, 7)).encode(),
     ]
     tokens = [
-        b"\\u0000", b"\\ud800", b"NaN", b"1e400", b"-0", b"99999999999999999999", b"\x00",
-        b"\xff", b"[[[[[[[[", b"{", b"}", b'"', b"\\", b"\n", b"null", b"\xed\xa0\x80",
-    ]  # fmt: skip
+        b"\\u0000",
+        b"\\ud800",
+        b"NaN",
+        b"1e400",
+        b"-0",
+        b"99999999999999999999",
+        b"\x00",
+        b"\xff",
+        b"[[[[[[[[",
+        b"{",
+        b"}",
+        b'"',
+        b"\\",
+        b"\n",
+        b"null",
+        b"\xed\xa0\x80",
+    ]
     out = [b"[" * 5000, b"{" * 5000, b'{"a":' * 3000, json.dumps(deep(300)).encode()]
     out.append(b"\xef\xbb\xbf{}")
     while len(out) < n:
@@ -90,11 +109,18 @@ async def test_http_poison_fuzz_and_limits(worker: WorkerProcess, database_url: 
     async with httpx.AsyncClient(timeout=60) as client:
         r = await client.post(url, json=mixed, headers=AUTH)
         assert r.status_code == 207, r.text
-        verdicts = {x["event_id"] if x["status"] == "accepted" else x["index"]: x
-                    for x in r.json()["results"]}  # fmt: skip
+        verdicts = {
+            x["event_id"] if x["status"] == "accepted" else x["index"]: x
+            for x in r.json()["results"]
+        }
         reasons = [verdicts[i]["reason"] for i in (1, 5, 7, 8, 9)]
-        assert reasons == ["invalid_character", "out_of_range", "out_of_range",
-                           "future_timestamp", "too_deep"]  # fmt: skip
+        assert reasons == [
+            "invalid_character",
+            "out_of_range",
+            "out_of_range",
+            "future_timestamp",
+            "too_deep",
+        ]
         # a pretty-printed single object; NDJSON with the rest of the good events
         r = await client.post(url, content=json.dumps(good[3], indent=2), headers=AUTH)
         assert r.status_code == 202, r.text
@@ -121,8 +147,12 @@ async def test_http_poison_fuzz_and_limits(worker: WorkerProcess, database_url: 
     assert await wait_for_count(database_url, n_good, sql, stable_s=1.0) == n_good
     rejected = "SELECT count(*) FROM dead_letters WHERE reason = 'store_rejected'"
     assert await wait_for_count(database_url, 2, rejected, stable_s=1.0) == 2
-    assert await count(database_url, f"SELECT count(*) FROM events WHERE agent_id = "
-                                     f"'{STORE_POISON_AGENT}'") == 0  # fmt: skip
+    assert (
+        await count(
+            database_url, f"SELECT count(*) FROM events WHERE agent_id = '{STORE_POISON_AGENT}'"
+        )
+        == 0
+    )
     assert want == n_good + 2
     assert (await httpx.AsyncClient().get(f"{worker.url}/health")).status_code == 200
 
@@ -148,8 +178,11 @@ async def test_health_goes_503_on_a_stall_and_recovers(worker: WorkerProcess, da
             body = health.json()
             assert body["status"] == "stalled" and "paused" in body["reason"]
             assert "42P01" in body["reason"]
-            gauge = [ln for ln in (await client.get(f"{worker.url}/metrics")).text.splitlines()
-                     if ln.startswith("monitor_seconds_since_last_write ")]  # fmt: skip
+            gauge = [
+                ln
+                for ln in (await client.get(f"{worker.url}/metrics")).text.splitlines()
+                if ln.startswith("monitor_seconds_since_last_write ")
+            ]
             assert gauge and float(gauge[0].split()[1]) > 2
             await conn.execute("ALTER TABLE events_away RENAME TO events")
             assert await wait_for_count(database_url, 5, stable_s=0.5) == 5  # nothing lost

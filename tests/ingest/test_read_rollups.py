@@ -71,8 +71,10 @@ async def rows(conn: asyncpg.Connection, sql: str) -> list[tuple[Any, ...]]:
 
 MINUTES = """SELECT date_trunc('minute', ingested_at, 'UTC'), type, agent_id,
   coalesce(domain, ''), coalesce(tier, 0), count(*) FROM events GROUP BY 1, 2, 3, 4, 5"""
-DELAYS = f"SELECT date_trunc('minute', ingested_at, 'UTC'), {M.BUCKET}, count(*) FROM events" \
+DELAYS = (
+    f"SELECT date_trunc('minute', ingested_at, 'UTC'), {M.BUCKET}, count(*) FROM events"
     " GROUP BY 1, 2"
+)
 SEGMENTS = """SELECT 'agent', agent_id FROM conversations UNION
 SELECT 'domain', domain FROM conversations WHERE domain IS NOT NULL UNION
 SELECT 'tier', tier::text FROM conversations WHERE tier IS NOT NULL"""
@@ -96,9 +98,14 @@ async def assert_rollups_equal_direct(conn: asyncpg.Connection) -> None:
     # leaves an all-zero row behind
     kept = await rows(conn, "SELECT * FROM conversation_minutes WHERE conversations <> 0")
     assert kept == await rows(conn, conversation_minutes_sql.backfill())
-    assert await conn.fetchval("SELECT count(*) FROM conversation_minutes WHERE"
-                               " conversations = 0 AND (escalated, with_outcome, tool_results)"
-                               " <> (0, 0, 0)") == 0
+    assert (
+        await conn.fetchval(
+            "SELECT count(*) FROM conversation_minutes WHERE"
+            " conversations = 0 AND (escalated, with_outcome, tool_results)"
+            " <> (0, 0, 0)"
+        )
+        == 0
+    )
     assert sum(r[5] for r in kept) >= 10 and sum(r[7] for r in kept) >= 10  # escalated, ok
     first = await rows(conn, "SELECT conversation_id, first_turn FROM conversations")
     direct = await rows(conn, "SELECT conversation_id, min(turn) FROM events GROUP BY 1")
@@ -128,7 +135,8 @@ async def test_rollups_equal_the_direct_computation(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
         got = await escalation_conversations_per_row(
-            engine, repo.Segment(), NOW - timedelta(days=1), NOW + timedelta(days=1))
+            engine, repo.Segment(), NOW - timedelta(days=1), NOW + timedelta(days=1)
+        )
     finally:
         await engine.dispose()
     turns = [(c.escalated, c.escalation_turn) for convs in got.values() for c in convs]
@@ -157,17 +165,34 @@ def dashboard_sql() -> list[tuple[str, str]]:
     for path in sorted((REPO / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         specs = board.get("templating", {}).get("list", [])
-        variables = [g.Variable(v["name"], multi=True, include_all=True,
-                                all_value=v.get("allValue") or None, options=("x",))
-                     for v in specs]
+        variables = [
+            g.Variable(
+                v["name"],
+                multi=True,
+                include_all=True,
+                all_value=v.get("allValue") or None,
+                options=("x",),
+            )
+            for v in specs
+        ]
         for v in specs:
-            out.append((f"{path.stem} ${v['name']}", g.interpolate(
-                v["query"], time_range=tr, interval_ms=60000, search_filter=True)))
+            out.append(
+                (
+                    f"{path.stem} ${v['name']}",
+                    g.interpolate(v["query"], time_range=tr, interval_ms=60000, search_filter=True),
+                )
+            )
         for p in board.get("panels", []):
             for t in p.get("targets", []):
                 if t.get("rawSql"):
-                    out.append((f"{path.stem} / {p.get('title')}", g.interpolate(
-                        t["rawSql"], time_range=tr, interval_ms=60000, variables=variables)))
+                    out.append(
+                        (
+                            f"{path.stem} / {p.get('title')}",
+                            g.interpolate(
+                                t["rawSql"], time_range=tr, interval_ms=60000, variables=variables
+                            ),
+                        )
+                    )
     return out
 
 
@@ -185,8 +210,11 @@ async def test_no_dashboard_query_reads_events(database_url: str) -> None:
         # the list of missed escalations names conversations, so it still reads them
         per_row, checked = [], 0
         for name, sql in dashboard_sql():
-            if not name.startswith("escalation / ") or "escalation_bins" not in sql \
-                    or name == "escalation / Missed escalations":
+            if (
+                not name.startswith("escalation / ")
+                or "escalation_bins" not in sql
+                or name == "escalation / Missed escalations"
+            ):
                 continue
             plan = json.dumps(json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}")))
             assert '"Relation Name": "escalation_bins"' in plan, name
@@ -194,8 +222,9 @@ async def test_no_dashboard_query_reads_events(database_url: str) -> None:
             if '"Relation Name": "conversations"' in plan:
                 per_row.append(name)
         assert per_row == [] and checked >= 8
-        plan = await conn.fetchval("EXPLAIN (FORMAT JSON) SELECT * FROM v_pipeline"
-                                   " WHERE time >= now() - interval '1 hour'")
+        plan = await conn.fetchval(
+            "EXPLAIN (FORMAT JSON) SELECT * FROM v_pipeline WHERE time >= now() - interval '1 hour'"
+        )
         assert '"Relation Name": "event_minutes"' in json.dumps(json.loads(plan))
     finally:
         await conn.close()
@@ -205,10 +234,14 @@ async def test_event_minutes_view_shows_null_for_missing_segments(database_url: 
     await fill(database_url)
     conn = await asyncpg.connect(libpq_url(database_url))
     try:
-        got = await rows(conn, "SELECT time, type, agent_id, domain, tier, events"
-                         " FROM v_event_minutes")
-        direct = await rows(conn, "SELECT date_trunc('minute', ingested_at, 'UTC'), type,"
-                            " agent_id, domain, tier, count(*) FROM events GROUP BY 1, 2, 3, 4, 5")
+        got = await rows(
+            conn, "SELECT time, type, agent_id, domain, tier, events FROM v_event_minutes"
+        )
+        direct = await rows(
+            conn,
+            "SELECT date_trunc('minute', ingested_at, 'UTC'), type,"
+            " agent_id, domain, tier, count(*) FROM events GROUP BY 1, 2, 3, 4, 5",
+        )
         assert got == direct
     finally:
         await conn.close()

@@ -96,9 +96,7 @@ async def test_sigkill_mid_run_loses_and_duplicates_nothing(
 
 
 @pytest.mark.slow
-async def test_postgres_outage_mid_run(
-    broker, topic_name: str, tmp_path: Path, private_dir: Path
-):
+async def test_postgres_outage_mid_run(broker, topic_name: str, tmp_path: Path, private_dir: Path):
     events = traffic(12)
     # fsync may be off (a process crash, not an OS crash, is simulated); synchronous_commit is
     # on, so every commit the worker saw survives the immediate shutdown below

@@ -40,11 +40,12 @@ def recompute(events: list[asyncpg.Record]) -> dict[str, Any]:
         return dict(json.loads(e["body"]))
 
     best = max(
-        outs, default=None,
-        key=lambda e: (RANK.get(body(e)["outcome"].get("source"), 2), e["ts"]))
+        outs, default=None, key=lambda e: (RANK.get(body(e)["outcome"].get("source"), 2), e["ts"])
+    )
     out = body(best)["outcome"] if best is not None else {}
-    tool_calls = sum(len(body(e)["message"].get("tool_calls") or [])
-                     for e in by_ts if e["type"] == "message")
+    tool_calls = sum(
+        len(body(e)["message"].get("tool_calls") or []) for e in by_ts if e["type"] == "message"
+    )
     return {
         "event_count": len(by_ts),
         "first_ts": by_ts[0]["ts"],
@@ -85,17 +86,31 @@ async def test_every_conversation_column_equals_recomputation(database_url: str)
     for n, e in enumerate(x for x in events if x.type == "escalation" and x.escalation):
         if n % 2 == 0:
             assert e.escalation is not None
-            rest.append(e.model_copy(update={
-                "event_id": e.event_id + "-esc2", "ts": e.ts + timedelta(seconds=5),
-                "turn": (e.turn or 0) + 1,
-                "escalation": e.escalation.model_copy(update={"trigger": "policy"})}))
+            rest.append(
+                e.model_copy(
+                    update={
+                        "event_id": e.event_id + "-esc2",
+                        "ts": e.ts + timedelta(seconds=5),
+                        "turn": (e.turn or 0) + 1,
+                        "escalation": e.escalation.model_copy(update={"trigger": "policy"}),
+                    }
+                )
+            )
     for n, e in enumerate(list(outcomes)):
         assert e.outcome is not None
         source = ("human_review", "csat", "ground_truth")[n % 3]
-        outcomes.insert(0, e.model_copy(update={
-            "event_id": e.event_id + "-out2", "ts": e.ts + timedelta(seconds=n % 2 * 2 - 1),
-            "outcome": e.outcome.model_copy(
-                update={"source": source, "success": not e.outcome.success})}))
+        outcomes.insert(
+            0,
+            e.model_copy(
+                update={
+                    "event_id": e.event_id + "-out2",
+                    "ts": e.ts + timedelta(seconds=n % 2 * 2 - 1),
+                    "outcome": e.outcome.model_copy(
+                        update={"source": source, "success": not e.outcome.success}
+                    ),
+                }
+            ),
+        )
     rng = random.Random(5)
     rng.shuffle(rest)
     writer = EventWriter(database_url)

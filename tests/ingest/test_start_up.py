@@ -74,12 +74,21 @@ async def test_a_small_first_batch_is_sent_before_the_next_is_fetched(
 ) -> None:
     await create_topic(broker.bootstrap, topic_name, partitions=2)
     events = [event_dict(f"e-{i}", f"c-{i % 40}", at=i, turn=i // 40) for i in range(N)]
-    await produce(broker.bootstrap, topic_name,
-                  [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
+    await produce(
+        broker.bootstrap,
+        topic_name,
+        [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events],
+    )
     writer = ScriptedWriter(database_url, late_first_s=LATE_COPY_S)
-    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          batch_max_events=BATCH, batch_max_wait_ms=2000,
-                          idempotent_producer=False)  # fmt: skip
+    config = IngestConfig(
+        broker.bootstrap,
+        topic_name,
+        f"{topic_name}.dlq",
+        f"g-{topic_name}",
+        batch_max_events=BATCH,
+        batch_max_wait_ms=2000,
+        idempotent_producer=False,
+    )
     loop = SizingLoop(config, writer)
     loop.decodes = []
     task = asyncio.create_task(loop.run())
@@ -113,8 +122,12 @@ async def test_the_worker_fetches_with_the_configured_wait(
     assert Settings.model_fields["fetch_max_wait_ms"].default == 100
     await create_topic(broker.bootstrap, topic_name, partitions=1)
     monkeypatch.setenv("MONITOR_FETCH_MAX_WAIT_MS", "123")
-    settings = Settings(kafka_bootstrap=broker.bootstrap, topic_events=topic_name,
-                        database_url=database_url, kafka_idempotent=False)  # fmt: skip
+    settings = Settings(
+        kafka_bootstrap=broker.bootstrap,
+        topic_events=topic_name,
+        database_url=database_url,
+        kafka_idempotent=False,
+    )
     service = IngestService(settings, OpsMetrics())
     loop = service.loop_
     task = asyncio.create_task(loop.run())
@@ -146,12 +159,23 @@ async def test_a_first_batch_retried_through_an_outage_does_not_hold_the_loop(
     /health) current; once the server is back, every event is stored."""
     await create_topic(broker.bootstrap, topic_name, partitions=2)
     events = [event_dict(f"o-{i}", f"c-{i % 10}", at=i) for i in range(100)]
-    await produce(broker.bootstrap, topic_name,
-                  [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events])
+    await produce(
+        broker.bootstrap,
+        topic_name,
+        [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events],
+    )
     writer = ScriptedWriter(database_url, up=False)
-    config = IngestConfig(broker.bootstrap, topic_name, f"{topic_name}.dlq", f"g-{topic_name}",
-                          batch_max_events=800, batch_max_wait_ms=100, retry_initial_s=0.2,
-                          retry_max_s=0.2, idempotent_producer=False)  # fmt: skip
+    config = IngestConfig(
+        broker.bootstrap,
+        topic_name,
+        f"{topic_name}.dlq",
+        f"g-{topic_name}",
+        batch_max_events=800,
+        batch_max_wait_ms=100,
+        retry_initial_s=0.2,
+        retry_max_s=0.2,
+        idempotent_producer=False,
+    )
     loop = LagCheckingLoop(config, writer)
     task = asyncio.create_task(loop.run())
     try:

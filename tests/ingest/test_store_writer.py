@@ -142,8 +142,9 @@ async def test_outcome_ranks_ground_truth_then_outcomes_then_human_review(
     await writer.write([event_row(e) for e in conversation()])
 
     async def outcome(eid: str, at: float, ok: bool, source: str) -> tuple:
-        await writer.write([event_row(event(eid, "c1", "outcome", at=at, success=ok,
-                                            reward=None, source=source))])  # fmt: skip
+        await writer.write(
+            [event_row(event(eid, "c1", "outcome", at=at, success=ok, reward=None, source=source))]
+        )
         c = await fetch_conv(database_url, "c1")
         return c["outcome_success"], c["outcome_source"]
 
@@ -172,8 +173,13 @@ async def test_segment_columns_take_the_first_value_by_ts_when_a_batch_mixes_the
     # one batch, events out of ts order: the earliest event's value wins (the earliest non-null
     # for the segment columns but agent_id), whatever order or sort order the values have
     rows = [
-        event("m2", "mix", at=2, agent="agent-a", context={"domain": "airline", "channel": "chat",
-                                                           "tier": 1}),
+        event(
+            "m2",
+            "mix",
+            at=2,
+            agent="agent-a",
+            context={"domain": "airline", "channel": "chat", "tier": 1},
+        ),
         event("m0", "mix", at=0, agent="agent-z", context={"channel": "web"}),
         event("m1", "mix", at=1, agent="agent-a", context={"domain": "retail", "tier": 3}),
         event("s0", "same", at=0, context={"domain": "telecom", "channel": "voice"}),
@@ -184,7 +190,11 @@ async def test_segment_columns_take_the_first_value_by_ts_when_a_batch_mixes_the
     await writer.write([event_row(e) for e in rows])
     mix = await fetch_conv(database_url, "mix")
     assert (mix["agent_id"], mix["domain"], mix["channel"], mix["tier"]) == (
-        "agent-z", "retail", "web", 3)
+        "agent-z",
+        "retail",
+        "web",
+        3,
+    )
     same = await fetch_conv(database_url, "same")
     assert (same["domain"], same["channel"], same["tier"]) == ("telecom", "voice", None)
     esc = await fetch_conv(database_url, "esc")

@@ -59,9 +59,14 @@ async def test_warm_on_a_store_not_migrated_yet_returns_why(pg_admin_url: str) -
         assert why is not None and "does not exist" in why
         conn = await asyncpg.connect(libpq_url(url))
         try:
-            assert await conn.fetchval("SELECT count(*) FROM pg_stat_activity "
-                                       "WHERE datname = current_database() "
-                                       "AND state = 'idle in transaction'") == 0
+            assert (
+                await conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() "
+                    "AND state = 'idle in transaction'"
+                )
+                == 0
+            )
         finally:
             await conn.close()
     finally:

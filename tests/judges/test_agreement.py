@@ -72,11 +72,22 @@ async def test_judges_cli_reports_agreement(database_url):
     w = EventWriter(database_url)
     await w.write([event_row(e) for e in events])
     await w.close()
-    judge_labels = {cid: (int(ok) if rng.random() < 0.8 else 1 - int(ok))
-                    for cid, ok in truth.items()}  # fmt: skip
-    verdicts = [Verdict("llm", "m/rubric-v1", cid, f"{cid}-a", label=lab, score=float(lab),
-                        categories=() if lab else ("wrong_information",), latency_ms=10.0 + i)
-                for i, (cid, lab) in enumerate(judge_labels.items())]  # fmt: skip
+    judge_labels = {
+        cid: (int(ok) if rng.random() < 0.8 else 1 - int(ok)) for cid, ok in truth.items()
+    }
+    verdicts = [
+        Verdict(
+            "llm",
+            "m/rubric-v1",
+            cid,
+            f"{cid}-a",
+            label=lab,
+            score=float(lab),
+            categories=() if lab else ("wrong_information",),
+            latency_ms=10.0 + i,
+        )
+        for i, (cid, lab) in enumerate(judge_labels.items())
+    ]
     verdicts.append(Verdict("llm", "m/rubric-v1", "c0", None, status="error", error="timeout"))
     pool = await asyncpg.create_pool(libpq_url(database_url))
     try:
@@ -92,9 +103,7 @@ async def test_judges_cli_reports_agreement(database_url):
     assert recent.exit_code == 0, recent.output
     assert json.loads(recent.output)["judges"] == []
     day = ["--from", "2026-01-01T00:00:00+00:00", "--to", "2026-01-02T00:00:00+00:00"]
-    result = await asyncio.to_thread(
-        CliRunner().invoke, app, ["judges", *day, "--json"], env=env
-    )
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["judges", *day, "--json"], env=env)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     j = [judge_labels[c] for c in truth]

@@ -90,11 +90,11 @@ def test_domain_checks_run_on_their_domain_only(tau2_files: list[Path]) -> None:
         name, version, applies_to = "airline.always", "1", "airline conversations"
 
         def judge(self, conversation: Conversation) -> list[Verdict]:
-            return [Verdict(self.name, self.version, conversation.conversation_id, None,
-                            label=1)]
+            return [Verdict(self.name, self.version, conversation.conversation_id, None, label=1)]
 
-    runner = JudgeRunner(deterministic_judges(), domains={"airline": Domain("airline", (),
-                                                                          (Always(),))})
+    runner = JudgeRunner(
+        deterministic_judges(), domains={"airline": Domain("airline", (), (Always(),))}
+    )
     events = [e for e in tau2_file_events(tau2_files[0])]
     conv = Conversation.of([e for e in events if e.conversation_id == events[0].conversation_id])
     assert "airline.always" in [j.name for j in runner.judges_for(conv)]

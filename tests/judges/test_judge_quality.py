@@ -49,15 +49,23 @@ def cj(cid: str, judge: str, flagged: bool, failed: bool, *cats: str) -> Convers
 
 def test_precision_recall_kappa_by_hand() -> None:
     # det.a on 10 conversations: flags 4 (3 failed, 1 succeeded); 2 failures unflagged
-    rows = [cj(f"c{i}", "det.a", i < 4, i < 3 or i in (4, 5),
-               *(("fabrication", "fabrication:pricing") if i < 2 else ("fabrication",)))
-            for i in range(10)]  # fmt: skip
+    rows = [
+        cj(
+            f"c{i}",
+            "det.a",
+            i < 4,
+            i < 3 or i in (4, 5),
+            *(("fabrication", "fabrication:pricing") if i < 2 else ("fabrication",)),
+        )
+        for i in range(10)
+    ]
     rows += [cj("c0", "det.b", False, True), cj("c9", "det.b", True, False, "wrong_action")]
     q = {(r.judge, r.category): r for r in judge_quality(rows)}
     a = q[("det.a", None)]
     assert (a.pairs, a.true_pos, a.false_pos, a.false_neg, a.true_neg) == (10, 3, 1, 2, 4)
     assert a.precision.value == 0.75 and (a.precision.low, a.precision.high) == pytest.approx(
-        wilson(3, 4))
+        wilson(3, 4)
+    )
     assert a.recall.value == 0.6 and (a.recall.low, a.recall.high) == pytest.approx(wilson(3, 5))
     po, pe = 7 / 10, (4 / 10) * (5 / 10) + (6 / 10) * (5 / 10)
     assert a.kappa == pytest.approx((po - pe) / (1 - pe))
@@ -101,19 +109,25 @@ def tau2_judgements(files: list[Path]) -> list[ConversationJudgement]:
             per: dict[str, tuple[bool, set[str]]] = {}
             for v in asyncio.run(runner.run(Conversation.of(evs), set())):
                 flagged, cats = per.get(v.judge, (False, set()))
-                per[v.judge] = (flagged or v.label == 0,
-                                cats | (set(v.categories) if v.label == 0 else set()))
-            out += [ConversationJudgement(cid, j, "2", f, frozenset(c), not outcome.success)
-                    for j, (f, c) in per.items()]  # fmt: skip
+                per[v.judge] = (
+                    flagged or v.label == 0,
+                    cats | (set(v.categories) if v.label == 0 else set()),
+                )
+            out += [
+                ConversationJudgement(cid, j, "2", f, frozenset(c), not outcome.success)
+                for j, (f, c) in per.items()
+            ]
     return out
 
 
 def test_judge_report_on_tau2(tau2_files: list[Path]) -> None:
     report = {(r.judge, r.category): r for r in judge_quality(tau2_judgements(tau2_files))}
     for r in report.values():
-        print(f"{r.judge:26} {r.category or '(all)':26} pairs={r.pairs:3} "
-              f"P={r.precision.value} {r.precision.k}/{r.precision.n} "
-              f"R={r.recall.value} {r.recall.k}/{r.recall.n} kappa={r.kappa}")
+        print(
+            f"{r.judge:26} {r.category or '(all)':26} pairs={r.pairs:3} "
+            f"P={r.precision.value} {r.precision.k}/{r.precision.n} "
+            f"R={r.recall.value} {r.recall.k}/{r.recall.n} kappa={r.kappa}"
+        )
     rep = report[("det.repeated_call", None)]
     assert (rep.true_pos, rep.false_pos, rep.recall.n) == (3, 1, 16)  # 3 of 4 flagged failed
     assert (rep.precision.low, rep.precision.high) == pytest.approx(wilson(3, 4))
@@ -136,44 +150,65 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
     await w.close()
     # det.noisy flags 35 with an outcome (14 failed: precision 0.4) and the 10 without;
     # det.good flags the 16 failures only
-    verdicts = [Verdict("det.noisy", "1", f"q{i}", f"q{i}-a", label=0, score=0.0,
-                        categories=("wrong_action",)) for i in [*range(14), *range(19, 50)]]
-    verdicts += [Verdict("det.good", "1", f"q{i}", f"q{i}-a", label=0 if i < 16 or i in (40, 41)
-                         else 1, categories=("wrong_information",) if i < 16 or i in (40, 41)
-                         else ())
-                 for i in range(50)]  # fmt: skip (on q40-q49, without outcome: flags 2)
+    verdicts = [
+        Verdict(
+            "det.noisy", "1", f"q{i}", f"q{i}-a", label=0, score=0.0, categories=("wrong_action",)
+        )
+        for i in [*range(14), *range(19, 50)]
+    ]
+    verdicts += [
+        Verdict(
+            "det.good",
+            "1",
+            f"q{i}",
+            f"q{i}-a",
+            label=0 if i < 16 or i in (40, 41) else 1,
+            categories=("wrong_information",) if i < 16 or i in (40, 41) else (),
+        )
+        for i in range(50)
+    ]  # on q40-q49, without outcome: flags 2
     pool = await asyncpg.create_pool(libpq_url(database_url))
     try:
         await judge_repo.write_verdicts(pool, {f"q{i}": "agent-a" for i in range(50)}, verdicts)
 
         async def judge_labelled() -> int:
-            return int(await pool.fetchval(
-                "SELECT count(*) FROM items WHERE label_source LIKE 'judge:%'"))
+            return int(
+                await pool.fetchval("SELECT count(*) FROM items WHERE label_source LIKE 'judge:%'")
+            )
 
         async def bins() -> tuple[int, float]:
-            row = await pool.fetchrow("SELECT sum(count) AS n, sum(sum_y) AS y"
-                                      " FROM calibration_bins WHERE resolution = '1d'")
+            row = await pool.fetchrow(
+                "SELECT sum(count) AS n, sum(sum_y) AS y"
+                " FROM calibration_bins WHERE resolution = '1d'"
+            )
             return int(row["n"]), float(row["y"])
 
         assert await judge_labelled() == 10 and await bins() == (50, 24.0)
         env = {"MONITOR_DATABASE_URL": database_url}
-        cal = await asyncio.to_thread(CliRunner().invoke, app, ["calibration", "--since",
-                                      "3650d", "--json"], env=env)  # fmt: skip
+        cal = await asyncio.to_thread(
+            CliRunner().invoke, app, ["calibration", "--since", "3650d", "--json"], env=env
+        )
         assert cal.exit_code == 0, cal.output
         jl = json.loads(cal.output)["judge_labels"]["agent-a"]
         assert (jl["labelled_items"], jl["judge_labelled_items"]) == (50, 10)
         assert jl["judge_share"] == pytest.approx(0.2)
         corr = {c["judge"]: c for c in jl["judges"]}
         # det.noisy: sensitivity 14/16, specificity 3/24: se + sp = 1, no better than chance
-        assert (corr["det.noisy"]["judged_without_outcome"],
-                corr["det.noisy"]["flagged_without_outcome"]) == (10, 10)
+        assert (
+            corr["det.noisy"]["judged_without_outcome"],
+            corr["det.noisy"]["flagged_without_outcome"],
+        ) == (10, 10)
         assert corr["det.noisy"]["accuracy"]["corrected"] is None
         assert "chance" in corr["det.noisy"]["accuracy"]["note"]
         # det.good: se = sp = 1 on the outcomes, so corrected = raw = 1 - 2/10
         assert corr["det.good"]["accuracy"]["raw"] == pytest.approx(0.8)
         assert corr["det.good"]["accuracy"]["corrected"] == pytest.approx(0.8)
-        cal_text = await asyncio.to_thread(CliRunner().invoke, app, ["calibration", "--since",
-                                           "3650d"], env={**env, "COLUMNS": "300"})  # fmt: skip
+        cal_text = await asyncio.to_thread(
+            CliRunner().invoke,
+            app,
+            ["calibration", "--since", "3650d"],
+            env={**env, "COLUMNS": "300"},
+        )
         assert "are labelled by judges, not outcomes" in cal_text.output
         assert "corrected (Rogan-Gladen)" in cal_text.output
         quality, changes = await refresh_judge_quality(pool, 0.7, 30)
@@ -186,8 +221,10 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
             assert await assert_design_tables_match_items(conn) == 42
         assert (await refresh_judge_quality(pool, 0.7, 30))[1] == []  # idempotent
         stored = await pool.fetch("SELECT judge, muted FROM judge_quality ORDER BY judge")
-        assert [(r["judge"], r["muted"]) for r in stored] == [("det.good", False),
-                                                               ("det.noisy", True)]
+        assert [(r["judge"], r["muted"]) for r in stored] == [
+            ("det.good", False),
+            ("det.noisy", True),
+        ]
         assert await pool.fetchval("SELECT count(*) FROM verdicts") == 95  # all still stored
     finally:
         await pool.close()
@@ -207,8 +244,9 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
     assert "precision below the floor 0.7: stops labelling items" in text.output
 
 
-async def test_judges_cli_on_tau2_matches_the_pure_report(database_url: str,
-                                                           tau2_files: list[Path]) -> None:
+async def test_judges_cli_on_tau2_matches_the_pure_report(
+    database_url: str, tau2_files: list[Path]
+) -> None:
     events = [e for f in tau2_files for e in tau2_file_events(f)]
     w = EventWriter(database_url)
     await w.write([event_row(e) for e in events])
@@ -217,18 +255,22 @@ async def test_judges_cli_on_tau2_matches_the_pure_report(database_url: str,
     convs: dict[str, list] = {}
     for e in events:
         convs.setdefault(e.conversation_id, []).append(e)
-    verdicts = [v for evs in convs.values()
-                for v in await runner.run(Conversation.of(evs), set())]  # fmt: skip
+    verdicts = [v for evs in convs.values() for v in await runner.run(Conversation.of(evs), set())]
     pool = await asyncpg.create_pool(libpq_url(database_url))
     try:
         await judge_repo.write_verdicts(
-            pool, {cid: evs[0].agent.id for cid, evs in convs.items()}, verdicts)
+            pool, {cid: evs[0].agent.id for cid, evs in convs.items()}, verdicts
+        )
     finally:
         await pool.close()
     # the range selects conversations by when they happened: the tau2 runs are from 2025
     every = ["--from", "2000-01-01T00:00:00+00:00"]
-    res = await asyncio.to_thread(CliRunner().invoke, app, ["judges", "--json", *every],
-                                  env={"MONITOR_DATABASE_URL": database_url})
+    res = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["judges", "--json", *every],
+        env={"MONITOR_DATABASE_URL": database_url},
+    )
     assert res.exit_code == 0, res.output
     got = {(r["judge"], r["category"]): r for r in json.loads(res.output)["quality"]}
     pure = await asyncio.to_thread(tau2_judgements, tau2_files)  # it runs its own loop
@@ -237,6 +279,10 @@ async def test_judges_cli_on_tau2_matches_the_pure_report(database_url: str,
     for key, r in want.items():
         g = got[key]
         assert (g["pairs"], g["true_pos"], g["false_pos"], g["false_neg"]) == (
-            r.pairs, r.true_pos, r.false_pos, r.false_neg), key
+            r.pairs,
+            r.true_pos,
+            r.false_pos,
+            r.false_neg,
+        ), key
         assert g["precision"]["low"] == pytest.approx(r.precision.low)
         assert g["recall"]["high"] == pytest.approx(r.recall.high)

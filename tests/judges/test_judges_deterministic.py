@@ -220,9 +220,13 @@ def test_success_talk_after_failed_call_is_wrong_information() -> None:
     v = _one(IgnoredToolErrorJudge().judge(c.conv()), m)
     assert (v.label, v.categories) == (0, ("wrong_information",))
     assert v.evidence["failed_calls"] == [
-        {"result_event_id": r, "call_id": "k1", "name": "refund_order",
-         "error": "Error: payment gateway rejected"}
-    ]  # fmt: skip
+        {
+            "result_event_id": r,
+            "call_id": "k1",
+            "name": "refund_order",
+            "error": "Error: payment gateway rejected",
+        }
+    ]
 
 
 @pytest.mark.parametrize(
@@ -266,11 +270,17 @@ def test_figure_extraction_and_normalisation() -> None:
     )
     got = [(f.kind, f.key) for f in extract_figures(text)]
     assert got == [
-        ("amount", "1234.5"), ("amount", "12.5"), ("amount", "30"),
-        ("date", "2024-05-02"), ("date", "2024-05-03"), ("date", "2024-05-01"),
-        ("date", "*-06-04"), ("identifier", "w1234567"), ("identifier", "abc123"),
+        ("amount", "1234.5"),
+        ("amount", "12.5"),
+        ("amount", "30"),
+        ("date", "2024-05-02"),
+        ("date", "2024-05-03"),
+        ("date", "2024-05-01"),
+        ("date", "*-06-04"),
+        ("identifier", "w1234567"),
+        ("identifier", "abc123"),
         ("identifier", "00012345"),
-    ]  # fmt: skip
+    ]
     assert normalise_amount("1,234.50") == normalise_amount("1234.5") == "1234.5"
     assert normalise_amount("12.00") == "12"
     assert extract_figures("You have 2 free bags and 1 item.") == []
@@ -288,8 +298,11 @@ def test_unsupported_amount_date_and_id_are_fabrications() -> None:
     v = _one(verdicts, bad)
     assert v.label == 0 and v.score == 0.0
     assert v.categories == (
-        "fabrication", "fabrication:account", "fabrication:history", "fabrication:pricing"
-    )  # fmt: skip
+        "fabrication",
+        "fabrication:account",
+        "fabrication:history",
+        "fabrication:pricing",
+    )
     assert [u["text"] for u in v.evidence["unsupported"]] == ["$99.99", "2024-06-01", "ZZ9999X"]
 
 
@@ -346,14 +359,18 @@ def test_repeated_think_calls_are_not_repeats() -> None:
     c = Conv()
     c.say(None, ("k1", "think", {"thought": "check the booking"}))
     c.result("k1", "think", "")
-    m = c.say(None, ("k2", "think", {"thought": "check the booking"}),
-              ("k3", "get_reservation", {"id": "EHGLP3"}))
+    m = c.say(
+        None,
+        ("k2", "think", {"thought": "check the booking"}),
+        ("k3", "get_reservation", {"id": "EHGLP3"}),
+    )
     c.result("k3", "get_reservation", "{}")
     only_think = c.say(None, ("k4", "think", {"thought": "check the booking"}))
     verdicts = RepeatedToolCallJudge().judge(c.conv())
     assert [v.item_id for v in verdicts] == [m]  # messages with only think calls: no verdict
     assert verdicts[0].label == 1 and verdicts[0].evidence["calls"] == [
-        {"call_id": "k3", "name": "get_reservation"}]
+        {"call_id": "k3", "name": "get_reservation"}
+    ]
     assert only_think not in {v.item_id for v in verdicts}
 
 
@@ -363,8 +380,11 @@ def test_repeated_think_calls_are_not_repeats() -> None:
 def test_registry_and_run_all() -> None:
     judges = deterministic_judges()
     assert [j.name for j in judges] == [
-        "det.authorization", "det.repeated_call", "det.ignored_error", "det.unsupported_figure"
-    ]  # fmt: skip
+        "det.authorization",
+        "det.repeated_call",
+        "det.ignored_error",
+        "det.unsupported_figure",
+    ]
     assert all(j.version == "2" for j in judges)
     assert all("tool-using" in j.applies_to for j in judges)
     c = Conv()
@@ -373,8 +393,10 @@ def test_registry_and_run_all() -> None:
     c.say("Your order has been cancelled for $10.")
     got = run_all(c.conv())
     assert [(v.judge, v.label) for v in got] == [
-        ("det.authorization", 0), ("det.repeated_call", 1), ("det.unsupported_figure", 0)
-    ]  # fmt: skip
+        ("det.authorization", 0),
+        ("det.repeated_call", 1),
+        ("det.unsupported_figure", 0),
+    ]
 
 
 def test_a_crashing_judge_returns_an_error_verdict() -> None:

@@ -1,5 +1,5 @@
-"""LLMJudge against a real chat-completions HTTP server on loopback (tests/servers/llm_server.py).
-"""
+"""LLMJudge against a real chat-completions HTTP server on loopback
+(tests/servers/llm_server.py)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,18 @@ from tests.servers.llm_server import ChatServer, Hang, Recorded, Reply, Status, 
 KEY = "sk-test-SECRET-0123456789"
 GOOD = verdicts_json(
     {"item_id": "a1", "label": 1},
-    {"item_id": "a2", "correctness": 0.2, "informativeness": 0.5, "consistency": 0.3,
-     "label": 0, "categories": ["fabrication"], "fabrication_type": "authorization",
-     "rationale": "says the refund went through; the tool said no"},
+    {
+        "item_id": "a2",
+        "correctness": 0.2,
+        "informativeness": 0.5,
+        "consistency": 0.3,
+        "label": 0,
+        "categories": ["fabrication"],
+        "fabrication_type": "authorization",
+        "rationale": "says the refund went through; the tool said no",
+    },
     {"item_id": "a3", "label": 1},
-)  # fmt: skip
+)
 
 
 def conversation(cid: str = "c1") -> Conversation:
@@ -38,12 +45,21 @@ def conversation(cid: str = "c1") -> Conversation:
         [
             event("u1", cid, role="user", content="Refund order 123", confidence=None, at=0),
             event("a1", cid, content="On it.", tool_calls=[call], confidence=0.9, at=1),
-            event("t1", cid, "tool_result", call_id="k1", name="refund", ok=False, at=2,
-                  content=None, error="not refundable"),
+            event(
+                "t1",
+                cid,
+                "tool_result",
+                call_id="k1",
+                name="refund",
+                ok=False,
+                at=2,
+                content=None,
+                error="not refundable",
+            ),
             event("a2", cid, content="Your refund was issued.", confidence=0.95, at=3),
             event("a3", cid, content="Anything else?", confidence=None, at=4),
         ]
-    )  # fmt: skip
+    )
 
 
 class FakeSleep:  # records backoff delays instead of waiting

@@ -175,12 +175,21 @@ def conversation() -> Conversation:
         [
             event("u1", role="user", content="Refund order 123 please", confidence=None, at=0),
             event("a1", content="Refunding.", tool_calls=[call], confidence=0.9, at=1),
-            event("t1", "c1", "tool_result", call_id="k1", name="refund", ok=False, at=2,
-                  content=None, error="order not refundable"),
+            event(
+                "t1",
+                "c1",
+                "tool_result",
+                call_id="k1",
+                name="refund",
+                ok=False,
+                at=2,
+                content=None,
+                error="order not refundable",
+            ),
             event("a2", content="Done, $20 refunded! " + "x" * 3000, confidence=0.95, at=3),
             event("o1", "c1", "outcome", success=False, at=9),
         ]
-    )  # fmt: skip
+    )
 
 
 def test_prompt_renders_items_tool_calls_results_and_truncates() -> None:
@@ -201,11 +210,18 @@ def test_prompt_renders_items_tool_calls_results_and_truncates() -> None:
 
 def test_parse_well_formed_output_into_verdicts() -> None:
     out = verdicts_json(
-        {"item_id": "a2", "correctness": 0.1, "informativeness": 0.6, "consistency": 0.2,
-         "label": 0, "categories": ["wrong_information"], "fabrication_type": "authorization",
-         "rationale": "claims a refund the tool refused"},
+        {
+            "item_id": "a2",
+            "correctness": 0.1,
+            "informativeness": 0.6,
+            "consistency": 0.2,
+            "label": 0,
+            "categories": ["wrong_information"],
+            "fabrication_type": "authorization",
+            "rationale": "claims a refund the tool refused",
+        },
         {"item_id": "a1", "label": 1},
-    )  # fmt: skip
+    )
     v1, v2 = parse_output(f"```json\n{out}\n```", conversation(), judge="j", judge_version="m/r")
     assert (v1.item_id, v1.label, v1.score, v1.categories) == ("a1", 1, 1.0, ())
     assert (v2.item_id, v2.label, v2.score) == ("a2", 0, 0.1)

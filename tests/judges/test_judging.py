@@ -51,8 +51,14 @@ def conversations() -> list:
     # c-ok: a plain exchange, outcome success (ground truth beats the judges)
     evs += [
         event("ok-u", "c-ok", at=2, role="user", content="where is my order?", confidence=None),
-        event("ok-a1", "c-ok", at=3, content="Let me check that for you.", confidence=0.7,
-              tool_calls=[{"id": "k1", "name": "get_order", "arguments": {}}]),
+        event(
+            "ok-a1",
+            "c-ok",
+            at=3,
+            content="Let me check that for you.",
+            confidence=0.7,
+            tool_calls=[{"id": "k1", "name": "get_order", "arguments": {}}],
+        ),
         event("ok-t1", "c-ok", "tool_result", at=3.5, call_id="k1", name="get_order"),
         event("ok-o", "c-ok", "outcome", at=4, success=True),
     ]
@@ -166,8 +172,9 @@ async def test_judging_end_to_end(broker, database_url):
             assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
             # the worker's judge measurement: too few flagged conversations to mute anyone
             assert await loop.refresh_quality() == []
-            measured = await fetch(database_url, "SELECT judge, pairs, muted FROM judge_quality"
-                                   " ORDER BY judge")  # fmt: skip
+            measured = await fetch(
+                database_url, "SELECT judge, pairs, muted FROM judge_quality ORDER BY judge"
+            )
             assert measured and not any(r["muted"] for r in measured)
         finally:
             await loop.stop()
@@ -223,20 +230,28 @@ async def test_schedule_picks_rule_candidates_only_and_marks_them(broker, databa
     await writer.write([event_row(e) for e in conversations()])
     await writer.close()
     clock = FixedClock(T0 + timedelta(minutes=30))
-    config = JudgeConfig(broker.bootstrap, database_url, topic=f"j-{uuid.uuid4().hex[:8]}",
-                         idle_s=60, idempotent_producer=False)  # fmt: skip
-    loop = JudgeLoop(config, JudgeRunner(deterministic_judges()), policy.always_sample,
-                     clock=clock)  # fmt: skip
+    config = JudgeConfig(
+        broker.bootstrap,
+        database_url,
+        topic=f"j-{uuid.uuid4().hex[:8]}",
+        idle_s=60,
+        idempotent_producer=False,
+    )
+    loop = JudgeLoop(config, JudgeRunner(deterministic_judges()), policy.always_sample, clock=clock)
     await loop.start()
     try:
         assert await loop.schedule_once() == 2
         assert await loop.schedule_once() == 0
     finally:
         await loop.close()
-    rows = await fetch(database_url, "SELECT conversation_id, judge_requested_at IS NOT NULL AS m"
-                       " FROM conversations ORDER BY 1")  # fmt: skip
+    rows = await fetch(
+        database_url,
+        "SELECT conversation_id, judge_requested_at IS NOT NULL AS m FROM conversations ORDER BY 1",
+    )
     assert [(r["conversation_id"], r["m"]) for r in rows] == [
-        ("c-fab", False), ("c-mix", True), ("c-ok", True)
+        ("c-fab", False),
+        ("c-mix", True),
+        ("c-ok", True),
     ]
     reasons = await fetch(database_url, "SELECT reasons FROM judge_requests")
     assert all('"low_confidence"' in r["reasons"] for r in reasons), reasons

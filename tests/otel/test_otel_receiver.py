@@ -94,10 +94,17 @@ async def post(
         sent.extend(events)
 
     answer = await receive_traces(
-        authorization=auth, content_type=ctype, content_encoding=encoding,
-        content_length=length if length is not None else str(len(body)), read_chunk=read_chunk,
-        publish=publish, authorize=authorize, limits=LIMITS, config=MappingConfig(),
-        guard=open_guard())
+        authorization=auth,
+        content_type=ctype,
+        content_encoding=encoding,
+        content_length=length if length is not None else str(len(body)),
+        read_chunk=read_chunk,
+        publish=publish,
+        authorize=authorize,
+        limits=LIMITS,
+        config=MappingConfig(),
+        guard=open_guard(),
+    )
     return answer, sent
 
 
@@ -109,8 +116,11 @@ def status_of(answer: Answer) -> status_pb2.Status:
 
 async def test_protobuf_and_gzip_bodies_are_accepted():
     spans = sdk_spans(3)
-    for body, encoding in ((proto_body(spans), None), (gzip.compress(proto_body(spans)), "gzip"),
-                           (gzip.compress(proto_body(spans)), "x-gzip")):
+    for body, encoding in (
+        (proto_body(spans), None),
+        (gzip.compress(proto_body(spans)), "gzip"),
+        (gzip.compress(proto_body(spans)), "x-gzip"),
+    ):
         answer, sent = await post(body, encoding=encoding)
         assert answer.status == 200
         response = ExportTraceServiceResponse()

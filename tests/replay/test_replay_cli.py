@@ -39,8 +39,16 @@ def test_dry_run_on_tau2_prints_counts_per_type(
         for line in result.stdout.splitlines()
         if len(cells := [c.strip() for c in line.strip("│┃ ").split("│")]) == 2
     }
-    assert rows == {"message": "304", "tool_result": "88", "escalation": "12", "outcome": "20",
-                    "feedback": "0", "gate": "0", "events": "424", "invalid lines": "0"}
+    assert rows == {
+        "message": "304",
+        "tool_result": "88",
+        "escalation": "12",
+        "outcome": "20",
+        "feedback": "0",
+        "gate": "0",
+        "events": "424",
+        "invalid lines": "0",
+    }
 
 
 def test_dry_run_reports_bad_lines_and_continues(bad_jsonl: Path) -> None:
@@ -110,7 +118,10 @@ async def _consume(bootstrap: str, topic: str, expected: int) -> list[tuple[byte
 
 
 def test_replay_sends_every_valid_event_to_kafka(
-    broker: EmbeddedBroker, topic_name: str, bad_jsonl: Path, tau2_files: list[Path],
+    broker: EmbeddedBroker,
+    topic_name: str,
+    bad_jsonl: Path,
+    tau2_files: list[Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MONITOR_KAFKA_IDEMPOTENT", "false")
@@ -125,8 +136,9 @@ def test_replay_sends_every_valid_event_to_kafka(
     records = asyncio.run(_consume(broker.bootstrap, topic_name, 420))
     assert len(records) == 420
     events = [decode_event(value) for _, value in records]
-    assert all(key == e.conversation_id.encode() for (key, _), e in zip(records, events,
-                                                                        strict=True))
+    assert all(
+        key == e.conversation_id.encode() for (key, _), e in zip(records, events, strict=True)
+    )
     want = {e.event_id for e in tau2_file_events(tau2_files[0])}
     assert {e.event_id for e in events} == want  # the 5 JSONL events are replays of the same ids
     # Kafka keeps each conversation in order: the tau2 replay, then the 5 replayed JSONL events

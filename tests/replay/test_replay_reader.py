@@ -26,14 +26,22 @@ TS = datetime(2025, 1, 1, tzinfo=UTC)
 
 def _message(n: int) -> AgentEvent:
     return AgentEvent(
-        event_id=f"e{n}", type="message", ts=TS, conversation_id="c1", agent=Agent(id="a"),
+        event_id=f"e{n}",
+        type="message",
+        ts=TS,
+        conversation_id="c1",
+        agent=Agent(id="a"),
         message=MessagePayload(role="assistant", content=f"m{n}", confidence=0.5),
     )
 
 
 def _outcome(n: int) -> AgentEvent:
     return AgentEvent(
-        event_id=f"o{n}", type="outcome", ts=TS, conversation_id="c1", agent=Agent(id="a"),
+        event_id=f"o{n}",
+        type="outcome",
+        ts=TS,
+        conversation_id="c1",
+        agent=Agent(id="a"),
         outcome=OutcomePayload(success=True, source="ground_truth"),
     )
 
@@ -47,15 +55,15 @@ def mixed_jsonl(tmp_path: Path) -> Path:
     bad_conf = json.loads(_line(_message(9)))
     bad_conf["message"]["confidence"] = 1.7
     lines = [
-        _line(_message(1)),                       # 1
-        "",                                       # 2 blank
-        "this is not json",                       # 3
-        _line(_outcome(1)),                       # 4
-        "   ",                                    # 5 blank
+        _line(_message(1)),  # 1
+        "",  # 2 blank
+        "this is not json",  # 3
+        _line(_outcome(1)),  # 4
+        "   ",  # 5 blank
         json.dumps({"schema": "agent-event/v1"}),  # 6 missing event_id
-        json.dumps(bad_conf),                     # 7 out of range
+        json.dumps(bad_conf),  # 7 out of range
         '{"schema": "agent-event/v1", "type": "nope"}',  # 8
-        _line(_message(2)),                       # 9
+        _line(_message(2)),  # 9
     ]
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -77,7 +85,12 @@ def test_jsonl_yields_events_and_errors_with_line_numbers(mixed_jsonl: Path) -> 
     assert str(errors[2]).startswith(f"{mixed_jsonl}:7: out_of_range: ")
     counts = count_items(items)
     assert counts.as_dict() == {
-        "message": 2, "tool_result": 0, "escalation": 0, "outcome": 1, "feedback": 0, "gate": 0,
+        "message": 2,
+        "tool_result": 0,
+        "escalation": 0,
+        "outcome": 1,
+        "feedback": 0,
+        "gate": 0,
         "errors": 4,
     }
     assert counts.events == 3
@@ -200,10 +213,14 @@ async def test_flow_dry_run_counts_without_sending(mixed_jsonl: Path) -> None:
 
 async def test_flow_rate_limits_events_not_errors() -> None:
     clock = FakeTime()
-    items: list[ReplayItem] = [_message(0), LineError("f", 2, "not_json", None, "x"),
-                               _message(1), _message(2), _message(3)]
-    report = await run_replay(items, None, rate=2.0, monotonic=clock.monotonic,
-                              sleep=clock.sleep)
+    items: list[ReplayItem] = [
+        _message(0),
+        LineError("f", 2, "not_json", None, "x"),
+        _message(1),
+        _message(2),
+        _message(3),
+    ]
+    report = await run_replay(items, None, rate=2.0, monotonic=clock.monotonic, sleep=clock.sleep)
     # event k is due k / rate seconds after the start; nothing else takes time here
     assert clock.sleeps == [0.5, 0.5, 0.5]
     assert report.elapsed_s == pytest.approx(1.5)

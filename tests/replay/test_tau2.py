@@ -17,10 +17,16 @@ from monitor.replay.tau2 import is_tau2_results, tau2_events, tau2_file_events
 # Regression pins, found by reading the files (the tests below also derive them from the JSON).
 PINNED = {
     "airline_gemini2_5_flash_10tasks_2t.json": {
-        "message": 303, "tool_result": 79, "escalation": 13, "outcome": 20,
+        "message": 303,
+        "tool_result": 79,
+        "escalation": 13,
+        "outcome": 20,
     },
     "airline_gemini2_5_flash_10tasks_2t_retry_agent.json": {
-        "message": 304, "tool_result": 88, "escalation": 12, "outcome": 20,
+        "message": 304,
+        "tool_result": 88,
+        "escalation": 12,
+        "outcome": 20,
     },
 }
 
@@ -122,8 +128,11 @@ def test_escalation_right_after_each_transfer_call(tau2_files: list[Path]) -> No
         events = tau2_file_events(path)
         transfers = 0
         for i, e in enumerate(events):
-            calls = [c for c in e.message.tool_calls if c.name == "transfer_to_human_agents"] if (
-                e.message) else []
+            calls = (
+                [c for c in e.message.tool_calls if c.name == "transfer_to_human_agents"]
+                if (e.message)
+                else []
+            )
             if calls:
                 transfers += 1
                 esc = events[i + 1]
@@ -191,15 +200,29 @@ def test_is_tau2_results(tau2_files: list[Path]) -> None:
 
 def _sim(**over: Any) -> dict[str, Any]:
     sim: dict[str, Any] = {
-        "id": "s1", "task_id": 3, "trial": 1, "start_time": "2025-01-01T00:00:00",
+        "id": "s1",
+        "task_id": 3,
+        "trial": 1,
+        "start_time": "2025-01-01T00:00:00",
         "end_time": "2025-01-01T00:00:01",
         "reward_info": {"reward": 1.0},
         "messages": [
             {"role": "user", "content": "hi", "turn_idx": 0, "timestamp": "2025-01-01T00:00:00"},
-            {"role": "assistant", "content": None, "turn_idx": 1, "timestamp": None,
-             "tool_calls": [{"id": "", "name": "lookup", "arguments": '{"q": 1}'}]},
-            {"role": "tool", "id": "call-1-0", "content": "boom", "error": True, "turn_idx": 2,
-             "timestamp": "2025-01-01T00:00:02Z"},
+            {
+                "role": "assistant",
+                "content": None,
+                "turn_idx": 1,
+                "timestamp": None,
+                "tool_calls": [{"id": "", "name": "lookup", "arguments": '{"q": 1}'}],
+            },
+            {
+                "role": "tool",
+                "id": "call-1-0",
+                "content": "boom",
+                "error": True,
+                "turn_idx": 2,
+                "timestamp": "2025-01-01T00:00:02Z",
+            },
         ],
     }
     sim.update(over)
@@ -220,8 +243,10 @@ def test_edge_cases_of_the_mapping() -> None:
     assert (events[3].ts - events[2].ts).total_seconds() == pytest.approx(0.001)
 
 
-@pytest.mark.parametrize(("reward", "success", "clipped"), [(1.5, True, 1.0), (-0.5, False, 0.0),
-                                                            (0.99, False, 0.99), (1, True, 1.0)])
+@pytest.mark.parametrize(
+    ("reward", "success", "clipped"),
+    [(1.5, True, 1.0), (-0.5, False, 0.0), (0.99, False, 0.99), (1, True, 1.0)],
+)
 def test_reward_is_clipped_and_thresholded(reward: float, success: bool, clipped: float) -> None:
     out = tau2_events(_sim(reward_info={"reward": reward}))[-1].outcome
     assert out is not None and (out.success, out.reward) == (success, clipped)

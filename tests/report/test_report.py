@@ -56,7 +56,7 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
         image = mpimg.imread(out / name)
         assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 400, name
         assert base64.b64encode(png).decode() in page, f"{name} is not embedded"
-    assert "src=\"http" not in page and "<link" not in page  # self-contained
+    assert 'src="http' not in page and "<link" not in page  # self-contained
 
     got = cells(page)
     cal = json.loads(cli(seeded, "calibration", *rng, "--json").output)["agents"]
@@ -92,12 +92,22 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     assert "drift for sim-telecom" not in text.split("Firing alerts")[1]  # resolved: not firing
     # for a person with two minutes: health per agent, then alerts, then charts, full tables
     # last, folded
-    order = [page.index(h) for h in ("<h2>Health per agent</h2>", "<h2>Firing alerts (",
-                                     "<h2>Charts per agent</h2>", "<h2>Full tables</h2>")]
+    order = [
+        page.index(h)
+        for h in (
+            "<h2>Health per agent</h2>",
+            "<h2>Firing alerts (",
+            "<h2>Charts per agent</h2>",
+            "<h2>Full tables</h2>",
+        )
+    ]
     assert order == sorted(order)
     first_screen = html.unescape(page[order[0] : order[1]])
-    assert re.search(r'<div class="card act"><span class="badge act">ACT</span>'
-                     r'<a class="agent" href="#agent-sim-airline-inverted">', first_screen)
+    assert re.search(
+        r'<div class="card act"><span class="badge act">ACT</span>'
+        r'<a class="agent" href="#agent-sim-airline-inverted">',
+        first_screen,
+    )
     assert "critical alert escalation_inverted" in first_screen
     assert "<b>Act on sim-airline-inverted" in first_screen
     tail = page[order[3] :]
@@ -107,23 +117,35 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     assert "data-key=" not in page[page.index("<h2>Charts per agent</h2>") : order[3]]
     # the gate section: `monitor gate --json --no-replay`, per agent x domain
     effects = json.loads(cli(seeded, "gate", *rng, "--json", "--no-replay").output)["effects"]
-    assert {e["agent_id"] for e in effects} == {"sim-gated-airline", "sim-gated-retail",
-                                                "sim-gated-ignores"}
+    assert {e["agent_id"] for e in effects} == {
+        "sim-gated-airline",
+        "sim-gated-retail",
+        "sim-gated-ignores",
+    }
     for e in effects:
         k = f"gate/{e['agent_id']}/{e['domain']}"
         assert got[f"{k}/conversations"] == e["conversations"] > 50
         for d in ("proceed", "revise", "escalate"):
             assert got[f"{k}/decisions/{d}"] == e["decisions"][d]
-        for f in ("escalation_rate", "failures_prevented", "failure_rate_proceeded",
-                  "failure_rate_all", "revise_failure_rate"):
+        for f in (
+            "escalation_rate",
+            "failures_prevented",
+            "failure_rate_proceeded",
+            "failure_rate_all",
+            "revise_failure_rate",
+        ):
             assert got[f"{k}/{f}"] == e[f]["value"], (k, f)
         # every 7th conversation of the gated agents did not ask: the ungated baseline
         assert e["ungated_conversations"] > 5
         assert got[f"{k}/failure_rate_ungated"] == e["failure_rate_ungated"]["value"]
         r = e["failures_prevented"]
         assert f"{r['low']:.3f}-{r['high']:.3f} ({r['num']}/{r['den']})" in page
-    for agent in ("sim-airline-inverted", "sim-retail-overconfident", "sim-telecom-drifting",
-                  "sim-airline-calibrated"):  # fmt: skip
+    for agent in (
+        "sim-airline-inverted",
+        "sim-retail-overconfident",
+        "sim-telecom-drifting",
+        "sim-airline-calibrated",
+    ):
         for kind in ("reliability", "ece_over_time", "escalation_by_bin", "threshold_curve"):
             png = (out / f"agent-{agent}-{kind}.png").read_bytes()
             assert base64.b64encode(png).decode() in page[order[2] : order[3]], (agent, kind)
@@ -132,24 +154,53 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
 
 def test_scoped_report_and_empty_range(seeded: str, tmp_path: Path) -> None:
     end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
-    scoped = cli(seeded, "report", "--agent", "sim-airline-*", "--from",
-                 (end - timedelta(hours=4)).isoformat(), "--to", end.isoformat(),
-                 "--out", str(tmp_path / "a"))
+    scoped = cli(
+        seeded,
+        "report",
+        "--agent",
+        "sim-airline-*",
+        "--from",
+        (end - timedelta(hours=4)).isoformat(),
+        "--to",
+        end.isoformat(),
+        "--out",
+        str(tmp_path / "a"),
+    )
     assert scoped.exit_code == 0, scoped.output
     keys = cells((tmp_path / "a" / "report.html").read_text())
     agents = {k.split("/")[1] for k in keys if k.startswith("calibration/")}
     assert agents == {"sim-airline-calibrated", "sim-airline-inverted", "*"}
     # no agent of the scope asked the gate: the report says nothing about it
     assert "Runtime trust gate" not in (tmp_path / "a" / "report.html").read_text()
-    gated = cli(seeded, "report", "--agent", "sim-gated-*", "--from",
-                (end - timedelta(hours=4)).isoformat(), "--to", end.isoformat(),
-                "--out", str(tmp_path / "g"))
+    gated = cli(
+        seeded,
+        "report",
+        "--agent",
+        "sim-gated-*",
+        "--from",
+        (end - timedelta(hours=4)).isoformat(),
+        "--to",
+        end.isoformat(),
+        "--out",
+        str(tmp_path / "g"),
+    )
     assert gated.exit_code == 0, gated.output
     keys = cells((tmp_path / "g" / "report.html").read_text())
     assert {k.split("/")[1] for k in keys if k.startswith("gate/")} == {
-        "sim-gated-airline", "sim-gated-retail", "sim-gated-ignores"}
-    old = cli(seeded, "report", "--from", "2001-01-01T00:00:00+00:00", "--to",
-              "2001-01-02T00:00:00+00:00", "--out", str(tmp_path / "b"))
+        "sim-gated-airline",
+        "sim-gated-retail",
+        "sim-gated-ignores",
+    }
+    old = cli(
+        seeded,
+        "report",
+        "--from",
+        "2001-01-01T00:00:00+00:00",
+        "--to",
+        "2001-01-02T00:00:00+00:00",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert old.exit_code == 0, old.output
     for name in PNGS:
         assert mpimg.imread(tmp_path / "b" / name).ndim == 3

@@ -22,10 +22,15 @@ def report(gap: float, n: int = 2000) -> CalibrationReport:
     return calibration_report(BinSums.from_items(conf, y))
 
 
-def check(fired: bool, minutes: int, agent: str = "a", tests: list[str] | None = None
-          ) -> dict[str, Any]:  # fmt: skip
-    return {"agent_id": agent, "recent_to": T + timedelta(minutes=minutes), "fired": fired,
-            "fired_tests": tests or (["psi"] if fired else [])}  # fmt: skip
+def check(
+    fired: bool, minutes: int, agent: str = "a", tests: list[str] | None = None
+) -> dict[str, Any]:
+    return {
+        "agent_id": agent,
+        "recent_to": T + timedelta(minutes=minutes),
+        "fired": fired,
+        "fired_tests": tests or (["psi"] if fired else []),
+    }
 
 
 def alert(severity: str, rule: str = "ece_tier3", agent: str = "a") -> dict[str, Any]:
@@ -45,7 +50,8 @@ def test_each_rule_in_order() -> None:
     assert bad.ece_ci[0] >= 0.1
     v = health_for("a", bad, False, [], [])
     assert v.level == "act" and v.reason.startswith(
-        f"ECE {bad.ece:.3f}, at least {bad.ece_ci[0]:.3f} (95% interval; act at 0.1)")
+        f"ECE {bad.ece:.3f}, at least {bad.ece_ci[0]:.3f} (95% interval; act at 0.1)"
+    )
     noisy = report(0.12, n=120)  # above 0.1, but the interval reaches below it: watch
     assert noisy.meaningful and noisy.ece >= 0.1 and noisy.ece_ci[0] < 0.1, noisy.ece_ci
     assert health_for("a", noisy, False, [], []).level == "watch"
@@ -59,12 +65,22 @@ def test_each_rule_in_order() -> None:
     v = health_for("a", report(0.0, n=20), False, [], [])
     assert v.level == "watch" and v.reason.startswith("calibration cannot be judged yet")
     v = health_for("a", good, False, [check(False, 0)], [])
-    assert (v.level, v.reason) == ("healthy", f"ECE {good.ece:.3f} on 2,000 items; no firing "
-                                   "alert, no drift")  # fmt: skip
+    assert (v.level, v.reason) == (
+        "healthy",
+        f"ECE {good.ece:.3f} on 2,000 items; no firing alert, no drift",
+    )
 
 
 def test_health_covers_every_agent_most_urgent_first() -> None:
-    found = agents_health({"*": report(0.1), "b": report(0.0), "c": report(0.2)}, {"b": False},
-                     [check(True, 5, agent="d")], [alert("warning", agent="e")])  # fmt: skip
+    found = agents_health(
+        {"*": report(0.1), "b": report(0.0), "c": report(0.2)},
+        {"b": False},
+        [check(True, 5, agent="d")],
+        [alert("warning", agent="e")],
+    )
     assert [(v.agent, v.level) for v in found] == [
-        ("c", "act"), ("d", "act"), ("e", "watch"), ("b", "healthy")]
+        ("c", "act"),
+        ("d", "act"),
+        ("e", "watch"),
+        ("b", "healthy"),
+    ]

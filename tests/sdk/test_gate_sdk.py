@@ -29,16 +29,25 @@ async def test_async_and_sync_emitters_ask_the_gate(
     gate_worker: WorkerProcess, database_url: str
 ) -> None:
     history = [validate_event(e) for e in FAILED_CANCEL]
-    em = EventEmitter("127.0.0.1:1", agent=Agent(id="agent-a"), context=Context(domain="retail"),
-                      gate_url=gate_worker.url, gate_token="g4te")  # fmt: skip
+    em = EventEmitter(
+        "127.0.0.1:1",
+        agent=Agent(id="agent-a"),
+        context=Context(domain="retail"),
+        gate_url=gate_worker.url,
+        gate_token="g4te",
+    )
     try:  # no start(): the gate is HTTP, not Kafka
         ok = await em.gate("s-1", "Let me look that up.", confidence=0.95, request_id="sdk-1")
         assert ok.decision == "proceed" and ok.findings == () and ok.calibrated is False
         assert ok.threshold == 0.7 and ok.policy_version == "test-7" and ok.latency_ms > 0
         bad = await em.gate(
-            "c1", "Your order W1 has been cancelled.", confidence=0.95, history=history,
-            tool_calls=[ToolCall(id="k9", name="think", arguments={})], request_id="sdk-2",
-        )  # fmt: skip
+            "c1",
+            "Your order W1 has been cancelled.",
+            confidence=0.95,
+            history=history,
+            tool_calls=[ToolCall(id="k9", name="think", arguments={})],
+            request_id="sdk-2",
+        )
         assert bad.decision == "revise"
         assert {f.judge for f in bad.findings} == {"det.authorization", "det.ignored_error"}
         assert all(f.critique for f in bad.findings)
@@ -50,15 +59,18 @@ async def test_async_and_sync_emitters_ask_the_gate(
     finally:
         await em.close()
 
-    sync = SyncEventEmitter("127.0.0.1:1", agent=Agent(id="agent-a"), gate_url=gate_worker.url,
-                            gate_token="g4te")  # fmt: skip
+    sync = SyncEventEmitter(
+        "127.0.0.1:1", agent=Agent(id="agent-a"), gate_url=gate_worker.url, gate_token="g4te"
+    )
     try:
-        answer = await asyncio.to_thread(sync.gate, "s-4", "Sure.", confidence=0.9,
-                                         request_id="sdk-4")  # fmt: skip
+        answer = await asyncio.to_thread(
+            sync.gate, "s-4", "Sure.", confidence=0.9, request_id="sdk-4"
+        )
         assert answer.decision == "proceed"
         with pytest.raises(GateError) as wrong:
-            SyncEventEmitter("x:1", agent=Agent(id="agent-a"), gate_url=gate_worker.url,
-                             gate_token="nope").gate("s-5", "x", confidence=0.9)  # fmt: skip
+            SyncEventEmitter(
+                "x:1", agent=Agent(id="agent-a"), gate_url=gate_worker.url, gate_token="nope"
+            ).gate("s-5", "x", confidence=0.9)
         assert wrong.value.status == 401
     finally:
         sync.close()
@@ -74,8 +86,12 @@ async def test_async_and_sync_emitters_ask_the_gate(
 
 
 async def test_an_unreachable_gate_raises_gate_unavailable() -> None:
-    em = EventEmitter("127.0.0.1:1", agent=Agent(id="a"),
-                      gate_url=f"http://127.0.0.1:{free_port()}", gate_timeout_s=1)  # fmt: skip
+    em = EventEmitter(
+        "127.0.0.1:1",
+        agent=Agent(id="a"),
+        gate_url=f"http://127.0.0.1:{free_port()}",
+        gate_timeout_s=1,
+    )
     try:
         with pytest.raises(GateUnavailable, match="unreachable"):
             await em.gate("c", "x", confidence=0.5)

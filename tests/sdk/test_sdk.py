@@ -113,15 +113,23 @@ async def test_events_round_trip_with_keys_partitions_and_order(
     async with emitter(broker, topic, context=CONTEXT, clock=clock.now) as em:
         for c in range(8):
             conv = f"conv-{c}-é"  # non-ASCII: the key is UTF-8
-            sent.append(await em.message(
-                conv, "assistant", "Let me check.", confidence=0.7, confidence_source="verbalized",
-                tool_calls=[ToolCall(id="call-1", name="lookup", arguments={"order": c})], turn=0,
-            ))
+            sent.append(
+                await em.message(
+                    conv,
+                    "assistant",
+                    "Let me check.",
+                    confidence=0.7,
+                    confidence_source="verbalized",
+                    tool_calls=[ToolCall(id="call-1", name="lookup", arguments={"order": c})],
+                    turn=0,
+                )
+            )
             sent.append(await em.tool_result(conv, "call-1", "lookup", True, "shipped", turn=1))
             sent.append(await em.escalation(conv, "threshold", "low confidence", 0.2, turn=2))
             sent.append(await em.outcome(conv, c % 2 == 0, reward=0.5, source="csat", turn=3))
-            sent.append(await em.feedback(conv, -0.5, "thumbs", "meh", turn=4,
-                                          attributes={"ui": "web"}))
+            sent.append(
+                await em.feedback(conv, -0.5, "thumbs", "meh", turn=4, attributes={"ui": "web"})
+            )
             clock.advance(1)
         await em.flush()
         assert em.pending == 0
@@ -171,8 +179,10 @@ async def test_full_batches_keep_each_conversations_order(
     # 1 KiB batches: each holds a few events, so every partition ships many, back to back
     # (shipped when full, not lingering), and a conversation's events span batches.
     async with emitter(broker, topic, max_batch_size=1024, linger_ms=2000) as em:
-        sent = [await em.message(f"c{i % 5}", "user", f"{i} " + "x" * 200, turn=i // 5)
-                for i in range(300)]
+        sent = [
+            await em.message(f"c{i % 5}", "user", f"{i} " + "x" * 200, turn=i // 5)
+            for i in range(300)
+        ]
         await asyncio.sleep(0.5)
         assert 0 < em.pending < 20  # full batches left at once; the last, open ones linger
         await em.flush()
@@ -249,7 +259,9 @@ async def test_sends_racing_close_are_delivered_or_rejected(
     await em.start()
     events = [em.build("message", f"c{i}", {"role": "user", "content": str(i)}) for i in range(30)]
     results = await asyncio.gather(
-        *(em.send(e) for e in events[:15]), em.close(), *(em.send(e) for e in events[15:]),
+        *(em.send(e) for e in events[:15]),
+        em.close(),
+        *(em.send(e) for e in events[15:]),
         return_exceptions=True,
     )
     accepted = [e for e, r in zip(events, results[:15] + results[16:], strict=True) if r is None]
@@ -264,8 +276,14 @@ async def test_helpers_fill_ids_timestamps_and_defaults(broker: EmbeddedBroker, 
     async with emitter(broker, topic, context=CONTEXT, clock=clock.now) as em:
         events = [await em.message("c", "assistant", "x", confidence=1) for _ in range(50)]
         other = Agent(id="other-bot")
-        override = await em.outcome("c", True, agent=other, context=Context(tier=3),
-                                    event_id="my-id", ts=T0 + timedelta(days=2))
+        override = await em.outcome(
+            "c",
+            True,
+            agent=other,
+            context=Context(tier=3),
+            event_id="my-id",
+            ts=T0 + timedelta(days=2),
+        )
     ids = [e.event_id for e in events]
     assert len(set(ids)) == 50
     assert all(len(i) == 32 and uuid.UUID(hex=i).version == 7 for i in ids)
@@ -311,8 +329,9 @@ async def test_idempotent_producer_against_tansu_fails_clearly(broker: EmbeddedB
 @pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 async def test_failed_deliveries_are_counted_once(tmp_path: Path) -> None:
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as doomed:
-        em = EventEmitter(doomed.bootstrap, "t", idempotent=False, agent=AGENT,
-                          request_timeout_ms=800)
+        em = EventEmitter(
+            doomed.bootstrap, "t", idempotent=False, agent=AGENT, request_timeout_ms=800
+        )
         await em.start()
         await em.message("c0", "user", "delivered")
         await em.flush()
@@ -329,8 +348,14 @@ async def test_failed_deliveries_are_counted_once(tmp_path: Path) -> None:
 @pytest.mark.slow  # seconds of waiting or sampling: make test, not make check
 async def test_a_buffer_that_never_drains_fails_the_send_clearly(tmp_path: Path) -> None:
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as doomed:
-        em = EventEmitter(doomed.bootstrap, "t", idempotent=False, agent=AGENT,
-                          request_timeout_ms=800, buffer_bytes=1)
+        em = EventEmitter(
+            doomed.bootstrap,
+            "t",
+            idempotent=False,
+            agent=AGENT,
+            request_timeout_ms=800,
+            buffer_bytes=1,
+        )
         await em.start()
         await em.message("c0", "user", "delivered")
         await em.flush()

@@ -88,14 +88,29 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server._lock:
             hits: list[dict[str, Any]] = []
             if not kinds or "dash-folder" in kinds:
-                hits += [{"id": f["id"], "uid": f["uid"], "title": f["title"],
-                          "type": "dash-folder", "url": f["url"]}
-                         for f in self.server.folders.values() if query in f["title"].lower()]
+                hits += [
+                    {
+                        "id": f["id"],
+                        "uid": f["uid"],
+                        "title": f["title"],
+                        "type": "dash-folder",
+                        "url": f["url"],
+                    }
+                    for f in self.server.folders.values()
+                    if query in f["title"].lower()
+                ]
             if not kinds or "dash-db" in kinds:
-                hits += [{"id": d["id"], "uid": uid, "title": d["dashboard"]["title"],
-                          "type": "dash-db", "folderUid": d["folderUid"]}
-                         for uid, d in self.server.dashboards.items()
-                         if query in d["dashboard"]["title"].lower()]
+                hits += [
+                    {
+                        "id": d["id"],
+                        "uid": uid,
+                        "title": d["dashboard"]["title"],
+                        "type": "dash-db",
+                        "folderUid": d["folderUid"],
+                    }
+                    for uid, d in self.server.dashboards.items()
+                    if query in d["dashboard"]["title"].lower()
+                ]
         self._send(200, hits)
 
     def do_POST(self) -> None:
@@ -121,8 +136,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(409, {"message": "a folder with the same name already exists"})
             return
         uid = body.get("uid") or f"f{self.server.next_id():08d}"
-        folder = {"id": self.server.next_id(), "uid": uid, "title": title,
-                  "url": f"/dashboards/f/{uid}/"}
+        folder = {
+            "id": self.server.next_id(),
+            "uid": uid,
+            "title": title,
+            "url": f"/dashboards/f/{uid}/",
+        }
         self.server.folders[uid] = folder
         self._send(200, folder)
 
@@ -140,13 +159,32 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"message": "Dashboard not found"})
             return
         if old is not None and not body.get("overwrite"):
-            self._send(412, {"message": "The dashboard has been changed by someone else",
-                             "status": "version-mismatch"})
+            self._send(
+                412,
+                {
+                    "message": "The dashboard has been changed by someone else",
+                    "status": "version-mismatch",
+                },
+            )
             return
         version = old["version"] + 1 if old else 1
         ident = old["id"] if old else self.server.next_id()
         slug = re.sub(r"[^a-z0-9]+", "-", dash["title"].lower()).strip("-")
-        self.server.dashboards[uid] = {"id": ident, "version": version, "dashboard": dash,
-                                       "folderUid": folder_uid, "message": body.get("message")}
-        self._send(200, {"id": ident, "uid": uid, "url": f"/d/{uid}/{slug}",
-                         "status": "success", "version": version, "slug": slug})
+        self.server.dashboards[uid] = {
+            "id": ident,
+            "version": version,
+            "dashboard": dash,
+            "folderUid": folder_uid,
+            "message": body.get("message"),
+        }
+        self._send(
+            200,
+            {
+                "id": ident,
+                "uid": uid,
+                "url": f"/d/{uid}/{slug}",
+                "status": "success",
+                "version": version,
+                "slug": slug,
+            },
+        )

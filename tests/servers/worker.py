@@ -27,8 +27,13 @@ class WorkerProcess:
     """``python -m monitor.cli worker`` with its own env, web port and log file."""
 
     def __init__(
-        self, bootstrap: str, database_url: str, topic: str, state_dir: Path,
-        group: str | None = None, **extra_env: str,
+        self,
+        bootstrap: str,
+        database_url: str,
+        topic: str,
+        state_dir: Path,
+        group: str | None = None,
+        **extra_env: str,
     ) -> None:
         self.port = free_port()
         self.log_path = state_dir / f"worker-{self.port}.log"
@@ -62,7 +67,9 @@ class WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "monitor.cli", "worker", "--loglevel", self.loglevel],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         return self
 
@@ -163,7 +170,10 @@ async def count(url: str, sql: str = "SELECT count(*) FROM events") -> int:
 
 
 async def wait_for_count(
-    url: str, want: int, sql: str = "SELECT count(*) FROM events", timeout: float = 90,
+    url: str,
+    want: int,
+    sql: str = "SELECT count(*) FROM events",
+    timeout: float = 90,
     stable_s: float = 0.0,
 ) -> int:
     """Poll until ``sql`` returns ``want`` (then wait ``stable_s`` more and re-read)."""
@@ -196,6 +206,8 @@ class GateProcess(WorkerProcess):
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "monitor.cli", "gate", "serve", "--loglevel", self.loglevel],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         return self

@@ -24,16 +24,31 @@ def within(measured: float, truth: float, n: int, sigmas: float = 4.5) -> bool:
 
 def test_truth_by_hand_for_one_simple_agent() -> None:
     # c in {0.4, 0.6}; fabricates half the time; obeys
-    spec = GatedAgentSpec("a", "retail", 1, obeys=True, percent_range=(40, 40),
-                          fabrication_rate=0.5, fabricated_success=0.5, human_success=0.8)
+    spec = GatedAgentSpec(
+        "a",
+        "retail",
+        1,
+        obeys=True,
+        percent_range=(40, 40),
+        fabrication_rate=0.5,
+        fabricated_success=0.5,
+        human_success=0.8,
+    )
     t = gate_truth(spec)
     assert t.decisions == {"proceed": 0.0, "revise": 0.0, "escalate": 1.0}
     assert math.isclose(t.failure_rate_all, 0.2) and t.failure_rate_proceeded is None
     assert t.failures_prevented == 1.0  # every failure is in an escalated conversation
     # ungated: honest fails 0.6, fabricated fails 1 - 0.5 * 0.4 = 0.8
     assert math.isclose(t.ungated_failure_rate, 0.5 * 0.6 + 0.5 * 0.8)
-    ignores = GatedAgentSpec("b", "retail", 1, obeys=False, percent_range=(60, 60),
-                             fabrication_rate=0.5, fabricated_success=0.5)
+    ignores = GatedAgentSpec(
+        "b",
+        "retail",
+        1,
+        obeys=False,
+        percent_range=(60, 60),
+        fabrication_rate=0.5,
+        fabricated_success=0.5,
+    )
     t = gate_truth(ignores)
     assert t.decisions == {"proceed": 0.5, "revise": 0.5, "escalate": 0.0}
     assert math.isclose(t.failure_rate_proceeded, 0.4)  # honest at 0.6
@@ -57,8 +72,11 @@ def test_simulated_conversations_match_the_truth() -> None:
             expected_mismatch[got] += 1
         o = outcome[d.conversation_id]
         assert o.attributes is not None and o.attributes["gate_decision"] == got
-        rows.append(GatedConversation(d.spec.agent_id, d.spec.domain, got,
-                                      o.outcome.success if o.outcome else None))
+        rows.append(
+            GatedConversation(
+                d.spec.agent_id, d.spec.domain, got, o.outcome.success if o.outcome else None
+            )
+        )
     assert expected_mismatch == {"proceed": n // 10}  # fail open always proceeds
     fast = [r for k, r in enumerate(rows) if k % 10 != 9]
     specs = {s.agent_id: s for s in gated_agents()}
@@ -73,10 +91,14 @@ def test_simulated_conversations_match_the_truth() -> None:
         assert within(e.escalation_rate.value or 0, t.escalation_rate, m)
         assert within(e.failure_rate_all.value or 0, t.failure_rate_all, m), e.agent_id
         assert t.failure_rate_proceeded is not None and t.failures_prevented is not None
-        assert within(e.failure_rate_proceeded.value or 0, t.failure_rate_proceeded,
-                      e.failure_rate_proceeded.den)
-        assert within(e.failures_prevented.value or 0, t.failures_prevented,
-                      e.failures_prevented.den), e.agent_id
+        assert within(
+            e.failure_rate_proceeded.value or 0,
+            t.failure_rate_proceeded,
+            e.failure_rate_proceeded.den,
+        )
+        assert within(
+            e.failures_prevented.value or 0, t.failures_prevented, e.failures_prevented.den
+        ), e.agent_id
         if specs[e.agent_id].obeys:  # the gate helps the agents that obey it
             assert (e.failure_rate_all.high or 1) < t.ungated_failure_rate
         else:  # the agent that ignores it fails as often as without the gate

@@ -31,12 +31,20 @@ class Conv:
 
 
 def _summarise(conv: list[AgentEvent]) -> Conv:
-    confs = [e.message.confidence for e in conv
-             if e.message is not None and e.message.confidence is not None]
+    confs = [
+        e.message.confidence
+        for e in conv
+        if e.message is not None and e.message.confidence is not None
+    ]
     outcomes = [e.outcome for e in conv if e.outcome is not None]
     assert len(outcomes) == 1
-    return Conv(conv[0].agent.id, conv[0].ts, min(confs), outcomes[0].success,
-                any(e.type == "escalation" for e in conv))
+    return Conv(
+        conv[0].agent.id,
+        conv[0].ts,
+        min(confs),
+        outcomes[0].success,
+        any(e.type == "escalation" for e in conv),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +90,9 @@ def test_every_event_validates_and_conversations_are_well_formed(
 ) -> None:
     ids: set[str] = set()
     for conv in convs[:1500]:
-        assert [e.event_id for e in conv] == [f"{conv[0].conversation_id}:{i}"
-                                              for i in range(len(conv))]
+        assert [e.event_id for e in conv] == [
+            f"{conv[0].conversation_id}:{i}" for i in range(len(conv))
+        ]
         assert all(a.ts < b.ts for a, b in pairwise(conv))
         assert conv[0].message is not None and conv[0].message.role == "user"
         assert conv[-1].outcome is not None and conv[-1].outcome.source == "ground_truth"
@@ -97,8 +106,13 @@ def test_every_event_validates_and_conversations_are_well_formed(
     kinds = [e for c in convs[:1500] for e in c]
     results = [e.tool_result for e in kinds if e.tool_result is not None]
     assert any(r.ok for r in results) and any(not r.ok and r.error for r in results)
-    assert {e.type for e in kinds} == {"message", "tool_result", "escalation", "outcome",
-                                       "feedback"}
+    assert {e.type for e in kinds} == {
+        "message",
+        "tool_result",
+        "escalation",
+        "outcome",
+        "feedback",
+    }
     tiers = {(e.agent.id, e.context.domain, e.context.tier) for e in kinds if e.context}
     assert len({t[1] for t in tiers}) == 3 and len({t[2] for t in tiers}) == 3
 
@@ -166,7 +180,8 @@ def test_spec_exposes_the_true_functions() -> None:
     assert agents["drifting"].success_probability(0.9, before) == 0.9
     assert agents["drifting"].success_probability(0.9, after) == pytest.approx(0.65)
     assert agents["drifting"].overconfident_at(after) and not agents["drifting"].overconfident_at(
-        before)
+        before
+    )
     inv, cal = agents["inverted"], agents["calibrated"]
     assert inv.escalation_probability(0.9) > inv.escalation_probability(0.3)
     assert cal.escalation_probability(0.9) < cal.escalation_probability(0.3)
@@ -187,8 +202,17 @@ def test_invalid_arguments() -> None:
 
 def test_cli_writes_reproducible_jsonl(tmp_path: Path) -> None:
     runner = CliRunner()
-    args = ["simulate", "--seed", "3", "-n", "40", "--start", "2025-01-01T00:00:00Z",
-            "--change-point-minutes", "1"]
+    args = [
+        "simulate",
+        "--seed",
+        "3",
+        "-n",
+        "40",
+        "--start",
+        "2025-01-01T00:00:00Z",
+        "--change-point-minutes",
+        "1",
+    ]
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     for out in (first, second):
         result = runner.invoke(app, [*args, "--output", str(out)])
@@ -201,8 +225,9 @@ def test_cli_writes_reproducible_jsonl(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_conflicting_options(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["simulate", "-n", "5", "--duration", "10",
-                                      "-o", str(tmp_path / "x.jsonl")])
+    result = CliRunner().invoke(
+        app, ["simulate", "-n", "5", "--duration", "10", "-o", str(tmp_path / "x.jsonl")]
+    )
     assert result.exit_code == 2
     assert "not both" in result.stderr
 

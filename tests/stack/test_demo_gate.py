@@ -39,12 +39,18 @@ def poisson_binomial_ok(failures: int, p_success: list[float]) -> bool:
     return abs(failures - mean) <= SIGMAS * sd + 1e-9
 
 
-async def test_demo_gate_figures_match_the_truth(broker: Any, topic_name: str,
-                                                 database_url: str, tmp_path: Path) -> None:
+async def test_demo_gate_figures_match_the_truth(
+    broker: Any, topic_name: str, database_url: str, tmp_path: Path
+) -> None:
     await create_topic(broker.bootstrap, topic_name)
-    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path,
-                           MONITOR_JUDGE_ENABLED="false",
-                           MONITOR_ALERTING_ENABLED="false").start()  # fmt: skip
+    worker = WorkerProcess(
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        MONITOR_JUDGE_ENABLED="false",
+        MONITOR_ALERTING_ENABLED="false",
+    ).start()
     try:
         await worker.wait_ready()
         now = datetime.now(UTC)
@@ -52,8 +58,16 @@ async def test_demo_gate_figures_match_the_truth(broker: Any, topic_name: str,
         run = plan_gated(plan, 5, now)
         assert run.conversations >= 300
         totals: list[int] = []
-        sent, asked = await ask_and_send(run, worker.url, None, broker.bootstrap, topic_name,
-                                         idempotent=False, seconds=3.0, on_total=totals.append)
+        sent, asked = await ask_and_send(
+            run,
+            worker.url,
+            None,
+            broker.bootstrap,
+            topic_name,
+            idempotent=False,
+            seconds=3.0,
+            on_total=totals.append,
+        )
         assert run.unanswered == 0 and len(run.decisions) == run.conversations
         assert totals == [len(sent)] and asked > 0
         assert all(e.conversation_id.startswith(plan.prefix) for e in sent)
@@ -76,7 +90,9 @@ async def test_demo_gate_figures_match_the_truth(broker: Any, topic_name: str,
             "SELECT agent_id, (body->'outcome'->>'success')::bool AS success,"
             " (body->'attributes'->>'p_success')::float8 AS p,"
             " body->'attributes'->>'gate_decision' AS decision"
-            " FROM events WHERE type = 'outcome' AND conversation_id LIKE $1", plan.prefix + "%")
+            " FROM events WHERE type = 'outcome' AND conversation_id LIKE $1",
+            plan.prefix + "%",
+        )
     finally:
         await conn.close()
     # the agents acted on the decision the gate stored
@@ -103,7 +119,9 @@ async def test_demo_gate_figures_match_the_truth(broker: Any, topic_name: str,
             sd = math.sqrt(t.decisions[kind] * (1 - t.decisions[kind]) / n)
             slack = degraded / n
             assert abs(e.decisions[kind] / n - t.decisions[kind]) <= SIGMAS * sd + slack, (
-                agent, kind)
+                agent,
+                kind,
+            )
         if specs[agent].obeys:  # obeying the gate lowers the failure rate below ungated
             assert (e.failure_rate_all.high or 1.0) < t.ungated_failure_rate, agent
     assert degraded <= run.conversations // 10  # fail-open is the exception

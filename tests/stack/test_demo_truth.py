@@ -29,17 +29,28 @@ from monitor.cli.up_alerts import DRIFT_MIN_SAMPLES, DRIFT_RECENT, STEP
 from monitor.stack.demo import TrafficPlan, plan_traffic
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
-DRIFT_EVIDENCE = {"drift_tier3", "drift_accuracy_drop", "ece_tier3", "overconfidence_tier3",
-                  "brier_tier3"}
+DRIFT_EVIDENCE = {
+    "drift_tier3",
+    "drift_accuracy_drop",
+    "ece_tier3",
+    "overconfidence_tier3",
+    "brier_tier3",
+}
 
 
 def replay(seed: int) -> tuple[TrafficPlan, Timeline]:
     plan = plan_traffic(seed, 60.0, 200.0, NOW)
     stream = SimStream(plan.simulator, plan.conversations)
     end = plan.simulator.conversation_start(plan.conversations)
-    tl = alert_timeline(stream, default_rules(), plan.simulator.start + DRIFT_RECENT, end,
-                        drift=DriftSettings(recent=DRIFT_RECENT, min_samples=DRIFT_MIN_SAMPLES),
-                        drift_step=STEP, eval_step=STEP)
+    tl = alert_timeline(
+        stream,
+        default_rules(),
+        plan.simulator.start + DRIFT_RECENT,
+        end,
+        drift=DriftSettings(recent=DRIFT_RECENT, min_samples=DRIFT_MIN_SAMPLES),
+        drift_step=STEP,
+        eval_step=STEP,
+    )
     return plan, tl
 
 
@@ -79,8 +90,11 @@ def test_demo_alerts_match_the_truth(runs, seed):
 
 
 def test_the_inversion_is_raised_where_the_data_shows_it(runs):
-    raised = [s for s, (_, by_agent) in runs.items()
-              if "escalation_inversion" in rules(by_agent.get("sim-airline-inverted", []))]
+    raised = [
+        s
+        for s, (_, by_agent) in runs.items()
+        if "escalation_inversion" in rules(by_agent.get("sim-airline-inverted", []))
+    ]
     # seed 9's inverted agent has 363 conversations whose escalations rise with confidence at
     # Kendall p = 0.011, above the 0.005 the test needs: that run's data does not show it
     assert raised == [1, 2, 3, 4, 5, 6, 7, 8, 10]

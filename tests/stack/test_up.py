@@ -23,28 +23,56 @@ from monitor.contract.events import EVENT_TYPES
 from monitor.stack.demo import malformed_events
 
 REPO = Path(__file__).resolve().parents[2]
-AGENTS = ("sim-airline-calibrated", "sim-retail-overconfident", "sim-telecom-drifting",
-          "sim-airline-inverted")
+AGENTS = (
+    "sim-airline-calibrated",
+    "sim-retail-overconfident",
+    "sim-telecom-drifting",
+    "sim-airline-inverted",
+)
 MALFORMED = len(malformed_events(b"x"))
 
 
 def _env(state_dir: Path) -> dict[str, str]:
-    drop = {"MONITOR_KAFKA_BOOTSTRAP", "DATABASE_URL", "MONITOR_DATABASE_URL",
-            "MONITOR_INGEST_TOKEN"}
+    drop = {
+        "MONITOR_KAFKA_BOOTSTRAP",
+        "DATABASE_URL",
+        "MONITOR_DATABASE_URL",
+        "MONITOR_INGEST_TOKEN",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(MONITOR_STATE_DIR=str(state_dir), PYTHONUNBUFFERED="1", COLUMNS="120")
     return env
 
 
 def _up(state_dir: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "monitor.cli", "up", "--state-dir", str(state_dir),
-           "--broker-port", "0", "--pg-port", "0", "--web-port", "0", "--gate-port", "0",
-           *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monitor.cli",
+        "up",
+        "--state-dir",
+        str(state_dir),
+        "--broker-port",
+        "0",
+        "--pg-port",
+        "0",
+        "--web-port",
+        "0",
+        "--gate-port",
+        "0",
+        *args,
+    ]
     with out.open("wb") as fh:  # as from a terminal: Ctrl-C not ignored even when this test
         # runs as a background job (nohup, `&`: SIGINT ignored, and monitor up keeps that)
-        return subprocess.Popen(cmd, cwd=REPO, env=_env(state_dir), stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_default_sigint)
+        return subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=_env(state_dir),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
 
 
 def _default_sigint() -> None:
@@ -128,8 +156,10 @@ async def _stored(pg_dir: Path) -> tuple[int, int]:
     with EmbeddedPostgres(pg_dir) as pg:
         conn = await asyncpg.connect(pg.admin_url.rsplit("/", 1)[0] + "/monitor")
         try:
-            return (await conn.fetchval("SELECT count(*) FROM events"),
-                    await conn.fetchval("SELECT count(*) FROM dead_letters"))
+            return (
+                await conn.fetchval("SELECT count(*) FROM events"),
+                await conn.fetchval("SELECT count(*) FROM dead_letters"),
+            )
         finally:
             await conn.close()
 
@@ -195,7 +225,12 @@ def test_ctrl_c_during_the_simulation_stops_everything_with_130(
         # a second stack on the same state dir refuses and leaves the first one alone
         second = subprocess.run(
             [sys.executable, "-m", "monitor.cli", "up", "--state-dir", str(state_dir)],
-            cwd=REPO, env=_env(state_dir), capture_output=True, text=True, timeout=60)
+            cwd=REPO,
+            env=_env(state_dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 1
         assert "another `monitor up` is running" in second.stdout
         assert (state_dir / "endpoints.json").exists()
@@ -214,9 +249,7 @@ def test_ctrl_c_during_the_simulation_stops_everything_with_130(
     assert not (state_dir / "endpoints.json").exists()
 
 
-def test_rerun_after_a_killed_run_cleans_up_its_leftovers(
-    state_dir: Path, tmp_path: Path
-) -> None:
+def test_rerun_after_a_killed_run_cleans_up_its_leftovers(state_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     proc = _up(state_dir, out, "--duration", "60", "--rate", "50")
     try:

@@ -142,7 +142,8 @@ async def test_duplicates_across_partitions(database_url: str) -> None:
     finally:
         await conn.close()
     assert [(d["reason"], d["source_offset"]) for d in dead] == [
-        ("conflicting_duplicate", 7), ("conflicting_duplicate", 8)
+        ("conflicting_duplicate", 7),
+        ("conflicting_duplicate", 8),
     ]
     assert count == 1  # neither duplicate reached the roll-up
 
@@ -153,7 +154,9 @@ def test_partition_names_round_trip() -> None:
     assert partitions.day_of("events_default") is None
     assert partitions.day_of("event_ids") is None
     assert partitions.ahead(date(2026, 12, 30), 2) == [
-        date(2026, 12, 30), date(2026, 12, 31), date(2027, 1, 1)
+        date(2026, 12, 30),
+        date(2026, 12, 31),
+        date(2027, 1, 1),
     ]
 
 
@@ -162,5 +165,6 @@ def test_migration_0022_downgrades_to_0015s_function() -> None:
     old = load_migration("0015_partitioned_events").ENSURE
     new = load_migration("0022_concurrent_partition_creation").ensure
     assert " ".join(new(tolerant=False).split()) == " ".join(
-        old.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").split())
+        old.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").split()
+    )
     assert "duplicate_table" in new(tolerant=True)

@@ -38,16 +38,26 @@ from tests.ingest.test_read_rollups import dashboard_sql
 NOW = datetime.now(UTC).replace(microsecond=0)
 TODAY = midnight(NOW.date())
 SETTINGS = RetentionSettings(
-    retention_events_days=30, retention_event_ids_days=30, retention_minute_sums_days=30,
-    retention_hourly_sums_days=34, retention_daily_sums_days=37, retention_items_days=30,
-    retention_conversations_days=30, retention_dead_letters_days=30, retention_verdicts_days=30,
+    retention_events_days=30,
+    retention_event_ids_days=30,
+    retention_minute_sums_days=30,
+    retention_hourly_sums_days=34,
+    retention_daily_sums_days=37,
+    retention_items_days=30,
+    retention_conversations_days=30,
+    retention_dead_letters_days=30,
+    retention_verdicts_days=30,
     partitions_ahead_days=2,
 )
 CLI_FROM, CLI_TO = (TODAY - timedelta(days=20)).isoformat(), TODAY.isoformat()
 
 
-REPLAYED = event("replayed", "c-replayed", "tool_result",
-                 at=(TODAY - timedelta(days=35, hours=-1) - T0).total_seconds())
+REPLAYED = event(
+    "replayed",
+    "c-replayed",
+    "tool_result",
+    at=(TODAY - timedelta(days=35, hours=-1) - T0).total_seconds(),
+)
 
 
 async def fill(url: str) -> int:
@@ -64,8 +74,9 @@ async def fill(url: str) -> int:
         conn = await asyncpg.connect(libpq_url(url))
         try:
             await conn.execute("UPDATE events SET ingested_at = ts + interval '2 seconds'")
-            await conn.execute("UPDATE conversations SET updated_at = last_ts"
-                               " + interval '2 seconds'")
+            await conn.execute(
+                "UPDATE conversations SET updated_at = last_ts + interval '2 seconds'"
+            )
         finally:
             await conn.close()
         assert (await writer.write([event_row(REPLAYED)])).inserted == 1
@@ -84,13 +95,22 @@ async def age_side_tables(url: str) -> None:
             at = NOW - timedelta(days=d, hours=1)
             await conn.execute(
                 "INSERT INTO dead_letters (source, reason, detail, raw, raw_md5, received_at)"
-                " VALUES ('test', 'invalid_json', 'x', '\\x00', md5($1), $2)", str(d), at)
+                " VALUES ('test', 'invalid_json', 'x', '\\x00', md5($1), $2)",
+                str(d),
+                at,
+            )
             await conn.execute(
                 "INSERT INTO verdicts (conversation_id, agent_id, judge, judge_version, status,"
-                " created_at) VALUES ($1, 'a', 'j', '1', 'ok', $2)", f"v{d}", at)
+                " created_at) VALUES ($1, 'a', 'j', '1', 'ok', $2)",
+                f"v{d}",
+                at,
+            )
             await conn.execute(
                 "INSERT INTO judge_requests (conversation_id, agent_id, reasons, requested_at)"
-                " VALUES ($1, 'a', '[]', $2)", f"v{d}", at)
+                " VALUES ($1, 'a', '[]', $2)",
+                f"v{d}",
+                at,
+            )
     finally:
         await conn.close()
 
@@ -146,12 +166,16 @@ async def aggregates(url: str) -> dict[str, object]:
             out[f"bins {name}"] = sorted((k, rounded(v)) for k, v in sums.items())
         # inside the items' horizon (30 days), with and without partial hours, and past it
         hour = NOW.replace(minute=0, second=0)
-        for name, (lo, hi) in {"1m": windows()["1m"], "1h": (hour - timedelta(days=29), hour),
-                               "past": windows()["past"]}.items():
+        for name, (lo, hi) in {
+            "1m": windows()["1m"],
+            "1h": (hour - timedelta(days=29), hour),
+            "past": windows()["past"],
+        }.items():
             deffs = await design_effects(engine, repo.Segment(), lo, hi, with_total=True)
             out[f"design effects {name}"] = sorted(deffs.items())
         esc = await repo_escalation.escalation_conversations(
-            engine, repo.Segment(), TODAY - timedelta(days=20), TODAY)
+            engine, repo.Segment(), TODAY - timedelta(days=20), TODAY
+        )
         out["escalation"] = sorted((k, repr(v)) for k, v in esc.items())
     finally:
         await engine.dispose()
@@ -164,8 +188,11 @@ async def aggregates(url: str) -> dict[str, object]:
         await conn.close()
     for cmd in ("calibration", "escalation", "thresholds"):
         result = await asyncio.to_thread(  # the CLI runs its own event loop
-            CliRunner().invoke, app, [cmd, "--from", CLI_FROM, "--to", CLI_TO, "--json"],
-            env={"MONITOR_DATABASE_URL": url})
+            CliRunner().invoke,
+            app,
+            [cmd, "--from", CLI_FROM, "--to", CLI_TO, "--json"],
+            env={"MONITOR_DATABASE_URL": url},
+        )
         assert result.exit_code == 0, result.output
         out[f"cli {cmd}"] = json.loads(result.stdout)
     return out
@@ -182,21 +209,21 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
         "design hours old": "SELECT count(*) FROM design_hours WHERE hour < $1",
         "label hours old": "SELECT count(*) FROM label_hours WHERE hour < $1",
         "bins 1m old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1m'"
-                       " AND window_start < $1",
+        " AND window_start < $1",
         "bins 1h old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1h'"
-                       " AND window_start < $1::timestamptz - interval '4 days'",
+        " AND window_start < $1::timestamptz - interval '4 days'",
         "bins 1d old": "SELECT count(*) FROM calibration_bins WHERE resolution = '1d'"
-                       " AND window_start < $1::timestamptz - interval '7 days'",
+        " AND window_start < $1::timestamptz - interval '7 days'",
         "bins 1d kept": "SELECT count(*) FROM calibration_bins WHERE resolution = '1d'"
-                        " AND window_start >= $1::timestamptz - interval '7 days'",
+        " AND window_start >= $1::timestamptz - interval '7 days'",
         "esc 1h old": "SELECT count(*) FROM escalation_bins WHERE resolution = '1h'"
-                      " AND window_start < $1::timestamptz - interval '4 days'",
+        " AND window_start < $1::timestamptz - interval '4 days'",
         "esc 1d old": "SELECT count(*) FROM escalation_bins WHERE resolution = '1d'"
-                      " AND window_start < $1::timestamptz - interval '7 days'",
+        " AND window_start < $1::timestamptz - interval '7 days'",
         "esc 1h kept": "SELECT count(*) FROM escalation_bins WHERE resolution = '1h'"
-                       " AND window_start >= $1::timestamptz - interval '4 days'",
+        " AND window_start >= $1::timestamptz - interval '4 days'",
         "conversations old": "SELECT count(*) FROM conversations WHERE last_ts < $1"
-                             " AND conversation_id <> 'c-replayed'",
+        " AND conversation_id <> 'c-replayed'",
         "conversations kept": "SELECT count(*) FROM conversations WHERE last_ts >= $1",
         "conv minutes old": "SELECT count(*) FROM conversation_minutes WHERE minute < $1",
         "dead letters old": "SELECT count(*) FROM dead_letters WHERE received_at < $1",
@@ -226,9 +253,13 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         assert days_before[0] <= (TODAY - timedelta(days=39)).date()
 
         day_lo = midnight(REPLAYED.ts.date())
-        on_day = int(await conn.fetchval(
-            "SELECT count(*) FROM events WHERE ts >= $1 AND ts < $2",
-            day_lo, day_lo + timedelta(days=1)))
+        on_day = int(
+            await conn.fetchval(
+                "SELECT count(*) FROM events WHERE ts >= $1 AND ts < $2",
+                day_lo,
+                day_lo + timedelta(days=1),
+            )
+        )
         assert on_day > 1  # the day's live events and the replayed one
 
         report = await run_retention(engine, SETTINGS, NOW)
@@ -245,10 +276,22 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         ahead = {NOW.date() + timedelta(days=k) for k in range(3)}
         assert report.partitions_created == len(ahead - set(days_before)) >= 2
         new = await counts(conn)
-        zero = ("items old", "item hours old", "design hours old", "label hours old",
-                "bins 1m old", "bins 1h old", "bins 1d old", "esc 1h old", "esc 1d old",
-                "conversations old", "conv minutes old", "dead letters old", "verdicts old",
-                "judge requests old")
+        zero = (
+            "items old",
+            "item hours old",
+            "design hours old",
+            "label hours old",
+            "bins 1m old",
+            "bins 1h old",
+            "bins 1d old",
+            "esc 1h old",
+            "esc 1d old",
+            "conversations old",
+            "conv minutes old",
+            "dead letters old",
+            "verdicts old",
+            "judge requests old",
+        )
         assert {k: new[k] for k in zero} == dict.fromkeys(zero, 0)
         assert new["events old"] == new["ids old"] == on_day  # that day's events and ids
         assert new["events kept"] == old["events kept"]
@@ -256,8 +299,12 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
             assert new[kept] == old[kept], kept
         assert report.deleted["conversations"] == old["conversations old"]
         # the replayed conversation's row was written into today: kept though its events are old
-        assert await conn.fetchval(
-            "SELECT event_count FROM conversations WHERE conversation_id = 'c-replayed'") == 1
+        assert (
+            await conn.fetchval(
+                "SELECT event_count FROM conversations WHERE conversation_id = 'c-replayed'"
+            )
+            == 1
+        )
         assert report.deleted["dead_letters"] == old["dead letters old"] > 0
         assert report.deleted["event_ids"] == old["ids old"] - on_day
         assert report.deleted["items"] == old["items old"]
@@ -267,8 +314,10 @@ async def test_retention_drops_old_days_and_keeps_every_remaining_aggregate(
         metrics = OpsMetrics()
         metrics.retention(report, NOW.timestamp())
         text = metrics.render().decode()
-        assert f'monitor_retention_partitions_total{{action="dropped"}} ' \
-               f'{float(report.partitions_dropped)}' in text
+        assert (
+            f'monitor_retention_partitions_total{{action="dropped"}} '
+            f"{float(report.partitions_dropped)}" in text
+        )
         assert 'monitor_retention_runs_total{result="ok"} 1.0' in text
 
         again = await run_retention(engine, SETTINGS, NOW)

@@ -13,28 +13,45 @@ import pytest
 @pytest.mark.parametrize(
     "var,text,expected",
     [
-        ("MONITOR_SAMPLING_FILE", "strata:\n  - {tier: 3, rate: 1}\n  - {tier: 1, rate: 2}\n",
-         ":3: strata[1].rate: Input should be less than or equal to 1"),
-        ("MONITOR_ALERT_RULES_FILE", "rules:\n  - name: x\n    metric: ece\n    threshold: hi\n",
-         ":4: rules[0].threshold: Input should be a valid number"),
-        ("MONITOR_GATE_POLICY_FILE", "version: v1\nrules:\n  - threshold: 0.5\n    fail: maybe\n",
-         ":4: rules[0].fail: Input should be 'open' or 'closed'"),
+        (
+            "MONITOR_SAMPLING_FILE",
+            "strata:\n  - {tier: 3, rate: 1}\n  - {tier: 1, rate: 2}\n",
+            ":3: strata[1].rate: Input should be less than or equal to 1",
+        ),
+        (
+            "MONITOR_ALERT_RULES_FILE",
+            "rules:\n  - name: x\n    metric: ece\n    threshold: hi\n",
+            ":4: rules[0].threshold: Input should be a valid number",
+        ),
+        (
+            "MONITOR_GATE_POLICY_FILE",
+            "version: v1\nrules:\n  - threshold: 0.5\n    fail: maybe\n",
+            ":4: rules[0].fail: Input should be 'open' or 'closed'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_config_file_stops_the_worker_with_line_and_field(
     tmp_path: Path, var: str, text: str, expected: str
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
-    env.update({
-        "MONITOR_KAFKA_BOOTSTRAP": "127.0.0.1:1", "DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
-        "MONITOR_STATE_DIR": str(tmp_path / "state"), var: str(bad), "COLUMNS": "200",
-    })  # fmt: skip
+    env.update(
+        {
+            "MONITOR_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+            "DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
+            "MONITOR_STATE_DIR": str(tmp_path / "state"),
+            var: str(bad),
+            "COLUMNS": "200",
+        }
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "monitor.cli", "worker"], env=env, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "monitor.cli", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr + done.stdout
     assert f"{bad}{expected}" in " ".join(done.stderr.split())  # (rich may wrap lines)
     assert "Traceback" not in done.stderr

@@ -111,5 +111,3 @@ class AlertmanagerSink:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.aclose()
-
-

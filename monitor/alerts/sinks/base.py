@@ -115,5 +115,3 @@ def classify_exception(exc: BaseException, what: str) -> DeliveryResult:
 def malformed(exc: Exception) -> DeliveryResult:
     """A payload that cannot be rendered never will be: permanent."""
     return DeliveryResult("permanent", error=f"malformed payload ({type(exc).__name__})")
-
-

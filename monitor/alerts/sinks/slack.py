@@ -27,9 +27,16 @@ from monitor.alerts.sinks.slack_blocks import render_message
 from monitor.core.resilience import parse_retry_after
 
 RETRYABLE_ERRORS = frozenset(
-    {"ratelimited", "rate_limited", "internal_error", "fatal_error", "service_unavailable",
-     "request_timeout", "team_added_to_org"}
-)  # fmt: skip
+    {
+        "ratelimited",
+        "rate_limited",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+        "team_added_to_org",
+    }
+)
 """Slack ``error`` codes worth retrying; any other code (``invalid_auth``, ``not_authed``,
 ``channel_not_found``, ``not_in_channel``, ``is_archived``, ``invalid_blocks``...) is permanent
 unless the HTTP status is 429 or 5xx."""

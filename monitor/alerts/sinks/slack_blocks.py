@@ -77,8 +77,18 @@ def scrub(text: str, allow_customer_content: bool = False) -> str:
     return redact_secrets(text) if allow_customer_content else redact(text)
 
 
-KEEP_VERBATIM = frozenset({"idempotency_key", "fingerprint", "kind", "fired_at", "resolved_at",
-                           "created_at", "runbook_url", "redact_customer_content"})  # fmt: skip
+KEEP_VERBATIM = frozenset(
+    {
+        "idempotency_key",
+        "fingerprint",
+        "kind",
+        "fired_at",
+        "resolved_at",
+        "created_at",
+        "runbook_url",
+        "redact_customer_content",
+    }
+)
 """Payload keys whose values are machine identifiers or operator configuration, not content."""
 
 
@@ -106,9 +116,7 @@ def scrub_scope(scope: Mapping[str, str], allow_customer_content: bool = False) 
     return {k: scrub(v, allow_customer_content) for k, v in scope.items()}
 
 
-def dashboard_link(
-    dashboard_url: str, scope: Mapping[str, str], metric: str | None = None
-) -> str:
+def dashboard_link(dashboard_url: str, scope: Mapping[str, str], metric: str | None = None) -> str:
     """``<dashboard_url>/d/<dashboard>?var-agent=..&var-domain=..&var-tier=..``: the dashboard
     that shows ``metric`` (:data:`METRIC_DASHBOARDS`, else calibration), only the scope keys
     present, values URL-encoded."""

@@ -79,5 +79,3 @@ class WebhookSink:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.aclose()
-
-
