@@ -14,6 +14,9 @@ from monitor.judges.base import Conversation, Verdict
 VERSION = "2"  # 2: applies to tool-using conversations only; think/no-op calls ignored
 #: Tools that only think or do nothing: calling them twice with the same text is not a repeat.
 NO_OP_TOOLS = frozenset({"think", "thinking", "reflect", "scratchpad", "noop", "no_op"})
+#: The tool name of a failed model call (the OTLP mapping stores a provider error that left no
+#: answer as a failed ``tool_result`` of this name); the model's next answer supersedes it.
+MODEL_CALL = "llm"
 TOOL_USING = "tool-using conversations (a tool call or result recorded); assistant messages"
 
 

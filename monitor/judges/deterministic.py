@@ -14,7 +14,8 @@ trivia answer is not measured against tool output that does not exist.
   after a permanent error (not found, validation: it cannot succeed) fails. ``wrong_action``.
 - ``det.ignored_error``: the next assistant text after a failed tool result speaks of success
   without acknowledging a problem (a failure superseded by a later success of the same tool is
-  not checked). ``wrong_information``.
+  not checked, nor a failed model call, ``MODEL_CALL``, that the model's next answer
+  superseded: the provider's error was retried, not ignored). ``wrong_information``.
 - ``det.unsupported_figure``: an amount, date or identifier found in no earlier tool result,
   tool-call arguments, user/system message or ``reference`` text (:mod:`~.figures`); an amount
   the message derives from its own supported amounts ("$174 each, $348 in all") passes.
@@ -38,10 +39,10 @@ from typing import Any
 
 from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Judge, Verdict
+from monitor.judges.det_base import MODEL_CALL, DeterministicJudge, call_ref
 from monitor.judges.det_base import NO_OP_TOOLS as NO_OP_TOOLS
 from monitor.judges.det_base import TOOL_USING as TOOL_USING
 from monitor.judges.det_base import VERSION as VERSION
-from monitor.judges.det_base import DeterministicJudge, call_ref
 from monitor.judges.det_base import canonical_arguments as canonical_arguments
 from monitor.judges.evidence import Bounded
 from monitor.judges.figure_judge import UnsupportedFigureJudge
@@ -202,6 +203,9 @@ class IgnoredToolErrorJudge(DeterministicJudge):
                     by_tool.setdefault(tr.name, []).append(e.event_id)
                 continue
             msg = e.message
+            if msg is not None and msg.role == "assistant":  # the model call succeeded
+                for event_id in by_tool.pop(MODEL_CALL, ()):
+                    pending.pop(event_id, None)
             if not pending or msg is None or msg.role != "assistant" or not msg.content:
                 continue
             if only is not None and e.event_id != only:  # answered in text: no verdict wanted

@@ -249,6 +249,22 @@ def test_acknowledged_or_neutral_replies_pass(text: str) -> None:
     assert v.label == 1 and v.categories == ()
 
 
+def test_a_failed_model_call_answered_on_retry_is_not_an_ignored_error() -> None:
+    # how the OTLP mapping stores a provider's 500 before the agent's retry answered
+    c = Conv()
+    c.say(None, ("k1", "get_order", {"order_id": "#W1"}))
+    c.result("k1", "get_order", '{"status": "delivered"}')
+    c.result("llm:span-1", "llm", "InternalServerError: Error code: 500", ok=False)
+    c.say("Your order has been delivered successfully.")
+    assert IgnoredToolErrorJudge().judge(c.conv()) == []
+    # a failed tool still counts when the model's answer ignores it
+    r = c.result("k2", "refund_order", "Error: payment gateway rejected", ok=False)
+    c.result("llm:span-2", "llm", "RateLimitError: Error code: 429", ok=False)
+    m = c.say("Your refund has been processed successfully.")
+    v = _one(IgnoredToolErrorJudge().judge(c.conv()), m)
+    assert v.label == 0 and [f["result_event_id"] for f in v.evidence["failed_calls"]] == [r]
+
+
 def test_failure_superseded_by_a_successful_retry_is_not_checked() -> None:
     c = Conv()
     c.say(None, ("k1", "book_reservation", {"a": 1}))
