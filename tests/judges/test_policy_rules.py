@@ -537,7 +537,12 @@ def test_only_gives_the_verdicts_on_that_message_alone() -> None:
 
 def test_any_judge_row_counts_labelling_judges_only() -> None:
     runner = JudgeRunner(deterministic_judges(), domains={"airline": domain("airline")})
-    rows = judge_quality(offline_judgements(conversations().values(), runner.judges_for))
+    airline_runs = [
+        events
+        for events in conversations().values()
+        if Conversation.of(events).domain() == "airline"
+    ]
+    rows = judge_quality(offline_judgements(airline_runs, runner.judges_for))
     by = {(r.judge, r.category): r for r in rows}
     anyj = by[(ANY_JUDGE, None)]
     muted = {r.judge for r in rows if r.category is None and r.below_floor}
