@@ -149,14 +149,16 @@ async def test_broker_and_postgres_down_the_gate_process_answers_in_time_and_del
     try:
         await worker.wait_ready()  # first: it makes the origin key the gate then reads
         await gate_.start().wait_ready()
-        await gate_timed(gate_, range(10))
-        await stored_exactly(url, 10, worker)  # before the stop: the broker keeps memory only
+        # Nothing is stored before the outage: the in-memory Tansu broker, restarted with a
+        # recreated topic, reports log ends below offsets a consumer already read and does not
+        # serve what is appended below them (docs/robustness.md, section 5; the worker's own
+        # outage tests avoid the same quirk). Delivery in normal operation is the first test's.
         worker.kill()  # ingest is down as well; a fresh worker stores what comes later
         await asyncio.to_thread(pg.stop, "immediate")
         own_broker.stop()
-        answers = await gate_timed(gate_, range(10, 60))  # agents keep gating
+        answers = await gate_timed(gate_, range(50))  # agents keep gating
         await until(lambda: health(gate_)["buffered"] == 50, 30, "50 kept", gate_)
-        later = await gate_timed(gate_, range(60, 70))
+        later = await gate_timed(gate_, range(50, 60))
         answers += later
         assert all(a["decision_events_kept"] >= 50 for a in later)
         assert all("maps_stale" in a and a["maps_loaded_at"] for a in later)
@@ -183,11 +185,11 @@ async def test_broker_and_postgres_down_the_gate_process_answers_in_time_and_del
         second = WorkerProcess(own_broker.bootstrap, url, topic_name, tmp_path, **FAST).start()
         await second.wait_ready()
         await until(lambda: health(gate_)["buffered"] == 0, 120, "buffer empty", gate_)
-        await stored_exactly(url, 70, second, timeout=120)
+        await stored_exactly(url, 60, second, timeout=120)
         await until(lambda: status(gate_)["status"] == "ok", 30, "healthy again", gate_)
-        answer = (await gate_timed(gate_, range(70, 71)))[0]
+        answer = (await gate_timed(gate_, range(60, 61)))[0]
         assert "maps_stale" not in answer and "decision_events_kept" not in answer
-        await stored_exactly(url, 71, second, timeout=60)
+        await stored_exactly(url, 61, second, timeout=60)
     finally:
         gate_.stop()
         worker.kill()
