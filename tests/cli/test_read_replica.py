@@ -27,6 +27,8 @@ from monitor.store.engine import ensure_database, libpq_url, make_engine, upgrad
 from monitor.store.replica import ReadSource, read_source
 from tests.factories import event_dict
 
+pytestmark = pytest.mark.stack  # starts a primary and a standby of its own
+
 
 @pytest.fixture
 def servers(private_dir: Path) -> Iterator[tuple[EmbeddedPostgres, EmbeddedPostgres]]:

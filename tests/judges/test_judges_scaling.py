@@ -9,6 +9,8 @@ import time
 import tracemalloc
 from itertools import pairwise
 
+import pytest
+
 from monitor.judges.airline import domain
 from monitor.judges.base import Conversation
 from monitor.judges.deterministic import (
@@ -54,6 +56,7 @@ def _cost(conv: Conversation) -> tuple[float, int, int]:
     return min(cpu), peak, len(verdicts)
 
 
+@pytest.mark.slow  # judges 14,000 events three times
 def test_doubling_a_conversation_at_most_about_doubles_judge_time_and_memory() -> None:
     costs = {n: _cost(Conversation.of(long_conversation(n))) for n in SIZES}
     for small, big in pairwise(SIZES):

@@ -104,6 +104,7 @@ def test_event_bodies_are_lz4_on_every_partition(database_url: str) -> None:
     assert set(_compression(database_url).values()) == {"lz4"}
 
 
+@pytest.mark.stack  # starts an embedded server of its own
 def test_upgrade_changes_nothing_without_lz4(
     private_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
