@@ -450,9 +450,7 @@ class _Trace:
             if confidence is not None and last is not None:
                 last[1]["message"]["confidence"] = confidence
                 last[1]["message"]["confidence_source"] = "other"
-        elif self.known_llm:
-            pass  # a late agent span of a trace mapped with its LLM calls: they spoke
-        else:
+        elif not self.known_llm:  # (a late agent span of a trace whose LLM calls spoke: nothing)
             prompt = agent_messages(span, "input")
             if prompt and prompt[-1].role == "user":
                 payload = {"role": "user", "content": clip(prompt[-1].content)}
