@@ -7,7 +7,8 @@ here so that the settings module stays short. Every ``*_days`` value counts whol
 
 :func:`horizons` turns the settings into the cut-off of each kind of data at a moment ``now``:
 rows (or daily ``events`` partitions) strictly before the cut-off are removed by the retention
-job (:mod:`monitor.store.retention`). A cut-off is always midnight UTC, ``days`` days before
+job (:mod:`monitor.store.retention`). The unsampled events' horizon is an instant (``now`` minus
+``retention_unsampled_hours``); every other cut-off is midnight UTC, ``days`` days before
 the start of ``now``'s day, so the retained range is ``days`` whole days plus today, and
 re-running the job within the same day removes nothing more.
 """
@@ -29,6 +30,15 @@ class RetentionSettings(BaseModel):
         description="Days of raw events kept: older daily partitions of events are dropped "
         "whole (by event time, ts; a day written into within the horizon, a replay, is kept "
         "until idle as long). 0: keep forever.",
+    )
+    retention_unsampled_hours: int = Field(
+        default=48,
+        ge=0,
+        description="Hours the events of conversations outside the sample (not sampled by "
+        "rate, no always-sample rule fired) are kept: a day's unsampled leaf of events is "
+        "emptied whole (TRUNCATE) once nothing was written into it for this long, so every such "
+        "event stays at least this long after it was ingested, for a rule firing later to "
+        "promote its conversation whole. 0: kept as long as the other events.",
     )
     retention_event_ids_days: int = Field(
         default=60,
@@ -96,6 +106,8 @@ class Horizons:
     conversations: date | None = None
     dead_letters: date | None = None
     verdicts: date | None = None
+    #: unsampled events: a day's leaf with nothing ingested since this instant is emptied
+    unsampled: datetime | None = None
 
 
 def cutoff(now: datetime, days: int) -> date | None:
@@ -137,4 +149,9 @@ def horizons(settings: RetentionSettings, now: datetime) -> Horizons:
         conversations=cutoff(now, conversations_days(s)),
         dead_letters=cutoff(now, s.retention_dead_letters_days),
         verdicts=cutoff(now, s.retention_verdicts_days),
+        unsampled=(
+            now - timedelta(hours=s.retention_unsampled_hours)
+            if s.retention_unsampled_hours
+            else None
+        ),
     )

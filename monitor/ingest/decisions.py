@@ -64,3 +64,38 @@ def provisional(rows: Sequence[EventRow], policy: SamplingPolicy) -> Decisions:
         by_rate.append(hit)
         weights.append(1.0 / stratum.rate if hit else 0.0)
     return out
+
+
+_TYPE, _ROLE, _CONF, _OK = (
+    EVENT_COLUMNS.index(c) for c in ("type", "role", "confidence", "tool_ok")
+)
+
+
+def kept_conversations(
+    rows: Sequence[EventRow], decisions: Decisions, policy: SamplingPolicy
+) -> set[str]:
+    """The conversations of ``rows`` whose events go to the kept leaves: sampled by rate in
+    ``decisions`` (:func:`provisional`), or with an event in ``rows`` that an enabled
+    always-sample rule looks at (an escalation, a feedback, a failed tool result, an assistant
+    confidence below the floor: the facts of :data:`monitor.ingest.decision_sql.PROMOTE`). The
+    other conversations' events are stored unkept; :data:`~monitor.ingest.decision_sql.PROMOTE`
+    moves them (and any earlier unkept event) when the stored conversation row is kept."""
+    kept = {cid for cid, hit in zip(decisions[0], decisions[6], strict=True) if hit}
+    rules = policy.always_sample
+    floor = rules.confidence_floor
+    for r in rows:
+        kind = r[_TYPE]
+        if (
+            (kind == "escalation" and rules.escalation)
+            or (kind == "feedback" and rules.negative_feedback_below is not None)
+            or (kind == "tool_result" and r[_OK] is False and rules.failed_tool_call)
+            or (
+                floor is not None
+                and kind == "message"
+                and r[_ROLE] == "assistant"
+                and r[_CONF] is not None
+                and r[_CONF] < floor
+            )
+        ):
+            kept.add(str(r[_CID]))
+    return kept

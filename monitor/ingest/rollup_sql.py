@@ -55,7 +55,7 @@ CREATE_STAGING = (
 )
 
 _SEGMENT = tuple(c for c in SEGMENT_COLUMNS if c != "agent_id")
-_COLS = ", ".join(EVENT_COLUMNS)
+_COLS = ", ".join((*EVENT_COLUMNS, "kept"))  # kept: chosen by the writer per row
 _ASSISTANT = "type = 'message' AND role = 'assistant'"
 _ESC = "type = 'escalation'"
 _OUT = "type = 'outcome'"

@@ -48,7 +48,8 @@ from monitor.ingest.dead_letter_sql import (
     INSERT_DEAD_LETTER,
     storable_dead_letter,
 )
-from monitor.ingest.decisions import provisional
+from monitor.ingest.decision_sql import PROMOTE
+from monitor.ingest.decisions import kept_conversations, provisional
 from monitor.ingest.direct_sql import (
     CLAIM_COLUMNS,
     CLAIM_TABLE,
@@ -87,10 +88,12 @@ class WriteResult:
     conflicting: int = 0  # duplicates with a different body, dead-lettered (first one stays)
     staged: int = 0  # 1 when the rows went through the staging table (not the direct path)
     mismatched: int = 0  # outcome/feedback events of another agent's conversation, dead-lettered
+    unkept: int = 0  # rows written unkept (outside the sample so far)
+    promoted: int = 0  # unkept events moved to the kept leaves (this batch's or earlier ones)
 
 
 MAX_KNOWN_DAYS = 4096  # days the writer remembers as having a partition (then it forgets all)
-_COPY = list(EVENT_COLUMNS)
+_COPY = [*EVENT_COLUMNS, "kept"]
 
 
 class _Claimed(Exception):
@@ -124,6 +127,14 @@ class EventWriter:
         self._pool_size = pool_size
         self._policy = policy if policy is not None else SamplingPolicy()
         self._digest = self._policy.digest()
+        rules = self._policy.always_sample
+        # PROMOTE's $2-$5: which stored facts keep a conversation's events
+        self._rules = (
+            rules.confidence_floor,
+            rules.escalation,
+            rules.failed_tool_call,
+            rules.negative_feedback_below is not None,
+        )
         self._pool: asyncpg.Pool | None = None
         self._direct = direct
         self._days: set[date] = set()  # days whose partition this writer saw committed
@@ -145,6 +156,7 @@ class EventWriter:
             (LOCK_CONVERSATIONS, ([],)),
             (DIRECT_BATCH, no_rows),
             (SYNC_ITEMS_DIRECT, ([], [])),
+            (PROMOTE, ([], *self._rules)),
         ]
         return await warm(self._pool, self._pool_size, statements, timeout_s)
 
@@ -198,10 +210,14 @@ class EventWriter:
         (raises ``_Claimed`` when an id was stored already: the caller rolls back and stages),
         else the staging path."""
         inserted = conversations = decided = new_items = relabelled = conflicting = 0
-        mismatched = 0
+        mismatched = unkept = promoted = 0
         if rows:  # the day partitions of the rows first (created when missing)
             await conn.fetchval(ENSURE_DAYS, days)
-            events = [r[:_N] for r in rows]
+            decisions = provisional(rows, self._policy)
+            kept = kept_conversations(rows, decisions, self._policy)
+            # gate events are always kept: the gate's effect reads them over the whole retention
+            events = [(*r[:_N], r[_CID] in kept or r[_TYPE] == "gate") for r in rows]
+            unkept = sum(not e[_N] for e in events)
             if direct:  # every id is new: claimed, then straight into events
                 await self._claim(conn, rows)
                 await conn.copy_records_to_table("events", records=events, columns=_COPY)
@@ -219,7 +235,7 @@ class EventWriter:
             # new conversation rows are decided in the statement (monitor.ingest.decisions)
             record = await conn.fetchrow(
                 DIRECT_BATCH if direct else WRITE_BATCH,
-                *provisional(rows, self._policy),
+                *decisions,
                 self._digest,
                 printable(source),
             )
@@ -231,6 +247,11 @@ class EventWriter:
             # decisions existed): decided from the stored row; none in the common case
             if record["undecided"]:
                 decided += await self._decide(conn, cids)
+            # earlier unkept events of a conversation kept now, and this batch's of one whose
+            # stored row was kept already (by a rule, or a decision made under another policy)
+            unsampled = [c for c, hit in zip(decisions[0], decisions[6], strict=True) if not hit]
+            if unsampled:
+                promoted = int(await conn.fetchval(PROMOTE, unsampled, *self._rules))
             relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})
             synced = await conn.fetchrow(SYNC_ITEMS_DIRECT if direct else SYNC_ITEMS, cids, relabel)
             assert synced is not None
@@ -252,6 +273,8 @@ class EventWriter:
             conflicting,
             int(bool(rows) and not direct),
             mismatched,
+            unkept,
+            promoted,
         )
 
     @staticmethod

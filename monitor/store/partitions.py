@@ -2,7 +2,10 @@
 
 ``events`` is partitioned by range of ``ts``, one partition per UTC day, named
 ``event_partitions.events_YYYYMMDD`` (a schema of their own: the public schema holds only what
-the table metadata declares). Policy:
+the table metadata declares). Each day is itself partitioned by ``LIST (kept)`` (migration 0027):
+its leaf ``events_YYYYMMDD_k`` holds the events of the sample, ``events_YYYYMMDD_u`` the others,
+which retention empties after ``retention_unsampled_hours`` (:mod:`monitor.store.retention`).
+Policy:
 
 - the worker creates today's and the next ``partitions_ahead_days`` partitions at start and at
   every retention run (:mod:`monitor.store.retention`);

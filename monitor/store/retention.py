@@ -11,7 +11,11 @@
    A DROP needs ACCESS EXCLUSIVE on ``events``; it waits at most
    :data:`LOCK_TIMEOUT` (readers and writers queue behind a waiting DROP), and when it times out
    the step is reported as failed and retried at the next run;
-3. deletes the rows before their horizon of ``event_ids`` (by ``ts``, and only once the
+3. empties (TRUNCATE, a new empty file) the unsampled leaf of every day into which nothing was
+   ingested since the unsampled horizon (``retention_unsampled_hours`` before ``now``): the
+   events of conversations outside the sample, which no reader needs after the always-sample
+   rules had that long to promote them (migration 0027);
+4. deletes the rows before their horizon of ``event_ids`` (by ``ts``, and only once the
    event's partition is gone: a kept day stays de-duplicated), the 1-minute sums
    (``calibration_bins`` at ``1m`` by ``window_start``, ``event_minutes`` and
    ``ingest_delay_bins`` by ``minute``, which is the minute of ``ingested_at``,
@@ -112,6 +116,7 @@ class RetentionReport:
     horizons: Horizons | None = None
     partitions_created: int = 0
     partitions_dropped: int = 0
+    unsampled_emptied: int = 0
     deleted: dict[str, int] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
 
@@ -135,9 +140,10 @@ async def run_retention(
             await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": RETENTION_LOCK})
             await conn.commit()
     log.info(
-        "retention: %d partitions created, %d dropped, rows deleted %s%s",
+        "retention: %d partitions created, %d dropped, %d unsampled emptied, rows deleted %s%s",
         report.partitions_created,
         report.partitions_dropped,
+        report.unsampled_emptied,
         report.deleted,
         f", failed: {report.failed}" if report.failed else "",
     )
@@ -166,6 +172,14 @@ async def _steps(
         except Exception as exc:
             await conn.rollback()
             _failed(report, "events_partitions", exc)
+    if h.unsampled is not None:
+        try:
+            await conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+            report.unsampled_emptied = await empty_unsampled(conn, h.unsampled)
+            await conn.commit()
+        except Exception as exc:
+            await conn.rollback()
+            _failed(report, "unsampled_events", exc)
     for name, attr, sql in _DELETES:
         cut: date | None = getattr(h, attr)
         if cut is None:
@@ -183,6 +197,13 @@ async def drop_before(conn: AsyncConnection, day: date) -> int:
     """Drop every ``events`` partition of a day before ``day`` not written into since ``day``
     began; returns how many."""
     result = await conn.execute(text("SELECT drop_event_partitions(:d)"), {"d": day})
+    return int(result.scalar_one())
+
+
+async def empty_unsampled(conn: AsyncConnection, idle_since: datetime) -> int:
+    """Empty every day's unsampled ``events`` leaf with no row ingested at or after
+    ``idle_since`` (and not empty already); returns how many."""
+    result = await conn.execute(text("SELECT truncate_unsampled_events(:t)"), {"t": idle_since})
     return int(result.scalar_one())
 
 

@@ -2,7 +2,8 @@
 
 ``events`` holds every valid event once: partitioned by range of ``ts``, one partition per UTC
 day (schema ``event_partitions``, see :mod:`monitor.store.partitions`), so that retention drops
-whole days; ``event_ids`` is its de-duplication key (a partitioned table's unique key would
+whole days, and each day by list of ``kept`` (a leaf for the sample's events, one for the rest,
+emptied whole after a short window); ``event_ids`` is its de-duplication key (a partitioned table's unique key would
 have to include ``ts``): the writer inserts an event only when its id is new there.
 ``conversations`` is the per-conversation roll-up maintained in the same transaction as the
 event inserts;
@@ -100,6 +101,9 @@ events = Table(
     Column("kafka_partition", Integer),
     Column("kafka_offset", BigInteger),
     Column("ingested_at", TS, nullable=False, server_default=func.now()),
+    # false: an event of a conversation outside the sample (its day's ``_u`` leaf, emptied after
+    # retention_unsampled_hours); set true when the conversation is promoted
+    Column("kept", Boolean, nullable=False, server_default=text("true")),
     Index(None, "conversation_id", "ts"),
     Index(None, "ingested_at"),
     Index("ix_events_gate_ts", "ts", postgresql_where=text("type = 'gate'")),
