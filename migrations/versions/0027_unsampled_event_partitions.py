@@ -143,7 +143,9 @@ def upgrade() -> None:
         op.execute(f"ALTER TABLE {SCHEMA}.{day} RENAME TO {day}_k")
         op.execute(f"CREATE TABLE {SCHEMA}.{day} (LIKE events {like}) PARTITION BY LIST (kept)")
         op.execute(f"ALTER TABLE {SCHEMA}.{day}_k ADD CONSTRAINT {day}_kept CHECK (kept)")
-        op.execute(f"ALTER TABLE {SCHEMA}.{day} ATTACH PARTITION {SCHEMA}.{day}_k FOR VALUES IN (true)")
+        op.execute(
+            f"ALTER TABLE {SCHEMA}.{day} ATTACH PARTITION {SCHEMA}.{day}_k FOR VALUES IN (true)"
+        )
         op.execute(f"ALTER TABLE {SCHEMA}.{day}_k DROP CONSTRAINT {day}_kept")
         op.execute(
             f"CREATE TABLE {SCHEMA}.{day}_u PARTITION OF {SCHEMA}.{day} FOR VALUES IN (false)"

@@ -3,8 +3,9 @@
 ``events`` holds every valid event once: partitioned by range of ``ts``, one partition per UTC
 day (schema ``event_partitions``, see :mod:`monitor.store.partitions`), so that retention drops
 whole days, and each day by list of ``kept`` (a leaf for the sample's events, one for the rest,
-emptied whole after a short window); ``event_ids`` is its de-duplication key (a partitioned table's unique key would
-have to include ``ts``): the writer inserts an event only when its id is new there.
+emptied whole after a short window); ``event_ids`` is its de-duplication key (a partitioned
+table's unique key would have to include ``ts``): the writer inserts an event only when its id
+is new there.
 ``conversations`` is the per-conversation roll-up maintained in the same transaction as the
 event inserts;
 ``dead_letters`` keeps every invalid input with its reason (idempotent per source offset).

@@ -164,7 +164,9 @@ def test_copy_columns_are_the_events_table_in_order() -> None:
     from monitor.ingest.rows import EVENT_COLUMNS
     from monitor.store.tables import events
 
-    assert tuple(c.name for c in events.c if c.name != "ingested_at") == EVENT_COLUMNS
+    # kept: chosen by the writer for the batch (monitor.ingest.decisions.kept_conversations)
+    stored = tuple(c.name for c in events.c if c.name not in ("ingested_at", "kept"))
+    assert stored == EVENT_COLUMNS
 
 
 async def test_segment_columns_take_the_first_value_by_ts_when_a_batch_mixes_them(

@@ -9,6 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from monitor.ingest.rows import EVENT_COLUMNS
 from monitor.store.engine import downgrade, libpq_url, upgrade
 from monitor.store.schema import metadata
 
@@ -93,7 +94,8 @@ async def test_readonly_role_reads_everything_and_writes_nothing(database_url: s
 async def _events(url: str) -> list[tuple[object, ...]]:
     conn = await asyncpg.connect(libpq_url(url))
     try:
-        return [tuple(r) for r in await conn.fetch("SELECT * FROM events ORDER BY event_id")]
+        cols = ", ".join((*EVENT_COLUMNS, "ingested_at"))  # the columns of every revision
+        return [tuple(r) for r in await conn.fetch(f"SELECT {cols} FROM events ORDER BY 1")]
     finally:
         await conn.close()
 

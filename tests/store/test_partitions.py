@@ -34,7 +34,8 @@ async def days_and_rows(url: str) -> tuple[list[date], list[tuple[str, date, str
     rows = await fetch(
         url,
         "SELECT e.event_id, (e.ts AT TIME ZONE 'UTC')::date AS day, c.relname"
-        " FROM events e JOIN pg_class c ON c.oid = e.tableoid ORDER BY 1",
+        " FROM events e JOIN pg_inherits i ON i.inhrelid = e.tableoid"
+        " JOIN pg_class c ON c.oid = i.inhparent ORDER BY 1",  # the day (a leaf's parent)
     )
     return days, [(r["event_id"], r["day"], r["relname"]) for r in rows]
 

@@ -39,9 +39,7 @@ from tests.factories import T0, event
 from tests.ingest.test_read_rollups import dashboard_sql
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-NO_RULES = AlwaysSampleRules(
-    escalation=False, failed_tool_call=False, negative_feedback_below=None
-)
+NO_RULES = AlwaysSampleRules(escalation=False, failed_tool_call=False, negative_feedback_below=None)
 WINDOW = RetentionSettings(retention_unsampled_hours=48)
 
 EVENT_BYTES = """SELECT coalesce(sum(pg_total_relation_size(relid)), 0)
@@ -188,9 +186,12 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(database_url:
         left = await conn.fetch("SELECT conversation_id, count(*) FROM events GROUP BY 1")
         assert [tuple(r) for r in left] == [("c-promoted", 3)]
         # the quiet conversation keeps its roll-up row
-        assert await conn.fetchval(
-            "SELECT event_count FROM conversations WHERE conversation_id = 'c-quiet'"
-        ) == 2
+        assert (
+            await conn.fetchval(
+                "SELECT event_count FROM conversations WHERE conversation_id = 'c-quiet'"
+            )
+            == 2
+        )
     finally:
         await conn.close()
     pool = await asyncpg.create_pool(libpq_url(database_url), min_size=1, max_size=1)
@@ -202,7 +203,12 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(database_url:
             published.extend(requests)
 
         await claim_candidates(
-            pool, SamplingPolicy().always_sample, NOW + timedelta(hours=49), timedelta(0), 10, publish
+            pool,
+            SamplingPolicy().always_sample,
+            NOW + timedelta(hours=49),
+            timedelta(0),
+            10,
+            publish,
         )
         assert [r.conversation_id for r in published] == ["c-promoted"]
         stored = await load_for_judging(pool, "c-promoted", 100)
