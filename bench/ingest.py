@@ -26,6 +26,13 @@ else meanwhile; a remote server is not metered. Run from the repository root::
     .venv/bin/python bench/ingest.py                      # 50,000 events, 3 repeats
     .venv/bin/python bench/ingest.py --events 10000 --repeat 1
     .venv/bin/python bench/ingest.py --write-docs         # also update docs/benchmarks.md
+
+Sample rates (``--rates``, default 1.0, 0.1, 0.01): one more consume phase per rate, the worker
+with a sampling policy of that default rate (always-sample rules off unless ``--rules``, so the
+rate alone decides what is kept), then the bytes kept per event: every ``events`` leaf, the id
+key ``event_ids``, the conversation rows and the roll-ups (``pg_total_relation_size``), inside
+the window and after it (the unsampled leaves emptied as the retention job does past
+``retention_unsampled_hours``). CPU per event of the worker and of Postgres for each.
 """
 
 from __future__ import annotations
@@ -81,6 +88,22 @@ MARK_START, MARK_END = "<!-- bench/ingest.py:start -->", "<!-- bench/ingest.py:e
 # beyond it, the write is judged by its CPU and bytes per event
 FLOOR = 0.7
 PHASES = ("produce", "baseline", "consume", "e2e")
+ROLLUPS = (
+    "event_minutes",
+    "ingest_delay_bins",
+    "conversation_minutes",
+    "escalation_bins",
+    "calibration_bins",
+    "items",
+    "item_hours",
+    "design_hours",
+    "label_hours",
+    "segment_values",
+)
+EVENT_LEAVES = "SELECT relid FROM pg_partition_tree('events') WHERE isleaf"
+NO_RULES = (
+    "always_sample: {escalation: false, failed_tool_call: false, negative_feedback_below: null}"
+)
 PROCS = ("bench", "worker", "tansu", "postgres")
 
 
@@ -92,6 +115,9 @@ class Run:
     wall: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     batches: dict[str, tuple[int, float]] = field(default_factory=dict)  # count, mean latency
+    # per sample rate: bytes per event of events / event_ids / conversations / roll-ups,
+    # inside the window ("in") and after it ("after")
+    sizes: dict[float, dict[str, float]] = field(default_factory=dict)
 
     def rate(self, phase: str) -> float:
         return self.n / self.wall[phase]
@@ -242,7 +268,76 @@ async def one_repeat(
                 waiter.cancel()
             run.cpu["e2e"] = meter.spent(cpu0, meter.snapshot(worker=worker.pid))
             run.batches["e2e"] = await worker.batch_stats()
+    for k, rate in enumerate(args.rates):
+        await rate_phase(
+            args, bootstrap, admin_url, meter, events, workdir, index * 10 + k, rate, run
+        )
     return run
+
+
+async def stored_bytes(dsn: str, n: int) -> dict[str, float]:
+    """Bytes per event (of ``n``) kept: events inside the window, then, once the unsampled
+    leaves are emptied (every one: idle since a moment ahead), events, event_ids,
+    conversations and the roll-ups after it."""
+    conn = await asyncpg.connect(dsn)
+    try:
+
+        async def size(sql: str) -> float:
+            return (
+                int(
+                    await conn.fetchval(
+                        f"SELECT sum(pg_total_relation_size(r)) FROM ({sql}) AS t(r)"
+                    )
+                )
+                / n
+            )
+
+        out = {"events in": await size(EVENT_LEAVES)}
+        await conn.fetchval("SELECT truncate_unsampled_events(now() + interval '1 hour')")
+        out["events after"] = await size(EVENT_LEAVES)
+        out["event_ids"] = await size("SELECT 'event_ids'::regclass")
+        out["conversations"] = await size("SELECT 'conversations'::regclass")
+        rollups = ", ".join(f"'{t}'::regclass" for t in ROLLUPS)
+        out["roll-ups"] = await size(f"SELECT unnest(ARRAY[{rollups}])")
+        out["kept"] = int(await conn.fetchval("SELECT count(*) FROM events")) / n
+        return out
+    finally:
+        await conn.close()
+
+
+async def rate_phase(
+    args: argparse.Namespace,
+    bootstrap: str,
+    admin_url: str,
+    meter: CpuMeter,
+    events: list[AgentEvent],
+    workdir: Path,
+    index: int,
+    rate: float,
+    run: Run,
+) -> None:
+    """The consume phase with a policy of default rate ``rate``; sizes in ``run.sizes``."""
+    n, phase = len(events), f"consume@{rate:g}"
+    policy = workdir / f"sampling-{rate:g}.yaml"
+    policy.write_text(f"default_rate: {rate}\n" + ("" if args.rules else NO_RULES + "\n"))
+    extra = {
+        "MONITOR_BATCH_MAX_EVENTS": str(args.batch_max_events),
+        "MONITOR_BATCH_MAX_WAIT_MS": str(args.batch_max_wait_ms),
+        "MONITOR_SAMPLING_FILE": str(policy),
+    }
+    async with (
+        scratch_topic(bootstrap, f"r{index}", PARTITIONS) as tp,
+        scratch_database(admin_url, f"r{index}") as db,
+    ):
+        await produce(bootstrap, tp, events)
+        log = workdir / f"worker-{index}-rate-{rate:g}.log"
+        with running(Worker(bootstrap, db, tp, log, extra, WORKER_ARGV)) as worker:
+            await worker.wait_ready()
+            t0 = await worker.wait_assigned(PARTITIONS)
+            cpu0 = meter.snapshot(worker=worker.pid)
+            run.wall[phase] = await wait_rows(db, n, args.timeout) - t0
+            run.cpu[phase] = meter.spent(cpu0, meter.snapshot(worker=worker.pid))
+        run.sizes[rate] = await stored_bytes(db, n)
 
 
 # --- reporting ------------------------------------------------------------------------------
@@ -311,6 +406,42 @@ def cpu_line(runs: list[Run]) -> str:
     )
 
 
+def rates_table(runs: list[Run], rates: Sequence[float]) -> str:
+    """Per sample rate (medians): consume / baseline, CPU per event of the worker and of
+    Postgres, bytes per event kept inside and after the window, and what else is kept."""
+    head = [
+        "sample rate",
+        "consume / baseline",
+        "worker CPU µs/ev",
+        "Postgres CPU µs/ev",
+        "events kept",
+        "events B/ev in window",
+        "events B/ev after",
+        "event_ids B/ev",
+        "conversations B/ev",
+        "roll-ups B/ev",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for rate in rates:
+        phase = f"consume@{rate:g}"
+        ratio = _median([r.ratio(phase) for r in runs])
+        cpu = {p: _median([r.cpu[phase].get(p, 0.0) / r.n * 1e6 for r in runs]) for p in PROCS}
+        size = {k: _median([r.sizes[rate][k] for r in runs]) for k in runs[0].sizes[rate]}
+        cells = [
+            f"{rate:g}",
+            f"{ratio:.2f}",
+            f"{cpu['worker']:.0f}",
+            f"{cpu['postgres']:.0f}",
+            f"{size['kept']:.1%}",
+            *(
+                f"{size[k]:.0f}"
+                for k in ("events in", "events after", "event_ids", "conversations", "roll-ups")
+            ),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def docs_section(
     args: argparse.Namespace, runs: list[Run], command: str, pg: str, has_pg: bool
 ) -> str:
@@ -341,6 +472,13 @@ def docs_section(
             " = all listed CPU / wall; worker batches = committed batches x mean batch latency):",
             "",
             cpu_table(runs, has_pg),
+            "",
+            "Per sample rate (a consume phase each; always-sample rules "
+            f"{'as the default policy has them' if args.rules else 'off'}; bytes per event of "
+            "each relation with its indexes and TOAST, inside the window and after the unsampled"
+            " leaves are emptied):",
+            "",
+            rates_table(runs, args.rates),
             "",
             "Phases: *produce* = SDK send + flush alone; *baseline* = plain aiokafka getmany loop,"
             " `decode_event` + `event_row`, `COPY` straight into `events`, offset commit;"
@@ -415,6 +553,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=200,
         help="MONITOR_BATCH_MAX_WAIT_MS for the worker (200)",
     )
+    p.add_argument(
+        "--rates",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[1.0, 0.1, 0.01],
+        help="sample rates of the extra consume phases, comma-separated (1.0,0.1,0.01; '' none)",
+    )
+    p.add_argument(
+        "--rules",
+        action="store_true",
+        help="keep the default always-sample rules in those phases (default: off)",
+    )
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per phase (600)")
     p.add_argument(
         "--write-docs",
@@ -462,6 +611,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"median consume / baseline = {consume:.2f} (floor >= {FLOOR}); e2e / baseline = {e2e:.2f}"
     )
     print(cpu_line(runs))
+    if args.rates:
+        print(f"\n{rates_table(runs, args.rates)}")
     if args.write_docs:
         write_docs(docs_section(args, runs, command, pg, has_pg))
         print(f"wrote {DOCS.relative_to(REPO)}")
