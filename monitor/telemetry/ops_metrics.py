@@ -206,7 +206,8 @@ class OpsMetrics:
         )
         self.retention_partitions = Counter(
             "monitor_retention_partitions",
-            "Daily events partitions by action (created, dropped)",
+            "Daily events partitions by action (created, dropped; emptied: a day's leaf of "
+            "unsampled events truncated)",
             ["action"],
             registry=r,
         )
@@ -230,6 +231,7 @@ class OpsMetrics:
         self.retention_runs.labels("partial" if report.failed else "ok").inc()
         self.retention_partitions.labels("created").inc(report.partitions_created)
         self.retention_partitions.labels("dropped").inc(report.partitions_dropped)
+        self.retention_partitions.labels("emptied").inc(report.unsampled_emptied)
         for kind, rows in report.deleted.items():
             self.retention_rows.labels(kind).inc(rows)
         if not report.failed:
