@@ -13,7 +13,8 @@ partitions) in the batch's transaction.
 Functions: ``ensure_event_partitions(date[])`` now creates a day as the partitioned table and
 its two leaves (then attaches it: SHARE UPDATE EXCLUSIVE on ``events``, as before);
 ``truncate_unsampled_events(timestamptz)`` empties every non-empty ``_u`` leaf with no row
-ingested at or after the given instant and returns how many. ``drop_event_partitions`` is
+ingested at or after the given instant (checked again under the leaf's ACCESS EXCLUSIVE lock,
+so a write committed meanwhile keeps it) and returns how many. ``drop_event_partitions`` is
 unchanged (dropping a day drops both leaves).
 
 The upgrade turns every existing day into the new shape: its table becomes the ``_k`` leaf (all
@@ -112,10 +113,16 @@ BEGIN
     WHERE n.nspname = '{SCHEMA}' AND c.relname ~ '^events_[0-9]{{8}}_u$' AND c.relkind = 'r'
     ORDER BY c.relname
   LOOP
-    -- kept while anything was written into it within the window (or it is empty already)
+    -- kept while anything was written into it within the window (or it is empty already);
+    -- checked again under the lock, after the writes in flight into it committed
     EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM {SCHEMA}.%I)'
                    ' OR EXISTS (SELECT 1 FROM {SCHEMA}.%I WHERE ingested_at >= %L)',
                    r.relname, r.relname, idle_since) INTO busy;
+    IF NOT busy THEN
+      EXECUTE format('LOCK TABLE {SCHEMA}.%I IN ACCESS EXCLUSIVE MODE', r.relname);
+      EXECUTE format('SELECT EXISTS (SELECT 1 FROM {SCHEMA}.%I WHERE ingested_at >= %L)',
+                     r.relname, idle_since) INTO busy;
+    END IF;
     IF NOT busy THEN
       EXECUTE format('TRUNCATE {SCHEMA}.%I', r.relname);
       emptied := emptied + 1;
