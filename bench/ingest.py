@@ -456,6 +456,8 @@ def docs_section(
             f"- machine: {os.cpu_count()} cores (nproc), {platform.machine()}, "
             f"Python {platform.python_version()}, {platform.system()} {platform.release()}",
             f"- broker: embedded Tansu (memory storage); Postgres: {pg}",
+            f"- load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores shared"
+            " with other jobs (wall-clock ratios move with it; CPU per event is steadier)",
             f"- {args.events:,} simulated events per phase, {args.repeat} repeats (median shown), "
             f"{PARTITIONS} partitions, one worker (`monitor worker`), "
             f"batch_max_events={args.batch_max_events}, batch_max_wait_ms={args.batch_max_wait_ms}",
