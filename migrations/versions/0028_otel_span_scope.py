@@ -6,8 +6,8 @@ agents every recorded scope allows. NULL means a credential for every agent (a s
 a ``*`` key, the traces topic): so are the spans that waited before this revision. The
 downgrade drops the column (waiting spans are then mapped without a scope check, as before).
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0028
+Revises: 0027
 Create Date: 2026-11-27 17:40:00
 """
 
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0027"
-down_revision: str | None = "0026"
+revision: str = "0028"
+down_revision: str | None = "0027"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
