@@ -7,7 +7,7 @@ arriving after their root.
 The downgrade drops both (waiting spans are lost: map them first by letting the deadline pass).
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-11-27 15:10:00
 """
 

@@ -8,7 +8,7 @@ The alert state itself is JSONB (``alert_states.state``), so the new state field
 downgrade restores 0005's view.
 
 Revision ID: 0025
-Revises: 0022
+Revises: 0024
 Create Date: 2026-11-27 15:00:00
 """
 

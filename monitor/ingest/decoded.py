@@ -10,7 +10,8 @@ from typing import TypeAlias
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from monitor.ingest.batch_scan import Undecodable
+from monitor.consume.batch_scan import REASON, Undecodable
+from monitor.consume.guarded_fetch import ends
 from monitor.ingest.decoding import chunks, decode_records
 from monitor.ingest.rows import PARTITION, DeadLetter, EventRow
 
@@ -61,15 +62,12 @@ class Decoded:
         """Add the undecodable record batches ``bad``, each after the records of its partition:
         its dead letter is written and its offsets committed with the batch."""
         self.bad += bad
-        self.dead += [b.dead_letter() for b in bad]
+        self.dead += [dead_letter_of(b) for b in bad]
 
     def ends(self) -> dict[TopicPartition, int]:
         """The offsets to commit: per partition, the one after its last record or after its
         undecodable batch."""
-        ends = {tp: recs[-1].offset + 1 for tp, recs in self.batch.items() if recs}
-        for b in self.bad:
-            ends[b.tp] = max(ends.get(b.tp, 0), b.next)
-        return ends
+        return ends((self.batch, self.bad))
 
     def keep(self, assigned: set[TopicPartition]) -> None:
         """Drop the records of partitions not in ``assigned`` (revoked since the fetch)."""
@@ -81,3 +79,10 @@ class Decoded:
         self.records = [r for r in self.records if r.partition in kept]
         self.rows = [r for r in self.rows if r[PARTITION] in kept]
         self.dead = [d for d in self.dead if d.partition in kept]
+
+
+def dead_letter_of(bad: Undecodable) -> DeadLetter:
+    """The dead letter of an undecodable batch: reason ``undecodable_batch``, offset ``first``,
+    the batch's bytes as the broker holds them (compressed) and its offset range in the detail."""
+    tp = bad.tp
+    return DeadLetter(tp.topic, tp.partition, bad.first, REASON, None, bad.describe(), bad.raw)

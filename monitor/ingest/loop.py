@@ -3,7 +3,7 @@
 Commit contract (arroyo-style): for each batch returned by ``getmany`` the loop
 1. decodes every record (invalid -> dead letter with reason, never raises); a record batch
    the consumer cannot decode is one dead letter, its offsets committed past
-   (:mod:`monitor.ingest.guarded_fetch`),
+   (:mod:`monitor.consume.guarded_fetch`),
 2. publishes the dead letters to the DLQ topic and waits for the broker's acks
    (:mod:`monitor.ingest.dlq_publish`: per record, a retry re-sends only the unacknowledged),
 3. writes events + roll-ups + dead letters in ONE Postgres transaction (``EventWriter``),
@@ -50,7 +50,7 @@ how the loss is told from a stale reported log end).
 
 Collaborators: :class:`IngestLoop` runs the steps above and holds one object per concern, each
 owning its own state and receiving the consumer with each call:
-:class:`~monitor.ingest.guarded_fetch.GuardedFetch` (the fetch, and the offset after the last
+:class:`~monitor.consume.guarded_fetch.GuardedFetch` (the fetch, and the offset after the last
 record fetched per partition), :class:`~monitor.ingest.offsets.OffsetTracker` (the committed
 positions, lag and broker data loss), :class:`~monitor.ingest.paused_retry.PausedRetry` (which
 partitions are paused by failing retries) and :class:`~monitor.ingest.rebalance.InFlight` (the
@@ -68,12 +68,12 @@ from datetime import timedelta
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from monitor.consume.guarded_fetch import GuardedFetch
 from monitor.core.clock import Clock, SystemClock
 from monitor.ingest.config import IngestConfig as IngestConfig
 from monitor.ingest.decoded import Decoded, Record
 from monitor.ingest.dlq_publish import DlqBatch
 from monitor.ingest.dlq_publish import retriable as kafka_retriable
-from monitor.ingest.guarded_fetch import GuardedFetch
 from monitor.ingest.health import IngestHealth
 from monitor.ingest.log_dedupe import dedupe_kafka_client_logs
 from monitor.ingest.offsets import OffsetTracker
@@ -116,7 +116,7 @@ class IngestLoop:
         self._in_flight = InFlight()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
-        self._fetcher = GuardedFetch(config)
+        self._fetcher = GuardedFetch(config.consumer_settings())
         self._offsets = OffsetTracker(
             self.metrics, self.health, config.commit_timeout_s, self._fetcher.from_start
         )

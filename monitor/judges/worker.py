@@ -38,6 +38,7 @@ from typing import TypeVar
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from monitor.consume.guarded_fetch import GuardedFetch, ends
 from monitor.core.clock import Clock, SystemClock
 from monitor.judges import repo as judge_repo
 from monitor.judges.base import Conversation, Verdict
@@ -210,10 +211,15 @@ class JudgeLoop:
         try:
             if ready is not None:
                 ready.set()
+            fetcher = GuardedFetch({"max_poll_records": cfg.concurrency * 4})
             while not self._stopping.is_set():
-                batch = await consumer.getmany(timeout_ms=500, max_records=cfg.concurrency * 4)
-                if not batch:
+                fetched = await fetcher.fetch(consumer, 500, cfg.concurrency * 4)
+                batch, bad = fetched
+                if not batch and not bad:
                     continue
+                for b in bad:  # their conversations stay requested: not judged again
+                    log.error("skipping a judge request batch it cannot decode: %s", b.describe())
+                    self.metrics.judge_requests_skipped.labels("undecodable_batch").inc()
                 requests = []
                 for records in batch.values():
                     for rec in records:
@@ -223,11 +229,12 @@ class JudgeLoop:
                             log.error(
                                 "skipping a malformed judge request at %s: %s", rec.offset, exc
                             )
+                            self.metrics.judge_requests_skipped.labels("malformed").inc()
                 unique = {r.conversation_id: r for r in requests}
                 results = await asyncio.gather(*(self._judge(r) for r in unique.values()))
                 if not all(r is not None for r in results) or not await self._write(results):
                     return  # stopping: leave the batch uncommitted
-                await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batch.items()})
+                await consumer.commit(ends(fetched))
         finally:
             await consumer.stop()
 

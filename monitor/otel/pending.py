@@ -26,7 +26,7 @@ from monitor.core.errors import StoreUnavailable
 from monitor.otel import mapping_config
 from monitor.otel.assembly import TraceContext
 from monitor.otel.spans import Span
-from monitor.otel.traces import TraceAssembler
+from monitor.otel.traces import Scope, TraceAssembler
 from monitor.store.engine import make_engine
 from monitor.store.tables_otel import otel_pending_spans as pending_t
 from monitor.store.tables_otel import otel_traces as traces_t
@@ -91,8 +91,9 @@ class PendingTraces:
         return waiting, resolved
 
     @_guarded
-    async def park(self, spans: list[Span]) -> None:
-        """Store ``spans`` as waiting (a span already waiting keeps its first arrival)."""
+    async def park(self, spans: list[Span], scope: Scope = None) -> None:
+        """Store ``spans`` as waiting, sent under ``scope`` (the agent patterns of the sender's
+        key; None: every agent); a span already waiting keeps its first arrival and scope."""
         if not spans:
             return
         now = self.now()
@@ -103,6 +104,7 @@ class PendingTraces:
                 "received_at": now,
                 "root": s.is_local_root,
                 "span": s.to_json(),
+                "scope": None if scope is None else list(scope),
             }
             for s in spans
         ]
@@ -204,6 +206,24 @@ class PendingTraces:
             for trace_id, text in rows:
                 out.setdefault(str(trace_id), []).append(Span.from_json(str(text)))
         return out, how
+
+    @_guarded
+    async def scopes(self, trace_ids: Iterable[str]) -> dict[str, list[tuple[str, ...]]]:
+        """The distinct scopes of the spans waiting for each of ``trace_ids`` (traces whose
+        waiting spans all came under a credential for every agent are left out)."""
+        ids = sorted(set(trace_ids))
+        if not ids:
+            return {}
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(pending_t.c.trace_id, pending_t.c.scope)
+                .where(pending_t.c.trace_id.in_(ids), pending_t.c.scope.is_not(None))
+                .distinct()
+            )
+            out: dict[str, list[tuple[str, ...]]] = {}
+            for trace_id, scope in rows.tuples():
+                out.setdefault(str(trace_id), []).append(tuple(str(p) for p in scope))
+        return out
 
     @_guarded
     async def contexts(self, trace_ids: Iterable[str]) -> dict[str, TraceContext]:

@@ -210,7 +210,7 @@ async def _receive(
             await publish(kept)
 
     try:
-        prepared = await assembler.handle(spans, publish_in_scope)
+        prepared = await assembler.handle(spans, publish_in_scope, grant.agents)
     except MonitorError as exc:
         message = f"event bus unavailable: {exc}"
         return _error(kind, 503, UNAVAILABLE, message, **{"Retry-After": "5"})

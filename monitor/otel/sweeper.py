@@ -1,10 +1,11 @@
 """The worker's sweep of the trace assembly: map what waited past the deadline or the bound.
 
-``sweep_once`` maps every due trace under the fallback (``TraceAssembler.sweep``), publishes
-the events, settles the traces, counts them, and forgets mapped traces older than the memory
-window. ``TraceSweepService`` runs it every ``otel_sweep_seconds`` for the worker's lifetime and
-keeps ``monitor_otlp_pending_spans`` current; a failing store or event bus is logged and retried
-on the next round (nothing is settled that was not published).
+``sweep_once`` maps every due trace under the fallback (``TraceAssembler.sweep``), publishes the
+events, settles the traces, counts them (events outside the scope of a key that sent the trace's
+spans are rejected, counted and logged, never published), and forgets mapped traces older than
+the memory window. ``TraceSweepService`` runs it every ``otel_sweep_seconds`` for the worker's
+lifetime and keeps ``monitor_otlp_pending_spans`` current; a failing store or event bus is
+logged and retried on the next round (nothing is settled that was not published).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ async def sweep_once(
             metrics.otlp(prepared.mapped.failures, prepared.resolutions())
             metrics.otlp_spans.labels("mapped").inc(prepared.mapped.mapped)
             metrics.otlp_spans.labels("events").inc(len(prepared.mapped.events))
+            metrics.otlp_spans.labels("rejected").inc(prepared.mapped.rejected)
+        if prepared.mapped.errors:
+            log.warning("trace assembly: rejected: %s", "; ".join(prepared.mapped.errors))
     await assembler.forget()
     if metrics is not None:
         metrics.otlp_pending_spans.set(await assembler.waiting())

@@ -7,9 +7,11 @@ the topic in its own consumer group (``<consumer_group>-traces``), maps the span
 wait in Postgres), publishes the events to the events topic through the worker's producer,
 settles the mapped traces, and commits the offsets only after the producer acknowledged them
 (at-least-once; the deterministic event ids make a replay idempotent). A record that is not a
-request is counted as rejected (``monitor_otlp_spans_total{result="bad_record"}``) and
-skipped; when the producer fails the consumer goes back to the last committed offsets and
-retries after a pause.
+request is counted as rejected (``monitor_otlp_spans_total{result="bad_record"}``) and skipped;
+a record batch the consumer cannot decode (corrupt, an unknown codec) is logged with its
+offsets, counted (``result="bad_batch"``) and skipped, the records before it kept
+(:class:`monitor.consume.guarded_fetch.GuardedFetch`); when the producer fails the consumer goes
+back to the last committed offsets and retries after a pause.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from aiokafka import AIOKafkaConsumer
 from mode import Service
 
 from monitor.config import Settings
+from monitor.consume.guarded_fetch import GuardedFetch, ends
 from monitor.core.errors import MonitorError, UndecodableBody
 from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.traces import Prepared, TraceAssembler
@@ -50,6 +53,7 @@ class TraceTopicService(Service):
         self.emitter = emitter
         self.assembler = assembler
         self.consumer: AIOKafkaConsumer | None = None
+        self.fetcher = GuardedFetch()
 
     async def on_start(self) -> None:
         self.consumer = AIOKafkaConsumer(
@@ -65,8 +69,9 @@ class TraceTopicService(Service):
     async def _consume(self) -> None:
         assert self.consumer is not None
         while not self.should_stop:
-            batches = await self.consumer.getmany(timeout_ms=500, max_records=200)
-            if not batches:
+            fetched = await self.fetcher.fetch(self.consumer, timeout_ms=500, max_records=200)
+            batches, bad = fetched
+            if not batches and not bad:
                 continue
             counts = {
                 "mapped": 0,
@@ -74,8 +79,11 @@ class TraceTopicService(Service):
                 "rejected": 0,
                 "events": 0,
                 "bad_record": 0,
+                "bad_batch": len(bad),
                 "waiting": 0,
             }
+            for b in bad:
+                log.error("trace topic: skipped a record batch it cannot decode: %s", b.describe())
             settled: list[Prepared] = []
             try:
                 for records in batches.values():
@@ -89,14 +97,15 @@ class TraceTopicService(Service):
             except MonitorError as exc:
                 log.error("trace topic: cannot publish events, retrying: %s", exc)
                 await asyncio.sleep(RETRY_S)
-                for tp in batches:
+                self.fetcher.forget(ends(fetched))  # read on from the committed offsets
+                for tp in ends(fetched):
                     committed = await self.consumer.committed(tp)
                     if committed is None:
                         await self.consumer.seek_to_beginning(tp)
                     else:
                         self.consumer.seek(tp, committed)
                 continue
-            await self.consumer.commit()
+            await self.consumer.commit(ends(fetched))
             for result, n in counts.items():
                 if n:
                     self.metrics.otlp_spans.labels(result).inc(n)

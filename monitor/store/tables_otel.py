@@ -3,7 +3,9 @@
 ``otel_pending_spans``
     Spans received before their trace's root: one row per (trace, span), the span as JSON,
     kept until the root arrives (then mapped with its trace and deleted) or until the deadline
-    or the count bound (then mapped under the fallback and deleted).
+    or the count bound (then mapped under the fallback and deleted). ``scope``: the agent
+    patterns of the API key that sent the span (NULL: a credential for every agent, or the
+    traces topic); a trace's events are mapped only for agents every such scope allows.
 ``otel_traces``
     One row per trace already mapped: the conversation and agent it named, whether it had LLM
     calls, and how it was resolved (``root``, ``late``, ``deadline``, ``overflow``), so spans
@@ -13,7 +15,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Index, PrimaryKeyConstraint, Table, Text, func
+from sqlalchemy import ARRAY, Boolean, Column, Index, PrimaryKeyConstraint, Table, Text, func
 
 from monitor.store.tables import TS, metadata
 
@@ -25,6 +27,7 @@ otel_pending_spans = Table(
     Column("received_at", TS, nullable=False, server_default=func.now()),
     Column("root", Boolean, nullable=False, server_default="false"),
     Column("span", Text, nullable=False),
+    Column("scope", ARRAY(Text)),
     PrimaryKeyConstraint("trace_id", "span_id", name="otel_pending_spans_pkey"),
     Index("otel_pending_spans_received_at", "received_at"),
 )

@@ -141,7 +141,8 @@ class OpsMetrics:
         self.otlp_spans = Counter(
             "monitor_otlp_spans",
             "Spans posted to /v1/traces by fate (mapped, dropped, rejected, waiting: parked "
-            "until their trace's root; events: events made)",
+            "until their trace's root; events: events made; on the traces topic, bad_record "
+            "and bad_batch: records and record batches skipped as undecodable)",
             ["result"],
             registry=r,
         )
@@ -175,6 +176,13 @@ class OpsMetrics:
         )
         self.judged = Counter(
             "monitor_judged_conversations", "Judge requests completed", registry=r
+        )
+        self.judge_requests_skipped = Counter(
+            "monitor_judge_requests_skipped",
+            "Judge request records (malformed) and record batches (undecodable_batch) the judge "
+            "consumer skipped",
+            ["reason"],
+            registry=r,
         )
         self.verdicts = Counter(
             "monitor_verdicts", "Verdicts produced", ["judge", "status"], registry=r

@@ -255,3 +255,57 @@ async def test_schedule_picks_rule_candidates_only_and_marks_them(broker, databa
     ]
     reasons = await fetch(database_url, "SELECT reasons FROM judge_requests")
     assert all('"low_confidence"' in r["reasons"] for r in reasons), reasons
+
+
+async def test_an_undecodable_request_batch_and_a_malformed_request_are_skipped(
+    broker, database_url
+):
+    """A corrupt record batch and a record that is no request sit before the real requests:
+    both are skipped and counted, and the requests after them are judged."""
+    from aiokafka import AIOKafkaProducer
+
+    from tests.kafka_raw import Raw, record_batch
+
+    topic = f"judge-{uuid.uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"not a judge request", partition=0)
+    finally:
+        await producer.stop()
+    async with Raw(broker.bootstrap, topic) as raw:
+        await raw.produce(record_batch([b'{"conversation_id": "x"}'], "lz4", "crc"), partition=0)
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in conversations()])
+    config = JudgeConfig(
+        broker.bootstrap,
+        database_url,
+        topic=topic,
+        group_id=f"g-{topic}",
+        idle_s=60,
+        idempotent_producer=False,
+    )
+    loop = JudgeLoop(
+        config,
+        JudgeRunner(deterministic_judges()),
+        SamplingPolicy().always_sample,
+        clock=FixedClock(T0 + timedelta(minutes=10)),
+    )
+    await loop.start()
+    ready = asyncio.Event()
+    consumer = asyncio.create_task(loop.consume_forever(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        assert await loop.schedule_once() == 3
+        await wait_for(lambda: judged(database_url), 3)
+        assert not consumer.done()
+        text = loop.metrics.render().decode()
+        for reason in ("malformed", "undecodable_batch"):
+            line = f'monitor_judge_requests_skipped_total{{reason="{reason}"}} 1.0'
+            assert line in text, text
+    finally:
+        await loop.stop()
+        await asyncio.wait_for(consumer, 30)
+        await loop.close()
+        await writer.close()

@@ -253,3 +253,50 @@ async def test_a_span_parked_while_its_trace_is_published_is_mapped_by_that_requ
     results = [e for e in published if e.type == "tool_result"]
     assert len(results) == 2 and len({e.event_id for e in results}) == 1
     assert await assembler.waiting() == 0
+
+
+async def test_waiting_spans_are_mapped_only_for_agents_their_keys_allow(
+    database_url: str, genai_spans: list[Span]
+):
+    """Spans parked under a key for other agents are never published for theirs: not by the
+    sweep after the deadline, nor by a request of a key for every agent bringing the root."""
+    config, clock = MappingConfig(), Clock()
+    children = [s for s in genai_spans if not s.is_local_root]
+    roots = [s for s in genai_spans if s.is_local_root]
+    # without their root the children map to the resource's service name
+    (agent,) = {e.agent.id for e in map_spans(children, config).events}
+    other_key = ("team-b-*",)
+    pending = store(database_url, clock, deadline_s=60)
+    assembler = TraceAssembler(config, pending)
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    await assembler.handle(children, publish, other_key)
+    assert published == [] and await pending.scopes({s.trace_id for s in children}) == {
+        s.trace_id: [other_key] for s in children
+    }
+    clock.at += timedelta(seconds=61)
+    assert await sweep_once(assembler, publish) == {"deadline": 2}
+    assert published == [] and await assembler.waiting() == 0
+
+    # the same spans under a key naming the agent (by prefix) are mapped by the sweep
+    await assembler.handle([_moved(s, "e") for s in children], publish, (agent[:7] + "*",))
+    clock.at += timedelta(seconds=61)
+    assert await sweep_once(assembler, publish) == {"deadline": 2}
+    assert {e.agent.id for e in published} == {agent} and published
+
+    # children parked by the stranger's key, then the root under a key for every agent:
+    # the request maps the trace but keeps nothing the stranger's key does not allow
+    published.clear()
+    await assembler.handle([_moved(s, "f") for s in children], publish, other_key)
+    prepared = await assembler.handle([_moved(s, "f") for s in roots], publish, None)
+    assert published == [] and prepared.mapped.rejected > 0
+    assert any("out_of_scope" in reason for reason in prepared.mapped.errors)
+    assert await assembler.waiting() == 0
+
+
+def _moved(span: Span, digit: str) -> Span:
+    """``span`` in another trace (the first 8 hex digits of its trace id replaced)."""
+    return Span(**{**span.__dict__, "trace_id": digit * 8 + span.trace_id[8:]})

@@ -353,11 +353,13 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
     broker, topic_name: str, database_url: str, tmp_path: Path
 ):
     """OTLP protobuf records on the traces topic (as the Collector's kafka exporter writes
-    them) become the same events; a record that is not OTLP is skipped."""
+    them) become the same events; a record that is not OTLP is skipped, and so is a record
+    batch the consumer cannot decode (the records after it are read)."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+    from tests.kafka_raw import Raw, record_batch
     from tests.otel.agents import collecting
 
     traces_topic = f"{topic_name}.otlp"
@@ -384,9 +386,13 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
     await producer.start()
     try:
-        await producer.send_and_wait(traces_topic, b"not an otlp request \xff")
-        for half in (spans[:2], spans[2:]):
-            await producer.send_and_wait(traces_topic, encode_spans(half).SerializeToString())
+        await producer.send_and_wait(traces_topic, b"not an otlp request \xff", partition=0)
+        first = encode_spans(spans[:2]).SerializeToString()
+        await producer.send_and_wait(traces_topic, first, partition=0)
+        async with Raw(broker.bootstrap, traces_topic) as raw:  # corrupt, between good records
+            await raw.produce(record_batch([first], "zstd", "payload"), partition=0)
+        second = encode_spans(spans[2:]).SerializeToString()
+        await producer.send_and_wait(traces_topic, second, partition=0)
     finally:
         await producer.stop()
     w = WorkerProcess(
@@ -409,6 +415,7 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
             (f"k-{i}", "kafka-agent", 0.5) for i in range(4)
         ]
         assert labelled(w, "monitor_otlp_spans_total", "bad_record") == 1
+        assert labelled(w, "monitor_otlp_spans_total", "bad_batch") == 1
         assert labelled(w, "monitor_otlp_spans_total", "mapped") == 4
     finally:
         w.stop()

@@ -1,36 +1,36 @@
-"""The ingest loop's fetch, guarded against record batches the consumer cannot decode.
+"""A consumer's fetch, guarded against record batches the consumer cannot decode.
 
-Every Kafka codec (gzip, snappy, lz4,
-zstd) decodes with the project's dependencies; a batch that still does not decode (a corrupt
-payload, a codec id Kafka does not define, a CRC mismatch, truncated records) makes the
-consumer's ``getmany`` raise, fetch after fetch, and drop the records it had already taken
-from the same fetch, of that partition and of partitions drained before it in the same call
-(their positions moved past records never returned).
+Every Kafka codec (gzip, snappy, lz4, zstd) decodes with the project's dependencies; a batch
+that still does not decode (a corrupt payload, a codec id Kafka does not define, a CRC
+mismatch, truncated records) makes the consumer's ``getmany`` raise, fetch after fetch, and
+drop the records it had already taken from the same fetch, of that partition and of partitions
+drained before it in the same call (their positions moved past records never returned).
 
 :meth:`GuardedFetch.fetch` catches such an error (:func:`may_be_undecodable`) and recovers:
 
-1. every assigned partition is sought back to the offset after the last record the loop
+1. every assigned partition is sought back to the offset after the last record the caller
    received from it (before any: the group's committed offset, else the log start), so
    nothing the consumer dropped is skipped;
 2. the partitions are fetched again, raw, one at a time from that offset, and walked like the
-   consumer walks them (:func:`monitor.ingest.batch_scan.scan`); the first partition holding
+   consumer walks them (:func:`monitor.consume.batch_scan.scan`); the first partition holding
    an undecodable batch (or ``max_records`` decodable records before one) is returned as the
    batch: its decodable records before the bad batch, and the bad batch
-   (:class:`~monitor.ingest.batch_scan.Undecodable`), which the loop dead-letters with reason
-   ``undecodable_batch`` and commits past in batch order, like any poison record;
+   (:class:`~monitor.consume.batch_scan.Undecodable`), which the caller dead-letters or counts
+   and commits past (:func:`ends`), like any poison record;
 3. that partition is sought to the offset after what was returned; the others are fetched
    again by the consumer.
 
-When no partition reproduces the error, it is re-raised (the loop ends; ``/health`` says so).
-The raw fetch reads ``read_uncommitted`` like the loop's consumer and skips control batches.
+When no partition reproduces the error, it is re-raised (the caller ends; its ``/health`` says
+so). The raw fetch reads ``read_uncommitted`` like the consumers and skips control batches.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import (
     ConsumerStoppedError,
     CorruptRecordException,
@@ -40,13 +40,19 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.fetch import FetchRequest
 
-from monitor.ingest.batch_scan import Undecodable, scan
-from monitor.ingest.config import IngestConfig
-from monitor.ingest.decoded import Record
+from monitor.consume.batch_scan import Undecodable, scan
 
-log = logging.getLogger("monitor.ingest")
+log = logging.getLogger("monitor.consume")
 
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 Fetched = tuple[dict[TopicPartition, list[Record]], list[Undecodable]]
+
+
+FETCH_DEFAULTS = {  # aiokafka's consumer defaults
+    "max_partition_fetch_bytes": 1024 * 1024,
+    "fetch_max_bytes": 52_428_800,
+    "fetch_max_wait_ms": 500,
+}
 
 
 def may_be_undecodable(exc: BaseException) -> bool:
@@ -59,17 +65,18 @@ def may_be_undecodable(exc: BaseException) -> bool:
 
 
 class GuardedFetch:
-    """The ingest loop's fetch (module docstring).
+    """A consumer's fetch (module docstring).
 
     Owns: per assigned partition, the offset after the last record it returned (None: read
     on from the log start, :meth:`from_start`), which is where step 1 seeks back to. Reads:
-    the consumer passed to each call, and the consumer settings of ``config``
-    (:meth:`IngestConfig.consumer_settings`) for the size of a raw fetch. Commits
-    nothing: what it returns is committed by the loop after the write, like any batch.
+    the consumer passed to each call, and ``consumer_settings`` (the consumer's aiokafka
+    settings; aiokafka's defaults where they name no ``max_partition_fetch_bytes``,
+    ``fetch_max_bytes`` or ``fetch_max_wait_ms``) for the size of a raw fetch. Commits
+    nothing: what it returns is committed by the caller after its work, like any batch.
     """
 
-    def __init__(self, config: IngestConfig) -> None:
-        self._config = config
+    def __init__(self, consumer_settings: Mapping[str, Any] | None = None) -> None:
+        self._settings = {**FETCH_DEFAULTS, **(consumer_settings or {})}
         self._fetched: dict[TopicPartition, int | None] = {}  # next offset received
 
     async def fetch(self, consumer: AIOKafkaConsumer, timeout_ms: int, max_records: int) -> Fetched:
@@ -147,7 +154,7 @@ class GuardedFetch:
         if node is None or node < 0:
             await client.force_metadata_update()
             node = client.cluster.leader_for_partition(tp)
-        settings = self._config.consumer_settings()
+        settings = self._settings
         part = (tp.partition, offset, settings["max_partition_fetch_bytes"])
         wait_ms = settings["fetch_max_wait_ms"]  # the broker answers at once when it has data
         request = FetchRequest(wait_ms, 1, settings["fetch_max_bytes"], 0, [(tp.topic, [part])])
@@ -169,3 +176,13 @@ def _seek(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> None:
     are then dropped by the write, ``Decoded.keep``)."""
     if tp in consumer.assignment():
         consumer.seek(tp, offset)
+
+
+def ends(fetched: Fetched) -> dict[TopicPartition, int]:
+    """The offsets to commit once ``fetched`` is done: per partition, the one after its last
+    record or after its undecodable batch."""
+    batch, bad = fetched
+    out = {tp: recs[-1].offset + 1 for tp, recs in batch.items() if recs}
+    for b in bad:
+        out[b.tp] = max(out.get(b.tp, 0), b.next)
+    return out

@@ -23,13 +23,11 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.memory_records import MemoryRecords
 
-from monitor.ingest.rows import DeadLetter
-
 LOG_OVERHEAD = struct.calcsize(">qi")  # base offset, length: the frame of every batch
 MAGIC_AT = struct.calcsize(">qii")  # base offset, length, partition leader epoch
 ATTRIBUTES_AT = struct.calcsize(">qiibI")  # ... magic, crc (record batch v2)
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-REASON = "undecodable_batch"
+REASON = "undecodable_batch"  # the dead-letter reason of such a batch
 
 
 @dataclass(frozen=True)
@@ -43,16 +41,12 @@ class Undecodable:
     error: str
     raw: bytes
 
-    def dead_letter(self) -> DeadLetter:
-        """The dead letter of the batch: reason ``undecodable_batch``, offset ``first``, the
-        batch's bytes as the broker holds them (compressed) and its offset range in the detail."""
+    def describe(self) -> str:
+        """The batch's offsets, partition, codec and error, in one line."""
         n = self.next - self.first
-        detail = (
+        return (
             f"offsets {self.first}-{self.next - 1} ({n} offset{'s' * (n != 1)}) of "
             f"{self.tp.topic}[{self.tp.partition}]: {self.codec} record batch: {self.error}"
-        )
-        return DeadLetter(
-            self.tp.topic, self.tp.partition, self.first, REASON, None, detail, self.raw
         )
 
 
