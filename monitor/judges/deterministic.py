@@ -50,6 +50,7 @@ from monitor.judges.lexicon import (
     FAMILY_TOOLS,
     acknowledges_problem,
     find_claims,
+    is_read_only,
     is_transient,
     speaks_of_success,
     tool_backs,
@@ -126,7 +127,9 @@ class AuthorizationFabricationJudge(DeterministicJudge):
 
 
 class RepeatedToolCallJudge(DeterministicJudge):
-    """The same tool with identical arguments called again (a transient-error retry is fine)."""
+    """The same tool with identical arguments called again (a transient-error retry is fine,
+    and so is a read-only call made again after a write succeeded: the state it reads may have
+    changed)."""
 
     name = "det.repeated_call"
 
@@ -135,8 +138,11 @@ class RepeatedToolCallJudge(DeterministicJudge):
         seen: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}
         out: list[Verdict] = []
         for event in conv.events:
-            if event.tool_result is not None:
-                results[event.tool_result.call_id] = event
+            tr_now = event.tool_result
+            if tr_now is not None:
+                results[tr_now.call_id] = event
+                if tr_now.ok and not is_read_only(tr_now.name):  # reads may now differ
+                    seen = {k: v for k, v in seen.items() if not is_read_only(k[0])}
             msg = event.message
             if msg is None or msg.role != "assistant" or not msg.tool_calls:
                 continue

@@ -81,15 +81,24 @@ def _order_ev(order: Known) -> Evidence:
     )
 
 
-def _status_is(wanted: str, action: str) -> Any:
+def _status_is(wanted: str, action: str, also: dict[str, str] | None = None) -> Any:
+    """The order's status is ``wanted`` (or, for a tool in ``also``, that tool's extra status)."""
+
     def check(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
         order = _order(facts, call)
         if order is None:
             return Check.skip("no order details before the call")
         status = order.value.get("status")
-        if status != wanted:
-            return Check.failed(f"{action} an order whose status is {status!r}", _order_ev(order))
-        return Check.passed(f"status {wanted}", _order_ev(order))
+        if status != wanted and status != (also or {}).get(call.name):
+            tr = order.event.tool_result
+            own = tr is not None and tr.name in WRITES
+            how = f" (after this conversation's {tr.name})" if own and tr else ""
+            return Check.failed(
+                f"{action} an order whose status is {status!r}{how}",
+                _order_ev(order),
+                by_own_write=own,
+            )
+        return Check.passed(f"status {status}", _order_ev(order))
 
     return check
 
@@ -114,6 +123,7 @@ def items_once(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
                 Evidence.of(
                     result, (result.tool_result.content or "") if result.tool_result else ""
                 ),
+                by_own_write=True,
             )
     return Check.passed("first item change of the order")
 
@@ -266,7 +276,11 @@ def retail_rules(policy: str) -> list[Rule]:
             (order,),
             "An order can only be modified if its status is 'pending', and you should check "
             "its status before taking the action.",
-            _status_is("pending", "modifies"),
+            _status_is(
+                "pending",
+                "modifies",
+                {"modify_pending_order_address": "pending (item modified)"},
+            ),
         ),
         Rule(
             "retail.return.delivered",
@@ -333,6 +347,7 @@ def retail_rules(policy: str) -> list[Rule]:
             "At the beginning of the conversation, you have to authenticate the user identity "
             "by locating their user id via email, or via name + zip code.",
             authenticated,
+            default=False,
         ),
         Rule(
             "retail.confirmation",
@@ -342,6 +357,7 @@ def retail_rules(policy: str) -> list[Rule]:
             "exchange), you must list the action details and obtain explicit user "
             "confirmation (yes) to proceed.",
             confirmed_before,
+            default=False,
         ),
         Rule(
             "retail.one_action",
@@ -351,5 +367,6 @@ def retail_rules(policy: str) -> list[Rule]:
             "should not respond to the user at the same time.",
             one_action_per_turn,
             "wrong_action",
+            default=False,
         ),
     ]
