@@ -182,6 +182,8 @@ def main() -> None:
     lines = [f"{out['date']}  {out['machine']}  {len(files)} files, {len(convs)} conversations"]
     for name in domains:
         mine = [e for e in convs.values() if e[0].context and e[0].context.domain == name]
+        if not mine:
+            continue
         js = offline_judgements(mine, runner.judges_for)
         rows = judge_quality(js)
         extra = opt_in.get(name, ())
@@ -206,11 +208,11 @@ def main() -> None:
         lines.append(f"{name}: {len(mine)} conversations, {failed} failed (reward < 1)")
         lines += report(rows)
         lines += report(opt_rows, " (opt-in)")
-        pol = any_rows(js)["any policy rule"]
-        lines.append(
-            f"  {'any policy rule (default rules)':44} pairs {pol.pairs:4}  precision "
-            f"{_p(pol.precision):26} recall {_p(pol.recall)}"
-        )
+        if (pol := any_rows(js).get("any policy rule")) is not None:
+            lines.append(
+                f"  {'any policy rule (default rules)':44} pairs {pol.pairs:4}  precision "
+                f"{_p(pol.precision):26} recall {_p(pol.recall)}"
+            )
         for h, by in halves.items():
             for label, r in by.items():
                 lines.append(

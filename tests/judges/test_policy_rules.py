@@ -320,6 +320,14 @@ REJECTED = [
         32,
         "cancels an order whose status is 'processed'",
     ),
+    # the order's latest state came from this conversation's address change, but its status
+    # 'pending' did not: not spent by the conversation's own write
+    (
+        "retail.exchange.delivered",
+        "tau2:33c47056-5073-4c0e-824f-0adf5a2203f9",
+        25,
+        "exchanges an order whose status is 'pending'",
+    ),
 ]
 
 
