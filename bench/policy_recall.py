@@ -16,7 +16,9 @@ assistant message that calls a tool, ``only=`` that message).
 Also per domain: the opt-in rules (``Rule.default`` false, e.g. ``monitor.judges.retail.opt_in``),
 measured the same way but left out of "any judge"; and the "any judge" and "any policy rule"
 rows on two halves split by task id (even: the tuning half, odd: the check half; a task id that
-is not a number goes by its CRC-32), so a rule tuned on one half is seen on the other.
+is not a number goes by its CRC-32), so a rule tuned on one half is seen on the other; and
+the default rules as the gate sees a call (before it runs) against the tool's own refusals
+(:func:`refusals`).
 Run from the repository root::
 
     .venv/bin/python bench/policy_recall.py
@@ -46,6 +48,8 @@ from monitor.judges import airline, retail
 from monitor.judges.base import Conversation
 from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.offline import by_conversation, offline_judgements
+from monitor.judges.policy.evaluate import RuleJudge, evaluate
+from monitor.judges.policy.facts import rejected
 from monitor.judges.quality import (
     ANY_JUDGE,
     ConversationJudgement,
@@ -97,6 +101,26 @@ def any_rows(
         if row is not None:
             out[label] = row
     return out
+
+
+def refusals(mine: list[list[AgentEvent]], judges: Any) -> dict[str, Proportion]:
+    """The default rules as the gate sees a call (before it runs, refused or not) against the
+    tool's own answer: over the calls a rule checked that got a result, precision = refused
+    among flagged, recall = flagged among refused."""
+    rules = [j.rule for j in judges if isinstance(j, RuleJudge)]
+    tp = fp = fn = 0
+    for events in mine:
+        results = {e.tool_result.call_id: e for e in events if e.tool_result is not None}
+        checked: dict[str, bool] = {}
+        for f in evaluate(rules, Conversation.of(events)):
+            checked[f.call.id] = checked.get(f.call.id, False) or not f.check.ok
+        for call_id, flagged in checked.items():
+            if call_id in results:
+                refused = rejected(results[call_id])
+                tp += flagged and refused
+                fp += flagged and not refused
+                fn += refused and not flagged
+    return {"precision": Proportion.of(tp, tp + fp), "recall": Proportion.of(tp, tp + fn)}
 
 
 def _rule(j: ConversationJudgement) -> bool:
@@ -193,6 +217,7 @@ def main() -> None:
             if not r.judge.startswith("any ")
         ]
         failed = sum(1 for e in mine if any(x.outcome and not x.outcome.success for x in e))
+        gate = refusals(mine, domains[name].judges)
         halves: dict[str, dict[str, JudgeQuality]] = {}
         muted = frozenset(r.judge for r in rows if r.category is None and r.below_floor)
         for h in ("tuning", "check"):
@@ -204,6 +229,7 @@ def main() -> None:
             "quality": rows,
             "opt_in": opt_rows,
             "halves": halves,
+            "gate_vs_tool_refusals": gate,
         }
         lines.append(f"{name}: {len(mine)} conversations, {failed} failed (reward < 1)")
         lines += report(rows)
@@ -213,6 +239,10 @@ def main() -> None:
                 f"  {'any policy rule (default rules)':44} pairs {pol.pairs:4}  precision "
                 f"{_p(pol.precision):26} recall {_p(pol.recall)}"
             )
+        lines.append(
+            f"  gate-style flags vs the tool's refusals: precision {_p(gate['precision']):26} "
+            f"recall {_p(gate['recall'])}"
+        )
         for h, by in halves.items():
             for label, r in by.items():
                 lines.append(

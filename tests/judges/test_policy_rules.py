@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench.policy_recall import load
+from bench.policy_recall import load, refusals
 from monitor.contract.events import AgentEvent
 from monitor.judges.base import Conversation, Judge, Verdict
 from monitor.judges.deterministic import deterministic_judges
@@ -681,3 +681,16 @@ def test_a_user_whose_profile_was_not_fetched_is_not_judged_against_another() ->
     assert [(v.item_id, v.label) for v in before] == [(target, 1)]
     events = edited(conversations()[cid], target, arguments={"user_id": "someone_else_1"})
     assert verdicts("airline.payment.in_profile", events) == []
+
+
+def test_retail_rules_flag_what_the_tau2_retail_tools_refuse() -> None:
+    """Gate-style (a call judged before it runs), the retail rules flag the writes tau2's own
+    retail tools then refuse, and little else; airline tools accept what the rules flag."""
+    by: dict[str, list[list[AgentEvent]]] = {}
+    for events in conversations().values():
+        by.setdefault(Conversation.of(events).domain() or "", []).append(events)
+    retail_gate = refusals(by["retail"], domain("retail").judges)
+    assert retail_gate["precision"].k >= 30 and retail_gate["precision"].value >= 0.85  # type: ignore[operator]
+    assert retail_gate["recall"].value >= 0.7  # type: ignore[operator]
+    airline_gate = refusals(by["airline"], domain("airline").judges)
+    assert airline_gate["precision"].value <= 0.1  # type: ignore[operator]
