@@ -422,7 +422,7 @@ def test_registry_and_run_all() -> None:
         "det.ignored_error",
         "det.unsupported_figure",
     ]
-    assert all(j.version == "2" for j in judges)
+    assert all(j.version == "3" for j in judges)
     assert all("tool-using" in j.applies_to for j in judges)
     c = Conv()
     c.say(None, ("k0", "get_order", {"id": 1}))

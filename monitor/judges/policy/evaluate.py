@@ -41,7 +41,7 @@ from monitor.judges.det_base import DeterministicJudge
 from monitor.judges.policy.facts import Facts, rejected
 from monitor.judges.policy.rule import Check, Rule
 
-VERSION = "1"
+VERSION = "2"  # 2: a call the tool refused gets no verdict (unless spent by an own write)
 APPLIES_TO = "tool-using conversations of the rule's domain; assistant messages calling {tools}"
 
 
