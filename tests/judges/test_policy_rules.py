@@ -199,6 +199,13 @@ FIRES = [
         26,
         "status is 'exchange requested' (after this conversation's",
     ),
+    # an exchange of an item for itself (the run failed)
+    (
+        "retail.item.same_product",
+        "tau2:0d7da054-9acd-4700-aafd-461aaa554f92",
+        25,
+        "item 9494281769 is 'changed' to itself",
+    ),
     # retail opt-in rules
     (
         "retail.confirmation",
@@ -320,6 +327,24 @@ REJECTED = [
         32,
         "cancels an order whose status is 'processed'",
     ),
+    (
+        "retail.payment.in_profile",
+        "tau2:e7d583ab-b1ad-4c6c-af1a-e32fd2d953e7",
+        21,
+        "gift_card_0000000 is not in the user's profile",
+    ),
+    (
+        "retail.return.refund_method",
+        "tau2:151ab678-015e-4b1d-824b-8e30afc5d274",
+        18,
+        "refunds to paypal_9497703: neither the original method credit_card_3124723",
+    ),
+    (
+        "retail.item.same_product",
+        "tau2:9063871b-f44e-47fb-9aee-0b2be474c669",
+        18,
+        "3 items for 0 new items",
+    ),
     # the order's latest state came from this conversation's address change, but its status
     # 'pending' did not: not spent by the conversation's own write
     (
@@ -337,15 +362,16 @@ def test_a_call_the_tool_refused_is_no_verdict_but_the_gate_stops_it(
 ) -> None:
     events = conversations()[cid]
     target = f"{cid}:{n}"
-    # the judge: the refused call changed nothing, so no verdict on it
-    assert [v for v in verdicts(rule, events) if v.item_id == target] == []
+    # the judge: the refused call changed nothing, so no flag (another call of the message may
+    # still get its own passing verdict)
+    assert [v for v in verdicts(rule, events) if v.item_id == target and v.label != 1] == []
     judge = judge_of(rule)
     found = [
         f
         for f in judge.ruleset.findings(Conversation.of(events))  # type: ignore[attr-defined]
-        if f.rule.id == rule and f.message.event_id == target
+        if f.rule.id == rule and f.message.event_id == target and not f.check.ok
     ]
-    assert found and all(f.rejected and not f.check.ok for f in found)
+    assert found and all(f.rejected for f in found)
     # the gate asks before the call runs: the conversation up to that message, only= it
     upto = events[: next(i for i, e in enumerate(events) if e.event_id == target) + 1]
     (v,) = verdicts(rule, upto, only=target)
