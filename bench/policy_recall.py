@@ -11,7 +11,15 @@ judge, precision and recall of "flagged" against "failed" = reward < 1, 95 % Wil
 and the "any judge (labelling)" row). Then the cost: the policy rules' wall time per
 conversation as a ratio to the four deterministic judges on the same conversations (both
 measured in this run), and the p99 of one gate-style evaluation (the rules on the last
-assistant message that calls a tool, ``only=`` that message). Run from the repository root::
+assistant message that calls a tool, ``only=`` that message).
+
+Also per domain: the opt-in rules (``Rule.default`` false, e.g. ``monitor.judges.retail.opt_in``),
+measured the same way but left out of "any judge"; and the "any judge" and "any policy rule"
+rows on two halves split by task id (even: the tuning half, odd: the check half; a task id that
+is not a number goes by its CRC-32), so a rule tuned on one half is seen on the other; and
+the default rules as the gate sees a call (before it runs) against the tool's own refusals
+(:func:`refusals`).
+Run from the repository root::
 
     .venv/bin/python bench/policy_recall.py
     .venv/bin/python bench/policy_recall.py --json
@@ -27,6 +35,7 @@ import platform
 import statistics
 import sys
 import time
+import zlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +48,15 @@ from monitor.judges import airline, retail
 from monitor.judges.base import Conversation
 from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.offline import by_conversation, offline_judgements
-from monitor.judges.quality import JudgeQuality, Proportion, judge_quality
+from monitor.judges.policy.evaluate import RuleJudge, evaluate
+from monitor.judges.policy.facts import rejected
+from monitor.judges.quality import (
+    ANY_JUDGE,
+    ConversationJudgement,
+    JudgeQuality,
+    Proportion,
+    judge_quality,
+)
 from monitor.judges.runner import JudgeRunner
 from monitor.replay.tau2 import tau2_events
 
@@ -63,11 +80,58 @@ def _p(p: Proportion) -> str:
     return f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}] ({p.k}/{p.n})"
 
 
-def report(rows: list[JudgeQuality]) -> list[str]:
+def half(events: list[AgentEvent]) -> str:
+    """``tuning`` (even task id) or ``check`` (odd); a non-numeric id goes by its CRC-32."""
+    task = (events[0].context.task_id if events[0].context else None) or ""
+    n = int(task) if task.isdigit() else zlib.crc32(task.encode())
+    return "tuning" if n % 2 == 0 else "check"
+
+
+def any_rows(
+    js: list[ConversationJudgement], muted: frozenset[str] = frozenset()
+) -> dict[str, JudgeQuality]:
+    """The "any judge" row of ``js`` and the same row over the policy rules alone; with
+    ``muted`` (the judges below the floor on all conversations), those judges count as not
+    flagging and no other is muted (a half is too small to measure the floor on)."""
+    out = {}
+    js = [j for j in js if j.judge not in muted]
+    for label, pick in (("any judge", js), ("any policy rule", [j for j in js if _rule(j)])):
+        rows = judge_quality(pick, floor=0.0) if muted else judge_quality(pick)
+        row = next((r for r in rows if r.judge == ANY_JUDGE), None)
+        if row is not None:
+            out[label] = row
+    return out
+
+
+def refusals(mine: list[list[AgentEvent]], judges: Any) -> dict[str, Proportion]:
+    """The default rules as the gate sees a call (before it runs, refused or not) against the
+    tool's own answer: over the calls a rule checked that got a result, precision = refused
+    among flagged, recall = flagged among refused."""
+    rules = [j.rule for j in judges if isinstance(j, RuleJudge)]
+    tp = fp = fn = 0
+    for events in mine:
+        results = {e.tool_result.call_id: e for e in events if e.tool_result is not None}
+        checked: dict[str, bool] = {}
+        for f in evaluate(rules, Conversation.of(events)):
+            checked[f.call.id] = checked.get(f.call.id, False) or not f.check.ok
+        for call_id, flagged in checked.items():
+            if call_id in results:
+                refused = rejected(results[call_id])
+                tp += flagged and refused
+                fp += flagged and not refused
+                fn += refused and not flagged
+    return {"precision": Proportion.of(tp, tp + fp), "recall": Proportion.of(tp, tp + fn)}
+
+
+def _rule(j: ConversationJudgement) -> bool:
+    return j.judge.startswith("policy.")
+
+
+def report(rows: list[JudgeQuality], suffix: str = "") -> list[str]:
     lines = []
     for r in rows:
         if r.category is None:
-            name = f"{r.judge} {r.judge_version}".strip()
+            name = f"{r.judge} {r.judge_version}{suffix}".strip()
             lines.append(
                 f"  {name:44} pairs {r.pairs:4}  precision {_p(r.precision):26} "
                 f"recall {_p(r.recall)}"
@@ -132,6 +196,7 @@ def main() -> None:
     convs = load(files)
     domains = {"airline": airline.domain(), "retail": retail.domain()}
     runner = JudgeRunner(deterministic_judges(), domains=domains)
+    opt_in = {"retail": retail.opt_in().judges}
     out: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
@@ -141,11 +206,48 @@ def main() -> None:
     lines = [f"{out['date']}  {out['machine']}  {len(files)} files, {len(convs)} conversations"]
     for name in domains:
         mine = [e for e in convs.values() if e[0].context and e[0].context.domain == name]
-        rows = judge_quality(offline_judgements(mine, runner.judges_for))
+        if not mine:
+            continue
+        js = offline_judgements(mine, runner.judges_for)
+        rows = judge_quality(js)
+        extra = opt_in.get(name, ())
+        opt_rows = [
+            r
+            for r in judge_quality(offline_judgements(mine, lambda c, x=extra: x))  # type: ignore[misc]
+            if not r.judge.startswith("any ")
+        ]
         failed = sum(1 for e in mine if any(x.outcome and not x.outcome.success for x in e))
-        out["domains"][name] = {"conversations": len(mine), "failed": failed, "quality": rows}
+        gate = refusals(mine, domains[name].judges)
+        halves: dict[str, dict[str, JudgeQuality]] = {}
+        muted = frozenset(r.judge for r in rows if r.category is None and r.below_floor)
+        for h in ("tuning", "check"):
+            ids = {e[0].conversation_id for e in mine if half(e) == h}
+            halves[h] = any_rows([j for j in js if j.conversation_id in ids], muted)
+        out["domains"][name] = {
+            "conversations": len(mine),
+            "failed": failed,
+            "quality": rows,
+            "opt_in": opt_rows,
+            "halves": halves,
+            "gate_vs_tool_refusals": gate,
+        }
         lines.append(f"{name}: {len(mine)} conversations, {failed} failed (reward < 1)")
         lines += report(rows)
+        lines += report(opt_rows, " (opt-in)")
+        if (pol := any_rows(js).get("any policy rule")) is not None:
+            lines.append(
+                f"  {'any policy rule (default rules)':44} pairs {pol.pairs:4}  precision "
+                f"{_p(pol.precision):26} recall {_p(pol.recall)}"
+            )
+        lines.append(
+            f"  gate-style flags vs the tool's refusals: precision {_p(gate['precision']):26} "
+            f"recall {_p(gate['recall'])}"
+        )
+        for h, by in halves.items():
+            for label, r in by.items():
+                lines.append(
+                    f"  {h} half, {label:16} precision {_p(r.precision):26} recall {_p(r.recall)}"
+                )
     conversations = [Conversation.of(e) for e in convs.values()]
     t = timing(conversations, runner)
     out["timing"] = t

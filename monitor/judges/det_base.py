@@ -11,7 +11,7 @@ from typing import Any
 from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Verdict
 
-VERSION = "2"  # 2: applies to tool-using conversations only; think/no-op calls ignored
+VERSION = "3"  # 3: order writes back claims; a read again after a write is no repeat
 #: Tools that only think or do nothing: calling them twice with the same text is not a repeat.
 NO_OP_TOOLS = frozenset({"think", "thinking", "reflect", "scratchpad", "noop", "no_op"})
 #: The tool name of a failed model call (the OTLP mapping stores a provider error that left no

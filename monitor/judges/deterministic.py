@@ -50,6 +50,7 @@ from monitor.judges.lexicon import (
     FAMILY_TOOLS,
     acknowledges_problem,
     find_claims,
+    is_read_only,
     is_transient,
     speaks_of_success,
     tool_backs,
@@ -126,17 +127,25 @@ class AuthorizationFabricationJudge(DeterministicJudge):
 
 
 class RepeatedToolCallJudge(DeterministicJudge):
-    """The same tool with identical arguments called again (a transient-error retry is fine)."""
+    """The same tool with identical arguments called again (a transient-error retry is fine,
+    and so is a read-only call made again after a write succeeded: the state it reads may have
+    changed)."""
 
     name = "det.repeated_call"
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events
         seen: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}
+        reads: set[tuple[str, str]] = set()  # the keys of ``seen`` that are read-only calls
         out: list[Verdict] = []
         for event in conv.events:
-            if event.tool_result is not None:
-                results[event.tool_result.call_id] = event
+            tr_now = event.tool_result
+            if tr_now is not None:
+                results[tr_now.call_id] = event
+                if tr_now.ok and reads and not is_read_only(tr_now.name):  # reads may differ now
+                    for k in reads:
+                        seen.pop(k, None)
+                    reads.clear()
             msg = event.message
             if msg is None or msg.role != "assistant" or not msg.tool_calls:
                 continue
@@ -145,11 +154,12 @@ class RepeatedToolCallJudge(DeterministicJudge):
             calls = [c for c in msg.tool_calls if c.name.lower() not in NO_OP_TOOLS]
             if not calls:
                 continue  # only thinking: nothing to repeat
+            keys = [(c.name, canonical_arguments(c.arguments)) for c in calls]
+            reads.update(k for k in keys if is_read_only(k[0]))
             if only is not None and event.event_id != only:  # remember the calls, no verdict
-                seen.update(((c.name, canonical_arguments(c.arguments)), (event, c)) for c in calls)
+                seen.update(zip(keys, ((event, c) for c in calls), strict=True))
                 continue
-            for call in calls:
-                key = (call.name, canonical_arguments(call.arguments))
+            for call, key in zip(calls, keys, strict=True):
                 if key in seen:
                     prev_msg, prev = seen[key]
                     result = results.get(prev.id)

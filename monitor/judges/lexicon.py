@@ -22,14 +22,17 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 
 # family -> tool-name patterns whose successful call backs a claim of that family.
-# refund also accepts *cancel*: cancelling a paid booking is how the refund is issued.
+# refund also accepts *cancel*: cancelling a paid booking is how the refund is issued; and an
+# item change (*exchange*, *modify*item*): it pays or refunds the price difference. book also
+# accepts any write on an order (*order*: "your return request for order #W1 has been
+# submitted" is backed by the return), and exchange an item modification.
 FAMILY_TOOLS: dict[str, tuple[str, ...]] = {
     "cancel": ("*cancel*",),
-    "refund": ("*refund*", "*return*", "*cancel*"),
+    "refund": ("*refund*", "*return*", "*cancel*", "*exchange*", "*modify*item*"),
     "address": ("*address*",),
-    "book": ("*book*", "*reserv*", "*create*order*", "*place*order*"),
+    "book": ("*book*", "*reserv*", "*order*"),
     "modify": ("*update*", "*modify*", "*change*", "*upgrade*", "*exchange*", "*rebook*"),
-    "exchange": ("*exchange*",),
+    "exchange": ("*exchange*", "*modify*item*"),
     "return": ("*return*",),
     "payment": ("*pay*", "*charge*", "*book*", "*update*", "*modify*", "*exchange*"),
     "compensation": ("*certificate*", "*compensat*", "*voucher*", "*credit*", "*send*"),

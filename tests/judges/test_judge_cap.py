@@ -16,6 +16,7 @@ from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.judges import repo as judge_repo
 from monitor.judges.base import Conversation
+from monitor.judges.det_base import VERSION as DET_VERSION
 from monitor.judges.deterministic import (
     AuthorizationFabricationJudge,
     UnsupportedFigureJudge,
@@ -165,4 +166,4 @@ async def test_monitor_judges_counts_the_conversations_judged_on_capped_events(
     assert volumes["det.authorization"]["truncated"] == 1  # c-short is under the cap
     assert volumes["det.repeated_call"]["truncated"] == 1
     text = await asyncio.to_thread(CliRunner().invoke, app, args, env=env)
-    assert "det.authorization 2: 1 conversation(s) above the cap" in text.output
+    assert f"det.authorization {DET_VERSION}: 1 conversation(s) above the cap" in text.output

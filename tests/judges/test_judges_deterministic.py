@@ -102,6 +102,12 @@ def test_claim_backed_by_successful_matching_call_passes_with_evidence() -> None
         ("return_delivered_order_items", True, "I have issued a refund to your card.", 1),
         ("send_certificate", True, "A $50 certificate has been sent to your account.", 1),
         ("book_reservation", True, "A note has been added to your reservation.", 0),
+        # retail: an item change pays or refunds the difference; an order write backs "order"
+        ("modify_pending_order_items", True, "The difference has been refunded to you.", 1),
+        ("exchange_delivered_order_items", True, "The difference has been refunded.", 1),
+        ("return_delivered_order_items", True, "Your order has been processed.", 1),
+        ("modify_pending_order_items", True, "Your lamp has been exchanged.", 1),
+        ("get_order_details", True, "Your order has been processed.", 0),  # read-only
     ],
 )
 def test_claim_matching_by_family(tool: str, ok: bool, claim: str, label: int) -> None:
@@ -166,6 +172,21 @@ def test_repeat_after_success_is_wrong_action_even_with_reordered_keys() -> None
     assert (rep["call_id"], rep["name"], rep["previous_call_id"]) == ("k2", "get_order", "k1")
     assert (rep["previous_message_event_id"], rep["previous_result_event_id"]) == (first, r1)
     assert rep["previous_ok"] is True
+
+
+def test_a_read_again_after_a_successful_write_is_no_repeat() -> None:
+    c = Conv()
+    c.say(None, ("k1", "get_order_details", {"order_id": "#W1"}))
+    c.result("k1", "get_order_details")
+    c.say(None, ("k2", "cancel_pending_order", {"order_id": "#W1"}))
+    c.result("k2", "cancel_pending_order")
+    again = c.say(None, ("k3", "get_order_details", {"order_id": "#W1"}))  # the state changed
+    c.result("k3", "get_order_details")
+    third = c.say(None, ("k4", "get_order_details", {"order_id": "#W1"}))  # nothing changed
+    c.say(None, ("k5", "cancel_pending_order", {"order_id": "#W1"}))  # a write: not a read
+    verdicts = RepeatedToolCallJudge().judge(c.conv())
+    assert _one(verdicts, again).label == 1
+    assert _one(verdicts, third).label == 0
 
 
 def test_different_arguments_and_messages_without_calls() -> None:
@@ -401,7 +422,7 @@ def test_registry_and_run_all() -> None:
         "det.ignored_error",
         "det.unsupported_figure",
     ]
-    assert all(j.version == "2" for j in judges)
+    assert all(j.version == "3" for j in judges)
     assert all("tool-using" in j.applies_to for j in judges)
     c = Conv()
     c.say(None, ("k0", "get_order", {"id": 1}))

@@ -13,6 +13,14 @@ builds the verdict on that message alone (what the gate asks). The judges of one
 share the last evaluation, so a runner calling them one after another on the same conversation
 evaluates it once.
 
+**Rejected calls**: a call whose tool result is a rejection
+(:func:`~monitor.judges.policy.facts.rejected`: the tool refused it, so it changed nothing) gets
+no verdict from the judges: on its own the attempt is no failure, and the agent still reads the
+refusal. The exception is a violation ``by_own_write`` (:class:`~.rule.Check`): the conversation's
+own earlier write made the call impossible, and the refusal does not bring the spent action
+back. Such findings keep ``rejected=True`` (``evaluate`` reports them); the gate, which asks
+before the call runs (no result yet), judges every call.
+
 Verdicts: one per (rule, assistant message with a guarded call the rule could check): label 0
 with the rule's category when a call breaks it, 1 when every checked call complies; none when
 the rule could not tell (missing data). The rationale's first line names the tool call, what
@@ -24,16 +32,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Judge, Verdict
 from monitor.judges.det_base import DeterministicJudge
-from monitor.judges.policy.facts import Facts
+from monitor.judges.policy.facts import Facts, rejected
 from monitor.judges.policy.rule import Check, Rule
 
-VERSION = "1"
+VERSION = "2"  # 2: a call the tool refused gets no verdict (unless spent by an own write)
 APPLIES_TO = "tool-using conversations of the rule's domain; assistant messages calling {tools}"
 
 
@@ -46,6 +54,7 @@ class Finding:
     call: ToolCall
     check: Check
     error: str | None = None
+    rejected: bool = False
 
 
 def evaluate(rules: Sequence[Rule], conv: Conversation, only: str | None = None) -> list[Finding]:
@@ -64,7 +73,12 @@ def evaluate(rules: Sequence[Rule], conv: Conversation, only: str | None = None)
         if only is not None and event.event_id == only:
             break
         facts.observe(event)
-    return out
+    return [
+        replace(f, rejected=True)
+        if (r := facts.results.get(f.call.id)) is not None and rejected(r)
+        else f
+        for f in out
+    ]
 
 
 def _run(rule: Rule, call: ToolCall, message: AgentEvent, facts: Facts) -> list[Finding]:
@@ -100,9 +114,10 @@ class RuleSet:
             self._last = (conv, only, found)
         return found
 
-    def judges(self) -> tuple[Judge, ...]:
-        """One :class:`RuleJudge` per rule."""
-        return tuple(RuleJudge(self, rule) for rule in self.rules)
+    def judges(self, opt_in: bool = False) -> tuple[Judge, ...]:
+        """One :class:`RuleJudge` per default rule; with ``opt_in``, per opt-in rule
+        (``Rule.default`` false) instead."""
+        return tuple(RuleJudge(self, rule) for rule in self.rules if rule.default != opt_in)
 
 
 class RuleJudge(DeterministicJudge):
@@ -118,7 +133,10 @@ class RuleJudge(DeterministicJudge):
         self.applies_to = APPLIES_TO.format(tools=tools)
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
-        mine = [f for f in self.ruleset.findings(conv, only) if f.rule is self.rule]
+        found = self.ruleset.findings(conv, only)
+        mine = [
+            f for f in found if f.rule is self.rule and (not f.rejected or f.check.by_own_write)
+        ]
         errors = [f for f in mine if f.error is not None]
         if errors:
             raise RuntimeError(errors[0].error)

@@ -12,6 +12,9 @@ earlier tool calls and their results, and the latest state of every entity a too
 
 A later result about the same entity replaces the earlier one (a reservation returned by an
 update is its new state). Tool outputs that are not JSON objects are kept only as results.
+A result is a **rejection** (:func:`rejected`) when it is marked as an error or its text starts
+with ``Error`` (how tau2-bench tools answer a call they refuse, also when the run did not mark
+the error): a rejected call changed nothing.
 Parsing is memoized on the output text, so running many rules over a conversation parses each
 output once.
 """
@@ -45,6 +48,14 @@ def parse_output(text: str) -> Any:
         return None
 
 
+def rejected(result: AgentEvent) -> bool:
+    """True when the tool result ``result`` says the call was refused (module docstring)."""
+    tr = result.tool_result
+    if tr is None:
+        return False
+    return not tr.ok or (tr.content or "").lstrip().startswith("Error")
+
+
 @dataclass(frozen=True, slots=True)
 class Known:
     """An entity as a tool result last showed it."""
@@ -76,13 +87,12 @@ class Facts:
         return self.user_turns[-1] if self.user_turns else None
 
     def succeeded(self, name: str) -> list[tuple[AgentEvent, ToolCall, AgentEvent]]:
-        """Earlier calls of tool ``name`` whose result is recorded and ok: (message, call,
-        result)."""
+        """Earlier calls of tool ``name`` whose result is recorded and not a rejection:
+        (message, call, result)."""
         out = []
         for message, call in self.calls:
             result = self.results.get(call.id)
-            tr = result.tool_result if result is not None else None
-            if call.name == name and result is not None and tr is not None and tr.ok:
+            if call.name == name and result is not None and not rejected(result):
                 out.append((message, call, result))
         return out
 
@@ -107,7 +117,7 @@ class Facts:
         if tr is None:
             return
         self.results[tr.call_id] = event
-        if not tr.ok or not tr.content:
+        if not tr.content or rejected(event):
             return
         asked = self._call_by_id.get(tr.call_id)
         if tr.name == "get_flight_status" and asked is not None:

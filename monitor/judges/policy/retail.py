@@ -10,8 +10,9 @@ Rules (id: the call it guards -> what it checks):
 - ``retail.cancel.pending``: ``cancel_pending_order`` -> the order is ``pending``.
 - ``retail.cancel.reason``: ``cancel_pending_order`` -> the reason is "no longer needed" or
   "ordered by mistake".
-- ``retail.modify.pending``: ``modify_pending_order_*`` -> the order is ``pending`` (not
-  "pending (item modified)").
+- ``retail.modify.pending``: ``modify_pending_order_*`` -> the order is ``pending``; an address
+  change may also follow an item change ("pending (item modified)": tau2's tools and tasks
+  allow it).
 - ``retail.return.delivered`` / ``retail.exchange.delivered``: the order is ``delivered``.
 - ``retail.items.once``: ``modify_pending_order_items``, ``exchange_delivered_order_items`` ->
   not called before (successfully) for the same order.
@@ -22,6 +23,15 @@ Rules (id: the call it guards -> what it checks):
   method or a gift card.
 - ``retail.payment.change``: ``modify_pending_order_payment`` -> a method other than the
   original one; a gift card covers the order total.
+
+A status rule broken because this conversation's own earlier write gave the order its status
+(``WRITTEN_STATUSES``: returned, exchanged, item-modified, cancelled), and a second item change,
+are ``by_own_write`` (:class:`~monitor.judges.policy.rule.Check`): judged even when the tool
+refuses the call.
+
+Opt-in rules (``default=False``: on tau2 runs their flags do not predict a failed run; see
+docs/benchmarks.md):
+
 - ``retail.authentication``: every database update -> the user was located by email or by
   name + zip first (``find_user_id_by_*`` succeeded earlier; no earlier call at all -> the
   history is not known: not applicable).
@@ -59,6 +69,10 @@ WRITES = MODIFY | {
 PAYING = MODIFY | {"return_delivered_order_items", "exchange_delivered_order_items"}
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 AUTH_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip")
+#: the statuses a write gives an order (cancel, return, exchange, item change)
+WRITTEN_STATUSES = frozenset(
+    {"cancelled", "return requested", "exchange requested", "pending (item modified)"}
+)
 
 
 def _order(facts: Facts, call: ToolCall) -> Known | None:
@@ -81,15 +95,24 @@ def _order_ev(order: Known) -> Evidence:
     )
 
 
-def _status_is(wanted: str, action: str) -> Any:
+def _status_is(wanted: str, action: str, also: dict[str, str] | None = None) -> Any:
+    """The order's status is ``wanted`` (or, for a tool in ``also``, that tool's extra status)."""
+
     def check(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
         order = _order(facts, call)
         if order is None:
             return Check.skip("no order details before the call")
         status = order.value.get("status")
-        if status != wanted:
-            return Check.failed(f"{action} an order whose status is {status!r}", _order_ev(order))
-        return Check.passed(f"status {wanted}", _order_ev(order))
+        if status != wanted and status != (also or {}).get(call.name):
+            tr = order.event.tool_result
+            own = tr is not None and tr.name in WRITES and status in WRITTEN_STATUSES
+            how = f" (after this conversation's {tr.name})" if own and tr else ""
+            return Check.failed(
+                f"{action} an order whose status is {status!r}{how}",
+                _order_ev(order),
+                by_own_write=own,
+            )
+        return Check.passed(f"status {status}", _order_ev(order))
 
     return check
 
@@ -114,6 +137,7 @@ def items_once(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
                 Evidence.of(
                     result, (result.tool_result.content or "") if result.tool_result else ""
                 ),
+                by_own_write=True,
             )
     return Check.passed("first item change of the order")
 
@@ -266,7 +290,11 @@ def retail_rules(policy: str) -> list[Rule]:
             (order,),
             "An order can only be modified if its status is 'pending', and you should check "
             "its status before taking the action.",
-            _status_is("pending", "modifies"),
+            _status_is(
+                "pending",
+                "modifies",
+                {"modify_pending_order_address": "pending (item modified)"},
+            ),
         ),
         Rule(
             "retail.return.delivered",
@@ -333,6 +361,7 @@ def retail_rules(policy: str) -> list[Rule]:
             "At the beginning of the conversation, you have to authenticate the user identity "
             "by locating their user id via email, or via name + zip code.",
             authenticated,
+            default=False,
         ),
         Rule(
             "retail.confirmation",
@@ -342,6 +371,7 @@ def retail_rules(policy: str) -> list[Rule]:
             "exchange), you must list the action details and obtain explicit user "
             "confirmation (yes) to proceed.",
             confirmed_before,
+            default=False,
         ),
         Rule(
             "retail.one_action",
@@ -351,5 +381,6 @@ def retail_rules(policy: str) -> list[Rule]:
             "should not respond to the user at the same time.",
             one_action_per_turn,
             "wrong_action",
+            default=False,
         ),
     ]

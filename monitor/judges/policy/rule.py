@@ -19,6 +19,13 @@ A condition returns a :class:`Check`:
 - ``applies=True, ok=True``: checked, compliant.
 - ``applies=True, ok=False``: a violation; ``reason`` says what was wrong in one line and
   ``evidence`` names the tool results and user turns it rests on (:class:`Evidence`).
+  ``by_own_write=True`` when the violation rests on what an earlier successful write of the
+  same conversation did (an order this conversation already returned, exchanged or changed):
+  the agent spent the one action the policy allows, so even a call the tool then refuses
+  leaves a request that can no longer be served.
+
+``default=False`` on a rule makes it opt-in: it is measured, but a domain's default judges
+(the "any judge" set) leave it out (see the domain modules).
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ class Check:
     ok: bool = True
     reason: str = ""
     evidence: tuple[Evidence, ...] = ()
+    by_own_write: bool = False
 
     @classmethod
     def skip(cls, why: str = "") -> Check:
@@ -79,8 +87,8 @@ class Check:
         return cls(True, True, why, evidence)
 
     @classmethod
-    def failed(cls, why: str, *evidence: Evidence) -> Check:
-        return cls(True, False, why, evidence)
+    def failed(cls, why: str, *evidence: Evidence, by_own_write: bool = False) -> Check:
+        return cls(True, False, why, evidence, by_own_write)
 
 
 Condition = Callable[[ToolCall, AgentEvent, "Facts"], Check]
@@ -101,6 +109,7 @@ class Rule:
     clause: str
     check: Condition
     category: str = "policy_violation"
+    default: bool = True
 
     def guards_call(self, call: ToolCall) -> bool:
         """True when this rule checks calls of ``call.name``."""
