@@ -61,9 +61,13 @@ def _events() -> list[AgentEvent]:
     return events
 
 
+#: the tests share a module fixture: one xdist process makes it (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("alert-backtest")
+
+
 @pytest.fixture(scope="module")
-def template(pg_admin_url: str) -> Iterator[str]:
-    with seeded_database(pg_admin_url, "mon_bttpl", _events()) as url:
+def template(migrated_template_url: str) -> Iterator[str]:
+    with seeded_database(migrated_template_url, "mon_bttpl", _events()) as url:
         yield url
 
 
