@@ -30,20 +30,22 @@ def _rate(r: Rate) -> str:
 
 
 def effect_table(effects: list[Effect]) -> Table:
-    t = Table(title="gate effectiveness", title_justify="left")
-    for col in (
-        "agent",
-        "domain",
-        "source",
-        "convs",
-        "proceed/revise/escalate",
-        "failure rate all",
-        "failure rate proceeded",
-        "failures prevented",
-        "escalation rate",
-        "failure rate ungated",
-    ):
-        t.add_column(col, justify="left" if col in ("agent", "domain", "source") else "right")
+    t = ac.titled_table(
+        "gate effectiveness",
+        (
+            "agent",
+            "domain",
+            "source",
+            "convs",
+            "proceed/revise/escalate",
+            "failure rate all",
+            "failure rate proceeded",
+            "failures prevented",
+            "escalation rate",
+            "failure rate ungated",
+        ),
+        text=("agent", "domain", "source"),
+    )
     for e in effects:
         d = e.decisions
         t.add_row(

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Unpack
 
-from monitor.contract.events import Agent, AgentEvent, Context, ToolCall
+from monitor.contract.events import Agent, AgentEvent, Context
 from monitor.core.errors import EmitterError, EmitterNotRunning
 from monitor.sdk.base import EventHelpers
 from monitor.sdk.emitter_async import EventEmitter
-from monitor.sdk.gate_client import GateAnswer, SyncGateClient, body_for
+from monitor.sdk.gate_client import GateAnswer, GateOptions, SyncGateClient, body_for
 
 T = TypeVar("T")
 
@@ -162,12 +162,8 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         content: str,
         *,
         confidence: float,
-        tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
-        domain: str | None = None,
-        tier: int | None = None,
-        history: Sequence[AgentEvent] = (),
-        request_id: str | None = None,
         agent: Agent | None = None,
+        **options: Unpack[GateOptions],
     ) -> GateAnswer:
         """Blocking ``EventEmitter.gate``: ask the trust gate whether to send ``content``
         (HTTP; works without ``start()``). Raises ValueError (no agent), GateError (refused),
@@ -175,17 +171,9 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         url, token, timeout = self._gate_config
         if url is None:
             raise EmitterError("gate() needs gate_url= (the worker's web address)")
+        domain = self.context.domain if self.context else None
         body = body_for(
-            agent or self.agent,
-            self.context.domain if self.context else None,
-            conversation_id,
-            content,
-            confidence,
-            tool_calls=tool_calls,
-            domain=domain,
-            tier=tier,
-            history=history,
-            request_id=request_id,
+            agent or self.agent, domain, conversation_id, content, confidence, **options
         )
         with self._lock:
             if self._gate is None:
