@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 
 from aiokafka import AIOKafkaProducer
 
@@ -27,6 +27,20 @@ _IDEMPOTENCE_HINT = (
     " (idempotent=True needs a broker that answers InitProducerId; the embedded Tansu broker"
     " with memory storage does not, so pass idempotent=False against it)"
 )
+
+
+class EmitterOptions(TypedDict, total=False):
+    """The keywords of :class:`EventEmitter` beside the broker, the topic and the helpers'
+    defaults (``agent``, ``context``, ``clock``); see ``EventEmitter.__init__``."""
+
+    idempotent: bool
+    linger_ms: int
+    max_batch_size: int
+    buffer_bytes: int
+    request_timeout_ms: int
+    gate_url: str | None
+    gate_token: str | None
+    gate_timeout_s: float
 
 
 class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
