@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.contract.events import AgentEvent
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import drop_database, libpq_url, with_database
+from monitor.store.engine import drop_database, libpq_url, make_engine, with_database
 
 BATCH = 3000
 
@@ -49,6 +50,18 @@ async def database_copy(template_url: str, prefix: str) -> AsyncIterator[str]:
         yield url
     finally:
         await drop_database(url)
+
+
+@asynccontextmanager
+async def engine_on_copy(template_url: str, prefix: str) -> AsyncIterator[tuple[str, AsyncEngine]]:
+    """A copy of the database at ``template_url`` (:func:`database_copy`) and an engine on it,
+    disposed and dropped on exit."""
+    async with database_copy(template_url, prefix) as url:
+        engine = make_engine(url)
+        try:
+            yield url, engine
+        finally:
+            await engine.dispose()
 
 
 async def seed_copy(migrated_url: str, prefix: str, events: list[AgentEvent]) -> str:
