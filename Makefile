@@ -8,8 +8,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,12 +18,15 @@ demo: $(STAMP)
 
 # The suite mostly waits on brokers, servers and timeouts, so it runs in TEST_WORKERS processes
 # (pytest-xdist), each with its own broker and Postgres (or databases on DATABASE_URL's server).
-# The tests that bound a latency (marked `timing`) run after it, alone on the machine.
+# `loadgroup` keeps the tests that share an expensive module fixture (marked xdist_group) in one
+# process. The tests that bound a latency (marked `timing`) run after it, alone on the machine;
+# that run collects only the files that hold them.
 TEST_WORKERS ?= 4
+TIMING_FILES = $(shell grep -rl 'mark\.timing' tests)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not timing" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m timing $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not timing" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m timing $(PYTEST_ARGS) $(TIMING_FILES)
 
 # The inner loop: lint, types and the tests that need no broker or Postgres (marked by
 # tests/conftest.py), slow statistical cases left to `make test`.

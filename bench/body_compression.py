@@ -19,13 +19,10 @@ set, else a private embedded Postgres::
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import itertools
 import json
 import random
 import sys
-import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -36,7 +33,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import postgres_server, scratch_database
+from bench.harness import on_postgres, scratch_database
 from bench.ingest_profile import cpu_ns
 from monitor.contract.events import validate_event
 from monitor.ingest.rows import EventRow, event_row
@@ -186,9 +183,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bodycomp-")))
-        asyncio.run(main_async(args, postgres_server(stack, workdir)))
+    on_postgres("bodycomp-", lambda url: main_async(args, url))
     return 0
 
 

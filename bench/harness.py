@@ -50,6 +50,14 @@ def postgres_server(stack: contextlib.ExitStack, workdir: Path) -> str:
     return stack.enter_context(EmbeddedPostgres(workdir / "pg")).admin_url
 
 
+def on_postgres(prefix: str, run: Callable[[str], Awaitable[object]]) -> None:
+    """Run ``run(admin_url)`` to completion on :func:`postgres_server` (a private one in a
+    temporary directory named ``prefix*``, removed afterwards, when no server is given)."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        asyncio.run(run(postgres_server(stack, workdir)))
+
+
 class Postgres(NamedTuple):
     """The server a metered benchmark uses (see :func:`metered_postgres`)."""
 

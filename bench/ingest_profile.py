@@ -23,11 +23,8 @@ Uses ``DATABASE_URL``'s server when set, else a private embedded Postgres::
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import itertools
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -40,7 +37,7 @@ from aiokafka import ConsumerRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import postgres_server, scratch_database
+from bench.harness import on_postgres, scratch_database
 from monitor.ingest.decoding import decode_records
 from monitor.ingest.writer import EventWriter
 from monitor.sim.traffic import Simulator
@@ -256,9 +253,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="profile-")))
-        asyncio.run(main_async(args, postgres_server(stack, workdir)))
+    on_postgres("profile-", lambda url: main_async(args, url))
     return 0
 
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -33,7 +31,7 @@ from aiokafka import ConsumerRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import postgres_server, scratch_database
+from bench.harness import on_postgres, scratch_database
 from monitor.ingest.decoding import decode_records
 from monitor.ingest.rows import EventRow
 from monitor.ingest.writer import EventWriter
@@ -114,9 +112,7 @@ def run_write_bench(
     p.add_argument("--seed", type=int, default=7, help="simulator seed (7)")
     p.add_argument("--staged", action="store_true", help=staged_help)
     args = p.parse_args()
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="write-bench-")))
-        asyncio.run(bench(args, postgres_server(stack, workdir)))
+    on_postgres("write-bench-", lambda url: bench(args, url))
     return 0
 
 

@@ -9,17 +9,12 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.contract.events import AgentEvent
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
-from monitor.store.engine import (
-    drop_database,
-    ensure_database,
-    libpq_url,
-    upgrade,
-    with_database,
-)
+from monitor.store.engine import drop_database, libpq_url, make_engine, with_database
 
 BATCH = 3000
 
@@ -34,29 +29,9 @@ async def write_events(url: str, events: list[AgentEvent]) -> None:
         await w.close()
 
 
-async def seed_database(url: str, events: list[AgentEvent]) -> None:
-    """Create and migrate the database at ``url``, then store ``events`` in it."""
-    await ensure_database(url)
-    await asyncio.to_thread(upgrade, url)
-    await write_events(url, events)
-
-
-@contextmanager
-def seeded_database(admin_url: str, prefix: str, events: Iterable[AgentEvent]) -> Iterator[str]:
-    """The URL of a new database named ``prefix_<random>`` on ``admin_url``'s server, migrated
-    and holding ``events``; dropped on exit. Synchronous, for module-scoped fixtures."""
-    url = with_database(admin_url, f"{prefix}_{uuid.uuid4().hex[:10]}")
-    asyncio.run(seed_database(url, list(events)))
-    try:
-        yield url
-    finally:
-        asyncio.run(drop_database(url))
-
-
-@asynccontextmanager
-async def database_copy(template_url: str, prefix: str) -> AsyncIterator[str]:
-    """The URL of a fresh copy (``CREATE DATABASE ... TEMPLATE``) of the database at
-    ``template_url``, named ``prefix_<random>``; dropped on exit."""
+async def copy_database(template_url: str, prefix: str) -> str:
+    """The URL of a new database named ``prefix_<random>``, a copy (``CREATE DATABASE ...
+    TEMPLATE``) of the database at ``template_url``, which nothing may be connected to."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = await asyncpg.connect(libpq_url(with_database(template_url, "postgres")))
     try:
@@ -64,8 +39,45 @@ async def database_copy(template_url: str, prefix: str) -> AsyncIterator[str]:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     finally:
         await admin.close()
-    url = with_database(template_url, name)
+    return with_database(template_url, name)
+
+
+@asynccontextmanager
+async def database_copy(template_url: str, prefix: str) -> AsyncIterator[str]:
+    """A copy of the database at ``template_url`` (:func:`copy_database`), dropped on exit."""
+    url = await copy_database(template_url, prefix)
     try:
         yield url
     finally:
         await drop_database(url)
+
+
+@asynccontextmanager
+async def engine_on_copy(template_url: str, prefix: str) -> AsyncIterator[tuple[str, AsyncEngine]]:
+    """A copy of the database at ``template_url`` (:func:`database_copy`) and an engine on it,
+    disposed and dropped on exit."""
+    async with database_copy(template_url, prefix) as url:
+        engine = make_engine(url)
+        try:
+            yield url, engine
+        finally:
+            await engine.dispose()
+
+
+async def seed_copy(migrated_url: str, prefix: str, events: list[AgentEvent]) -> str:
+    """The URL of a copy of the migrated database at ``migrated_url`` holding ``events``."""
+    url = await copy_database(migrated_url, prefix)
+    await write_events(url, events)
+    return url
+
+
+@contextmanager
+def seeded_database(migrated_url: str, prefix: str, events: Iterable[AgentEvent]) -> Iterator[str]:
+    """The URL of a new database named ``prefix_<random>``, a copy of the migrated (empty)
+    database at ``migrated_url`` (the ``migrated_template_url`` fixture) holding ``events``;
+    dropped on exit. Synchronous, for module-scoped fixtures."""
+    url = asyncio.run(seed_copy(migrated_url, prefix, list(events)))
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_database(url))

@@ -89,21 +89,22 @@ def alert_row(
 
 
 def alerts_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="alerts", title_justify="left")
-    for col in (
-        "fingerprint",
-        "rule",
-        "status",
-        "severity",
-        "scope",
-        "value vs threshold",
-        "samples",
-        "since (UTC)",
-        "silenced",
-        "acked",
-        "flapping",
-    ):
-        t.add_column(col)
+    t = ac.titled_table(
+        "alerts",
+        (
+            "fingerprint",
+            "rule",
+            "status",
+            "severity",
+            "scope",
+            "value vs threshold",
+            "samples",
+            "since (UTC)",
+            "silenced",
+            "acked",
+            "flapping",
+        ),
+    )
     for r in rows:
         scope = escape(",".join(f"{k}={v}" for k, v in r["scope"].items()) or "global")
         vs = f"{ac.fmt(r['value'], 4)} {r['comparison'] or '?'} {r['threshold']}"
@@ -268,19 +269,20 @@ def register(app: typer.Typer) -> None:
         if as_json:
             ac.print_json({"source": source, **rules_to_dict(rules)})
             return
-        t = Table(title=f"{len(rules.rules)} rules from {source}", title_justify="left")
-        for col in (
-            "name",
-            "metric",
-            "scope",
-            "condition",
-            "window",
-            "for",
-            "min samples",
-            "severity",
-            "resolves",
-        ):
-            t.add_column(col)
+        t = ac.titled_table(
+            f"{len(rules.rules)} rules from {source}",
+            (
+                "name",
+                "metric",
+                "scope",
+                "condition",
+                "window",
+                "for",
+                "min samples",
+                "severity",
+                "resolves",
+            ),
+        )
         for r in rules.rules:
             scope = ",".join(f"{k}={v}" for k, v in r.scope.model_dump(exclude_none=True).items())
             metric = r.metric.value + (f" ({r.test or r.category})" if r.test or r.category else "")

@@ -31,9 +31,9 @@ def _parse_change(text: str) -> tuple[str, datetime]:
 
 def backtest_table(rows: list[dict[str, Any]], changes: list[str]) -> Table:
     """One row per rule and segment."""
-    t = Table(title="backtest", title_justify="left")
-    for col in ("rule", "segment", "pages", "episodes", "firing (h)", "flaps", *changes):
-        t.add_column(col)
+    t = ac.titled_table(
+        "backtest", ("rule", "segment", "pages", "episodes", "firing (h)", "flaps", *changes)
+    )
     for r in rows:
         scope = escape(",".join(f"{k}={v}" for k, v in r["scope"].items()) or "global")
         after = r["first_page_after_change_min"]

@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -176,6 +176,18 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 #: Columns whose values are never cut: the names on-call searches for.
 NAME_COLUMNS = frozenset({"agent", "rule", "name", "scope", "fingerprint"})
+
+
+def titled_table(
+    title: str, columns: Sequence[str], *, text: Collection[str] | None = None
+) -> Table:
+    """An empty table titled ``title`` (on the left) with ``columns``: the columns named in
+    ``text`` left-justified and the others (numbers) right-justified; all left when ``text`` is
+    None."""
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col, justify="left" if text is None or col in text else "right")
+    return t
 
 
 def print_table(console: Console, table: Table) -> None:

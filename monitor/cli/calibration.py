@@ -25,20 +25,22 @@ from monitor.judges.judge_noise import JudgeLabels, judge_labels
 
 def calibration_table(reports: dict[str, CalibrationReport], title: str) -> Table:
     """One row per agent (and ``*`` = all): the headline calibration numbers."""
-    t = Table(title=title, title_justify="left")
-    for col in (
-        "agent",
-        "items",
-        "n_eff",
-        "ECE [95% CI]",
-        "MCE",
-        "Brier",
-        "accuracy",
-        "mean conf",
-        "gap (conf-acc)",
-        "meaningful",
-    ):
-        t.add_column(col, justify="left" if col == "agent" else "right")
+    t = ac.titled_table(
+        title,
+        (
+            "agent",
+            "items",
+            "n_eff",
+            "ECE [95% CI]",
+            "MCE",
+            "Brier",
+            "accuracy",
+            "mean conf",
+            "gap (conf-acc)",
+            "meaningful",
+        ),
+        text=("agent",),
+    )
     for agent, r in reports.items():
         lo, hi = r.ece_ci
         t.add_row(
@@ -58,9 +60,11 @@ def calibration_table(reports: dict[str, CalibrationReport], title: str) -> Tabl
 
 def reliability_table(agent: str, r: CalibrationReport) -> Table:
     """The reliability diagram of one report as a table (bins with weight only)."""
-    t = Table(title=f"reliability diagram: {agent}", title_justify="left")
-    for col in ("confidence bin", "items", "weight", "mean conf", "accuracy [95% CI]", "gap"):
-        t.add_column(col, justify="right")
+    t = ac.titled_table(
+        f"reliability diagram: {agent}",
+        ("confidence bin", "items", "weight", "mean conf", "accuracy [95% CI]", "gap"),
+        text=(),
+    )
     for b in r.bins:
         if b.weight <= 0:
             continue
@@ -189,19 +193,20 @@ def register(app: typer.Typer) -> None:
         if as_json:
             ac.print_json([_fit_row(k, v) for k, v in results.items()])
             return
-        t = Table(title=f"recalibration ({q.describe()})", title_justify="left")
-        for col in (
-            "agent",
-            "domain",
-            "train",
-            "held out",
-            "ECE before",
-            "ECE after",
-            "Brier before",
-            "Brier after",
-            "note",
-        ):
-            t.add_column(col)
+        t = ac.titled_table(
+            f"recalibration ({q.describe()})",
+            (
+                "agent",
+                "domain",
+                "train",
+                "held out",
+                "ECE before",
+                "ECE after",
+                "Brier before",
+                "Brier after",
+                "note",
+            ),
+        )
         for (a, d), r in results.items():
             if isinstance(r, RecalibrationResult):
                 t.add_row(

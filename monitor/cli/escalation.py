@@ -16,18 +16,20 @@ from monitor.cli import analytics_common as ac
 
 def escalation_table(summaries: dict[str, fa.EscalationSummary], threshold: float) -> Table:
     """One row per agent: inversion verdict, timing, missed escalations."""
-    t = Table(title="escalation", title_justify="left")
-    for col in (
-        "agent",
-        "convs",
-        "escalated",
-        "rank corr (p)",
-        "inverted",
-        "turns to esc med/p90",
-        "seconds med/p90",
-        f"missed (<{threshold:g}, failed, not esc)",
-    ):
-        t.add_column(col, justify="left" if col == "agent" else "right")
+    t = ac.titled_table(
+        "escalation",
+        (
+            "agent",
+            "convs",
+            "escalated",
+            "rank corr (p)",
+            "inverted",
+            "turns to esc med/p90",
+            "seconds med/p90",
+            f"missed (<{threshold:g}, failed, not esc)",
+        ),
+        text=("agent",),
+    )
     for agent, s in summaries.items():
         inv = s.inversion
         corr = (
@@ -216,15 +218,17 @@ def register(app: typer.Typer) -> None:
             return
         for a, (tb, adv) in out.items():
             console.print(advice_text(a, adv))
-            t = Table(title=f"{a}: what-if by threshold", title_justify="left")
-            for col in (
-                "threshold",
-                "escalation rate",
-                "residual failure rate",
-                "failures caught",
-                "share caught",
-            ):
-                t.add_column(col, justify="right")
+            t = ac.titled_table(
+                f"{a}: what-if by threshold",
+                (
+                    "threshold",
+                    "escalation rate",
+                    "residual failure rate",
+                    "failures caught",
+                    "share caught",
+                ),
+                text=(),
+            )
             for r in tb.rows:
                 t.add_row(
                     f"{r.threshold:.2f}",
@@ -275,9 +279,10 @@ def register(app: typer.Typer) -> None:
                 soft_wrap=True,
             )
             return
-        t = Table(title="pass^k (all k trials succeed) and pass@k", title_justify="left")
-        for col in ("agent", "k", "tasks", "pass^k", "pass@k", "tasks with < k trials"):
-            t.add_column(col)
+        t = ac.titled_table(
+            "pass^k (all k trials succeed) and pass@k",
+            ("agent", "k", "tasks", "pass^k", "pass@k", "tasks with < k trials"),
+        )
         for kk, per in out.items():
             for a, p in per.items():
                 t.add_row(

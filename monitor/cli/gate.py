@@ -30,20 +30,22 @@ def _rate(r: Rate) -> str:
 
 
 def effect_table(effects: list[Effect]) -> Table:
-    t = Table(title="gate effectiveness", title_justify="left")
-    for col in (
-        "agent",
-        "domain",
-        "source",
-        "convs",
-        "proceed/revise/escalate",
-        "failure rate all",
-        "failure rate proceeded",
-        "failures prevented",
-        "escalation rate",
-        "failure rate ungated",
-    ):
-        t.add_column(col, justify="left" if col in ("agent", "domain", "source") else "right")
+    t = ac.titled_table(
+        "gate effectiveness",
+        (
+            "agent",
+            "domain",
+            "source",
+            "convs",
+            "proceed/revise/escalate",
+            "failure rate all",
+            "failure rate proceeded",
+            "failures prevented",
+            "escalation rate",
+            "failure rate ungated",
+        ),
+        text=("agent", "domain", "source"),
+    )
     for e in effects:
         d = e.decisions
         t.add_row(
@@ -131,30 +133,7 @@ def register(app: typer.Typer) -> None:
         MONITOR_GATE_HOST:MONITOR_GATE_PORT (SO_REUSEPORT: start several on one port to scale).
         Needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL (or a running `monitor up`); keeps
         answering while either is down. Stops cleanly on Ctrl-C / SIGTERM."""
-        import logging
-
-        from rich.console import Console
-        from rich.markup import escape
-
-        from monitor.config import load_settings
-        from monitor.core.errors import ConfigError
-        from monitor.stack import endpoints
-
-        err = Console(stderr=True)
-        settings = endpoints.resolve(load_settings())
-        if not settings.kafka_bootstrap or not settings.database_url:
-            err.print(
-                "[red]no broker or database configured[/]: set MONITOR_KAFKA_BOOTSTRAP "
-                "and DATABASE_URL, or run `monitor up` for the embedded stack."
-            )
-            raise typer.Exit(2)
-        logging.basicConfig(
-            level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+        from monitor.cli.worker import run_process
         from monitor.gate.server import run_gate
 
-        try:
-            run_gate(settings)
-        except ConfigError as exc:
-            err.print(f"[red]invalid configuration[/]:\n{escape(str(exc))}")
-            raise typer.Exit(2) from None
+        run_process(run_gate, loglevel)

@@ -136,17 +136,19 @@ def register(app: typer.Typer) -> None:
         if not volumes:
             console.print(f"no verdicts for {q.describe()}")
             return
-        t = Table(title=f"judges ({q.describe()})", title_justify="left")
-        for col in (
-            "judge",
-            "version",
-            "verdicts",
-            "errors",
-            "failures found",
-            "latency p50/p90 ms",
-            "top categories",
-        ):
-            t.add_column(col, justify="left" if col in ("judge", "top categories") else "right")
+        t = ac.titled_table(
+            f"judges ({q.describe()})",
+            (
+                "judge",
+                "version",
+                "verdicts",
+                "errors",
+                "failures found",
+                "latency p50/p90 ms",
+                "top categories",
+            ),
+            text=("judge", "top categories"),
+        )
         for v in volumes:
             cats = ", ".join(
                 f"{c} {n}" for c, n in sorted(v.categories.items(), key=lambda kv: -kv[1])[:3]

@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import asyncpg
 import typer
@@ -305,6 +306,17 @@ def _reflow(doc: str) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
+def port_option(default: int, flag: str, what: str) -> Any:
+    """A ``--*-port`` option: ``default`` is preferred, a free port is taken when it is busy."""
+    return typer.Option(
+        default,
+        flag,
+        min=0,
+        max=65535,
+        help=f"Preferred port of {what}; a free one if taken (0: any).",
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("up", help=_reflow(HELP))
     def up(
@@ -327,34 +339,10 @@ def register(app: typer.Typer) -> None:
             "--state-dir",
             help="Where embedded data and logs live (default: MONITOR_STATE_DIR or ./.monitor).",
         ),
-        broker_port: int = typer.Option(
-            9092,
-            "--broker-port",
-            min=0,
-            max=65535,
-            help="Preferred port of the embedded broker; a free one if taken (0: any).",
-        ),
-        pg_port: int = typer.Option(
-            5433,
-            "--pg-port",
-            min=0,
-            max=65535,
-            help="Preferred port of the embedded Postgres; a free one if taken (0: any).",
-        ),
-        web_port: int = typer.Option(
-            6066,
-            "--web-port",
-            min=0,
-            max=65535,
-            help="Preferred port of the worker's HTTP API; a free one if taken (0: any).",
-        ),
-        gate_port: int = typer.Option(
-            6067,
-            "--gate-port",
-            min=0,
-            max=65535,
-            help="Preferred port of the gate process; a free one if taken (0: any).",
-        ),
+        broker_port: int = port_option(9092, "--broker-port", "the embedded broker"),
+        pg_port: int = port_option(5433, "--pg-port", "the embedded Postgres"),
+        web_port: int = port_option(6066, "--web-port", "the worker's HTTP API"),
+        gate_port: int = port_option(6067, "--gate-port", "the gate process"),
     ) -> None:
         """The command; see HELP (shown by --help)."""
         code = run_up(

@@ -4,16 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from monitor.config import load_settings
+from monitor.config import Settings, load_settings
 from monitor.core.errors import ConfigError
 from monitor.stack import endpoints
 
 err = Console(stderr=True)
+
+
+def run_process(run: Callable[[Settings], None], loglevel: str) -> None:
+    """Run a long-lived process (the worker, the gate) as ``run(settings)``, logging at
+    ``loglevel``, on the configured broker and database or a running ``monitor up``'s. Exits
+    with 2 when neither is configured or the configuration is invalid."""
+    settings = endpoints.resolve(load_settings())
+    if not settings.kafka_bootstrap or not settings.database_url:
+        err.print(
+            "[red]no broker or database configured[/]: set MONITOR_KAFKA_BOOTSTRAP and "
+            "DATABASE_URL, or run `monitor up` for the embedded stack."
+        )
+        raise typer.Exit(2)
+    logging.basicConfig(
+        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        run(settings)
+    except ConfigError as exc:
+        err.print(f"[red]invalid configuration[/]:\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 def register(app: typer.Typer) -> None:
@@ -28,23 +50,13 @@ def register(app: typer.Typer) -> None:
         cleanly on Ctrl-C / SIGTERM: the batch in flight is written or left uncommitted. A bad
         sampling or rules file stops it at once with the file, line and field (exit 2).
         """
-        settings = endpoints.resolve(load_settings())
-        if not settings.kafka_bootstrap or not settings.database_url:
-            err.print(
-                "[red]no broker or database configured[/]: set MONITOR_KAFKA_BOOTSTRAP and "
-                "DATABASE_URL, or run `monitor up` for the embedded stack."
-            )
-            raise typer.Exit(2)
-        logging.basicConfig(
-            level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
-        from monitor.worker.app import run_worker
 
-        try:
+        def run(settings: Settings) -> None:
+            from monitor.worker.app import run_worker
+
             run_worker(settings, loglevel)
-        except ConfigError as exc:
-            err.print(f"[red]invalid configuration[/]:\n{escape(str(exc))}")
-            raise typer.Exit(2) from None
+
+        run_process(run, loglevel)
 
     @app.command("migrate")
     def migrate(

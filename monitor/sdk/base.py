@@ -14,7 +14,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
 
 from monitor.contract.events import (
     SCHEMA_ID,
@@ -36,6 +36,19 @@ def new_event_id() -> str:
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
     return uuid.UUID(int=value).hex
+
+
+class EventFields(TypedDict, total=False):
+    """The keywords every helper takes beside its payload, passed on to
+    :meth:`EventHelpers.build`: ``turn``, ``attributes``, ``agent`` and ``context`` (default: the
+    emitter's), ``event_id`` (default: :func:`new_event_id`), ``ts`` (default: the clock's now)."""
+
+    turn: int | None
+    attributes: Mapping[str, Any] | None
+    agent: Agent | None
+    context: Context | None
+    event_id: str | None
+    ts: datetime | None
 
 
 def _utc_now() -> datetime:
@@ -112,12 +125,7 @@ class EventHelpers(ABC, Generic[R_co]):
         confidence: float | None = None,
         confidence_source: Literal["verbalized", "logprob", "trust_score", "other"] | None = None,
         tool_calls: Sequence[ToolCall | Mapping[str, Any]] | None = None,
-        turn: int | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        agent: Agent | None = None,
-        context: Context | None = None,
-        event_id: str | None = None,
-        ts: datetime | None = None,
+        **fields: Unpack[EventFields],
     ) -> R_co:
         """Emit a ``message`` event (an LLM/user/system message, with its stated confidence)."""
         calls = [c if isinstance(c, ToolCall) else dict(c) for c in tool_calls or ()]
@@ -128,19 +136,7 @@ class EventHelpers(ABC, Generic[R_co]):
             "confidence": confidence,
             "confidence_source": confidence_source,
         }
-        return self._emit(
-            self.build(
-                "message",
-                conversation_id,
-                payload,
-                turn=turn,
-                attributes=attributes,
-                agent=agent,
-                context=context,
-                event_id=event_id,
-                ts=ts,
-            )
-        )
+        return self._emit(self.build("message", conversation_id, payload, **fields))
 
     def tool_result(
         self,
@@ -150,29 +146,11 @@ class EventHelpers(ABC, Generic[R_co]):
         ok: bool,
         content: str | None = None,
         error: str | None = None,
-        *,
-        turn: int | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        agent: Agent | None = None,
-        context: Context | None = None,
-        event_id: str | None = None,
-        ts: datetime | None = None,
+        **fields: Unpack[EventFields],
     ) -> R_co:
         """Emit a ``tool_result`` event (the result of the tool call ``call_id``)."""
         payload = {"call_id": call_id, "name": name, "ok": ok, "content": content, "error": error}
-        return self._emit(
-            self.build(
-                "tool_result",
-                conversation_id,
-                payload,
-                turn=turn,
-                attributes=attributes,
-                agent=agent,
-                context=context,
-                event_id=event_id,
-                ts=ts,
-            )
-        )
+        return self._emit(self.build("tool_result", conversation_id, payload, **fields))
 
     def escalation(
         self,
@@ -180,29 +158,11 @@ class EventHelpers(ABC, Generic[R_co]):
         trigger: Literal["threshold", "agent", "user", "policy"],
         reason: str | None = None,
         confidence: float | None = None,
-        *,
-        turn: int | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        agent: Agent | None = None,
-        context: Context | None = None,
-        event_id: str | None = None,
-        ts: datetime | None = None,
+        **fields: Unpack[EventFields],
     ) -> R_co:
         """Emit an ``escalation`` event (the conversation was handed to a human)."""
         payload = {"trigger": trigger, "reason": reason, "confidence": confidence}
-        return self._emit(
-            self.build(
-                "escalation",
-                conversation_id,
-                payload,
-                turn=turn,
-                attributes=attributes,
-                agent=agent,
-                context=context,
-                event_id=event_id,
-                ts=ts,
-            )
-        )
+        return self._emit(self.build("escalation", conversation_id, payload, **fields))
 
     def outcome(
         self,
@@ -210,29 +170,11 @@ class EventHelpers(ABC, Generic[R_co]):
         success: bool,
         reward: float | None = None,
         source: Literal["ground_truth", "human_review", "csat", "ticket", "other"] = "ground_truth",
-        *,
-        turn: int | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        agent: Agent | None = None,
-        context: Context | None = None,
-        event_id: str | None = None,
-        ts: datetime | None = None,
+        **fields: Unpack[EventFields],
     ) -> R_co:
         """Emit an ``outcome`` event (may come long after the conversation; pass ``ts`` then)."""
         payload = {"success": success, "reward": reward, "source": source}
-        return self._emit(
-            self.build(
-                "outcome",
-                conversation_id,
-                payload,
-                turn=turn,
-                attributes=attributes,
-                agent=agent,
-                context=context,
-                event_id=event_id,
-                ts=ts,
-            )
-        )
+        return self._emit(self.build("outcome", conversation_id, payload, **fields))
 
     def feedback(
         self,
@@ -240,26 +182,8 @@ class EventHelpers(ABC, Generic[R_co]):
         score: float,
         source: str,
         comment: str | None = None,
-        *,
-        turn: int | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        agent: Agent | None = None,
-        context: Context | None = None,
-        event_id: str | None = None,
-        ts: datetime | None = None,
+        **fields: Unpack[EventFields],
     ) -> R_co:
         """Emit a ``feedback`` event (a score in [-1, 1] from ``source``, e.g. a thumbs up)."""
         payload = {"score": score, "source": source, "comment": comment}
-        return self._emit(
-            self.build(
-                "feedback",
-                conversation_id,
-                payload,
-                turn=turn,
-                attributes=attributes,
-                agent=agent,
-                context=context,
-                event_id=event_id,
-                ts=ts,
-            )
-        )
+        return self._emit(self.build("feedback", conversation_id, payload, **fields))

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from aiokafka import AIOKafkaProducer
 
-from monitor.contract.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context, ToolCall
+from monitor.contract.events import MAX_EVENT_BYTES, Agent, AgentEvent, Context
 from monitor.core.errors import (
     BufferFull,
     DeliveryError,
@@ -21,12 +21,26 @@ from monitor.core.errors import (
 )
 from monitor.sdk.base import EventHelpers
 from monitor.sdk.batches import Batches
-from monitor.sdk.gate_client import GateAnswer, GateClient, body_for
+from monitor.sdk.gate_client import GateAnswer, GateClient, GateOptions, body_for
 
 _IDEMPOTENCE_HINT = (
     " (idempotent=True needs a broker that answers InitProducerId; the embedded Tansu broker"
     " with memory storage does not, so pass idempotent=False against it)"
 )
+
+
+class EmitterOptions(TypedDict, total=False):
+    """The keywords of :class:`EventEmitter` beside the broker, the topic and the helpers'
+    defaults (``agent``, ``context``, ``clock``); see ``EventEmitter.__init__``."""
+
+    idempotent: bool
+    linger_ms: int
+    max_batch_size: int
+    buffer_bytes: int
+    request_timeout_ms: int
+    gate_url: str | None
+    gate_token: str | None
+    gate_timeout_s: float
 
 
 class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
@@ -253,12 +267,8 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         content: str,
         *,
         confidence: float,
-        tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
-        domain: str | None = None,
-        tier: int | None = None,
-        history: Sequence[AgentEvent] = (),
-        request_id: str | None = None,
         agent: Agent | None = None,
+        **options: Unpack[GateOptions],
     ) -> GateAnswer:
         """Ask the monitor's trust gate whether to send ``content`` (``POST /v1/gate``, over
         HTTP: works without ``start()``). The gate records the decision as an event itself.
@@ -278,17 +288,9 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         url, token, timeout = self._gate_config
         if url is None:
             raise EmitterError("gate() needs gate_url= (the worker's web address)")
+        domain = self.context.domain if self.context else None
         body = body_for(
-            agent or self.agent,
-            self.context.domain if self.context else None,
-            conversation_id,
-            content,
-            confidence,
-            tool_calls=tool_calls,
-            domain=domain,
-            tier=tier,
-            history=history,
-            request_id=request_id,
+            agent or self.agent, domain, conversation_id, content, confidence, **options
         )
         if self._gate is None:
             self._gate = GateClient(url, token, timeout=timeout)

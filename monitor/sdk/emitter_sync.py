@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Unpack
 
-from monitor.contract.events import Agent, AgentEvent, Context, ToolCall
+from monitor.contract.events import Agent, AgentEvent, Context
 from monitor.core.errors import EmitterError, EmitterNotRunning
 from monitor.sdk.base import EventHelpers
-from monitor.sdk.emitter_async import EventEmitter
-from monitor.sdk.gate_client import GateAnswer, SyncGateClient, body_for
+from monitor.sdk.emitter_async import EmitterOptions, EventEmitter
+from monitor.sdk.gate_client import GateAnswer, GateOptions, SyncGateClient, body_for
 
 T = TypeVar("T")
 
@@ -35,33 +35,18 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         bootstrap_servers: str,
         topic: str = "agent-events",
         *,
-        idempotent: bool = True,
-        linger_ms: int = 20,
-        max_batch_size: int = 256 * 1024,
-        buffer_bytes: int = 32 * 1024 * 1024,
         agent: Agent | None = None,
         context: Context | None = None,
         clock: Callable[[], datetime] | None = None,
-        request_timeout_ms: int = 30_000,
-        gate_url: str | None = None,
-        gate_token: str | None = None,
-        gate_timeout_s: float = 2.0,
+        **options: Unpack[EmitterOptions],
     ) -> None:
         """See ``EventEmitter.__init__``; nothing connects, no thread starts until ``start()``."""
         super().__init__(agent, context, clock)
         self._async = EventEmitter(
-            bootstrap_servers,
-            topic,
-            idempotent=idempotent,
-            linger_ms=linger_ms,
-            max_batch_size=max_batch_size,
-            buffer_bytes=buffer_bytes,
-            agent=agent,
-            context=context,
-            clock=clock,
-            request_timeout_ms=request_timeout_ms,
+            bootstrap_servers, topic, agent=agent, context=context, clock=clock, **options
         )
-        self._gate_config = (gate_url, gate_token, gate_timeout_s)
+        # gate() calls the gate over a blocking client of its own, configured alike
+        self._gate_config = self._async._gate_config
         self._gate: SyncGateClient | None = None
         self._lock = threading.Lock()
         self._state: Literal["new", "running", "closed"] = "new"
@@ -162,12 +147,8 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         content: str,
         *,
         confidence: float,
-        tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
-        domain: str | None = None,
-        tier: int | None = None,
-        history: Sequence[AgentEvent] = (),
-        request_id: str | None = None,
         agent: Agent | None = None,
+        **options: Unpack[GateOptions],
     ) -> GateAnswer:
         """Blocking ``EventEmitter.gate``: ask the trust gate whether to send ``content``
         (HTTP; works without ``start()``). Raises ValueError (no agent), GateError (refused),
@@ -175,17 +156,9 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         url, token, timeout = self._gate_config
         if url is None:
             raise EmitterError("gate() needs gate_url= (the worker's web address)")
+        domain = self.context.domain if self.context else None
         body = body_for(
-            agent or self.agent,
-            self.context.domain if self.context else None,
-            conversation_id,
-            content,
-            confidence,
-            tool_calls=tool_calls,
-            domain=domain,
-            tier=tier,
-            history=history,
-            request_id=request_id,
+            agent or self.agent, domain, conversation_id, content, confidence, **options
         )
         with self._lock:
             if self._gate is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpx
 
@@ -70,29 +70,39 @@ class GateAnswer:
         )
 
 
+class GateOptions(TypedDict, total=False):
+    """What a gate request may carry beside the message and the agent's confidence: the tool
+    calls the message carries, the conversation's earlier events (what the inline checks compare
+    the message with), its domain and tier, and ``request_id`` (the decision event's id is then
+    ``gate:<request_id>``)."""
+
+    tool_calls: Sequence[ToolCall | dict[str, Any]]
+    history: Sequence[AgentEvent]
+    domain: str | None
+    tier: int | None
+    request_id: str | None
+
+
 def gate_body(
     conversation_id: str,
     content: str,
     *,
     agent: Agent,
     confidence: float,
-    tool_calls: Sequence[ToolCall | dict[str, Any]] = (),
-    domain: str | None = None,
-    tier: int | None = None,
-    history: Sequence[AgentEvent] = (),
-    request_id: str | None = None,
+    **options: Unpack[GateOptions],
 ) -> dict[str, Any]:
     """The JSON body of one gate request."""
+    tool_calls = options.get("tool_calls", ())
     body: dict[str, Any] = {
         "conversation_id": conversation_id,
         "agent": agent.model_dump(exclude_none=True),
         "content": content,
         "confidence": confidence,
         "tool_calls": [c.model_dump() if isinstance(c, ToolCall) else c for c in tool_calls],
-        "history": [e.to_dict() for e in history],
+        "history": [e.to_dict() for e in options.get("history", ())],
     }
-    for key, value in (("domain", domain), ("tier", tier), ("request_id", request_id)):
-        if value is not None:
+    for key in ("domain", "tier", "request_id"):
+        if (value := options.get(key)) is not None:
             body[key] = value
     return body
 
@@ -103,7 +113,7 @@ def body_for(
     conversation_id: str,
     content: str,
     confidence: float,
-    **options: Any,
+    **options: Unpack[GateOptions],
 ) -> dict[str, Any]:
     """:func:`gate_body` with an emitter's defaults (its agent, its context's domain)."""
     if agent is None:

@@ -21,8 +21,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import Agent, AgentEvent
 from monitor.sim.gated import Draft, GatedTraffic
 from monitor.stack.demo import TrafficPlan
 
@@ -60,28 +61,34 @@ def plan_gated(plan: TrafficPlan, seed: int, now: datetime) -> GatedRun:
     return GatedRun(traffic, n)
 
 
+def draft_request(d: Draft) -> dict[str, Any]:
+    """The gate request body of draft ``d`` (its conversation id is the request id)."""
+    from monitor.sdk.gate_client import gate_body
+
+    return gate_body(
+        d.conversation_id,
+        d.content,
+        agent=Agent(id=d.spec.agent_id),
+        confidence=d.confidence,
+        domain=d.spec.domain,
+        tier=d.spec.tier,
+        history=d.history,
+        request_id=d.conversation_id,
+    )
+
+
 async def ask_gate(
     run: GatedRun, web_url: str, token: str | None, concurrency: int = 8
 ) -> GatedRun:
     """Ask the gate about every draft (see the module docstring); fills ``run.decisions``."""
-    from monitor.contract.events import Agent
     from monitor.core.errors import GateError, GateUnavailable
-    from monitor.sdk.gate_client import GateClient, gate_body
+    from monitor.sdk.gate_client import GateClient
 
     client = GateClient(web_url, token=token, timeout=10.0)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(d: Draft) -> None:
-        body = gate_body(
-            d.conversation_id,
-            d.content,
-            agent=Agent(id=d.spec.agent_id),
-            confidence=d.confidence,
-            domain=d.spec.domain,
-            tier=d.spec.tier,
-            history=d.history,
-            request_id=d.conversation_id,
-        )
+        body = draft_request(d)
         async with gate:
             try:
                 run.decisions[d.index] = (await client.ask(body)).decision

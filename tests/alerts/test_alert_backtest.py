@@ -27,9 +27,8 @@ from monitor.cli.main import app
 from monitor.contract.events import AgentEvent
 from monitor.sim.answers import AnswerAgent, Mixture, answer_events, answer_items, parse_pools
 from monitor.sim.answers import tune as tune_mix
-from monitor.store import engine as pg
 from monitor.telemetry.ops_metrics import OpsMetrics
-from tests.seeding import database_copy, seeded_database
+from tests.seeding import engine_on_copy, seeded_database
 
 ANSWERS = Path(__file__).resolve().parents[1] / "data" / "answers" / "stated_confidence_answers.csv"
 START = datetime(2026, 5, 4, tzinfo=UTC)
@@ -61,19 +60,21 @@ def _events() -> list[AgentEvent]:
     return events
 
 
+#: the tests share a module fixture: one xdist process makes it (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("alert-backtest")
+
+
 @pytest.fixture(scope="module")
-def template(pg_admin_url: str) -> Iterator[str]:
-    with seeded_database(pg_admin_url, "mon_bttpl", _events()) as url:
+def template(migrated_template_url: str) -> Iterator[str]:
+    with seeded_database(migrated_template_url, "mon_bttpl", _events()) as url:
         yield url
 
 
 @pytest.fixture
 async def db(template: str) -> AsyncIterator[tuple[str, AsyncEngine]]:
     """A fresh copy of the seeded database: its URL and an engine on it."""
-    async with database_copy(template, "mon_bt") as url:
-        eng = pg.make_engine(url)
+    async with engine_on_copy(template, "mon_bt") as (url, eng):
         yield url, eng
-        await eng.dispose()
 
 
 async def q(engine: AsyncEngine, sql: str) -> list[Any]:

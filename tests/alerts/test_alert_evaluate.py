@@ -27,7 +27,7 @@ from monitor.analytics.repo import Segment
 from monitor.contract.events import AgentEvent
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 from monitor.store import engine as pg
-from tests.seeding import database_copy, seeded_database
+from tests.seeding import engine_on_copy, seeded_database
 
 N_CONV = 2400
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -76,19 +76,21 @@ def _events() -> list[AgentEvent]:
     return events + list(Simulator(12, NOW, recovered).events(1200))
 
 
+#: the tests share a module fixture: one xdist process makes it (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("alert-evaluate")
+
+
 @pytest.fixture(scope="module")
-def template(pg_admin_url: str) -> Iterator[str]:
-    with seeded_database(pg_admin_url, "mon_altpl", _events()) as url:
+def template(migrated_template_url: str) -> Iterator[str]:
+    with seeded_database(migrated_template_url, "mon_altpl", _events()) as url:
         yield url
 
 
 @pytest.fixture
 async def engine(template: str) -> AsyncIterator[AsyncEngine]:
     """A fresh copy of the seeded database (CREATE DATABASE ... TEMPLATE)."""
-    async with database_copy(template, "mon_alev") as url:
-        eng = pg.make_engine(url)
+    async with engine_on_copy(template, "mon_alev") as (_, eng):
         yield eng
-        await eng.dispose()
 
 
 async def q(engine: AsyncEngine, sql: str, **params: Any) -> list[Any]:

@@ -31,9 +31,9 @@ RECOVERY = START + timedelta(minutes=140)
 
 
 @pytest.fixture
-def seeded(pg_admin_url: str) -> Iterator[str]:
+def seeded(migrated_template_url: str) -> Iterator[str]:
     events = Simulator(11, START, default_agents(CHANGE, RECOVERY)).events(N_CONV)
-    with seeded_database(pg_admin_url, "mon_tl", events) as url:
+    with seeded_database(migrated_template_url, "mon_tl", events) as url:
         yield url
 
 

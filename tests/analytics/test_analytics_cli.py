@@ -38,11 +38,15 @@ def simulator() -> Simulator:
     return Simulator(11, START, default_agents(CHANGE))
 
 
+#: the tests share a module fixture: one xdist process makes it (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("analytics-cli")
+
+
 @pytest.fixture(scope="module")
-def seeded(pg_admin_url: str, tau2_files) -> Iterator[tuple[str, list[AgentEvent]]]:
+def seeded(migrated_template_url: str, tau2_files) -> Iterator[tuple[str, list[AgentEvent]]]:
     events = list(simulator().events(N_CONV))
     tau2 = [e for f in tau2_files for e in tau2_file_events(f)]
-    with seeded_database(pg_admin_url, "mon_an", events + tau2) as url:
+    with seeded_database(migrated_template_url, "mon_an", events + tau2) as url:
         yield url, events + tau2
 
 

@@ -58,8 +58,8 @@ def test_accept_repins_the_reference_and_clears_the_flag():
 
 
 @pytest.fixture
-def seeded(pg_admin_url: str) -> Iterator[str]:
-    with seeded_database(pg_admin_url, "mon_da", _events()) as url:
+def seeded(migrated_template_url: str) -> Iterator[str]:
+    with seeded_database(migrated_template_url, "mon_da", _events()) as url:
         yield url
 
 

@@ -37,8 +37,8 @@ def _events() -> Iterator[AgentEvent]:
 
 
 @pytest.fixture
-def seeded(pg_admin_url: str) -> Iterator[str]:
-    with seeded_database(pg_admin_url, "mon_dt", _events()) as url:
+def seeded(migrated_template_url: str) -> Iterator[str]:
+    with seeded_database(migrated_template_url, "mon_dt", _events()) as url:
         yield url
 
 

@@ -21,7 +21,7 @@ from monitor.auth import repo
 from monitor.contract.origin import ORIGIN_HEADER, origin_tag
 from monitor.store.engine import libpq_url, make_engine
 from tests.factories import event_dict
-from tests.servers.worker import WorkerProcess, create_topic, wait_for_count
+from tests.servers.worker import QUIET, running_worker, wait_for_count
 
 POLICY = """\
 version: "scopes-1"
@@ -59,10 +59,9 @@ def bearer(secret: str) -> dict[str, str]:
 async def keyed(broker: Any, topic_name: str, database_url: str, tmp_path: Path) -> Any:
     team = await issue(database_url, ["team-a-*"], ["write", "gate", "read"])
     writer = await issue(database_url, ["solo"], ["write"])
-    await create_topic(broker.bootstrap, topic_name)
     policy = tmp_path / "gate.yaml"
     policy.write_text(POLICY)
-    worker = WorkerProcess(
+    async with running_worker(
         broker.bootstrap,
         database_url,
         topic_name,
@@ -72,14 +71,9 @@ async def keyed(broker: Any, topic_name: str, database_url: str, tmp_path: Path)
         MONITOR_KEYS_REFRESH_S="1",
         MONITOR_KEYS_MISS_REFRESH_S="0.2",
         MONITOR_GATE_ORIGIN_KEY="origin-secret",
-        MONITOR_JUDGE_ENABLED="false",
-        MONITOR_ALERTING_ENABLED="false",
-    ).start()
-    try:
-        await worker.wait_ready()
+        **QUIET,
+    ) as worker:
         yield worker, team, writer
-    finally:
-        worker.stop()
 
 
 async def dlq_reasons(bootstrap: str, topic: str, n: int) -> list[tuple[str, str]]:

@@ -14,13 +14,13 @@ import itertools
 import json
 from datetime import datetime, timedelta
 
-from monitor.contract.events import Agent, AgentEvent
+from monitor.contract.events import AgentEvent
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import decide, decision_event
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.gate.request import parse_gate_request
-from monitor.sdk.gate_client import gate_body
 from monitor.sim.gated import Draft, GatedTraffic
+from monitor.stack.demo_gate import draft_request
 
 SLOW = 10
 
@@ -36,17 +36,7 @@ class Clock:
 
 
 def request_bytes(d: Draft) -> bytes:
-    body = gate_body(
-        d.conversation_id,
-        d.content,
-        agent=Agent(id=d.spec.agent_id),
-        confidence=d.confidence,
-        domain=d.spec.domain,
-        tier=d.spec.tier,
-        history=d.history,
-        request_id=d.conversation_id,
-    )
-    return json.dumps(body).encode()
+    return json.dumps(draft_request(d)).encode()
 
 
 def gated_events(

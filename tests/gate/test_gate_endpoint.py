@@ -18,7 +18,7 @@ from monitor.analytics.write import save_map
 from monitor.store.engine import libpq_url, make_engine
 from tests.factories import event_dict
 from tests.gate.test_decide import FAILED_CANCEL
-from tests.servers.worker import WorkerProcess, create_topic, metric
+from tests.servers.worker import QUIET, WorkerProcess, metric, running_worker
 
 POLICY = """\
 version: "test-7"
@@ -34,10 +34,9 @@ AUTH = {"Authorization": "Bearer g4te"}
 
 @pytest.fixture
 async def gate_worker(broker: Any, topic_name: str, database_url: str, tmp_path: Path) -> Any:
-    await create_topic(broker.bootstrap, topic_name)
     policy = tmp_path / "gate.yaml"
     policy.write_text(POLICY)
-    worker = WorkerProcess(
+    async with running_worker(
         broker.bootstrap,
         database_url,
         topic_name,
@@ -47,14 +46,9 @@ async def gate_worker(broker: Any, topic_name: str, database_url: str, tmp_path:
         MONITOR_GATE_REFRESH_S="0.5",
         MONITOR_GATE_MAX_CONTENT_CHARS="2000",
         MONITOR_INGEST_TOKEN="s3cret",
-        MONITOR_JUDGE_ENABLED="false",
-        MONITOR_ALERTING_ENABLED="false",
-    ).start()
-    try:
-        await worker.wait_ready()
+        **QUIET,
+    ) as worker:
         yield worker
-    finally:
-        worker.stop()
 
 
 def ask(**over: Any) -> dict[str, Any]:

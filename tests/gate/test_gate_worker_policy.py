@@ -18,7 +18,7 @@ from monitor.analytics.write import save_map
 from monitor.store.engine import make_engine
 from tests.factories import T0
 from tests.servers.llm_server import ChatServer, Hang, Reply, verdicts_json
-from tests.servers.worker import WorkerProcess, create_topic
+from tests.servers.worker import QUIET, WorkerProcess, running_worker
 
 POLICY = """\
 version: "wp-1"
@@ -45,10 +45,9 @@ async def llm_server() -> Any:
 async def worker(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path, llm_server: ChatServer
 ) -> Any:
-    await create_topic(broker.bootstrap, topic_name)
     policy = tmp_path / "gate.yaml"
     policy.write_text(POLICY)
-    proc = WorkerProcess(
+    async with running_worker(
         broker.bootstrap,
         database_url,
         topic_name,
@@ -57,14 +56,9 @@ async def worker(
         MONITOR_GATE_REFRESH_S="3600",
         MONITOR_LLM_JUDGE_BASE_URL=llm_server.base_url,
         MONITOR_LLM_JUDGE_MODEL="gate-model",
-        MONITOR_JUDGE_ENABLED="false",
-        MONITOR_ALERTING_ENABLED="false",
-    ).start()
-    try:
-        await proc.wait_ready()
+        **QUIET,
+    ) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def ask(agent: str, request_id: str, confidence: float = 0.75) -> dict[str, Any]:

@@ -19,7 +19,13 @@ import pytest
 from monitor.store.engine import libpq_url
 from tests.factories import event_dict
 from tests.ingest.test_poison import CHECK, STORE_POISON_AGENT, deep
-from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
+from tests.servers.worker import (
+    QUIET,
+    WorkerProcess,
+    count,
+    running_worker,
+    wait_for_count,
+)
 
 AUTH = {"Authorization": "bearer s3cret"}  # the scheme is case-insensitive
 LIMIT = 4 * 1024 * 1024
@@ -32,8 +38,7 @@ async def worker(broker, topic_name: str, database_url: str, tmp_path: Path):
         await conn.execute(CHECK)
     finally:
         await conn.close()
-    await create_topic(broker.bootstrap, topic_name)
-    w = WorkerProcess(
+    async with running_worker(
         broker.bootstrap,
         database_url,
         topic_name,
@@ -41,14 +46,9 @@ async def worker(broker, topic_name: str, database_url: str, tmp_path: Path):
         MONITOR_INGEST_TOKEN="s3cret",
         MONITOR_HTTP_MAX_BODY_BYTES=str(LIMIT),
         MONITOR_HEALTH_STALL_S="2",
-        MONITOR_JUDGE_ENABLED="false",
-        MONITOR_ALERTING_ENABLED="false",
-    ).start()
-    try:
-        await w.wait_ready()
+        **QUIET,
+    ) as w:
         yield w
-    finally:
-        w.stop()
 
 
 def fuzz_corpus(seed: int = 14, n: int = 250) -> list[bytes]:

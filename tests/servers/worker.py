@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,25 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
+
+
+#: a worker that only ingests and answers on HTTP: no judging, no alerting
+QUIET = {"MONITOR_JUDGE_ENABLED": "false", "MONITOR_ALERTING_ENABLED": "false"}
+
+
+@asynccontextmanager
+async def running_worker(
+    bootstrap: str, database_url: str, topic: str, tmp: Path, **env: str
+) -> AsyncIterator[WorkerProcess]:
+    """A worker process on ``topic`` (created first) with ``env``, ready (``/health`` answers);
+    stopped on exit."""
+    await create_topic(bootstrap, topic)
+    worker = WorkerProcess(bootstrap, database_url, topic, tmp, **env).start()
+    try:
+        await worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
 
 
 def metric(worker: WorkerProcess, name: str) -> float:

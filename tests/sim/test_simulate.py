@@ -47,6 +47,10 @@ def _summarise(conv: list[AgentEvent]) -> Conv:
     )
 
 
+#: the tests share a module fixture: one xdist process makes it (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("simulate")
+
+
 @pytest.fixture(scope="module")
 def sim() -> Simulator:
     return Simulator(11, START, default_agents(change_point=CHANGE))

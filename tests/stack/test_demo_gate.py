@@ -28,7 +28,7 @@ from monitor.stack.demo import plan_traffic
 from monitor.stack.demo_gate import ask_and_send, plan_gated
 from monitor.stack.summary import gated_conversations
 from monitor.store.engine import libpq_url, make_engine
-from tests.servers.worker import WorkerProcess, create_topic, wait_for_count
+from tests.servers.worker import QUIET, running_worker, wait_for_count
 
 SIGMAS = 4.5
 
@@ -42,17 +42,9 @@ def poisson_binomial_ok(failures: int, p_success: list[float]) -> bool:
 async def test_demo_gate_figures_match_the_truth(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path
 ) -> None:
-    await create_topic(broker.bootstrap, topic_name)
-    worker = WorkerProcess(
-        broker.bootstrap,
-        database_url,
-        topic_name,
-        tmp_path,
-        MONITOR_JUDGE_ENABLED="false",
-        MONITOR_ALERTING_ENABLED="false",
-    ).start()
-    try:
-        await worker.wait_ready()
+    async with running_worker(
+        broker.bootstrap, database_url, topic_name, tmp_path, **QUIET
+    ) as worker:
         now = datetime.now(UTC)
         plan = plan_traffic(5, 60.0, 200.0, now)  # the demo's default traffic plan
         run = plan_gated(plan, 5, now)
@@ -75,8 +67,6 @@ async def test_demo_gate_figures_match_the_truth(
         want = len(sent) + run.conversations  # plus one decision event per conversation
         sql = f"SELECT count(*) FROM events WHERE conversation_id LIKE '{plan.prefix}%'"
         assert await wait_for_count(database_url, want, sql, timeout=120) == want
-    finally:
-        worker.stop()
 
     engine = make_engine(database_url)
     try:

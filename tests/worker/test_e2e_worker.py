@@ -17,7 +17,14 @@ import pytest
 
 from monitor.store.engine import libpq_url
 from tests.factories import event_dict
-from tests.servers.worker import WorkerProcess, count, create_topic, metric, wait_for_count
+from tests.servers.worker import (
+    WorkerProcess,
+    count,
+    create_topic,
+    metric,
+    running_worker,
+    wait_for_count,
+)
 
 
 def expected_from_tau2(files: list[Path]) -> tuple[Counter[str], dict[str, tuple[float, bool]]]:
@@ -135,8 +142,7 @@ async def test_tau2_replay_twice_through_kafka(
 
 @pytest.fixture
 async def http_worker(broker, topic_name: str, database_url: str, tmp_path: Path):
-    await create_topic(broker.bootstrap, topic_name)
-    worker = WorkerProcess(
+    async with running_worker(
         broker.bootstrap,
         database_url,
         topic_name,
@@ -145,12 +151,8 @@ async def http_worker(broker, topic_name: str, database_url: str, tmp_path: Path
         MONITOR_API_TOKEN="r3ad",
         MONITOR_HTTP_MAX_BODY_BYTES="65536",
         MONITOR_HTTP_MAX_EVENTS="50",
-    ).start()
-    try:
-        await worker.wait_ready()
+    ) as worker:
         yield worker
-    finally:
-        worker.stop()
 
 
 async def test_http_ingest_auth_mixed_and_limits(http_worker: WorkerProcess, database_url: str):
