@@ -98,6 +98,10 @@ def create_app(settings: Settings) -> faust.App:
         broker_heartbeat_interval=1,
         web_application_options=http_server.application_options(settings),
     )
+    # No faust agents, tables or topics: its consumer would only join a group of its own
+    # (seconds of a broker's initial rebalance delay before the web server and the services
+    # start); the streams are the services' own consumers.
+    app.producer_only = True
     # the web server's runner answers aiohttp's own parser errors as JSON (http_server.py)
     cast(Any, app).on_webserver_init = http_server.install
     guards = make_guards(settings, time.monotonic)
