@@ -12,18 +12,20 @@ request (two of them fire). Requests cycle over ``--conversations`` distinct con
 
 Each of ``--repeat`` rounds measures, in this order:
 
-- closed loop (``c`` clients each sending the next request when the previous answer arrived),
-  for ``--seconds`` at each of ``--concurrency``: the baseline, then the gate; printed: req/s,
-  client p50/p99, the **ratio gate / baseline** (goal >= 0.5) and the gate process's **CPU per
-  request** (user + system CPU of the process over the phase / answers, from /proc);
 - open loop at ``--rate`` requests/s (started every 1/rate s whatever the answers) for
-  ``--seconds``, **alone**: client p50/p99 (goal p99 < 10 ms), in-handler ``latency_ms``, CPU
+  ``--seconds``, **alone** (once the worker stored nothing new for a second: no backlog of
+  earlier phases): client p50/p99 (goal p99 < 10 ms at 500/s), in-handler ``latency_ms``, CPU
   per decision;
 - the same open loop **with ingest load**: a separate process sends simulated events with the
   SDK (``bench/ingest.py``'s producer) to the worker's topic as fast as it can, from 1 s before
   the open loop until it ends, and the worker ingests them into Postgres; printed: the same
   figures, the events the worker stored meanwhile, and the **p99 ratio loaded / alone** (goal
-  <= 1.5).
+  <= 1.5);
+- closed loop (``c`` clients each sending the next request when the previous answer arrived),
+  once the load's backlog is stored, for ``--seconds`` at each of ``--concurrency``: the
+  baseline, then the gate; printed: req/s, client p50/p99, the **ratio gate / baseline** (goal
+  >= 0.5) and the gate process's **CPU per request** (user + system CPU of the process over the
+  phase / answers, from /proc).
 
 Every process (client, gate, worker, load producer, broker, Postgres) shares the machine's
 cores; the 1-minute load average is printed per phase (other sessions may share the machine:
@@ -273,6 +275,18 @@ async def stored_events(db_url: str) -> int:
         await conn.close()
 
 
+async def settle(db_url: str, timeout_s: float = 60.0) -> None:
+    """Wait until the worker stored nothing new for a second (at most ``timeout_s``): the
+    earlier phases' decision events and load ingested, so the next phase runs alone."""
+    deadline, last = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        now = await stored_events(db_url)
+        if now == last:
+            return
+        last = now
+        await asyncio.sleep(1.0)
+
+
 def with_cpu(pid: int, coro_result: dict[str, Any], cpu0: float, answers_key: str) -> None:
     coro_result["cpu_us"] = (
         (harness.cpu_seconds(pid) - cpu0) / max(coro_result[answers_key], 1) * 1e6
@@ -292,24 +306,7 @@ async def one_round(
     constant = f"http://127.0.0.1:{gate.port}/bench/constant"
     bodies = Bodies(args.conversations)
     out: dict[str, Any] = {"closed": {}}
-    for c in args.concurrency:
-        cpu0 = harness.cpu_seconds(gate.pid)
-        base = await closed_loop(session, constant, bodies, c, args.seconds)
-        with_cpu(gate.pid, base, cpu0, "n")
-        cpu0 = harness.cpu_seconds(gate.pid)
-        lane = await closed_loop(session, own, bodies, c, args.seconds)
-        with_cpu(gate.pid, lane, cpu0, "n")
-        assert set(base["statuses"]) == {200} == set(lane["statuses"]), (base, lane)
-        out["closed"][c] = (base, lane)
-        print(
-            f"[{index}] c={c}: baseline {base['rps']:,.0f} req/s p50 {base['p50']:.2f} p99 "
-            f"{base['p99']:.2f} ms, CPU {base['cpu_us']:.0f} us/answer | gate {lane['rps']:,.0f}"
-            f" req/s p50 {lane['p50']:.2f} p99 {lane['p99']:.2f} ms, CPU {lane['cpu_us']:.0f} "
-            f"us/decision | ratio {lane['rps'] / base['rps']:.2f} | load {lane['load']:.1f} | "
-            f"degraded {lane['degraded']}",
-            flush=True,
-        )
-    await asyncio.sleep(1)  # the closed loops' decision events published and ingested
+    await settle(db_url)  # the previous phases' events ingested: the gate alone
     cpu0 = harness.cpu_seconds(gate.pid)
     alone = await open_loop(session, own, bodies, args.rate, args.seconds)
     with_cpu(gate.pid, alone, cpu0, "n")
@@ -343,7 +340,24 @@ async def one_round(
         flush=True,
     )
     out["alone"], out["loaded"] = alone, loaded
-    await asyncio.sleep(2)  # the load's backlog drains before the next round
+    await settle(db_url)  # the load's backlog ingested before the closed loops
+    for c in args.concurrency:
+        cpu0 = harness.cpu_seconds(gate.pid)
+        base = await closed_loop(session, constant, bodies, c, args.seconds)
+        with_cpu(gate.pid, base, cpu0, "n")
+        cpu0 = harness.cpu_seconds(gate.pid)
+        lane = await closed_loop(session, own, bodies, c, args.seconds)
+        with_cpu(gate.pid, lane, cpu0, "n")
+        assert set(base["statuses"]) == {200} == set(lane["statuses"]), (base, lane)
+        out["closed"][c] = (base, lane)
+        print(
+            f"[{index}] c={c}: baseline {base['rps']:,.0f} req/s p50 {base['p50']:.2f} p99 "
+            f"{base['p99']:.2f} ms, CPU {base['cpu_us']:.0f} us/answer | gate {lane['rps']:,.0f}"
+            f" req/s p50 {lane['p50']:.2f} p99 {lane['p99']:.2f} ms, CPU {lane['cpu_us']:.0f} "
+            f"us/decision | ratio {lane['rps'] / base['rps']:.2f} | load {lane['load']:.1f} | "
+            f"degraded {lane['degraded']}",
+            flush=True,
+        )
     return out
 
 
@@ -420,6 +434,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
             gate = Worker(bootstrap, db_url, topic, workdir / "gate.log", extra, argv=argv)
             gate.env["MONITOR_GATE_PORT"] = str(gate.port)
             gate.env["MONITOR_STATE_DIR"] = worker.env["MONITOR_STATE_DIR"]  # origin key
+            if args.no_tune_gc:
+                gate.env["BENCH_NO_TUNE_GC"] = "1"
             stack.enter_context(running(gate))
             await gate.wait_ready()
             own = f"http://127.0.0.1:{gate.port}/v1/gate"
@@ -459,6 +475,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rate", type=float, default=500.0, help="Open-loop requests/s.")
     parser.add_argument("--repeat", type=int, default=3, help="Rounds (3).")
+    parser.add_argument(
+        "--no-tune-gc", action="store_true", help="The gate process keeps the GC defaults."
+    )
     parser.add_argument(
         "--conversations",
         type=int,

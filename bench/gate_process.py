@@ -9,12 +9,14 @@ producer, the disk buffer when the broker is slow), a fresh ``event_id`` on a de
 built once at start. So the gate/baseline ratio is the cost of deciding alone (parse, checks,
 building the decision event), publication being in both. Run by the bench as
 ``python bench/gate_process.py``; the settings come from the environment like
-``monitor gate serve``."""
+``monitor gate serve``. ``BENCH_NO_TUNE_GC=1`` leaves the collector's defaults (to measure
+what ``tune_gc`` does for the gate process)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -30,6 +32,7 @@ from bench.gate import body
 from monitor.auth.authorizer import Grant
 from monitor.config import Settings, load_settings
 from monitor.contract.events import AgentEvent
+from monitor.core.gc_tuning import tune_gc
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import decide, decision_event
 from monitor.gate.endpoint import GateReply, receive_gate
@@ -102,6 +105,8 @@ async def serve(settings: Settings) -> None:
     server = BenchGateServer(settings)
     try:
         await server.start()
+        if not os.environ.get("BENCH_NO_TUNE_GC"):  # as monitor.gate.server.serve
+            tune_gc()
         await stop.wait()
     finally:
         await server.close()
