@@ -197,6 +197,16 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
             for r in await panel(conn, "Escalation rate over time per agent x domain")
         }
         assert rates["agent-a / retail (shadow)"] == pytest.approx(1 / 2)
+        kinds = {
+            r["agent"]: r
+            for r in await panel(conn, "Degraded decisions by kind per agent x domain")
+        }
+        # c9 failed open past its deadline; agent-a's 9 enforced decisions (c8 has two) did not
+        assert (kinds["agent-b"]["enforced decisions"], kinds["agent-b"]["failed open"]) == (2, 1)
+        assert kinds["agent-b"]["past deadline"] == 1 and kinds["agent-b"]["failed closed"] == 0
+        assert kinds["agent-b"]["fail-open share"] == pytest.approx(1 / 2)
+        assert (kinds["agent-a"]["enforced decisions"], kinds["agent-a"]["failed open"]) == (9, 0)
+        assert kinds["agent-a"]["fail-open share"] == 0
         latency = await panel(conn, "Gate latency")
         assert max(r["p99"] for r in latency) <= 13 and min(r["p50"] for r in latency) >= 1
         # a selection restricts: only agent-b
