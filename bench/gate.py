@@ -1,31 +1,39 @@
-"""Gate speed: requests/s and p50/p99 latency of ``POST /v1/gate`` against a constant answer.
+"""Gate speed: the gate process (``monitor gate serve``) against a publishing baseline, alone
+and beside ingest load, with its CPU per decision.
 
-One real worker (judges and alerting off, the gate's decision events published and ingested as
-usual), started as ``bench/gate_worker.py``: the worker plus ``POST /bench/constant``. The
-request is an agent's next message with the conversation so far (a user message, two tool calls,
-one failed tool result: 5 history events, ~1.7 KB), so the four deterministic checks run inline
-on every request (two of them fire). Requests cycle over ``--conversations`` distinct
-conversation ids (each re-sending its history, as an agent does: after the first round the
-worker's history cache holds the events). The baseline is *the same web server answering a
-constant JSON*: the same bodies POSTed to ``/bench/constant`` on the same worker, which reads
-the body like the gate and answers a constant gate-sized JSON (200) without deciding. Both are
-measured in the same run, alternately, at each concurrency (closed loop: ``c`` clients each
-sending the next request when the previous answer arrived) for ``--seconds`` each; then an
-open-loop phase sends at a fixed ``--rate`` (requests started every 1/rate s whatever the
-answers) to check the goal "p99 under 10 ms at 500 requests/s": once before the closed-loop
-phases (steady state: the goal) and once after them (the 64-client phase saturates the
-worker; its decision events are still being published, ingested and maybe replayed from the
-disk buffer while the second open loop runs: that one measures recovery from overload).
-The gate process (``monitor gate serve``, its own event loop, no ingest in it) runs beside
-the worker on the same broker, database and state directory; the same open loop is sent to it
-(``gate process``), before and after the closed-loop phases, and its closed loop at each
-concurrency is printed beside the worker's. Latency is measured by the client (aiohttp) from
-the request start to the full answer; the client runs on the same 2 cores as the worker, the
-broker and Postgres. The 1-minute load average is printed per phase (other sessions may share
-the machine). Run from the repository root::
+The gate process runs as ``bench/gate_process.py``: the real :class:`GateServer` plus
+``POST /bench/constant``, the **baseline**: the same aiohttp application, process and event loop
+answering a constant decision *and publishing one decision event through the gate's own path*
+(outbox, producer). A real worker (``monitor worker``, judges and alerting off) on the same
+broker, topic and database ingests the decision events, as in production. The request is an
+agent's next message with the conversation so far (a user message, two tool calls, one failed
+tool result: 5 history events, ~1.7 KB), so the four deterministic checks run inline on every
+request (two of them fire). Requests cycle over ``--conversations`` distinct conversation ids.
 
-    .venv/bin/python bench/gate.py                  # 1/16/64 clients, 5 s each, 500 req/s
-    .venv/bin/python bench/gate.py --seconds 3 --rate 300
+Each of ``--repeat`` rounds measures, in this order:
+
+- open loop at ``--rate`` requests/s (started every 1/rate s whatever the answers) for
+  ``--seconds``, **alone** (once the worker stored nothing new for a second: no backlog of
+  earlier phases): client p50/p99 (goal p99 < 10 ms at 500/s), in-handler ``latency_ms``, CPU
+  per decision;
+- the same open loop **with ingest load**: a separate process sends simulated events with the
+  SDK (``bench/ingest.py``'s producer) to the worker's topic as fast as it can, from 1 s before
+  the open loop until it ends, and the worker ingests them into Postgres; printed: the same
+  figures, the events the worker stored meanwhile, and the **p99 ratio loaded / alone** (goal
+  <= 1.5);
+- closed loop (``c`` clients each sending the next request when the previous answer arrived),
+  once the load's backlog is stored, for ``--seconds`` at each of ``--concurrency``: the
+  baseline, then the gate; printed: req/s, client p50/p99, the **ratio gate / baseline** (goal
+  >= 0.5) and the gate process's **CPU per request** (user + system CPU of the process over the
+  phase / answers, from /proc).
+
+Every process (client, gate, worker, load producer, broker, Postgres) shares the machine's
+cores; the 1-minute load average is printed per phase (other sessions may share the machine:
+prefer the ratios, measured in the same round). The summary gives each figure's range over
+the rounds. Run from the repository root::
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test .venv/bin/python bench/gate.py
+    .venv/bin/python bench/gate.py --seconds 3 --rate 300 --repeat 1
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -44,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
@@ -233,6 +243,178 @@ async def open_loop(
     }
 
 
+def ingest_load(bootstrap: str, topic: str, seed: int, ready: Any, stop: Any, sent: Any) -> None:
+    """The load process: simulated events sent with the SDK as fast as the broker takes them
+    (``bench/ingest.py``'s producer), from ``ready`` until ``stop`` is set; ``sent`` counts."""
+    from datetime import UTC, datetime, timedelta
+
+    from monitor.sdk import EventEmitter
+    from monitor.sim.traffic import Simulator
+
+    async def run() -> None:
+        events = Simulator(seed=seed, start=datetime.now(UTC) - timedelta(hours=2)).events()
+        async with EventEmitter(bootstrap, topic, idempotent=False) as emitter:
+            ready.set()
+            n = 0
+            while not stop.is_set():
+                for event in itertools.islice(events, 200):
+                    await emitter.send(event)
+                n += 200
+                sent.value = n
+            await emitter.flush()
+
+    asyncio.run(run())
+
+
+async def stored_events(db_url: str) -> int:
+    """Events the worker stored so far (``event_minutes``, written with the events)."""
+    conn = await asyncpg.connect(db_url)
+    try:
+        return int(await conn.fetchval("SELECT coalesce(sum(events), 0) FROM event_minutes"))
+    finally:
+        await conn.close()
+
+
+async def settle(db_url: str, timeout_s: float = 60.0) -> None:
+    """Wait until the worker stored nothing new for a second (at most ``timeout_s``): the
+    earlier phases' decision events and load ingested, so the next phase runs alone."""
+    deadline, last = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        now = await stored_events(db_url)
+        if now == last:
+            return
+        last = now
+        await asyncio.sleep(1.0)
+
+
+def with_cpu(pid: int, coro_result: dict[str, Any], cpu0: float, answers_key: str) -> None:
+    coro_result["cpu_us"] = (
+        (harness.cpu_seconds(pid) - cpu0) / max(coro_result[answers_key], 1) * 1e6
+    )
+
+
+async def one_round(
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    gate: Worker,
+    bootstrap: str,
+    topic: str,
+    db_url: str,
+    index: int,
+) -> dict[str, Any]:
+    own = f"http://127.0.0.1:{gate.port}/v1/gate"
+    constant = f"http://127.0.0.1:{gate.port}/bench/constant"
+    bodies = Bodies(args.conversations)
+    out: dict[str, Any] = {"closed": {}}
+    await settle(db_url)  # the previous phases' events ingested: the gate alone
+    cpu0 = harness.cpu_seconds(gate.pid)
+    alone = await open_loop(session, own, bodies, args.rate, args.seconds)
+    with_cpu(gate.pid, alone, cpu0, "n")
+    print_open(f"[{index}] alone", alone)
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, sent = ctx.Event(), ctx.Event(), ctx.Value("q", 0)
+    load = ctx.Process(target=ingest_load, args=(bootstrap, topic, 1000 + index, ready, stop, sent))
+    load.start()
+    try:
+        await asyncio.to_thread(ready.wait, 60)
+        await asyncio.sleep(1.0)  # the worker busy ingesting before the first request
+        stored0 = await stored_events(db_url)
+        cpu0 = harness.cpu_seconds(gate.pid)
+        t0 = time.perf_counter()
+        loaded = await open_loop(session, own, bodies, args.rate, args.seconds)
+        with_cpu(gate.pid, loaded, cpu0, "n")
+        loaded["ingested_per_s"] = (await stored_events(db_url) - stored0) / (
+            time.perf_counter() - t0
+        )
+    finally:
+        stop.set()
+        await asyncio.to_thread(load.join, 30)
+        if load.is_alive():
+            load.kill()
+    loaded["sent"] = sent.value
+    print_open(f"[{index}] with ingest load", loaded)
+    print(
+        f"[{index}] ingest load: {loaded['sent']:,} events sent, worker stored "
+        f"{loaded['ingested_per_s']:,.0f} events/s during the open loop | p99 loaded / alone "
+        f"{loaded['p99'] / alone['p99']:.2f}",
+        flush=True,
+    )
+    out["alone"], out["loaded"] = alone, loaded
+    await settle(db_url)  # the load's backlog ingested before the closed loops
+    for c in args.concurrency:
+        cpu0 = harness.cpu_seconds(gate.pid)
+        base = await closed_loop(session, constant, bodies, c, args.seconds)
+        with_cpu(gate.pid, base, cpu0, "n")
+        cpu0 = harness.cpu_seconds(gate.pid)
+        lane = await closed_loop(session, own, bodies, c, args.seconds)
+        with_cpu(gate.pid, lane, cpu0, "n")
+        assert set(base["statuses"]) == {200} == set(lane["statuses"]), (base, lane)
+        out["closed"][c] = (base, lane)
+        print(
+            f"[{index}] c={c}: baseline {base['rps']:,.0f} req/s p50 {base['p50']:.2f} p99 "
+            f"{base['p99']:.2f} ms, CPU {base['cpu_us']:.0f} us/answer | gate {lane['rps']:,.0f}"
+            f" req/s p50 {lane['p50']:.2f} p99 {lane['p99']:.2f} ms, CPU {lane['cpu_us']:.0f} "
+            f"us/decision | ratio {lane['rps'] / base['rps']:.2f} | load {lane['load']:.1f} | "
+            f"degraded {lane['degraded']}",
+            flush=True,
+        )
+    return out
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """``min-max (median)`` of ``values``."""
+    lo, mid, hi = min(values), statistics.median(values), max(values)
+    return f"{fmt.format(lo)}-{fmt.format(hi)} (median {fmt.format(mid)})"
+
+
+def summary(rounds: list[dict[str, Any]], concurrency: list[int]) -> None:
+    print(f"\nsummary over {len(rounds)} rounds (min-max, median):")
+    for c in concurrency:
+        pairs = [r["closed"][c] for r in rounds]
+        ratios = [g["rps"] / b["rps"] for b, g in pairs]
+        print(
+            f"  c={c}: ratio gate / publishing baseline {spread(ratios)}"
+            f"; gate {spread([g['rps'] for _, g in pairs], '{:,.0f}')} req/s, baseline "
+            f"{spread([b['rps'] for b, _ in pairs], '{:,.0f}')} req/s; CPU per decision "
+            f"{spread([g['cpu_us'] for _, g in pairs], '{:.0f}')} us, per baseline answer "
+            f"{spread([b['cpu_us'] for b, _ in pairs], '{:.0f}')} us"
+        )
+    alone = [r["alone"] for r in rounds]
+    loaded = [r["loaded"] for r in rounds]
+    print(
+        f"  open loop alone: p99 {spread([a['p99'] for a in alone])} ms, p50 "
+        f"{spread([a['p50'] for a in alone])} ms, in-handler p99 "
+        f"{spread([a['server_p99'] for a in alone])} ms, CPU per decision "
+        f"{spread([a['cpu_us'] for a in alone], '{:.0f}')} us"
+    )
+    print(
+        f"  open loop with ingest load: p99 {spread([x['p99'] for x in loaded])} ms, in-handler"
+        f" p99 {spread([x['server_p99'] for x in loaded])} ms, worker stored "
+        f"{spread([x['ingested_per_s'] for x in loaded], '{:,.0f}')} events/s; p99 loaded / "
+        f"alone {spread([x['p99'] / a['p99'] for a, x in zip(alone, loaded, strict=True)])}"
+    )
+    print(
+        json.dumps(
+            {
+                "python": platform.python_version(),
+                "cores": os.cpu_count(),
+                "rounds": [
+                    {
+                        "ratios": {
+                            c: r["closed"][c][1]["rps"] / r["closed"][c][0]["rps"]
+                            for c in concurrency
+                        },
+                        "p99_alone": r["alone"]["p99"],
+                        "p99_loaded": r["loaded"]["p99"],
+                        "cpu_us_open_loop": r["alone"]["cpu_us"],
+                    }
+                    for r in rounds
+                ],
+            }
+        )
+    )
+
+
 async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdir: Path) -> None:
     async with (
         scratch_topic(bootstrap, "gate", 4) as topic,
@@ -245,104 +427,44 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
             "MONITOR_TOPIC_PARTITIONS": "4",
             "MONITOR_HTTP_GATE_RATE_PER_S": "0",
         }
-        worker = Worker(
-            bootstrap,
-            db_url,
-            topic,
-            workdir / "worker.log",
-            extra,
-            argv=(str(REPO / "bench" / "gate_worker.py"),),
-        )
+        worker = Worker(bootstrap, db_url, topic, workdir / "worker.log", extra)
         with running(worker), contextlib.ExitStack() as stack:
             await worker.wait_ready()
-            serve = ("-m", "monitor.cli", "gate", "serve")
-            process = Worker(bootstrap, db_url, topic, workdir / "gate.log", extra, argv=serve)
-            process.env["MONITOR_GATE_PORT"] = str(process.port)
-            process.env["MONITOR_STATE_DIR"] = worker.env["MONITOR_STATE_DIR"]  # origin key
-            stack.enter_context(running(process))
-            await process.wait_ready()
-            own = f"http://127.0.0.1:{process.port}/v1/gate"
-            url = f"http://127.0.0.1:{worker.port}/v1/gate"
-            constant = f"http://127.0.0.1:{worker.port}/bench/constant"
+            argv = (str(REPO / "bench" / "gate_process.py"),)
+            gate = Worker(bootstrap, db_url, topic, workdir / "gate.log", extra, argv=argv)
+            gate.env["MONITOR_GATE_PORT"] = str(gate.port)
+            gate.env["MONITOR_STATE_DIR"] = worker.env["MONITOR_STATE_DIR"]  # origin key
+            if args.no_tune_gc:
+                gate.env["BENCH_NO_TUNE_GC"] = "1"
+            stack.enter_context(running(gate))
+            await gate.wait_ready()
+            own = f"http://127.0.0.1:{gate.port}/v1/gate"
+            constant = f"http://127.0.0.1:{gate.port}/bench/constant"
             bodies = Bodies(args.conversations)
-            connector = aiohttp.TCPConnector(limit=0)
-            async with aiohttp.ClientSession(connector=connector) as session:
-                async with session.post(
-                    url,
-                    data=bodies.all[0],
-                    headers={
-                        "Authorization": f"Bearer {TOKEN}",
-                        "Content-Type": "application/json",
-                    },
-                ) as r:
+            headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                async with session.post(own, data=bodies.all[0], headers=headers) as r:
                     sample = await r.json()
                 print("sample answer:", json.dumps(sample)[:400])
-                await closed_loop(session, url, bodies, 4, 1.0)  # warm-up (history cached)
-                await closed_loop(session, own, bodies, 4, 1.0)
-                await closed_loop(session, constant, bodies, 4, 0.5)
+                await closed_loop(session, own, bodies, 4, 1.0)  # warm-up (history cached)
+                await closed_loop(session, constant, bodies, 4, 1.0)
                 await asyncio.sleep(2)  # the warm-up's decision events ingested
-                steady = await open_loop(session, url, bodies, args.rate, args.seconds)
-                print_open("steady state", steady)
-                alone = await open_loop(session, own, bodies, args.rate, args.seconds)
-                print_open("gate process, steady state", alone)
-                rows = []
-                for c in args.concurrency:
-                    base = await closed_loop(session, constant, bodies, c, args.seconds)
-                    gate = await closed_loop(session, url, bodies, c, args.seconds)
-                    lane = await closed_loop(session, own, bodies, c, args.seconds)
-                    print(
-                        f"c={c}: gate process {lane['rps']:,.0f} req/s p50 "
-                        f"{lane['p50']:.2f} p99 {lane['p99']:.2f} ms | ratio to baseline "
-                        f"{lane['rps'] / base['rps']:.2f} | degraded {lane['degraded']}",
-                        flush=True,
-                    )
-                    assert set(lane["statuses"]) == {200}, lane["statuses"]
-                    assert set(base["statuses"]) == {200}, base["statuses"]
-                    assert set(gate["statuses"]) == {200}, gate["statuses"]
-                    rows.append((c, base, gate))
-                    print(
-                        f"c={c}: baseline {base['rps']:,.0f} req/s p50 {base['p50']:.2f} "
-                        f"p99 {base['p99']:.2f} ms | gate {gate['rps']:,.0f} req/s p50 "
-                        f"{gate['p50']:.2f} p99 {gate['p99']:.2f} ms | ratio "
-                        f"{gate['rps'] / base['rps']:.2f} | load {base['load']:.1f}/"
-                        f"{gate['load']:.1f} | degraded {gate['degraded']}",
-                        flush=True,
-                    )
-                fixed = await open_loop(session, url, bodies, args.rate, args.seconds)
-                print_open("after the closed-loop phases", fixed)
-                after = await open_loop(session, own, bodies, args.rate, args.seconds)
-                print_open("gate process, after the closed-loop phases", after)
-    print(
-        "\n| clients | baseline req/s | baseline p50 / p99 ms | gate req/s | gate p50 / p99 ms"
-        " | gate / baseline |\n|---|---|---|---|---|---|"
-    )
-    for c, base, gate in rows:
-        print(
-            f"| {c} | {base['rps']:,.0f} | {base['p50']:.2f} / {base['p99']:.2f} | "
-            f"{gate['rps']:,.0f} | {gate['p50']:.2f} / {gate['p99']:.2f} | "
-            f"{gate['rps'] / base['rps']:.2f} |"
-        )
-    print(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "cores": os.cpu_count(),
-                "median_ratio": statistics.median(g["rps"] / b["rps"] for _, b, g in rows),
-                "open_loop": steady,
-                "open_loop_after_saturation": fixed,
-                "gate_process_open_loop": alone,
-                "gate_process_open_loop_after_saturation": after,
-            }
-        )
-    )
+                rounds = [
+                    await one_round(session, args, gate, bootstrap, topic, db_url, i)
+                    for i in range(args.repeat)
+                ]
+            gate_log = (workdir / "gate.log").read_text(errors="replace")
+            if "Traceback" in gate_log:
+                print(gate_log[-3000:])
+    summary(rounds, args.concurrency)
 
 
 def print_open(when: str, f: dict[str, Any]) -> None:
     print(
         f"open loop {f['rate']:.0f} req/s, {when} (achieved {f['achieved']:.0f}): p50 "
-        f"{f['p50']:.2f} ms, p99 {f['p99']:.2f} ms; in-server latency_ms p50 "
-        f"{f['server_p50']:.2f}, p99 {f['server_p99']:.2f}; load {f['load']:.1f}; "
-        f"degraded {f['degraded']}",
+        f"{f['p50']:.2f} ms, p99 {f['p99']:.2f} ms; in-handler latency_ms p50 "
+        f"{f['server_p50']:.2f}, p99 {f['server_p99']:.2f}; CPU {f['cpu_us']:.0f} us/decision; "
+        f"load {f['load']:.1f}; degraded {f['degraded']}",
         flush=True,
     )
 
@@ -352,6 +474,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="Per phase.")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rate", type=float, default=500.0, help="Open-loop requests/s.")
+    parser.add_argument("--repeat", type=int, default=3, help="Rounds (3).")
+    parser.add_argument(
+        "--no-tune-gc", action="store_true", help="The gate process keeps the GC defaults."
+    )
     parser.add_argument(
         "--conversations",
         type=int,

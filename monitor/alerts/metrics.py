@@ -14,7 +14,10 @@ Metric values, as the evaluator must compute them (units in brackets):
   window) that were ``escalate`` (the human cost); ``gate_proceeded_failure_rate`` [0, 1]:
   failures among conversations whose latest decision in the window was ``proceed`` and that
   have an outcome; ``gate_degraded_rate`` [0, 1]: share of decisions the fail-open/closed
-  choice made (a check failed or ran past the deadline). Per agent x domain x tier.
+  choice made (a check failed or ran past the deadline); ``gate_fail_open_rate`` [0, 1]: share
+  of the enforced decisions (``enforced`` not false) that let the message through unchecked:
+  ``degraded`` starts with ``fail open`` (a check raised, the deadline passed, the gate erred)
+  or the LLM check failed with ``on_llm_timeout proceed``. Per agent x domain x tier.
 """
 
 from __future__ import annotations
@@ -42,10 +45,16 @@ class Metric(StrEnum):
     GATE_ESCALATION_RATE = "gate_escalation_rate"
     GATE_PROCEEDED_FAILURE_RATE = "gate_proceeded_failure_rate"
     GATE_DEGRADED_RATE = "gate_degraded_rate"
+    GATE_FAIL_OPEN_RATE = "gate_fail_open_rate"
 
 
 GATE_METRICS = frozenset(
-    {Metric.GATE_ESCALATION_RATE, Metric.GATE_PROCEEDED_FAILURE_RATE, Metric.GATE_DEGRADED_RATE}
+    {
+        Metric.GATE_ESCALATION_RATE,
+        Metric.GATE_PROCEEDED_FAILURE_RATE,
+        Metric.GATE_DEGRADED_RATE,
+        Metric.GATE_FAIL_OPEN_RATE,
+    }
 )
 
 
@@ -60,6 +69,7 @@ DEFAULT_MIN_SAMPLES: Mapping[str, float] = {
     Metric.GATE_ESCALATION_RATE.value: 50.0,
     Metric.GATE_PROCEEDED_FAILURE_RATE.value: 30.0,
     Metric.GATE_DEGRADED_RATE.value: 20.0,
+    Metric.GATE_FAIL_OPEN_RATE.value: 50.0,
 }
 """``min_samples`` when a rule omits it; metrics not listed default to 0 (no minimum)."""
 

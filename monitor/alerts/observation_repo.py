@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -108,7 +108,11 @@ async def dlq_counts(engine: AsyncEngine, start: datetime, end: datetime) -> tup
 _GATE_DECISIONS = text("""
 SELECT agent_id, coalesce(domain, ''), coalesce(tier, 0), count(*),
        count(*) FILTER (WHERE body->'gate'->>'decision' = 'escalate'),
-       count(*) FILTER (WHERE body->'gate'->>'degraded' IS NOT NULL)
+       count(*) FILTER (WHERE body->'gate'->>'degraded' IS NOT NULL),
+       count(*) FILTER (WHERE body->'gate'->>'enforced' IS DISTINCT FROM 'false'),
+       count(*) FILTER (WHERE body->'gate'->>'enforced' IS DISTINCT FROM 'false' AND (
+         body->'gate'->>'degraded' LIKE 'fail open%'
+         OR body->'gate'->>'degraded' LIKE 'llm %: on_llm_timeout proceed'))
 FROM events WHERE type = 'gate' AND ts >= :lo AND ts < :hi GROUP BY 1, 2, 3
 """)
 _GATE_PROCEEDED = text("""
@@ -124,20 +128,35 @@ WHERE l.decision = 'proceed' GROUP BY 1, 2, 3
 """)
 
 
+class GateCounts(NamedTuple):
+    """One segment's gate decisions in a window (see :func:`gate_counts`)."""
+
+    decisions: int
+    escalated: int
+    degraded: int
+    proceeded_known: int
+    proceeded_failed: int
+    enforced: int = 0
+    fail_open: int = 0
+
+
 async def gate_counts(
     engine: AsyncEngine, start: datetime, end: datetime
-) -> dict[SegmentTuple, tuple[int, int, int, int, int]]:
-    """Per segment: ``(decisions, escalated, degraded, proceeded with an outcome, proceeded
-    and failed)`` of the gate's decision events in ``[start, end)``."""
+) -> dict[SegmentTuple, GateCounts]:
+    """Per segment, the gate's decision events in ``[start, end)``: all, escalated, degraded,
+    proceeded (latest decision of the conversation) with an outcome and failed among those,
+    enforced (not shadow) and enforced fail-open (``metrics.Metric.GATE_FAIL_OPEN_RATE``)."""
     params = {"lo": start, "hi": end}
     async with engine.connect() as conn:
         decided: list[Any] = list((await conn.execute(_GATE_DECISIONS, params)).all())
         proceeded: list[Any] = list((await conn.execute(_GATE_PROCEEDED, params)).all())
-    out: dict[SegmentTuple, tuple[int, int, int, int, int]] = {}
-    for a, d, t, n, esc, deg in decided:
-        out[(str(a), str(d), int(t))] = (int(n), int(esc), int(deg), 0, 0)
+    out: dict[SegmentTuple, GateCounts] = {}
+    for a, d, t, n, esc, deg, enf, fo in decided:
+        out[(str(a), str(d), int(t))] = GateCounts(
+            int(n), int(esc), int(deg), 0, 0, int(enf), int(fo)
+        )
     for a, d, t, known, failed in proceeded:
         key = (str(a), str(d), int(t))
-        n, esc, deg, _, _ = out.get(key, (0, 0, 0, 0, 0))
-        out[key] = (n, esc, deg, int(known), int(failed))
+        c = out.get(key, GateCounts(0, 0, 0, 0, 0))
+        out[key] = c._replace(proceeded_known=int(known), proceeded_failed=int(failed))
     return out

@@ -209,17 +209,19 @@ def lag_observation(rule: Rule, lag: float | None, now: datetime) -> list[Observ
 
 
 def gate_observations(
-    rule: Rule, counts: Mapping[SegmentTuple, tuple[int, int, int, int, int]], now: datetime
+    rule: Rule, counts: Mapping[SegmentTuple, repo.GateCounts], now: datetime
 ) -> list[Observation]:
     """The gate metric of each segment (:func:`observation_repo.gate_counts`)."""
     out = []
-    for seg, (n, esc, deg, known, failed) in sorted(counts.items()):
+    for seg, c in sorted(counts.items()):
         scope = segment_scope(seg)
         if not rule.scope.matches(scope):
             continue
-        num, den = {Metric.GATE_ESCALATION_RATE: (esc, n), Metric.GATE_DEGRADED_RATE: (deg, n)}.get(
-            rule.metric, (failed, known)
-        )
+        num, den = {
+            Metric.GATE_ESCALATION_RATE: (c.escalated, c.decisions),
+            Metric.GATE_DEGRADED_RATE: (c.degraded, c.decisions),
+            Metric.GATE_FAIL_OPEN_RATE: (c.fail_open, c.enforced),
+        }.get(rule.metric, (c.proceeded_failed, c.proceeded_known))
         out.append(Observation(rule.name, scope, num / den if den else None, den, now))
     return out
 

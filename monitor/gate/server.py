@@ -43,6 +43,7 @@ from monitor.config import Settings
 from monitor.contract.events import AgentEvent
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
+from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate.buffer_slot import open_gate_buffer
@@ -291,7 +292,9 @@ async def every(period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
 
 
 async def serve(settings: Settings) -> None:
-    """Run one gate process until SIGINT/SIGTERM."""
+    """Run one gate process until SIGINT/SIGTERM. Once serving (imports, state and app
+    built), :func:`tune_gc` freezes what is alive and raises the collector's thresholds, as
+    the worker does: fewer, shorter collection pauses in the answers' tail."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -300,6 +303,7 @@ async def serve(settings: Settings) -> None:
     server = GateServer(settings)
     try:
         await server.start()
+        tune_gc()
         await stop.wait()
     finally:
         await server.close()

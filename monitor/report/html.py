@@ -125,31 +125,51 @@ def _rate_cells(r: Rate, key: str) -> str:
     return cell(r.value, key) + f"<td>{interval} ({r.num}/{r.den})</td>"
 
 
+GATE_HEAD = [
+    "agent",
+    "domain",
+    "conversations",
+    "proceed",
+    "revise",
+    "escalate",
+    "escalation rate (human cost)",
+    "95% interval",
+    "failures prevented",
+    "95% interval",
+    "failure rate proceeded",
+    "failure rate all",
+]
+
+
+def _gate_row(e: Effect, k: str, ungated: bool) -> str:
+    d = e.decisions
+    row = (
+        f"<tr><td>{html.escape(e.agent_id)}</td><td>{html.escape(e.domain or '-')}</td>"
+        + cell(e.conversations, f"{k}/conversations")
+        + "".join(cell(d[x], f"{k}/decisions/{x}") for x in ("proceed", "revise", "escalate"))
+        + _rate_cells(e.escalation_rate, f"{k}/escalation_rate")
+        + _rate_cells(e.failures_prevented, f"{k}/failures_prevented")
+        + cell(e.failure_rate_proceeded.value, f"{k}/failure_rate_proceeded")
+        + cell(e.failure_rate_all.value, f"{k}/failure_rate_all")
+    )
+    if ungated:
+        row += cell(
+            None if e.failure_rate_ungated is None else e.failure_rate_ungated.value,
+            f"{k}/failure_rate_ungated",
+        ) + cell(e.revise_failure_rate.value, f"{k}/revise_failure_rate")
+    return row + "</tr>"
+
+
 def gate_section(effects: Sequence[Effect]) -> str:
-    """The runtime trust gate per agent x domain (``monitor gate --json --no-replay``);
-    empty when no agent asked the gate in the range."""
+    """The runtime trust gate per agent x domain (``monitor gate --json --no-replay``):
+    enforced decisions (source ``recorded``, keys ``gate/AGENT/DOMAIN/...``), then shadow
+    decisions apart (source ``shadow``, keys ``gate-shadow/AGENT/DOMAIN/...``); empty when no
+    agent asked the gate in the range."""
     if not effects:
         return ""
-    rows = []
-    for e in effects:
-        k = f"gate/{e.agent_id}/{e.domain}"
-        d = e.decisions
-        rows.append(
-            f"<tr><td>{html.escape(e.agent_id)}</td><td>{html.escape(e.domain or '-')}</td>"
-            + cell(e.conversations, f"{k}/conversations")
-            + "".join(cell(d[x], f"{k}/decisions/{x}") for x in ("proceed", "revise", "escalate"))
-            + _rate_cells(e.escalation_rate, f"{k}/escalation_rate")
-            + _rate_cells(e.failures_prevented, f"{k}/failures_prevented")
-            + cell(e.failure_rate_proceeded.value, f"{k}/failure_rate_proceeded")
-            + cell(e.failure_rate_all.value, f"{k}/failure_rate_all")
-            + cell(
-                None if e.failure_rate_ungated is None else e.failure_rate_ungated.value,
-                f"{k}/failure_rate_ungated",
-            )
-            + cell(e.revise_failure_rate.value, f"{k}/revise_failure_rate")
-            + "</tr>"
-        )
-    return (
+    enforced = [e for e in effects if e.source != "shadow"]
+    shadow = [e for e in effects if e.source == "shadow"]
+    out = (
         "<h2>Runtime trust gate</h2><p class='meta'>Each gated conversation's latest decision "
         "in the range. Failures prevented: failures among the conversations the gate stopped "
         "(revise or escalate) / all failures; the escalation rate is what it costs in human "
@@ -157,25 +177,24 @@ def gate_section(effects: Sequence[Effect]) -> str:
         "revised answer's or the human's. Failure rate ungated: the same agent's conversations "
         "in the domain without any gate decision, when it has some (docs/gate.md).</p>"
         + table(
-            [
-                "agent",
-                "domain",
-                "conversations",
-                "proceed",
-                "revise",
-                "escalate",
-                "escalation rate (human cost)",
-                "95% interval",
-                "failures prevented",
-                "95% interval",
-                "failure rate proceeded",
-                "failure rate all",
-                "failure rate ungated",
-                "revise failure rate",
-            ],
-            rows,
+            [*GATE_HEAD, "failure rate ungated", "revise failure rate"],
+            [_gate_row(e, f"gate/{e.agent_id}/{e.domain}", True) for e in enforced],
+            "no enforced decision in the range",
         )
     )
+    if shadow:
+        out += (
+            "<h3>Shadow decisions (not enforced)</h3><p class='meta'>Decisions of policy rules "
+            "in shadow mode: recorded, but the agent was answered proceed and sent its own "
+            "answer, so the outcomes are unbiased. Escalation rate: what enforcing would cost "
+            "in human hand-overs; failures prevented: the share of failures enforcing would "
+            "have stopped (docs/gate.md, shadow mode).</p>"
+            + table(
+                GATE_HEAD,
+                [_gate_row(e, f"gate-shadow/{e.agent_id}/{e.domain}", False) for e in shadow],
+            )
+        )
+    return out
 
 
 def _figure(name: str, png: bytes, caption: str) -> str:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy import text
+
+from monitor.alerts.evaluate import evaluate_once
 from monitor.alerts.observations import observe
+from monitor.alerts.rule_models import Severity
 from monitor.alerts.rules import default_rules
+from monitor.alerts.states import fingerprint
 from monitor.contract.events import AgentEvent, validate_event
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
@@ -78,3 +83,56 @@ async def test_default_gate_rules_observe_escalations_failures_and_fallbacks(
     scope = next(o.scope for o in found if o.rule == "gate_degraded")
     assert scope == {"agent": "bot", "domain": "retail", "tier": "2"}
     assert {o.rule for o in after} == set(names) - {"gate_degraded"}
+
+
+async def test_default_fail_open_rule_pages_above_its_share_of_enforced_decisions(
+    database_url: str,
+) -> None:
+    """``gate_fail_open`` (critical, 2 % of enforced decisions over 15 min, at least 50, for
+    5 min): ``leaky`` fails open on 3 % of its enforced decisions and pages; ``tight`` fails
+    open on 1 % (plus fail-closed answers and shadow fail-opens, which do not count) and
+    does not."""
+    events = []
+    open_slow = {"degraded": "fail open: checks took 80.0 ms, deadline 50 ms"}
+    llm_open = {"degraded": "llm timeout: on_llm_timeout proceed"}
+    closed = {"degraded": "fail closed: gate error (KeyError)"}
+    shadow_open = {"enforced": False, **open_slow}
+    for i in range(200):
+        # leaky: 200 enforced, 6 failed open (4 by the deadline, 2 by the LLM fallback) = 3 %
+        leak = open_slow if i % 50 == 0 else llm_open if i in (7, 107) else {}
+        events.append(gate(i, f"l{i}", "proceed", agent="leaky", **leak))
+        # tight: 200 enforced, 2 failed open = 1 %; 10 failed closed; 40 shadow failing open
+        tight = open_slow if i in (3, 103) else closed if i % 20 == 1 else {}
+        events.append(gate(200 + i, f"t{i}", "proceed", agent="tight", **tight))
+        if i < 40:
+            events.append(gate(400 + i, f"s{i}", "proceed", agent="tight", **shadow_open))
+    w = EventWriter(database_url)  # at T0 + 10 min .. T0 + 17.3 min
+    try:
+        await w.write([event_row(e) for e in events])
+    finally:
+        await w.close()
+    rules = default_rules()
+    rule = rules.rule("gate_fail_open")
+    assert rule.severity is Severity.CRITICAL
+    only = rules.model_copy(update={"rules": (rule,), "group_wait": timedelta(0)})
+    scope = {"domain": "retail", "tier": "2"}
+    leaky = fingerprint("gate_fail_open", {"agent": "leaky", **scope})
+    tight = fingerprint("gate_fail_open", {"agent": "tight", **scope})
+    engine = make_engine(database_url)
+    try:
+        found = await observe(engine, only, T0 + timedelta(minutes=18))
+        got = {o.scope["agent"]: (o.value, o.samples) for o in found}
+        assert got == {"leaky": (6 / 200, 200), "tight": (2 / 200, 200)}
+        first = await evaluate_once(engine, only, T0 + timedelta(minutes=18), ("webhook",))
+        assert first.pending == [leaky] and first.firing == []
+        fired = await evaluate_once(engine, only, T0 + timedelta(minutes=23), ("webhook",))
+        assert fired.firing == [leaky]
+        assert [(n.fingerprint, n.kind) for n in fired.notifications] == [(leaky, "firing")]
+        async with engine.connect() as conn:
+            sql = "SELECT payload FROM notification_outbox WHERE sink = 'webhook'"
+            payloads = (await conn.execute(text(sql))).scalars().all()
+    finally:
+        await engine.dispose()
+    notes = [n for p in payloads for n in p["notifications"]]
+    assert [(n["fingerprint"], n["labels"]["severity"]) for n in notes] == [(leaky, "critical")]
+    assert tight not in {n["fingerprint"] for n in notes}

@@ -36,7 +36,8 @@ from monitor.store.engine import libpq_url, make_engine
 from tests.dashboards.seed_gate import gated_events
 
 N_CONVERSATIONS = 2000  # at 5 s apart: 2 h 47 min of traffic
-N_GATED = 300  # gated agents' conversations (seed_gate.py), 30 s apart; every 7th not gated
+N_GATED = 300  # gated agents' conversations (seed_gate.py), 30 s apart; every 7th not gated,
+# every 5th decided in shadow mode
 
 
 def simulated_events(now: datetime) -> list[AgentEvent]:
@@ -50,7 +51,7 @@ async def seed(
     now = datetime.now(UTC)
     events = [e for path in tau2_files for e in tau2_file_events(path)]
     events += simulated_events(now)
-    events += gated_events(now - timedelta(hours=3), N_GATED, ungated_every=7)[0]
+    events += gated_events(now - timedelta(hours=3), N_GATED, ungated_every=7, shadow_every=5)[0]
     rows = [event_row(e) for e in events]
     writer = EventWriter(database_url)
     try:

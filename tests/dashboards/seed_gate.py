@@ -5,7 +5,10 @@ Each conversation of :class:`monitor.sim.gated.GatedTraffic` is decided by the s
 worker's ``POST /v1/gate`` would; the decision event is the one the worker publishes
 (``decision_event``), stamped a second after the draft's last event. Every ``SLOW``-th
 conversation is decided with a clock that runs 60 ms per reading, so its checks run past the
-50 ms deadline and the rule's fail-open choice decides (``degraded``), as under load.
+50 ms deadline and the rule's fail-open choice decides (``degraded``), as under load. With
+``shadow_every``, every such conversation is decided by the same policy in ``mode: shadow``:
+the decision event records the would-be decision with ``enforced: false`` and the agent,
+answered ``proceed``, sends its own draft (its outcome is what enforcing would have changed).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from monitor.sim.gated import Draft, GatedTraffic
 from monitor.stack.demo_gate import draft_request
 
 SLOW = 10
+SHADOW_POLICY = DEFAULT_POLICY.model_copy(
+    update={"rules": tuple(r.model_copy(update={"mode": "shadow"}) for r in DEFAULT_POLICY.rules)}
+)
 
 
 class Clock:
@@ -45,11 +51,14 @@ def gated_events(
     interval: timedelta = timedelta(seconds=30),
     seed: int = 3,
     ungated_every: int = 0,
+    shadow_every: int = 0,
 ) -> tuple[list[AgentEvent], dict[str, str]]:
     """The events of ``n`` gated conversations from ``start`` (with their decision events)
     and each conversation's decision. With ``ungated_every`` > 0, every such conversation
     does not ask the gate (no decision event; the agent sends its draft): the ungated
-    baseline of the same agents."""
+    baseline of the same agents. With ``shadow_every`` > 0, every such conversation (of
+    those that ask) is decided in shadow mode (module docstring); its decision is the
+    would-be one."""
     traffic = GatedTraffic(seed, start, interval=interval, prefix="gated-")
     checks = CheckSet()
     events: list[AgentEvent] = []
@@ -62,9 +71,10 @@ def gated_events(
         req = parse_gate_request(request_bytes(d), max_body_bytes=10**7, max_content_chars=10**5)
         now = d.history[-1].ts + timedelta(seconds=1)
         clock = Clock(0.06 if k % SLOW == SLOW - 1 else 0.0005)
+        shadow = bool(shadow_every) and k % shadow_every == 0
         decision = decide(
             req,
-            DEFAULT_POLICY,
+            SHADOW_POLICY if shadow else DEFAULT_POLICY,
             {},
             checks,
             event_id=f"gate:{d.conversation_id}",
@@ -72,6 +82,6 @@ def gated_events(
             timer=clock,
         )
         decisions[d.conversation_id] = decision.payload.decision
-        events += traffic.conversation(d, decision.payload.decision)
+        events += traffic.conversation(d, "proceed" if shadow else decision.payload.decision)
         events.append(decision_event(req, decision, now))
     return events, decisions

@@ -73,7 +73,10 @@ KNOWN = {
     "c8": ("agent-a", "retail", ["escalate", "proceed"], True),  # the latest decision counts
     "c9": ("agent-b", "airline", ["proceed"], True),  # decided by fail-open (degraded)
     "c10": ("agent-b", "airline", ["escalate"], False),
+    "c11": ("agent-a", "retail", ["escalate"], False),  # shadow: the agent proceeded, failed
+    "c12": ("agent-a", "retail", ["proceed"], True),  # shadow
 }
+SHADOW = {"c11", "c12"}  # decided by a rule in shadow mode (enforced: false)
 
 
 def known_events() -> list[AgentEvent]:
@@ -98,6 +101,7 @@ def known_events() -> list[AgentEvent]:
                         degraded="fail open: checks took 61 ms, deadline 50 ms"
                         if cid == "c9"
                         else None,
+                        enforced=cid not in SHADOW,
                     )
                 )
             )
@@ -124,7 +128,8 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
     try:
         # agent-a/retail, latest decisions: proceed c1 c2 c3 c8, revise c4 c5, escalate c6 c7;
         # outcomes known for 7 (not c7), failed c2 c4 c6; agent-b/airline: proceed c9 (ok),
-        # escalate c10 (failed)
+        # escalate c10 (failed); shadow (agent-a/retail): escalate c11 (failed), proceed c12 (ok)
+        # count only in the shadow rows
         (esc,) = await panel(conn, "Escalation rate (human cost)")
         assert esc["escalation rate"] == pytest.approx(3 / 10)  # c6 c7 c10
         (prevented,) = await panel(conn, "Failures prevented")
@@ -132,9 +137,20 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
         (rates,) = await panel(conn, "Failure rate: proceeded vs all")
         assert rates["proceeded"] == pytest.approx(1 / 5) and rates["all"] == pytest.approx(4 / 9)
         (degraded,) = await panel(conn, "Degraded answers (fail-open/closed)")
-        assert degraded["degraded share"] == pytest.approx(1 / 11)  # c8 has two decisions
-        table = {r["agent"]: r for r in await panel(conn, "Gate effectiveness per agent x domain")}
-        a, b = table["agent-a"], table["agent-b"]
+        assert degraded["degraded share"] == pytest.approx(1 / 13)  # c8 has two decisions
+        rows = await panel(conn, "Gate effectiveness per agent x domain x mode")
+        assert [(r["agent"], r["mode"]) for r in rows] == [
+            ("agent-a", "enforced"),
+            ("agent-a", "shadow"),
+            ("agent-b", "enforced"),
+        ]
+        table = {(r["agent"], r["mode"]): r for r in rows}
+        a, b = table["agent-a", "enforced"], table["agent-b", "enforced"]
+        shadow = table["agent-a", "shadow"]
+        assert (shadow["conversations"], shadow["proceed"], shadow["escalate"]) == (2, 1, 1)
+        assert shadow["escalation rate"] == pytest.approx(1 / 2)  # what enforcing would cost
+        assert shadow["failures prevented"] == 1  # c11's failure: enforcing would stop it
+        assert shadow["failure rate proceeded"] == 0 and shadow["failure rate all"] == 0.5
         assert (
             a["domain"],
             a["conversations"],
@@ -163,7 +179,7 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
         assert revise["agent-b"]["revised"] == 0
         assert revise["agent-b"]["revise failure rate"] is None
         series = await panel(conn, "Decisions by kind over time per agent x domain")
-        assert sum(r["decisions"] for r in series) == 11
+        assert sum(r["decisions"] for r in series) == 13
         by_metric: dict[str, int] = {}
         for r in series:
             by_metric[r["metric"]] = by_metric.get(r["metric"], 0) + r["decisions"]
@@ -173,9 +189,26 @@ async def test_gate_panels_give_the_worked_out_numbers(database_url: str) -> Non
             "agent-a / retail: escalate": 3,
             "agent-b / airline: proceed": 1,
             "agent-b / airline: escalate": 1,
+            "agent-a / retail: escalate (shadow)": 1,
+            "agent-a / retail: proceed (shadow)": 1,
         }
+        rates = {
+            r["metric"]: r["escalation rate"]
+            for r in await panel(conn, "Escalation rate over time per agent x domain")
+        }
+        assert rates["agent-a / retail (shadow)"] == pytest.approx(1 / 2)
+        kinds = {
+            r["agent"]: r
+            for r in await panel(conn, "Degraded decisions by kind per agent x domain")
+        }
+        # c9 failed open past its deadline; agent-a's 9 enforced decisions (c8 has two) did not
+        assert (kinds["agent-b"]["enforced decisions"], kinds["agent-b"]["failed open"]) == (2, 1)
+        assert kinds["agent-b"]["past deadline"] == 1 and kinds["agent-b"]["failed closed"] == 0
+        assert kinds["agent-b"]["fail-open share"] == pytest.approx(1 / 2)
+        assert (kinds["agent-a"]["enforced decisions"], kinds["agent-a"]["failed open"]) == (9, 0)
+        assert kinds["agent-a"]["fail-open share"] == 0
         latency = await panel(conn, "Gate latency")
-        assert max(r["p99"] for r in latency) <= 11 and min(r["p50"] for r in latency) >= 1
+        assert max(r["p99"] for r in latency) <= 13 and min(r["p50"] for r in latency) >= 1
         # a selection restricts: only agent-b
         (only_b,) = await panel(
             conn, "Escalation rate (human cost)", selection={"agent": ("agent-b",)}
@@ -219,7 +252,9 @@ async def test_ungated_baseline_panel_gives_the_worked_out_numbers(database_url:
 
 
 def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) -> None:
-    events, decisions = gated_events(T0, 240, ungated_every=4)
+    """Enforced and shadow rows (every 5th conversation decided in shadow mode) both equal
+    `monitor gate --json` (sources recorded and shadow)."""
+    events, decisions = gated_events(T0, 240, ungated_every=4, shadow_every=5)
     asyncio.run(write(database_url, events))
     assert {"proceed", "revise", "escalate"} <= set(decisions.values())
     result = CliRunner().invoke(
@@ -236,7 +271,9 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
         env={"MONITOR_DATABASE_URL": database_url},
     )
     assert result.exit_code == 0, result.output
-    cli = {(e["agent_id"], e["domain"]): e for e in json.loads(result.output)["effects"]}
+    mode = {"recorded": "enforced", "shadow": "shadow"}
+    effects = json.loads(result.output)["effects"]
+    cli = {(e["agent_id"], e["domain"], mode[e["source"]]): e for e in effects}
 
     async def rows(title: str) -> list[dict[str, Any]]:
         conn = await asyncpg.connect(libpq_url(database_url))
@@ -246,11 +283,11 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
             await conn.close()
 
     table = {
-        (r["agent"], r["domain"]): r
-        for r in asyncio.run(rows("Gate effectiveness per agent x domain"))
+        (r["agent"], r["domain"], r["mode"]): r
+        for r in asyncio.run(rows("Gate effectiveness per agent x domain x mode"))
     }
     base = {
-        (r["agent"], r["domain"]): r
+        (r["agent"], r["domain"], "enforced"): r
         for r in asyncio.run(rows("Ungated baseline per agent x domain"))
     }
     assert base and set(base) <= set(cli)
@@ -268,7 +305,11 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
             e["failure_rate_proceeded"]["value"], abs=1e-12
         )
         assert r["reduction vs ungated"] == pytest.approx(e["reduction_vs_ungated"], abs=1e-12)
-    assert set(table) == set(cli) and len(table) == 3
+    assert set(table) == set(cli) and len(table) == 6  # 3 agents x (enforced, shadow)
+    shadow = [e for k, e in cli.items() if k[2] == "shadow"]
+    # the shadow rows carry outcomes: what enforcing would have prevented and cost
+    assert sum(e["failures_prevented"]["num"] for e in shadow) > 0
+    assert sum(e["decisions"]["escalate"] for e in shadow) > 0
     for key, e in cli.items():
         r = table[key]
         assert r["conversations"] == e["conversations"]

@@ -122,9 +122,14 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
         "sim-gated-retail",
         "sim-gated-ignores",
     }
+    # every 5th gated conversation was decided in shadow mode: reported apart, with outcomes
+    assert sorted(e["source"] for e in effects) == ["recorded"] * 3 + ["shadow"] * 3
+    shadow_at = page.index("<h3>Shadow decisions (not enforced)</h3>")
     for e in effects:
-        k = f"gate/{e['agent_id']}/{e['domain']}"
-        assert got[f"{k}/conversations"] == e["conversations"] > 50
+        prefix = "gate-shadow" if e["source"] == "shadow" else "gate"
+        k = f"{prefix}/{e['agent_id']}/{e['domain']}"
+        assert (page.index(f'data-key="{k}/conversations"') > shadow_at) is (prefix != "gate")
+        assert got[f"{k}/conversations"] == e["conversations"] > 10
         for d in ("proceed", "revise", "escalate"):
             assert got[f"{k}/decisions/{d}"] == e["decisions"][d]
         for f in (
@@ -132,14 +137,20 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
             "failures_prevented",
             "failure_rate_proceeded",
             "failure_rate_all",
-            "revise_failure_rate",
         ):
             assert got[f"{k}/{f}"] == e[f]["value"], (k, f)
+        if e["source"] == "shadow":
+            continue
+        assert got[f"{k}/revise_failure_rate"] == e["revise_failure_rate"]["value"]
         # every 7th conversation of the gated agents did not ask: the ungated baseline
         assert e["ungated_conversations"] > 5
         assert got[f"{k}/failure_rate_ungated"] == e["failure_rate_ungated"]["value"]
         r = e["failures_prevented"]
         assert f"{r['low']:.3f}-{r['high']:.3f} ({r['num']}/{r['den']})" in page
+    shadow = [e for e in effects if e["source"] == "shadow"]
+    # what enforcing would have prevented and cost, from the shadow conversations' outcomes
+    assert sum(e["failures_prevented"]["num"] for e in shadow) > 0
+    assert sum(e["decisions"]["escalate"] for e in shadow) > 0
     for agent in (
         "sim-airline-inverted",
         "sim-retail-overconfident",
