@@ -9,8 +9,8 @@ headline rates to enforced decisions. ``CREATE OR REPLACE VIEW`` keeps the grant
 
 Downgrade drops the column (drop and re-create the view of 0016, grant included).
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0029
+Revises: 0028
 Create Date: 2026-11-27 17:40:00
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0027"
-down_revision: str | None = "0026"
+revision: str = "0029"
+down_revision: str | None = "0028"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
