@@ -91,14 +91,14 @@ def sample_free(name: str, sql: str) -> bool:
 
 
 async def test_kept_bytes_fall_with_the_rate_and_every_figure_stays(
-    database_url: str, second_database_url: str, pg_admin_url: str
+    database_url: str, second_database_url: str, migrated_template_url: str
 ) -> None:
-    from tests.conftest import _fresh_database
+    from tests.seeding import database_copy
 
     events = traffic()
     assert len(events) > 10_000
-    third = _fresh_database(pg_admin_url)
-    urls = {1.0: database_url, 0.1: second_database_url, 0.01: await anext(third)}
+    third = database_copy(migrated_template_url, "mon_test")
+    urls = {1.0: database_url, 0.1: second_database_url, 0.01: await third.__aenter__()}
     figures: dict[float, dict[str, Any]] = {}
     per_event: dict[float, float] = {}
     try:
@@ -140,7 +140,7 @@ async def test_kept_bytes_fall_with_the_rate_and_every_figure_stays(
             finally:
                 await conn.close()
     finally:
-        await third.aclose()
+        await third.__aexit__(None, None, None)
     assert len(figures[1.0]["dashboards"]) >= 10
     assert figures[0.1] == figures[1.0]
     assert figures[0.01] == figures[1.0]
