@@ -475,13 +475,19 @@ def docs_section(
             "",
             cpu_table(runs, has_pg),
             "",
-            "Per sample rate (a consume phase each; always-sample rules "
-            f"{'as the default policy has them' if args.rules else 'off'}; bytes per event of "
-            "each relation with its indexes and TOAST, inside the window and after the unsampled"
-            " leaves are emptied):",
-            "",
-            rates_table(runs, args.rates),
-            "",
+            *(
+                [
+                    "Per sample rate (a consume phase each; always-sample rules "
+                    f"{'as the default policy has them' if args.rules else 'off'}; bytes per "
+                    "event of each relation with its indexes and TOAST, inside the window and "
+                    "after the unsampled leaves are emptied):",
+                    "",
+                    rates_table(runs, args.rates),
+                    "",
+                ]
+                if args.rates
+                else []
+            ),
             "Phases: *produce* = SDK send + flush alone; *baseline* = plain aiokafka getmany loop,"
             " `decode_event` + `event_row`, `COPY` straight into `events`, offset commit;"
             " *consume* = the worker subprocess draining a pre-filled topic to `count(*) = N`;"

@@ -19,6 +19,12 @@ first body stays, and the later one becomes a dead letter with reason
 An outcome or feedback event whose agent is not its conversation's is not stored either: a dead
 letter with reason ``agent_mismatch`` (:mod:`monitor.ingest.owner_sql`), counted in
 ``WriteResult.mismatched``.
+Every event is stored with ``kept`` (:func:`monitor.ingest.decisions.kept_conversations`: its
+conversation is sampled by rate or an always-sample rule's fact is in the batch; gate events
+always): false puts it in its day's unsampled leaf, which retention empties after
+``retention_unsampled_hours``. In the same transaction, after the roll-ups,
+:data:`monitor.ingest.decision_sql.PROMOTE` moves to the kept leaf every unkept event of a
+conversation of the batch whose stored row is kept now, so a promoted conversation is whole.
 Dead-letter text (source, reason, field, detail) is made storable first (NUL and lone
 surrogates escaped, detail cut to 4000 characters), so writing a dead letter cannot fail on
 its content.

@@ -11,11 +11,11 @@ kept), then a retention run past the unsampled window empties the unsampled leav
   and after the unsampled events are gone: no figure reads raw events;
 - the bytes of ``events`` kept per event fall with the rate.
 
-Promotion: a conversation outside the sample whose escalation (an always-sample rule) arrives
-in a later batch has its earlier events moved to the kept leaf in that batch's transaction;
-after the window the judges are offered it and read its whole transcript, while a
-conversation never promoted keeps only its roll-up row. The migration's upgrade and downgrade
-move stored rows between the two layouts without losing any.
+Promotion (on the direct and the staged write path): a conversation outside the sample whose
+escalation (an always-sample rule) arrives in a later batch has its earlier events moved to
+the kept leaf in that batch's transaction; after the window the judges are offered it and read
+its whole transcript, while a conversation never promoted keeps only its roll-up row. The
+migration's upgrade and downgrade move stored rows between the two layouts without losing any.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 
 from monitor.core.retention_settings import RetentionSettings
 from monitor.ingest.rows import event_row
@@ -151,7 +152,10 @@ async def test_kept_bytes_fall_with_the_rate_and_every_figure_stays(
     print(f"events bytes per event after the window: {per_event}")
 
 
-async def test_promotion_keeps_the_whole_transcript_for_the_judges(database_url: str) -> None:
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "staged"])
+async def test_promotion_keeps_the_whole_transcript_for_the_judges(
+    database_url: str, direct: bool
+) -> None:
     at = (NOW - timedelta(hours=2) - T0).total_seconds()
     early = [
         event("p-1", "c-promoted", "message", at=at),
@@ -160,7 +164,7 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(database_url:
         event("q-2", "c-quiet", "message", at=at + 5),
     ]
     late = [event("p-3", "c-promoted", "escalation", at=at + 3600)]
-    writer = EventWriter(database_url, policy=SamplingPolicy(default_rate=0.0))
+    writer = EventWriter(database_url, policy=SamplingPolicy(default_rate=0.0), direct=direct)
     try:
         first = await writer.write([event_row(e) for e in early])
         assert first.unkept == 4 and first.promoted == 0
