@@ -80,7 +80,14 @@ async def fill(url: str, rate: float, events: list[Any]) -> None:
 
 
 async def answers(conn: asyncpg.Connection, sql: str) -> list[tuple[Any, ...]]:
-    return sorted((tuple(r) for r in await conn.fetch(sql)), key=repr)
+    """The rows of ``sql``, sorted, floats to 12 significant digits: Postgres sums floats in
+    the order it reads the rows, which a parallel scan or a rewritten table changes."""
+    rows = [tuple(_digits(v) for v in r) for r in await conn.fetch(sql)]
+    return sorted(rows, key=repr)
+
+
+def _digits(value: Any) -> Any:
+    return float(f"{value:.12g}") if isinstance(value, float) else value
 
 
 async def dashboards(conn: asyncpg.Connection) -> dict[str, list[tuple[Any, ...]]]:
