@@ -37,6 +37,22 @@ TEST_MIN_SAMPLES: Mapping[str, float] = {
 }
 """Minimum effective size of the smaller window for each test (raised to ``min_samples``)."""
 
+MIN_REFERENCE = 1000.0
+"""Minimum effective size of a tracked check's reference before any of its tests may fire.
+Every check compares with the same reference, so its sampling error is shared by all of them
+(a reference whose accuracy is high by chance makes hours of checks see a "drop" that ``for:``
+cannot filter); at n_eff >= 1000, about 7 recent windows of 150, that shared error is a small
+part of each check's. The sequential ``surprise`` test also treats the reference's per-bin
+accuracies as the truth (see docs/analytics.md, "Drift: the sequential test")."""
+
+SURPRISE_MIN_REFERENCE = MIN_REFERENCE
+"""Minimum effective size of the reference for the ``surprise`` test to run at all."""
+
+SCAN_WINDOWS: tuple[timedelta, ...] = tuple(
+    timedelta(minutes=m) for m in (15, 30, 60, 120, 180, 240, 360)
+)
+"""Candidate change points of the ``surprise`` test: windows ending with the recent window."""
+
 
 def holm(pvalues: Mapping[str, float | None], alpha: float) -> tuple[str, ...]:
     """Names whose hypotheses Holm's step-down procedure rejects at family-wise ``alpha``.

@@ -113,6 +113,7 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
         drift_alpha=DRIFT.alpha,
         drift_min_samples=DRIFT.min_samples,
         drift_reference=DRIFT.reference,
+        drift_min_reference=DRIFT.min_reference,
     )
     worker = [
         (at, key)
