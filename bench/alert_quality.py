@@ -24,7 +24,8 @@ drift checks, drift reference policy, observation builders and alert lifecycle o
 per-minute sums of the simulator's traffic, one conversation every 5 s over four agents):
 
 1. **Default rules over many simulated days** (worker settings: drift checks every 5 min on
-   1 h windows against a 24 h pinned reference, family-wise alpha 0.001, rules evaluated every
+   1 h windows against a 24 h pinned reference of at least 1000 effective items, family-wise
+   alpha 0.001 plus the sequential surprise test, rules evaluated every
    5 min; the escalation inversion, a test over a day of conversations, every 30 min).
    Agents: calibrated (tier 2), overconfident (tier 1), inverted (tier 1) and one that
    drifts (tier 3; overconfident by 0.25, the simulator's default size) at a random minute of
