@@ -24,7 +24,9 @@ each test also needs ``max(min_samples, TEST_MIN_SAMPLES[test])`` (PSI and ECE: 
 
 Decision: the tests that ran form one family; the check fires when Holm's step-down procedure
 rejects at least one of them at family-wise level ``alpha`` (a PSI at or below
-``psi_threshold`` counts as p = 1). See :mod:`monitor.analytics.drift_policy` for why Holm.
+``psi_threshold`` counts as p = 1), or when the sequential ``surprise`` test
+(:func:`surprise_e_detector`, given candidate change-point windows) reaches its own threshold.
+See :mod:`monitor.analytics.drift_policy` for why Holm.
 Malformed input raises ValueError; small or empty windows are not errors.
 """
 

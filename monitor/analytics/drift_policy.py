@@ -1,6 +1,7 @@
 """How drift checks decide and what they compare against (pure, no I/O).
 
-Three guards make a drift check worth a page (docs/analytics.md, "Drift: guards"):
+Four guards make a drift check worth a page (docs/analytics.md, "Drift: guards"; the rules'
+``for:`` is a fifth):
 
 1. **Minimum sizes per test** (:data:`TEST_MIN_SAMPLES`): a test runs only when the smaller
    window's effective size reaches ``max(min_samples, TEST_MIN_SAMPLES[test])``; PSI and the
@@ -21,6 +22,9 @@ Three guards make a drift check worth a page (docs/analytics.md, "Drift: guards"
    period" baseline turned a change into the new normal one window later and "resolved" it).
    After the checks are quiet again, the reference stays pinned until a clean stretch as long
    as the reference itself exists; then it rolls again.
+4. **A minimum reference** (:data:`MIN_REFERENCE`, passed by the worker): a smaller reference
+   never fires, and the sequential ``surprise`` test (its own false-alarm bound, outside the
+   Holm family) scans the :data:`SCAN_WINDOWS` only against a reference of that size.
 """
 
 from __future__ import annotations
