@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/alert_quality.py [--seeds 1-6] [--days 7] [--jobs 2] [--quick]
     .venv/bin/python bench/alert_quality.py --real-only --seeds 1-3 --jobs 2
+    .venv/bin/python bench/alert_quality.py --drift-variants --seeds 1-3 --jobs 2
 
 0. **Real answers** (``tests/data/answers/stated_confidence_answers.csv``: real models'
    stated confidence and correctness, MIT, see tests/data/answers/SOURCE.md) resampled at 150
@@ -17,14 +18,19 @@
    no flap detection). Prints pages per rule per stationary agent-day, (agent, rule) pairs
    paged more than once, flapping notifications, drift pages on stationary agents, the drift
    page's delay after each change and the share of post-change drift checks flagged, and
-   when the calibration rules resolve after the recovery.
+   when the calibration rules resolve after the recovery. ``--drift-variants``: the drift rules
+   alone on the same streams under each drift design measured (fixed-window tests with or
+   without the minimum reference, ``for:`` 30 or 10 min, with the sequential surprise test):
+   per seed, drift pages on stationary agents, minutes to page and share of post-change checks
+   flagged per change.
 
 Two parts, each in one run with the shipped code (monitor.alerts.timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
 per-minute sums of the simulator's traffic, one conversation every 5 s over four agents):
 
 1. **Default rules over many simulated days** (worker settings: drift checks every 5 min on
-   1 h windows against a 24 h pinned reference, family-wise alpha 0.001, rules evaluated every
+   1 h windows against a 24 h pinned reference of at least 1000 effective items, family-wise
+   alpha 0.001 plus the sequential surprise test, rules evaluated every
    5 min; the escalation inversion, a test over a day of conversations, every 30 min).
    Agents: calibrated (tier 2), overconfident (tier 1), inverted (tier 1) and one that
    drifts (tier 3; overconfident by 0.25, the simulator's default size) at a random minute of
@@ -389,6 +395,75 @@ def report_real(seeds: list[int], jobs: int) -> None:
         )
 
 
+DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
+    "fixed-window tests, for: 30m (before)": (DriftSettings(scan=(), min_reference=0.0), 30),
+    "+ reference >= 1000, for: 30m": (DriftSettings(scan=()), 30),
+    "+ reference >= 1000, for: 10m": (DriftSettings(scan=()), 10),
+    "+ reference >= 1000 + surprise test, for: 10m (shipped)": (DriftSettings(), 10),
+}
+
+
+def _drift_variant(args: tuple[int, str]) -> tuple[int, str, Timeline]:
+    seed, name = args
+    cfg, minutes = DRIFT_VARIANTS[name]
+    pools = parse_pools(ANSWERS.read_text())
+    agents, _ = real_agents()
+    end = T0 + timedelta(hours=REAL_HOURS)
+    items = {
+        (a.id, a.domain, a.tier): answer_items(a, pools, T0, end, PER_HOUR, seed)
+        for a in agents.values()
+    }
+    stream = SimStream.from_items(T0, REAL_HOURS * 60 + 15, items)
+    rules = default_rules()
+    timed = tuple(
+        r.model_copy(update={"for_": timedelta(minutes=minutes)}) if r.name in DRIFT_RULES else r
+        for r in rules.rules
+    )
+    tl = alert_timeline(
+        stream,
+        rules.model_copy(update={"rules": timed}),
+        T0 + timedelta(hours=1),
+        end,
+        drift=cfg,
+        only=DRIFT_RULES,
+    )
+    return seed, name, tl
+
+
+def report_drift_variants(seeds: list[int], jobs: int) -> None:
+    agents, _ = real_agents()
+    stationary = [k for k in agents if not k.startswith(("changed", "recovers"))]
+    change = T0 + timedelta(hours=24)
+    with ProcessPoolExecutor(jobs) as pool:
+        runs = list(pool.map(_drift_variant, [(s, n) for n in DRIFT_VARIANTS for s in seeds]))
+    print(f"\n## Drift designs, real answers, seeds {seeds} (per seed: gap change / ECE change)")
+    print("| design | stationary drift pages | minutes to page | post-change checks flagged |")
+    print("|---|---|---|---|")
+    for name in DRIFT_VARIANTS:
+        false, delay, flagged = [], [], []
+        for _seed, n, tl in runs:
+            if n != name:
+                continue
+            false.append(
+                sum(
+                    1
+                    for p in tl.pages
+                    if p.kind is Kind.FIRING and p.agent in stationary and p.rule == "drift_tier3"
+                )
+            )
+            d, f = [], []
+            for agent in ("changed:overconfident", "changed:ece"):
+                first = page_times(tl, "drift_tier3", agent, Kind.FIRING, change)
+                d.append(f"{(first[0] - change) / timedelta(minutes=1):.0f}" if first else "never")
+                checks = [x for at, x in tl.checks[(agent, "qa", 3)] if at >= change + SLACK]
+                f.append(f"{sum(checks) / len(checks):.0%}")
+            delay.append("/".join(d))
+            flagged.append("/".join(f))
+        print(
+            f"| {name} | {', '.join(map(str, false))} | {', '.join(delay)} | {', '.join(flagged)} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1-6", help="seed range a-b (inclusive)")
@@ -396,11 +471,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 seeds x 3 days")
     ap.add_argument("--jobs", type=int, default=1, help="processes for the seeds")
     ap.add_argument("--real-only", action="store_true", help="only the real-answer part")
+    ap.add_argument(
+        "--drift-variants", action="store_true", help="only the drift designs on real answers"
+    )
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     if args.quick:
         seeds, args.days = seeds[:2], 3.0
+    if args.drift_variants:
+        report_drift_variants(seeds[:3], args.jobs)
+        return
     report_real(seeds[:3], args.jobs)
     if args.real_only:
         return

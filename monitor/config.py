@@ -213,6 +213,12 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="Family-wise level of each drift check (Holm across its tests).",
     )
     drift_min_samples: int = Field(default=100, ge=1)
+    drift_min_reference: float = Field(
+        default=1000.0,
+        ge=0,
+        description="Effective items a segment's drift reference needs before its checks may "
+        "fire (all checks share the reference's sampling error).",
+    )
 
     # --- judging --------------------------------------------------------------------------
     judge_enabled: bool = Field(default=True, description="Run the judge scheduler and workers.")

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from monitor.alerts.evaluate import evaluate_once
 from monitor.alerts.rule_models import RuleSet, Scope
 from monitor.alerts.states import Kind, Notification
+from monitor.analytics.drift_policy import MIN_REFERENCE
 from monitor.analytics.periodic import DEFAULT_REFERENCE, drift_once
 from monitor.core.clock import FixedClock
 
@@ -211,6 +212,7 @@ class DriftJob:
     reference: timedelta = DEFAULT_REFERENCE
     alpha: float = 0.001
     min_samples: int = 100
+    min_reference: float = MIN_REFERENCE
 
 
 async def backtest(
@@ -239,6 +241,7 @@ async def backtest(
                     drift.alpha,
                     drift.min_samples,
                     drift.reference,
+                    drift.min_reference,
                 )
                 next_drift += drift.every
             report = await evaluate_once(eng, rules, at, [SINK])

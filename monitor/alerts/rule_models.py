@@ -42,7 +42,7 @@ from monitor.alerts.metrics import (
 )
 from monitor.core.errors import FieldProblem
 
-DriftTest = Literal["psi", "ks", "accuracy_drop", "ece_increase"]
+DriftTest = Literal["psi", "ks", "accuracy_drop", "ece_increase", "surprise"]
 
 
 class Comparison(StrEnum):

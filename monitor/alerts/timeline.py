@@ -57,6 +57,7 @@ async def replay_alert_timeline(
     drift_alpha: float = 0.001,
     drift_min_samples: int = 100,
     drift_reference: timedelta = DEFAULT_REFERENCE,
+    drift_min_reference: float = 0.0,
     on_tick: Callable[[Tick], None] | None = None,
     not_after: datetime | None = None,
 ) -> list[Tick]:
@@ -65,7 +66,8 @@ async def replay_alert_timeline(
     ``not_after`` (the wall clock, when the traffic reaches up to now): no tick is later than
     it, so no alert state, history or outbox row is stamped in the future; steps after it are
     dropped and the flush tick moves back to it (end the replay ``group_interval`` earlier to
-    keep the whole flush).
+    keep the whole flush). ``drift_min_reference``: as the worker's ``drift_min_reference``
+    (0 here: a demo's short history would otherwise never page).
 
     Raises ValueError for a non-positive ``step`` or ``end < start``.
     """
@@ -85,7 +87,13 @@ async def replay_alert_timeline(
     names = sorted(sinks)
     for at in times:
         fired = await drift_once(
-            engine, FixedClock(at), drift_recent, drift_alpha, drift_min_samples, drift_reference
+            engine,
+            FixedClock(at),
+            drift_recent,
+            drift_alpha,
+            drift_min_samples,
+            drift_reference,
+            drift_min_reference,
         )
         report = await evaluate_once(engine, rules, at, names)
         attempted = await notifier.run_once(at) if notifier is not None else 0

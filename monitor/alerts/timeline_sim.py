@@ -35,7 +35,14 @@ from monitor.alerts.rule_models import CALIBRATION_METRICS, Metric, Rule, RuleSe
 from monitor.alerts.states import AlertState, Kind
 from monitor.analytics.bins import DEFAULT_BINS, BinSums, bin_index
 from monitor.analytics.drift import check_drift_sums
-from monitor.analytics.drift_policy import TEST_MIN_SAMPLES, Reference, advance, reference_window
+from monitor.analytics.drift_policy import (
+    MIN_REFERENCE,
+    SCAN_WINDOWS,
+    TEST_MIN_SAMPLES,
+    Reference,
+    advance,
+    reference_window,
+)
 from monitor.analytics.escalation import ConversationEscalation
 from monitor.sim.traffic import Simulator
 
@@ -165,6 +172,8 @@ class DriftSettings:
     min_samples: int = 100
     pinned: bool = True  # False: the old behaviour, baseline = the previous period
     holm: bool = True  # False: the old decision, any test below alpha
+    scan: tuple[timedelta, ...] = SCAN_WINDOWS  # (): no sequential surprise test
+    min_reference: float = MIN_REFERENCE  # 0: any reference may fire
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,8 @@ def drift_round(
             min_samples=cfg.min_samples,
             holm=cfg.holm,
             test_min_samples=TEST_MIN_SAMPLES if cfg.holm else None,
+            scan=[stream.sums(seg, at - w, at) for w in cfg.scan],
+            min_reference=cfg.min_reference,
         )
         states[seg] = advance(state, ref, rec, check.fired)
         rows.append(DriftRow(seg, check.fired, check.fired_tests, check.n_recent, at, check.reason))

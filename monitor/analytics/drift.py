@@ -24,13 +24,15 @@ each test also needs ``max(min_samples, TEST_MIN_SAMPLES[test])`` (PSI and ECE: 
 
 Decision: the tests that ran form one family; the check fires when Holm's step-down procedure
 rejects at least one of them at family-wise level ``alpha`` (a PSI at or below
-``psi_threshold`` counts as p = 1). See :mod:`monitor.analytics.drift_policy` for why Holm.
+``psi_threshold`` counts as p = 1), or when the sequential ``surprise`` test
+(:func:`surprise_e_detector`, given candidate change-point windows) reaches its own threshold.
+See :mod:`monitor.analytics.drift_policy` for why Holm.
 Malformed input raises ValueError; small or empty windows are not errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -38,12 +40,12 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.analytics.bins import DEFAULT_BINS, BinSums
-from monitor.analytics.drift_policy import TEST_MIN_SAMPLES
+from monitor.analytics.drift_policy import SURPRISE_MIN_REFERENCE, TEST_MIN_SAMPLES
 from monitor.analytics.drift_policy import holm as holm_reject
 from monitor.analytics.drift_tests import PSI_EPSILON as PSI_EPSILON
+from monitor.analytics.drift_tests import SURPRISE_LOG_THRESHOLD, _vec
 from monitor.analytics.drift_tests import FloatArray as FloatArray
 from monitor.analytics.drift_tests import StatResult as StatResult
-from monitor.analytics.drift_tests import _vec
 from monitor.analytics.drift_tests import ece_change_bootstrap as ece_change_bootstrap
 from monitor.analytics.drift_tests import ece_change_permutation as ece_change_permutation
 from monitor.analytics.drift_tests import ece_of as ece_of
@@ -52,9 +54,10 @@ from monitor.analytics.drift_tests import ks_raw as ks_raw
 from monitor.analytics.drift_tests import psi as psi
 from monitor.analytics.drift_tests import psi_level as psi_level
 from monitor.analytics.drift_tests import psi_pvalue as psi_pvalue
+from monitor.analytics.drift_tests import surprise_e_detector as surprise_e_detector
 from monitor.analytics.drift_tests import two_proportion_z as two_proportion_z
 
-TEST_NAMES = ("psi", "ks", "accuracy_drop", "ece_increase")
+TEST_NAMES = ("psi", "ks", "accuracy_drop", "ece_increase", "surprise")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class DriftCheck:
     ece_recent: float | None
     ece_delta: float | None
     ece_pvalue: float | None
+    surprise_log_e: float | None
     n_resamples: int
     seed: int
     fired: bool
@@ -122,6 +126,9 @@ def _check(
     seed: int,
     use_holm: bool = True,
     test_min: Mapping[str, float] | None = TEST_MIN_SAMPLES,
+    surprise: StatResult | None = None,
+    surprise_log_threshold: float = SURPRISE_LOG_THRESHOLD,
+    min_reference: float = 0.0,
 ) -> DriftCheck:
     ne_b, ne_r = _n_eff_total(base), _n_eff_total(rec)
     w_b, w_r = float(_vec(base.weight).sum()), float(_vec(rec.weight).sum())
@@ -155,6 +162,8 @@ def _check(
         fired = list(holm_reject(pvalues, alpha))
     else:  # the uncorrected decision (kept to measure it against): any test below alpha
         fired = [t for t, v in pvalues.items() if v is not None and v < alpha]
+    if surprise is not None and surprise.statistic >= surprise_log_threshold:
+        fired.append("surprise")  # its own false-alarm control, outside the Holm family
     note = f" (too few samples for {', '.join(skipped)})" if skipped else ""
     if smaller < min_samples:
         fired = []
@@ -162,9 +171,15 @@ def _check(
             f"too few samples: n_eff baseline {ne_b:.1f}, recent {ne_r:.1f} "
             f"< min_samples {min_samples}"
         )
+    elif ne_b < min_reference:
+        fired = []
+        reason = f"reference too small: n_eff {ne_b:.1f} < min_reference {min_reference:g}"
     elif fired:
         how = "family-wise alpha {} (Holm)" if use_holm else "alpha {} (uncorrected)"
         reason = f"fired at {how.format(alpha)}: {', '.join(fired)}{note}"
+        if surprise is not None and "surprise" in fired:
+            log_e, bound = surprise.statistic, surprise_log_threshold
+            reason += f" (surprise: log e-value {log_e:.1f} >= {bound:.1f})"
     else:
         how = "family-wise alpha {} (Holm" if use_holm else "alpha {} (uncorrected"
         reason = f"no test fired at {how.format(alpha)}; psi threshold {psi_threshold}){note}"
@@ -193,6 +208,7 @@ def _check(
         ece_recent=None if empty else ece_of(rec),
         ece_delta=None if ece is None else ece.statistic,
         ece_pvalue=None if ece is None else ece.pvalue,
+        surprise_log_e=None if surprise is None else surprise.statistic,
         n_resamples=n_resamples,
         seed=seed,
         fired=bool(fired),
@@ -252,12 +268,23 @@ def check_drift_sums(
     seed: int = 0,
     holm: bool = True,
     test_min_samples: Mapping[str, float] | None = TEST_MIN_SAMPLES,
+    scan: Sequence[BinSums] = (),
+    min_reference: float = 0.0,
 ) -> DriftCheck:
     """Drift check from per-bin sums of the two windows (same number of bins, else
     ValueError): binned KS and the parametric-bootstrap ECE test.
 
     ``holm=False`` and ``test_min_samples=None`` give the uncorrected, unguarded decision of
-    earlier versions (any test below ``alpha``), kept so benchmarks can measure the change."""
+    earlier versions (any test below ``alpha``), kept so benchmarks can measure the change.
+
+    ``min_reference``: a baseline with n_eff below it never fires (every check until the
+    reference grows would share its sampling error; the worker passes
+    :data:`monitor.analytics.drift_policy.MIN_REFERENCE`).
+
+    ``scan``: the windows since candidate change points, each ending with ``recent`` (the
+    worker's :data:`monitor.analytics.drift_policy.SCAN_WINDOWS`); given and with a baseline of
+    n_eff >= :data:`monitor.analytics.drift_policy.SURPRISE_MIN_REFERENCE`, the sequential
+    ``surprise`` test (:func:`surprise_e_detector`) runs too and fires on its own threshold."""
     n_bins = len(_vec(baseline.weight))
     if len(_vec(recent.weight)) != n_bins:
         raise ValueError("baseline and recent have different numbers of bins")
@@ -268,6 +295,9 @@ def check_drift_sums(
         ece_min = 0.0 if test_min_samples is None else test_min_samples.get("ece_increase", 0.0)
         if min(ne_b, ne_r) >= max(min_samples, ece_min):  # else the test is not used
             ece = ece_change_bootstrap(baseline, recent, n_resamples=n_resamples, seed=seed)
+    surprise = (
+        surprise_e_detector(baseline, scan) if scan and ne_b >= SURPRISE_MIN_REFERENCE else None
+    )
     return _check(
         "sums",
         baseline,
@@ -282,4 +312,6 @@ def check_drift_sums(
         seed,
         holm,
         test_min_samples,
+        surprise,
+        min_reference=min_reference,
     )

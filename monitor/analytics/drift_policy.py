@@ -1,6 +1,7 @@
 """How drift checks decide and what they compare against (pure, no I/O).
 
-Three guards make a drift check worth a page (docs/analytics.md, "Drift: guards"):
+Four guards make a drift check worth a page (docs/analytics.md, "Drift: guards"; the rules'
+``for:`` is a fifth):
 
 1. **Minimum sizes per test** (:data:`TEST_MIN_SAMPLES`): a test runs only when the smaller
    window's effective size reaches ``max(min_samples, TEST_MIN_SAMPLES[test])``; PSI and the
@@ -21,6 +22,9 @@ Three guards make a drift check worth a page (docs/analytics.md, "Drift: guards"
    period" baseline turned a change into the new normal one window later and "resolved" it).
    After the checks are quiet again, the reference stays pinned until a clean stretch as long
    as the reference itself exists; then it rolls again.
+4. **A minimum reference** (:data:`MIN_REFERENCE`, passed by the worker): a smaller reference
+   never fires, and the sequential ``surprise`` test (its own false-alarm bound, outside the
+   Holm family) scans the :data:`SCAN_WINDOWS` only against a reference of that size.
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ TEST_MIN_SAMPLES: Mapping[str, float] = {
     "ece_increase": 200.0,
 }
 """Minimum effective size of the smaller window for each test (raised to ``min_samples``)."""
+
+MIN_REFERENCE = 1000.0
+"""Minimum effective size of a tracked check's reference before any of its tests may fire.
+Every check compares with the same reference, so its sampling error is shared by all of them
+(a reference whose accuracy is high by chance makes hours of checks see a "drop" that ``for:``
+cannot filter); at n_eff >= 1000, about 7 recent windows of 150, that shared error is a small
+part of each check's. The sequential ``surprise`` test also treats the reference's per-bin
+accuracies as the truth (see docs/analytics.md, "Drift: the sequential test")."""
+
+SURPRISE_MIN_REFERENCE = MIN_REFERENCE
+"""Minimum effective size of the reference for the ``surprise`` test to run at all."""
+
+SCAN_WINDOWS: tuple[timedelta, ...] = tuple(
+    timedelta(minutes=m) for m in (15, 30, 60, 120, 180, 240, 360)
+)
+"""Candidate change points of the ``surprise`` test: windows ending with the recent window."""
 
 
 def holm(pvalues: Mapping[str, float | None], alpha: float) -> tuple[str, ...]:

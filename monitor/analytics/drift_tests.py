@@ -28,6 +28,7 @@ Malformed input raises ValueError.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,7 @@ from monitor.analytics.bins import DEFAULT_BINS, BinSums, bin_index
 from monitor.core.lazy import lazy_module
 
 stats = lazy_module("scipy.stats")  # imported at first use (slow to import)
+special = lazy_module("scipy.special")
 
 FloatArray = npt.NDArray[np.float64]
 PSI_EPSILON = 1e-4
@@ -215,3 +217,59 @@ def ece_change_bootstrap(
     deltas = simulate(recent) - simulate(baseline)
     hits = int(np.sum(deltas >= observed - 1e-12))
     return StatResult(observed, (1 + hits) / (1 + n_resamples))
+
+
+SURPRISE_THETAS = (0.25, 0.5, 1.0, 2.0)
+"""Tilt sizes of :func:`surprise_e_detector`'s mixture (equal weights)."""
+SURPRISE_LOG_THRESHOLD = math.log(1e5)
+"""``log c`` of :func:`surprise_e_detector`: on a stationary segment the expected number of
+items before a false alarm is at least ``c`` = 100,000 (about 28 days at 150 answers an hour)."""
+
+
+def surprise_e_detector(
+    reference: BinSums, windows: Sequence[BinSums], thetas: Sequence[float] = SURPRISE_THETAS
+) -> StatResult:
+    """Sequential test that answers are worse than the reference predicts (always valid).
+
+    Per answer the *surprise* is ``T = -log p0(y | bin)``, with ``p0(1 | b)`` the reference's
+    accuracy in the answer's confidence bin (clipped to [0.01, 0.99]): a failure at a confidence
+    where the reference was nearly always right is a large surprise. Under "the reference's
+    (bin, y) distribution still holds" (H0), the exponential tilt
+    ``Λ_θ = exp(θ·ΣT - n·ψ(θ))``, ``ψ(θ) = log E_p0 exp(θT)``, is a product of mean-1 factors,
+    and so is the equal-weight mixture over ``thetas``: an e-process. ``windows`` are the
+    answers since a few candidate change points, each window ending now (for example the last
+    15 min, 30 min, 1 h, ..., 6 h); ``statistic`` is ``max_W log E_W`` and ``pvalue`` its
+    Ville bound ``min(1, 1/max E_W)``. Taking the maximum over change points is bounded by the
+    Shiryaev-Roberts sum over all of them, so firing at ``log E >= log c`` gives an expected run
+    of at least ``c`` items before a false alarm on a stationary segment (Shin, Ramdas and
+    Rinaldo, "E-detectors", 2023), whatever the check interval. The reference is an estimate,
+    not the true p0: the bound holds as its size grows (callers require a large reference).
+
+    Sizes are Kish effective sizes (window shares times n_eff). With an empty reference or no
+    non-empty window the result is ``(0, 1)``."""
+    rw = _vec(reference.weight)
+    if not rw.sum() > 0:
+        return StatResult(0.0, 1.0)
+    ry = _vec(reference.sum_y)
+    acc = np.clip(np.divide(ry, rw, out=np.full_like(rw, 0.5), where=rw > 0), 0.01, 0.99)
+    p0 = np.concatenate([(rw - ry).clip(min=0.0), ry]) / rw.sum()  # cells (b, y=0), (b, y=1)
+    t = np.concatenate([-np.log1p(-acc), -np.log(acc)])
+    th = np.asarray(thetas, dtype=np.float64)
+    psi_ = np.asarray([float(special.logsumexp(x * t, b=p0)) for x in th], dtype=np.float64)
+    best = 0.0
+    for w in windows:
+        ww = _vec(w.weight)
+        total = float(ww.sum())
+        n = float(_n_eff_total_sums(w))
+        if not (total > 0 and n > 0):
+            continue
+        wy = _vec(w.sum_y)
+        mean_t = float(((ww - wy).clip(min=0.0) * t[: len(rw)] + wy * t[len(rw) :]).sum()) / total
+        log_e = float(special.logsumexp(th * n * mean_t - n * psi_) - math.log(len(th)))
+        best = max(best, log_e)
+    return StatResult(best, min(1.0, math.exp(-best)))
+
+
+def _n_eff_total_sums(s: BinSums) -> float:
+    s2 = float(_vec(s.sum_w2).sum())
+    return float(_vec(s.weight).sum()) ** 2 / s2 if s2 > 0 else 0.0

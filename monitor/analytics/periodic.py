@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from monitor.analytics.bins import BinSums, sum_all
 from monitor.analytics.design_effect import design_effects
 from monitor.analytics.drift import DriftCheck, check_drift_sums
-from monitor.analytics.drift_policy import advance, reference_window
+from monitor.analytics.drift_policy import SCAN_WINDOWS, advance, reference_window
 from monitor.analytics.drift_state import load_references, save_reference
 from monitor.analytics.repo import Segment, bin_sums
 from monitor.analytics.reports import drift_windows
@@ -63,18 +63,21 @@ async def drift_against_references(
     segment: Segment | None = None,
     track: bool = True,
     store: bool = True,
+    min_reference: float = 0.0,
 ) -> dict[SegmentKey, tuple[Window, DriftCheck]]:
     """Check every segment (of ``segment``, default all) with labelled items in the recent
     window ending at ``now`` against its pinned reference; per segment the reference window
     used and the check. ``store``: save each check (``drift_checks``). ``track``: also advance
     each segment's stored state (``drift_references``): the worker's rounds do; an ad-hoc
     check (``monitor drift``) reads the state and leaves it as it is, so it cannot move the
-    reference the alerts compare with."""
+    reference the alerts compare with. ``min_reference``: a reference with fewer effective
+    items never fires (:data:`monitor.analytics.drift_policy.MIN_REFERENCE`)."""
     seg = segment if segment is not None else Segment()
     rec = drift_windows(now, recent).recent
     states = await load_references(engine)
     recent_sums = await _window_sums(engine, *rec, seg)
     cache: dict[Window, dict[SegmentKey, BinSums]] = {}
+    scans = [await _window_sums(engine, rec[1] - w, rec[1], seg) for w in SCAN_WINDOWS]
     out: dict[SegmentKey, tuple[Window, DriftCheck]] = {}
     for key in sorted(recent_sums):
         state = states.get(key)
@@ -82,7 +85,15 @@ async def drift_against_references(
         if ref not in cache:  # most segments share their reference window: one query each
             cache[ref] = await _window_sums(engine, *ref, seg)
         base = cache[ref].get(key, sum_all([]))
-        check = check_drift_sums(base, recent_sums[key], alpha=alpha, min_samples=min_samples)
+        scan = [s[key] for s in scans if key in s]
+        check = check_drift_sums(
+            base,
+            recent_sums[key],
+            alpha=alpha,
+            min_samples=min_samples,
+            scan=scan,
+            min_reference=min_reference,
+        )
         if store:
             await save_drift(engine, key, ref, rec, check)
         if track:
@@ -99,10 +110,17 @@ async def run_drift_tracked(
     alpha: float,
     min_samples: int,
     reference: timedelta = DEFAULT_REFERENCE,
+    min_reference: float = 0.0,
 ) -> dict[SegmentKey, DriftCheck]:
     """One round of tracked drift checks at ``now`` (module docstring); returns the checks."""
     found = await drift_against_references(
-        engine, now, recent, alpha=alpha, min_samples=min_samples, reference=reference
+        engine,
+        now,
+        recent,
+        alpha=alpha,
+        min_samples=min_samples,
+        reference=reference,
+        min_reference=min_reference,
     )
     return {key: check for key, (_ref, check) in found.items()}
 
@@ -114,10 +132,17 @@ async def drift_once(
     alpha: float,
     min_samples: int,
     reference: timedelta = DEFAULT_REFERENCE,
+    min_reference: float = 0.0,
 ) -> int:
     """Run and store one round of tracked drift checks; returns how many segments fired."""
     checks = await run_drift_tracked(
-        engine, clock.now(), recent, alpha=alpha, min_samples=min_samples, reference=reference
+        engine,
+        clock.now(),
+        recent,
+        alpha=alpha,
+        min_samples=min_samples,
+        reference=reference,
+        min_reference=min_reference,
     )
     fired = [k for k, c in checks.items() if c.fired]
     if fired:

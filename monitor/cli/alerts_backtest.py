@@ -92,6 +92,7 @@ def add_backtest_command(group: typer.Typer) -> None:
             timedelta(seconds=s.drift_reference_s),
             s.drift_alpha,
             s.drift_min_samples,
+            s.drift_min_reference,
         )
 
         async def go(eng: ac.AsyncEngine) -> list[dict[str, Any]]:

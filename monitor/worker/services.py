@@ -163,6 +163,7 @@ class AnalyticsService(Service):
                 settings.drift_alpha,
                 settings.drift_min_samples,
                 reference,
+                settings.drift_min_reference,
             ),
         )
 

@@ -114,6 +114,7 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
         drift_alpha=DRIFT.alpha,
         drift_min_samples=DRIFT.min_samples,
         drift_reference=DRIFT.reference,
+        drift_min_reference=DRIFT.min_reference,
     )
     worker = [
         (at, key)
@@ -133,12 +134,21 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     assert not any(
         r.rule.startswith("drift") and r.pages for (_, a), r in figures.items() if a == "stable"
     )
-    # the changed agent: drift paged once, within the recent hour plus for: 30m at this
+    # the changed agent: drift paged once, within the recent hour plus for: 10m at this
     # 15-minute step (bench/alert_quality.py measures the delay at the worker's 5 minutes)
     drift = figures[("drift_tier3", "changed")]
     assert drift.pages == 1
     delay = drift.first_page_after[f"changed@{CHANGE.isoformat()}"]
     assert delay is not None and delay <= 90
+    # the worker's stored checks ran the sequential test once the reference reached its
+    # minimum size, and it flagged the change
+    checks = await q(
+        engine,
+        "SELECT agent_id, fired_tests, (details->>'surprise_log_e')::float FROM drift_checks",
+    )
+    assert any(a == "changed" and "surprise" in t.split(",") for a, t, _ in checks), checks
+    assert not any(a == "stable" and "surprise" in t.split(",") for a, t, _ in checks)
+    assert any(e is not None for a, _, e in checks if a == "stable")
 
 
 async def test_backtest_command_prints_figures_per_rule_and_segment(

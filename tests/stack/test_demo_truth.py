@@ -49,7 +49,8 @@ def replay(seed: int) -> tuple[TrafficPlan, Timeline]:
         default_rules(),
         plan.simulator.start + DRIFT_RECENT,
         end,
-        drift=DriftSettings(recent=DRIFT_RECENT, min_samples=DRIFT_MIN_SAMPLES),
+        # the demo's own drift settings (its replay has no minimum reference: minutes of history)
+        drift=DriftSettings(recent=DRIFT_RECENT, min_samples=DRIFT_MIN_SAMPLES, min_reference=0),
         drift_step=STEP,
         eval_step=STEP,
     )
