@@ -19,7 +19,7 @@ from typing import ParamSpec, TypeVar
 from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from monitor.config import Settings
 from monitor.core.errors import StoreUnavailable
@@ -79,15 +79,7 @@ class PendingTraces:
             waiting: dict[str, list[Span]] = {}
             for trace_id, text in rows:
                 waiting.setdefault(str(trace_id), []).append(Span.from_json(str(text)))
-            known = await conn.execute(
-                select(
-                    traces_t.c.trace_id,
-                    traces_t.c.conversation_id,
-                    traces_t.c.agent_id,
-                    traces_t.c.llm_calls,
-                ).where(traces_t.c.trace_id.in_(ids))
-            )
-            resolved = {str(t): _context(c, a, k) for t, c, a, k in known}
+            resolved = await _contexts(conn, ids)
         return waiting, resolved
 
     @_guarded
@@ -232,15 +224,7 @@ class PendingTraces:
         if not ids:
             return {}
         async with self.engine.connect() as conn:
-            known = await conn.execute(
-                select(
-                    traces_t.c.trace_id,
-                    traces_t.c.conversation_id,
-                    traces_t.c.agent_id,
-                    traces_t.c.llm_calls,
-                ).where(traces_t.c.trace_id.in_(ids))
-            )
-            return {str(t): _context(c, a, k) for t, c, a, k in known}
+            return await _contexts(conn, ids)
 
     @_guarded
     async def waiting(self) -> int:
@@ -256,6 +240,19 @@ class PendingTraces:
         async with self.engine.begin() as conn:
             result = await conn.execute(delete(traces_t).where(traces_t.c.resolved_at < cutoff))
         return int(result.rowcount or 0)
+
+
+async def _contexts(conn: AsyncConnection, ids: list[str]) -> dict[str, TraceContext]:
+    """The remembered contexts of those of the traces ``ids`` already mapped."""
+    known = await conn.execute(
+        select(
+            traces_t.c.trace_id,
+            traces_t.c.conversation_id,
+            traces_t.c.agent_id,
+            traces_t.c.llm_calls,
+        ).where(traces_t.c.trace_id.in_(ids))
+    )
+    return {str(t): _context(c, a, k) for t, c, a, k in known}
 
 
 def _context(conversation: object, agent: object, llm_calls: object) -> TraceContext:

@@ -71,6 +71,34 @@ def conversations() -> list:
     return evs
 
 
+def judge_loop(
+    bootstrap: str,
+    database_url: str,
+    topic: str,
+    *,
+    idle_s: float = 60,
+    llm: LLMJudge | None = None,
+    always_sample: Any = None,
+    minutes: int = 10,
+) -> JudgeLoop:
+    """A judge loop on ``topic`` (its own group) with the deterministic judges and ``llm``, at
+    ``minutes`` after the conversations' start."""
+    config = JudgeConfig(
+        bootstrap,
+        database_url,
+        topic=topic,
+        group_id=f"g-{topic}",
+        idle_s=idle_s,
+        idempotent_producer=False,
+    )
+    return JudgeLoop(
+        config,
+        JudgeRunner(deterministic_judges(), llm),
+        always_sample or SamplingPolicy().always_sample,
+        clock=FixedClock(T0 + timedelta(minutes=minutes)),
+    )
+
+
 async def items(url: str) -> dict[str, tuple]:
     conn = await asyncpg.connect(libpq_url(url))
     try:
@@ -85,25 +113,11 @@ async def test_judging_end_to_end(broker, database_url):
     await create_topic(broker.bootstrap, topic)
     writer = EventWriter(database_url)
     await writer.write([event_row(e) for e in conversations()])
-    clock = FixedClock(T0 + timedelta(minutes=10))
     async with ChatServer(default=llm_answer) as server:
         llm = LLMJudge(
             LLMJudgeConfig(base_url=server.base_url, model="judge-m", api_key="sk-test-0123456789")
         )
-        config = JudgeConfig(
-            broker.bootstrap,
-            database_url,
-            topic=topic,
-            group_id=f"g-{topic}",
-            idle_s=60,
-            idempotent_producer=False,
-        )
-        loop = JudgeLoop(
-            config,
-            JudgeRunner(deterministic_judges(), llm),
-            SamplingPolicy().always_sample,
-            clock=clock,
-        )
+        loop = judge_loop(broker.bootstrap, database_url, topic, llm=llm)
         sunk: list[Any] = []  # what the OTLP evaluations export would send
 
         async def sink(verdicts: list[Any]) -> None:
@@ -200,17 +214,8 @@ async def test_schedule_waits_for_idle_conversations(broker, database_url, idle_
     writer = EventWriter(database_url)
     await writer.write([event_row(e) for e in conversations()])
     await writer.close()
-    clock = FixedClock(T0 + timedelta(minutes=30))
-    config = JudgeConfig(
-        broker.bootstrap,
-        database_url,
-        topic=f"j-{uuid.uuid4().hex[:8]}",
-        idle_s=idle_minutes * 60,
-        idempotent_producer=False,
-    )
-    loop = JudgeLoop(
-        config, JudgeRunner(deterministic_judges()), SamplingPolicy().always_sample, clock=clock
-    )
+    topic = f"j-{uuid.uuid4().hex[:8]}"
+    loop = judge_loop(broker.bootstrap, database_url, topic, idle_s=idle_minutes * 60, minutes=30)
     await loop.start()
     try:
         assert await loop.schedule_once() == expected
@@ -229,15 +234,10 @@ async def test_schedule_picks_rule_candidates_only_and_marks_them(broker, databa
     writer = EventWriter(database_url, policy=policy)
     await writer.write([event_row(e) for e in conversations()])
     await writer.close()
-    clock = FixedClock(T0 + timedelta(minutes=30))
-    config = JudgeConfig(
-        broker.bootstrap,
-        database_url,
-        topic=f"j-{uuid.uuid4().hex[:8]}",
-        idle_s=60,
-        idempotent_producer=False,
+    topic = f"j-{uuid.uuid4().hex[:8]}"
+    loop = judge_loop(
+        broker.bootstrap, database_url, topic, always_sample=policy.always_sample, minutes=30
     )
-    loop = JudgeLoop(config, JudgeRunner(deterministic_judges()), policy.always_sample, clock=clock)
     await loop.start()
     try:
         assert await loop.schedule_once() == 2
@@ -278,20 +278,7 @@ async def test_an_undecodable_request_batch_and_a_malformed_request_are_skipped(
         await raw.produce(record_batch([b'{"conversation_id": "x"}'], "lz4", "crc"), partition=0)
     writer = EventWriter(database_url)
     await writer.write([event_row(e) for e in conversations()])
-    config = JudgeConfig(
-        broker.bootstrap,
-        database_url,
-        topic=topic,
-        group_id=f"g-{topic}",
-        idle_s=60,
-        idempotent_producer=False,
-    )
-    loop = JudgeLoop(
-        config,
-        JudgeRunner(deterministic_judges()),
-        SamplingPolicy().always_sample,
-        clock=FixedClock(T0 + timedelta(minutes=10)),
-    )
+    loop = judge_loop(broker.bootstrap, database_url, topic)
     await loop.start()
     ready = asyncio.Event()
     consumer = asyncio.create_task(loop.consume_forever(ready))
