@@ -48,7 +48,7 @@ Exactness (what a read gets back from a key):
 
 from __future__ import annotations
 
-from monitor.store.tables_rollups import SECONDS_BASE, SECONDS_PER_DOUBLING
+from monitor.store.tables_rollups import ESCALATION_KEY, SECONDS_BASE, SECONDS_PER_DOUBLING
 
 #: the kinds of rows: 0 the conversation, 1 its timing (turns and seconds), 2 its seconds
 #: alone, 3 its turns alone (module docstring)
@@ -57,19 +57,8 @@ KINDS = (0, 1, 2, 3)
 #: resolutions kept, as in calibration_bins (name -> date_trunc unit)
 RESOLUTIONS = {"1h": "hour", "1d": "day"}
 
-KEY_COLUMNS = (
-    "kind",
-    "agent_id",
-    "agent_version",
-    "domain",
-    "tier",
-    "conf_milli",
-    "escalated",
-    "outcome",
-    "weight",
-    "turns",
-    "seconds_bucket",
-)
+#: the key of an ``escalation_bins`` row within its window
+KEY_COLUMNS = ESCALATION_KEY
 
 #: columns of ``conversations`` a key is computed from (the upsert returns them; also what
 #: monitor.ingest.conversation_minutes_sql reads of the same images)

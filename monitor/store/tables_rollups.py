@@ -109,6 +109,21 @@ segment_values = Table(
     PrimaryKeyConstraint("kind", "value", name="pk_segment_values"),
 )
 
+#: ``escalation_bins``' key within a window, in key order (monitor.ingest.escalation_sql)
+ESCALATION_KEY = (
+    "kind",
+    "agent_id",
+    "agent_version",
+    "domain",
+    "tier",
+    "conf_milli",
+    "escalated",
+    "outcome",
+    "weight",
+    "turns",
+    "seconds_bucket",
+)
+
 escalation_bins = Table(
     "escalation_bins",
     metadata,
@@ -126,20 +141,5 @@ escalation_bins = Table(
     Column("turns", Integer, nullable=False),
     Column("seconds_bucket", SmallInteger, nullable=False),
     Column("conversations", BigInteger, nullable=False),
-    PrimaryKeyConstraint(
-        "resolution",
-        "window_start",
-        "kind",
-        "agent_id",
-        "agent_version",
-        "domain",
-        "tier",
-        "conf_milli",
-        "escalated",
-        "outcome",
-        "weight",
-        "turns",
-        "seconds_bucket",
-        name="pk_escalation_bins",
-    ),
+    PrimaryKeyConstraint("resolution", "window_start", *ESCALATION_KEY, name="pk_escalation_bins"),
 )
