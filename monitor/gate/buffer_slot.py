@@ -1,17 +1,48 @@
-"""Which disk buffer a gate process opens (I/O edge: the file system).
+"""Which disk buffer a gate process opens (I/O edge: the file system), and the decision path
+on it.
 
-The worker's gate and ``monitor gate serve`` both call :func:`open_gate_buffer`; processes
-sharing a state directory each take a slot of their own, and a restarted process takes over
-(and replays) a slot that a dead predecessor left.
+The worker's gate and ``monitor gate serve`` both call :func:`open_decision_path`, which opens
+the buffer with :func:`open_gate_buffer`; processes sharing a state directory each take a slot
+of their own, and a restarted process takes over (and replays) a slot that a dead predecessor
+left.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
+from monitor.auth.origin_key import origin_key
 from monitor.config import Settings
 from monitor.core.errors import BufferInUse
 from monitor.gate.buffer import DiskBuffer
+from monitor.gate.decision_outbox import DecisionOutbox
+from monitor.gate.producer import DecisionProducer
+
+
+class DecisionPath(NamedTuple):
+    """Where a gate process's decision events go: its producer, its disk buffer and the outbox
+    that sends through the one and spills to the other."""
+
+    producer: DecisionProducer
+    buffer: DiskBuffer
+    outbox: DecisionOutbox
+
+
+def open_decision_path(settings: Settings) -> DecisionPath:
+    """The gate's decision path from ``settings`` (``kafka_bootstrap`` must be set): a producer
+    to the events topic, the buffer :func:`open_gate_buffer` opens, and the outbox over both.
+    Nothing connects until the producer starts."""
+    assert settings.kafka_bootstrap
+    producer = DecisionProducer(
+        settings.kafka_bootstrap,
+        settings.topic_events,
+        idempotent=settings.kafka_idempotent,
+        origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
+    )
+    buffer = open_gate_buffer(settings)
+    outbox = DecisionOutbox(producer.deliver, buffer, spill_after_s=settings.gate_spill_after_s)
+    return DecisionPath(producer, buffer, outbox)
 
 
 def open_gate_buffer(settings: Settings, slots: int = 64) -> DiskBuffer:

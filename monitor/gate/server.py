@@ -38,7 +38,6 @@ from monitor.auth.admission import Authorize
 from monitor.auth.authorizer import Grant
 from monitor.auth.cache import KeyCache
 from monitor.auth.keys import Scope
-from monitor.auth.origin_key import origin_key
 from monitor.config import Settings
 from monitor.contract.events import AgentEvent
 from monitor.core.clock import SystemClock
@@ -46,11 +45,10 @@ from monitor.core.errors import MonitorError
 from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
-from monitor.gate.buffer_slot import open_gate_buffer
+from monitor.gate.buffer_slot import open_decision_path
 from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.http_server import JsonErrorRunner, handler_args, json_errors
-from monitor.gate.producer import DecisionProducer
 from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.store.engine import make_engine
@@ -121,16 +119,7 @@ class GateServer:
         self.metrics = OpsMetrics()
         self.state = GateState.from_settings(settings)
         self.engine = make_engine(settings.database_url, pool_size=2)
-        self.producer = DecisionProducer(
-            settings.kafka_bootstrap,
-            settings.topic_events,
-            idempotent=settings.kafka_idempotent,
-            origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
-        )
-        self.buffer = open_gate_buffer(settings)
-        self.outbox = DecisionOutbox(
-            self.producer.deliver, self.buffer, spill_after_s=settings.gate_spill_after_s
-        )
+        self.producer, self.buffer, self.outbox = open_decision_path(settings)
         tokens: dict[Scope, str | None] = {"gate": settings.gate_token}
         self.keys = KeyCache(
             self._load_keys,

@@ -31,9 +31,7 @@ from monitor.analytics.periodic import Every, drift_once
 from monitor.auth.origin_key import origin_key
 from monitor.config import Settings, load_sampling_policy
 from monitor.core.clock import SystemClock
-from monitor.gate.buffer_slot import open_gate_buffer
-from monitor.gate.decision_outbox import DecisionOutbox
-from monitor.gate.producer import DecisionProducer
+from monitor.gate.buffer_slot import open_decision_path
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
 from monitor.judges.assembly import build_loop as build_judge_loop
@@ -278,17 +276,7 @@ class GateOutboxService(Service):
     ) -> None:
         super().__init__(**kwargs)
         self.closing = list(closing)
-        assert settings.kafka_bootstrap
-        self.producer = DecisionProducer(
-            settings.kafka_bootstrap,
-            settings.topic_events,
-            idempotent=settings.kafka_idempotent,
-            origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
-        )
-        self.buffer = open_gate_buffer(settings)
-        self.outbox = DecisionOutbox(
-            self.producer.deliver, self.buffer, spill_after_s=settings.gate_spill_after_s
-        )
+        self.producer, self.buffer, self.outbox = open_decision_path(settings)
         if self.buffer.pending:
             log.warning(
                 "gate: %d decision events buffered on disk by an earlier run, replaying them",
