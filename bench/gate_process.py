@@ -35,7 +35,7 @@ from monitor.contract.events import AgentEvent
 from monitor.core.gc_tuning import tune_gc
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import decide, decision_event
-from monitor.gate.endpoint import GateReply, receive_gate
+from monitor.gate.endpoint import GateReply
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.gate.request import parse_gate_request
 from monitor.gate.server import GateServer
@@ -80,19 +80,9 @@ class BenchGateServer(GateServer):
             event = self.template.model_copy(update={"event_id": f"gate:{uuid.uuid4().hex}"})
             return GateReply(200, {}, event=event)
 
-        reply = await receive_gate(
-            headers=request.headers,
-            peer=request.remote,
-            read_chunk=request.content.readany,
-            authorize=self.authorize,
-            limits=self.limits,
-            guard=self.guard,
-            decide_body=constant,
-        )
+        reply = await self.receive(request, constant)
         if reply.event is not None:  # as handle_gate: sent after the answer
-            task = asyncio.ensure_future(self._publish(reply.event))
-            self.pending.add(task)
-            task.add_done_callback(self.pending.discard)
+            self.publish_after(reply.event)
         return web.Response(body=CONSTANT, status=reply.status, content_type="application/json")
 
 

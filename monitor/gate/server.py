@@ -176,7 +176,27 @@ class GateServer:
                 grant=grant,
             )
 
-        reply = await receive_gate(
+        reply = await self.receive(request, decide_body)
+        if reply.pending is not None:  # a rule with the inline LLM check: awaited
+            reply = await finish_gate(reply, state.llm_judge, time.perf_counter)
+        count_answer(self.metrics, reply)
+        if 400 <= reply.status < 500:
+            self.metrics.http_client_errors.labels(GATE, str(reply.status)).inc()
+        if reply.event is not None:
+            self.publish_after(reply.event)
+        return web.Response(
+            body=to_json(reply.body),
+            status=reply.status,
+            headers=reply.headers,
+            content_type="application/json",
+        )
+
+    async def receive(
+        self, request: web.Request, decide_body: Callable[[bytes | None, Grant], GateReply]
+    ) -> GateReply:
+        """``request`` read, authorized and admitted under this process's limits and guard,
+        then answered by ``decide_body`` (:func:`receive_gate`)."""
+        return await receive_gate(
             headers=request.headers,
             peer=request.remote,
             read_chunk=request.content.readany,
@@ -185,21 +205,13 @@ class GateServer:
             guard=self.guard,
             decide_body=decide_body,
         )
-        if reply.pending is not None:  # a rule with the inline LLM check: awaited
-            reply = await finish_gate(reply, state.llm_judge, time.perf_counter)
-        count_answer(self.metrics, reply)
-        if 400 <= reply.status < 500:
-            self.metrics.http_client_errors.labels(GATE, str(reply.status)).inc()
-        if reply.event is not None:  # sent after the answer, never awaited by it
-            task = asyncio.ensure_future(self._publish(reply.event))
-            self.pending.add(task)
-            task.add_done_callback(self.pending.discard)
-        return web.Response(
-            body=to_json(reply.body),
-            status=reply.status,
-            headers=reply.headers,
-            content_type="application/json",
-        )
+
+    def publish_after(self, event: AgentEvent) -> None:
+        """Send ``event`` through the decision outbox in a task of its own: after the answer,
+        never awaited by it; the task stays in ``pending`` until it is done."""
+        task = asyncio.ensure_future(self._publish(event))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
 
     async def _publish(self, event: AgentEvent) -> None:
         if not await self.outbox.publish(event):
