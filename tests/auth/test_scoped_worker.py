@@ -21,7 +21,7 @@ from monitor.auth import repo
 from monitor.contract.origin import ORIGIN_HEADER, origin_tag
 from monitor.store.engine import libpq_url, make_engine
 from tests.factories import event_dict
-from tests.servers.worker import QUIET, running_worker, wait_for_count
+from tests.servers.worker import running_gate_worker, wait_for_count
 
 POLICY = """\
 version: "scopes-1"
@@ -59,19 +59,16 @@ def bearer(secret: str) -> dict[str, str]:
 async def keyed(broker: Any, topic_name: str, database_url: str, tmp_path: Path) -> Any:
     team = await issue(database_url, ["team-a-*"], ["write", "gate", "read"])
     writer = await issue(database_url, ["solo"], ["write"])
-    policy = tmp_path / "gate.yaml"
-    policy.write_text(POLICY)
-    async with running_worker(
+    async with running_gate_worker(
         broker.bootstrap,
         database_url,
         topic_name,
         tmp_path,
+        POLICY,
         MONITOR_GATE_TOKEN="dev-gate",
-        MONITOR_GATE_POLICY_FILE=str(policy),
         MONITOR_KEYS_REFRESH_S="1",
         MONITOR_KEYS_MISS_REFRESH_S="0.2",
         MONITOR_GATE_ORIGIN_KEY="origin-secret",
-        **QUIET,
     ) as worker:
         yield worker, team, writer
 

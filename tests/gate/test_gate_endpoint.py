@@ -18,7 +18,7 @@ from monitor.analytics.write import save_map
 from monitor.store.engine import libpq_url, make_engine
 from tests.factories import event_dict
 from tests.gate.test_decide import FAILED_CANCEL
-from tests.servers.worker import QUIET, WorkerProcess, metric, running_worker
+from tests.servers.worker import WorkerProcess, metric, running_gate_worker
 
 POLICY = """\
 version: "test-7"
@@ -34,19 +34,16 @@ AUTH = {"Authorization": "Bearer g4te"}
 
 @pytest.fixture
 async def gate_worker(broker: Any, topic_name: str, database_url: str, tmp_path: Path) -> Any:
-    policy = tmp_path / "gate.yaml"
-    policy.write_text(POLICY)
-    async with running_worker(
+    async with running_gate_worker(
         broker.bootstrap,
         database_url,
         topic_name,
         tmp_path,
+        POLICY,
         MONITOR_GATE_TOKEN="g4te",
-        MONITOR_GATE_POLICY_FILE=str(policy),
         MONITOR_GATE_REFRESH_S="0.5",
         MONITOR_GATE_MAX_CONTENT_CHARS="2000",
         MONITOR_INGEST_TOKEN="s3cret",
-        **QUIET,
     ) as worker:
         yield worker
 

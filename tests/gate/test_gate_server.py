@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,27 @@ rules:
 """
 
 
+@asynccontextmanager
+async def worker_and_gate(
+    bootstrap: str, database_url: str, topic: str, tmp: Path, policy: str
+) -> AsyncIterator[tuple[WorkerProcess, GateProcess]]:
+    """A worker, then a gate process, both ready with ``FAST`` settings and the gate policy
+    ``policy`` (the YAML, written to ``tmp/gate.yaml``); both stopped on exit."""
+    path = tmp / "gate.yaml"
+    path.write_text(policy)
+    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(path)}
+    await create_topic(bootstrap, topic)
+    worker = WorkerProcess(bootstrap, database_url, topic, tmp, **env).start()
+    gate_ = GateProcess(bootstrap, database_url, topic, tmp, **env)
+    try:
+        await worker.wait_ready()  # first: it makes the origin key the gate then reads
+        await gate_.start().wait_ready()
+        yield worker, gate_
+    finally:
+        gate_.stop()
+        worker.stop()
+
+
 def status(gate_: GateProcess) -> dict[str, Any]:
     body: dict[str, Any] = httpx.get(f"{gate_.url}/health", timeout=10).json()
     return body
@@ -92,15 +115,9 @@ async def gate_timed(gate_: GateProcess, ids: range) -> list[dict[str, Any]]:
 async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
     broker: Any, topic_name: str, tmp_path: Path, database_url: str
 ) -> None:
-    policy = tmp_path / "gate.yaml"
-    policy.write_text(SLOW_POLICY)
-    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(policy)}
-    await create_topic(broker.bootstrap, topic_name)
-    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env).start()
-    gate_ = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env)
-    try:
-        await worker.wait_ready()  # first: it makes the origin key the gate then reads
-        await gate_.start().wait_ready()
+    async with worker_and_gate(
+        broker.bootstrap, database_url, topic_name, tmp_path, SLOW_POLICY
+    ) as (worker, gate_):
         assert status(gate_)["status"] == "ok", status(gate_)
         answers = await gate(gate_, range(25))
         assert all(a["maps_loaded_at"] and "maps_stale" not in a for a in answers)
@@ -129,9 +146,6 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
         assert labelled(gate_, degraded, rule="1", agent="agent-a", kind="fail_open") == 0
         await stored_exactly(database_url, 27, worker)
         assert gate_.stop() == 0, gate_.log_tail()
-    finally:
-        gate_.stop()
-        worker.stop()
 
 
 @pytest.mark.slow
@@ -211,15 +225,10 @@ rules:
 async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart(
     broker: Any, topic_name: str, tmp_path: Path, database_url: str
 ) -> None:
-    policy = tmp_path / "gate.yaml"
-    policy.write_text(SHADOW_POLICY)
-    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(policy)}
-    await create_topic(broker.bootstrap, topic_name)
-    worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env).start()
-    gate_ = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env)
-    try:
-        await worker.wait_ready()
-        await gate_.start().wait_ready()
+    policy = tmp_path / "gate.yaml"  # written by worker_and_gate; the CLI reads it too
+    async with worker_and_gate(
+        broker.bootstrap, database_url, topic_name, tmp_path, SHADOW_POLICY
+    ) as (worker, gate_):
         n = 48
         agent = {i: "shadow-bot" if i % 2 == 0 else "enforce-bot" for i in range(n)}
         confidence = {i: 0.25 + (i % 7) / 10 for i in range(n)}  # 0.25 .. 0.85
@@ -330,9 +339,6 @@ async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart
         )
         assert table.exit_code == 0, table.output
         assert "shadow" in table.output and "recorded" in table.output
-    finally:
-        gate_.stop()
-        worker.stop()
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from monitor.analytics.write import save_map
 from monitor.store.engine import make_engine
 from tests.factories import T0
 from tests.servers.llm_server import ChatServer, Hang, Reply, verdicts_json
-from tests.servers.worker import QUIET, WorkerProcess, running_worker
+from tests.servers.worker import WorkerProcess, running_gate_worker
 
 POLICY = """\
 version: "wp-1"
@@ -45,18 +45,15 @@ async def llm_server() -> Any:
 async def worker(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path, llm_server: ChatServer
 ) -> Any:
-    policy = tmp_path / "gate.yaml"
-    policy.write_text(POLICY)
-    async with running_worker(
+    async with running_gate_worker(
         broker.bootstrap,
         database_url,
         topic_name,
         tmp_path,
-        MONITOR_GATE_POLICY_FILE=str(policy),
+        POLICY,
         MONITOR_GATE_REFRESH_S="3600",
         MONITOR_LLM_JUDGE_BASE_URL=llm_server.base_url,
         MONITOR_LLM_JUDGE_MODEL="gate-model",
-        **QUIET,
     ) as proc:
         yield proc
 

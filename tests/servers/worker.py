@@ -133,6 +133,19 @@ async def running_worker(
         worker.stop()
 
 
+@asynccontextmanager
+async def running_gate_worker(
+    bootstrap: str, database_url: str, topic: str, tmp: Path, policy: str, **env: str
+) -> AsyncIterator[WorkerProcess]:
+    """:func:`running_worker` without judges and alerting (``QUIET``, unless ``env`` says
+    otherwise), gating by ``policy`` (the YAML, written to ``tmp/gate.yaml``)."""
+    path = tmp / "gate.yaml"
+    path.write_text(policy)
+    settings = {**QUIET, "MONITOR_GATE_POLICY_FILE": str(path), **env}
+    async with running_worker(bootstrap, database_url, topic, tmp, **settings) as worker:
+        yield worker
+
+
 def metric(worker: WorkerProcess, name: str) -> float:
     """The value of an unlabelled metric from the worker's /metrics."""
     for line in httpx.get(f"{worker.url}/metrics", timeout=10).text.splitlines():
