@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
+from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -24,6 +26,13 @@ async def produce(bootstrap: str, topic: str, items: list[tuple[bytes | None, by
         await p.flush()
     finally:
         await p.stop()
+
+
+async def produce_keyed(bootstrap: str, topic: str, events: Iterable[dict[str, Any]]) -> None:
+    """``events`` (event dicts) as JSON, each keyed by its conversation id."""
+    await produce(
+        bootstrap, topic, [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events]
+    )
 
 
 async def wait_count(url: str, sql: str, want: int, timeout: float = 30) -> int:

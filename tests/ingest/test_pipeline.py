@@ -22,7 +22,7 @@ from monitor.ingest.rows import OFFSET, DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from monitor.store.engine import libpq_url
 from tests.factories import event_dict
-from tests.ingest.test_ingest_loop import produce, wait_count
+from tests.ingest.test_ingest_loop import produce, produce_keyed, wait_count
 from tests.servers.worker import create_topic
 
 N, BATCH, PARTITIONS = 2000, 250, 4
@@ -101,11 +101,7 @@ async def test_decode_overlaps_the_write_and_commits_stay_ordered(
 ) -> None:
     await create_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     events = [event_dict(f"e-{i}", f"c-{i % 50}", at=i, turn=i // 50) for i in range(N)]
-    await produce(
-        broker.bootstrap,
-        topic_name,
-        [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events],
-    )
+    await produce_keyed(broker.bootstrap, topic_name, events)
     timeline = Timeline()
     writer = HoldingWriter(database_url, timeline)
     config = IngestConfig(

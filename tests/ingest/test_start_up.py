@@ -6,7 +6,6 @@ full-size again."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 
@@ -17,7 +16,7 @@ from monitor.ingest.loop import FIRST_BATCH_DIVISOR, IngestConfig, IngestLoop
 from monitor.ingest.rows import DeadLetter, EventRow
 from monitor.ingest.writer import EventWriter, WriteResult
 from tests.factories import event_dict
-from tests.ingest.test_ingest_loop import produce, wait_count
+from tests.ingest.test_ingest_loop import produce_keyed, wait_count
 from tests.servers.worker import create_topic
 
 N, BATCH = 1200, 240
@@ -74,11 +73,7 @@ async def test_a_small_first_batch_is_sent_before_the_next_is_fetched(
 ) -> None:
     await create_topic(broker.bootstrap, topic_name, partitions=2)
     events = [event_dict(f"e-{i}", f"c-{i % 40}", at=i, turn=i // 40) for i in range(N)]
-    await produce(
-        broker.bootstrap,
-        topic_name,
-        [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events],
-    )
+    await produce_keyed(broker.bootstrap, topic_name, events)
     writer = ScriptedWriter(database_url, late_first_s=LATE_COPY_S)
     config = IngestConfig(
         broker.bootstrap,
@@ -159,11 +154,7 @@ async def test_a_first_batch_retried_through_an_outage_does_not_hold_the_loop(
     /health) current; once the server is back, every event is stored."""
     await create_topic(broker.bootstrap, topic_name, partitions=2)
     events = [event_dict(f"o-{i}", f"c-{i % 10}", at=i) for i in range(100)]
-    await produce(
-        broker.bootstrap,
-        topic_name,
-        [(e["conversation_id"].encode(), json.dumps(e).encode()) for e in events],
-    )
+    await produce_keyed(broker.bootstrap, topic_name, events)
     writer = ScriptedWriter(database_url, up=False)
     config = IngestConfig(
         broker.bootstrap,
