@@ -254,7 +254,9 @@ def without_hysteresis(rules: RuleSet) -> RuleSet:
     return rules.model_copy(update={"rules": tuple(plain)})
 
 
-def run_real(seed: int) -> dict[str, Timeline]:
+def real_stream(seed: int) -> SimStream:
+    """The real agents' answers, ``PER_HOUR`` an hour each (drawn with ``seed``), over the
+    ``REAL_HOURS`` from ``T0``."""
     pools = parse_pools(ANSWERS.read_text())
     agents, _ = real_agents()
     end = T0 + timedelta(hours=REAL_HOURS)
@@ -262,7 +264,12 @@ def run_real(seed: int) -> dict[str, Timeline]:
         (a.id, a.domain, a.tier): answer_items(a, pools, T0, end, PER_HOUR, seed)
         for a in agents.values()
     }
-    stream = SimStream.from_items(T0, REAL_HOURS * 60 + 15, items)
+    return SimStream.from_items(T0, REAL_HOURS * 60 + 15, items)
+
+
+def run_real(seed: int) -> dict[str, Timeline]:
+    stream = real_stream(seed)
+    end = T0 + timedelta(hours=REAL_HOURS)
     out = {}
     for name, rules in (
         ("without hysteresis", without_hysteresis(default_rules())),
@@ -406,14 +413,8 @@ DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
 def _drift_variant(args: tuple[int, str]) -> tuple[int, str, Timeline]:
     seed, name = args
     cfg, minutes = DRIFT_VARIANTS[name]
-    pools = parse_pools(ANSWERS.read_text())
-    agents, _ = real_agents()
+    stream = real_stream(seed)
     end = T0 + timedelta(hours=REAL_HOURS)
-    items = {
-        (a.id, a.domain, a.tier): answer_items(a, pools, T0, end, PER_HOUR, seed)
-        for a in agents.values()
-    }
-    stream = SimStream.from_items(T0, REAL_HOURS * 60 + 15, items)
     rules = default_rules()
     timed = tuple(
         r.model_copy(update={"for_": timedelta(minutes=minutes)}) if r.name in DRIFT_RULES else r
