@@ -13,9 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from typer.testing import CliRunner
 
-from monitor.cli.main import app
 from monitor.contract.events import AgentEvent, validate_event
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
@@ -24,6 +22,7 @@ from tests.dashboards import grafana_sql as g
 from tests.dashboards.seed_gate import gated_events
 from tests.dashboards.test_dashboard_sql import Scenario, resolve_variables, run_sql
 from tests.factories import T0, event_dict
+from tests.gate.test_effect import gate_json
 from tests.test_deploy_files import all_panels
 
 DASHBOARD = json.loads((Path(__file__).parents[2] / "dashboards" / "gate.json").read_text())
@@ -257,22 +256,16 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
     events, decisions = gated_events(T0, 240, ungated_every=4, shadow_every=5)
     asyncio.run(write(database_url, events))
     assert {"proceed", "revise", "escalate"} <= set(decisions.values())
-    result = CliRunner().invoke(
-        app,
-        [
-            "gate",
-            "--json",
-            "--no-replay",
-            "--from",
-            RANGE.start.isoformat(),
-            "--to",
-            RANGE.end.isoformat(),
-        ],
-        env={"MONITOR_DATABASE_URL": database_url},
+    out = gate_json(
+        database_url,
+        "--no-replay",
+        "--from",
+        RANGE.start.isoformat(),
+        "--to",
+        RANGE.end.isoformat(),
     )
-    assert result.exit_code == 0, result.output
     mode = {"recorded": "enforced", "shadow": "shadow"}
-    effects = json.loads(result.output)["effects"]
+    effects = out["effects"]
     cli = {(e["agent_id"], e["domain"], mode[e["source"]]): e for e in effects}
 
     async def rows(title: str) -> list[dict[str, Any]]:

@@ -27,6 +27,18 @@ from tests.factories import event_dict
 START = datetime(2026, 6, 1, tzinfo=UTC)
 
 
+def gate_json(database_url: str, *options: str) -> dict[str, Any]:
+    """The answer of ``monitor gate --json OPTIONS`` on ``database_url`` (which must exit 0)."""
+    result = CliRunner().invoke(
+        app,
+        ["gate", "--json", *options],
+        env={"MONITOR_DATABASE_URL": database_url, "DATABASE_URL": database_url},
+    )
+    assert result.exit_code == 0, result.output
+    out: dict[str, Any] = json.loads(result.output)
+    return out
+
+
 def test_failures_prevented_and_the_human_cost() -> None:
     rows = [GatedConversation("a", "d", "escalate", False)] * 3 + [
         GatedConversation("a", "d", "revise", False),
@@ -106,22 +118,9 @@ def test_monitor_gate_json_on_replayed_and_recorded_data(
     asyncio.run(_seed(database_url, sim + tau2 + gates))
     policy = tmp_path / "gate.yaml"
     policy.write_text('version: "p-1"\nrules:\n  - threshold: 0.6\n')
-    result = CliRunner().invoke(
-        app,
-        [
-            "gate",
-            "--json",
-            "--policy",
-            str(policy),
-            "--from",
-            "2000-01-01",
-            "--to",
-            "2100-01-01",
-        ],
-        env={"MONITOR_DATABASE_URL": database_url},
+    out = gate_json(
+        database_url, "--policy", str(policy), "--from", "2000-01-01", "--to", "2100-01-01"
     )
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
     assert out["policy_version"] == "p-1"
     effects = {(e["agent_id"], e["domain"], e["source"]): e for e in out["effects"]}
 
@@ -221,21 +220,8 @@ def test_monitor_gate_json_reports_the_ungated_failure_rate(database_url: str) -
     events += conv("u-old", "gated-bot", -2 * 86400, False)  # before the range
     events += conv("free", "free-bot", 400, False)  # never gated: no baseline row
     asyncio.run(_seed(database_url, events))
-    result = CliRunner().invoke(
-        app,
-        [
-            "gate",
-            "--json",
-            "--no-replay",
-            "--from",
-            "2025-12-31",
-            "--to",
-            "2026-01-02",
-        ],
-        env={"MONITOR_DATABASE_URL": database_url},
-    )
-    assert result.exit_code == 0, result.output
-    (e,) = json.loads(result.output)["effects"]
+    out = gate_json(database_url, "--no-replay", "--from", "2025-12-31", "--to", "2026-01-02")
+    (e,) = out["effects"]
     assert (e["agent_id"], e["domain"], e["source"]) == ("gated-bot", "retail", "recorded")
     assert e["conversations"] == 4 and e["failure_rate_proceeded"]["num"] == 1
     assert e["failure_rate_proceeded"]["den"] == 3

@@ -6,7 +6,6 @@ deadline, says so, and every decision event is stored exactly once when both are
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from monitor.contract.events import validate_event
 from monitor.stack.broker import EmbeddedBroker
 from monitor.stack.postgres import EmbeddedPostgres
 from tests.factories import event_dict
+from tests.gate.test_effect import gate_json
 from tests.gate.test_gate_outages import (
     FAST,
     ask,
@@ -282,24 +282,18 @@ async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart
         )
         assert await count(database_url, enforced_sql) == n // 2
 
-        result = await asyncio.to_thread(
-            CliRunner().invoke,
-            app,
-            [
-                "gate",
-                "--json",
-                "--no-replay",
-                "--policy",
-                str(policy),
-                "--from",
-                "2000-01-01",
-                "--to",
-                "2100-01-01",
-            ],
-            env={"MONITOR_DATABASE_URL": database_url, "DATABASE_URL": database_url},
+        out = await asyncio.to_thread(
+            gate_json,
+            database_url,
+            "--no-replay",
+            "--policy",
+            str(policy),
+            "--from",
+            "2000-01-01",
+            "--to",
+            "2100-01-01",
         )
-        assert result.exit_code == 0, result.output
-        effects = {e["agent_id"]: e for e in json.loads(result.output)["effects"]}
+        effects = {e["agent_id"]: e for e in out["effects"]}
         assert set(effects) == {"shadow-bot", "enforce-bot"}
         assert effects["shadow-bot"]["source"] == "shadow"
         assert effects["enforce-bot"]["source"] == "recorded"
