@@ -10,12 +10,13 @@ request asks ``stream: true``, as server-sent events in several chunks, with a u
 from __future__ import annotations
 
 import json
-import socket
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.servers.scripted import serve_on_loopback
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,7 @@ class Provider:
     async def __aenter__(self) -> Provider:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock, shutdown_timeout=0.2).start()
+        self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=0.2)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

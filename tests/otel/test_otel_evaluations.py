@@ -3,7 +3,6 @@ to a real OTLP logs receiver on loopback (aiohttp) and decoded with ``openteleme
 
 from __future__ import annotations
 
-import socket
 from collections import deque
 from typing import Any
 
@@ -18,6 +17,7 @@ from monitor.judges.assembly import evaluation_sink, otlp_headers
 from monitor.judges.base import Verdict
 from monitor.otel.evaluation_export import EvaluationExporter
 from monitor.telemetry.ops_metrics import OpsMetrics
+from tests.servers.scripted import serve_on_loopback
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
@@ -38,12 +38,7 @@ class LogsReceiver:
     async def __aenter__(self) -> LogsReceiver:
         app = web.Application()
         app.router.add_post("/v1/logs", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock, shutdown_timeout=0.2).start()
+        self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=0.2)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

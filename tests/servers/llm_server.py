@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.servers.scripted import Status
+from tests.servers.scripted import Status, serve_on_loopback
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,7 @@ class ChatServer:
     async def __aenter__(self) -> ChatServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))  # a free port, chosen by the kernel
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock, shutdown_timeout=0.5).start()
+        self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=0.5)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

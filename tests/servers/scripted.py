@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
+
+from aiohttp import web
 
 
 @dataclass(frozen=True)
@@ -12,3 +15,16 @@ class Status:
     status: int
     body: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+
+
+async def serve_on_loopback(
+    app: web.Application, shutdown_timeout: float
+) -> tuple[web.AppRunner, int]:
+    """``app`` served on 127.0.0.1 at a free port the kernel chooses: its runner (clean it up
+    to stop) and the port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock, shutdown_timeout=shutdown_timeout).start()
+    return runner, sock.getsockname()[1]
