@@ -16,10 +16,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 SegmentTuple = tuple[str, str, int]
+
+
+async def _rows_between(
+    engine: AsyncEngine, sql: TextClause, start: datetime, end: datetime
+) -> list[Any]:
+    """The rows of ``sql``, whose window is ``:lo`` = ``start`` and ``:hi`` = ``end``."""
+    async with engine.connect() as conn:
+        return list((await conn.execute(sql, {"lo": start, "hi": end})).all())
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,7 @@ async def latest_drift_checks(
         " WHERE recent_to > :lo AND recent_to <= :hi"
         " ORDER BY agent_id, agent_version, domain, tier, recent_to DESC, checked_at DESC"
     )
-    async with engine.connect() as conn:
-        rows: list[Any] = list((await conn.execute(sql, {"lo": start, "hi": end})).all())
+    rows = await _rows_between(engine, sql, start, end)
     return [
         DriftRow(
             (str(a), str(d), int(t)),
@@ -69,8 +76,7 @@ async def conversation_segments(
         "SELECT DISTINCT agent_id, coalesce(domain, ''), coalesce(tier, 0) FROM conversations"
         " WHERE sample_weight > 0 AND first_ts >= :lo AND first_ts < :hi ORDER BY 1, 2, 3"
     )
-    async with engine.connect() as conn:
-        rows: list[Any] = list((await conn.execute(sql, {"lo": start, "hi": end})).all())
+    rows = await _rows_between(engine, sql, start, end)
     return [(str(a), str(d), int(t)) for a, d, t in rows]
 
 
@@ -86,8 +92,7 @@ async def verdict_categories(
         " WHERE v.status = 'ok' AND v.created_at >= :lo AND v.created_at < :hi"
         " GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3"
     )
-    async with engine.connect() as conn:
-        rows: list[Any] = list((await conn.execute(sql, {"lo": start, "hi": end})).all())
+    rows = await _rows_between(engine, sql, start, end)
     return [
         ((str(a), str(d), int(t)), tuple(str(c) for c in (cats or [])), int(n))
         for a, d, t, cats, n in rows
