@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -344,3 +344,10 @@ async def local_postmaster(admin_url: str) -> int | None:
         return None
     finally:
         await conn.close()
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table: the ``head`` line, its separator, then one line of cells a row."""
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines)

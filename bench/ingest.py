@@ -64,6 +64,7 @@ from bench.harness import (
     WORKER_ARGV,
     CpuMeter,
     Worker,
+    markdown_table,
     metered_postgres,
     running,
     scratch_database,
@@ -348,29 +349,29 @@ def _median(values: Sequence[float]) -> float:
 
 
 def rate_table(runs: list[Run]) -> str:
-    cols = [f"{p} ev/s" for p in PHASES] + ["consume / baseline", "e2e / baseline"]
-    lines = ["| run | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    head = ["run", *(f"{p} ev/s" for p in PHASES), "consume / baseline", "e2e / baseline"]
 
-    def row(name: str, rates: list[float], ratios: list[float]) -> str:
-        cells = [f"{r:,.0f}" for r in rates] + [f"{r:.2f}" for r in ratios]
-        return f"| {name} | " + " | ".join(cells) + " |"
+    def row(name: str, rates: list[float], ratios: list[float]) -> list[str]:
+        return [name, *(f"{r:,.0f}" for r in rates), *(f"{r:.2f}" for r in ratios)]
 
-    for i, r in enumerate(runs, 1):
-        lines.append(row(str(i), [r.rate(p) for p in PHASES], [r.ratio("consume"), r.ratio("e2e")]))
-    lines.append(
+    rows = [
+        row(str(i), [r.rate(p) for p in PHASES], [r.ratio("consume"), r.ratio("e2e")])
+        for i, r in enumerate(runs, 1)
+    ]
+    rows.append(
         row(
             "**median**",
             [_median([r.rate(p) for r in runs]) for p in PHASES],
             [_median([r.ratio(p) for r in runs]) for p in ("consume", "e2e")],
         )
     )
-    return "\n".join(lines)
+    return markdown_table(head, rows)
 
 
 def cpu_table(runs: list[Run], has_pg: bool) -> str:
     procs = [p for p in PROCS if has_pg or p != "postgres"]
     head = ["phase", "wall s", *[f"{p} CPU s" for p in procs], "cores busy", "worker batches"]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    rows: list[list[str]] = []
     for phase in PHASES:
         wall = _median([r.wall[phase] for r in runs])
         cpu = {p: _median([r.cpu[phase].get(p, 0.0) for r in runs]) for p in procs}
@@ -384,9 +385,10 @@ def cpu_table(runs: list[Run], has_pg: bool) -> str:
             if stats
             else ""
         )
-        cells = [phase, f"{wall:.2f}", *[f"{cpu[p]:.2f}" for p in procs], f"{busy:.2f}", batches]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(
+            [phase, f"{wall:.2f}", *[f"{cpu[p]:.2f}" for p in procs], f"{busy:.2f}", batches]
+        )
+    return markdown_table(head, rows)
 
 
 def cpu_line(runs: list[Run]) -> str:
@@ -421,25 +423,26 @@ def rates_table(runs: list[Run], rates: Sequence[float]) -> str:
         "conversations B/ev",
         "roll-ups B/ev",
     ]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    rows: list[list[str]] = []
     for rate in rates:
         phase = f"consume@{rate:g}"
         ratio = _median([r.ratio(phase) for r in runs])
         cpu = {p: _median([r.cpu[phase].get(p, 0.0) / r.n * 1e6 for r in runs]) for p in PROCS}
         size = {k: _median([r.sizes[rate][k] for r in runs]) for k in runs[0].sizes[rate]}
-        cells = [
-            f"{rate:g}",
-            f"{ratio:.2f}",
-            f"{cpu['worker']:.0f}",
-            f"{cpu['postgres']:.0f}",
-            f"{size['kept']:.1%}",
-            *(
-                f"{size[k]:.0f}"
-                for k in ("events in", "events after", "event_ids", "conversations", "roll-ups")
-            ),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(
+            [
+                f"{rate:g}",
+                f"{ratio:.2f}",
+                f"{cpu['worker']:.0f}",
+                f"{cpu['postgres']:.0f}",
+                f"{size['kept']:.1%}",
+                *(
+                    f"{size[k]:.0f}"
+                    for k in ("events in", "events after", "event_ids", "conversations", "roll-ups")
+                ),
+            ]
+        )
+    return markdown_table(head, rows)
 
 
 def docs_section(

@@ -50,7 +50,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.harness import CpuMeter
+from bench.harness import CpuMeter, markdown_table
 from monitor.judges import llm as llm_module
 from monitor.judges import rubric
 from monitor.judges.base import Conversation
@@ -365,20 +365,17 @@ def rate_table(runs: list[Run]) -> str:
         "judge / raw",
         "raw / ideal",
     ]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
 
-    def row(name: str, rates: list[float], ideal: float) -> str:
+    def row(name: str, rates: list[float], ideal: float) -> list[str]:
         raw, _raw1, judge = rates
-        cells = [f"{r:,.1f}" for r in (*rates, ideal)]
-        cells += [f"{judge / ideal:.3f}", f"{judge / raw:.3f}", f"{raw / ideal:.3f}"]
-        return f"| {name} | " + " | ".join(cells) + " |"
+        ratios = (judge / ideal, judge / raw, raw / ideal)
+        return [name, *(f"{r:,.1f}" for r in (*rates, ideal)), *(f"{r:.3f}" for r in ratios)]
 
-    for i, r in enumerate(runs, 1):
-        lines.append(row(str(i), [r.rate(p) for p in PHASES], r.ideal))
-    lines.append(
+    rows = [row(str(i), [r.rate(p) for p in PHASES], r.ideal) for i, r in enumerate(runs, 1)]
+    rows.append(
         row("**median**", [_median([r.rate(p) for r in runs]) for p in PHASES], runs[0].ideal)
     )
-    return "\n".join(lines)
+    return markdown_table(head, rows)
 
 
 def cpu_table(runs: list[Run]) -> str:
@@ -395,24 +392,25 @@ def cpu_table(runs: list[Run]) -> str:
         "most in flight",
         "client setup ms",
     ]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    rows: list[list[str]] = []
     for phase in PHASES:
         ps = [r.phases[phase] for r in runs]
         bench_cpu = _median([p.cpu["bench"] for p in ps])
         wall = _median([p.wall for p in ps])
-        cells = [
-            phase,
-            f"{wall:.2f}",
-            f"{wall / waves * 1000:.0f}",
-            f"{bench_cpu:.2f}",
-            f"{_median([p.cpu['server'] for p in ps]):.2f}",
-            f"{bench_cpu / n * 1000:.2f}",
-            f"{_median([p.requests for p in ps]):.0f}",
-            f"{_median([p.max_in_flight for p in ps]):.0f}",
-            f"{_median([p.setup for p in ps]) * 1000:.0f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(
+            [
+                phase,
+                f"{wall:.2f}",
+                f"{wall / waves * 1000:.0f}",
+                f"{bench_cpu:.2f}",
+                f"{_median([p.cpu['server'] for p in ps]):.2f}",
+                f"{bench_cpu / n * 1000:.2f}",
+                f"{_median([p.requests for p in ps]):.0f}",
+                f"{_median([p.max_in_flight for p in ps]):.0f}",
+                f"{_median([p.setup for p in ps]) * 1000:.0f}",
+            ]
+        )
+    return markdown_table(head, rows)
 
 
 # --- main -----------------------------------------------------------------------------------
