@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -99,6 +101,22 @@ def judge_loop(
     )
 
 
+@asynccontextmanager
+async def consuming(loop: JudgeLoop) -> AsyncIterator[asyncio.Task[None]]:
+    """``loop`` started, its consumer running and ready; on exit the loop is stopped, the
+    consumer awaited and the loop closed."""
+    await loop.start()
+    ready = asyncio.Event()
+    consumer = asyncio.create_task(loop.consume_forever(ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        yield consumer
+    finally:
+        await loop.stop()
+        await asyncio.wait_for(consumer, 30)
+        await loop.close()
+
+
 async def items(url: str) -> dict[str, tuple]:
     conn = await asyncpg.connect(libpq_url(url))
     try:
@@ -124,76 +142,70 @@ async def test_judging_end_to_end(broker, database_url):
             sunk.extend(verdicts)
 
         loop.verdict_sink = sink
-        await loop.start()
-        ready = asyncio.Event()
-        consumer = asyncio.create_task(loop.consume_forever(ready))
         try:
-            await asyncio.wait_for(ready.wait(), 30)
-            assert await loop.schedule_once() == 3
-            assert await loop.schedule_once() == 0  # requested once only
-            await wait_for(lambda: judged(database_url), 3)
-            stored = await fetch(database_url, "SELECT judge, item_id FROM verdicts")
-            for _ in range(50):
-                if len(sunk) >= len(stored):
-                    break
-                await asyncio.sleep(0.1)
-            assert sorted((v.judge, v.item_id or "") for v in sunk) == sorted(
-                (r["judge"], r["item_id"]) for r in stored
-            )
-            n_llm = len(server.requests)
-            assert n_llm == 3
-            labels = await items(database_url)
-            assert labels["fab-a1-bad"][0] == 0
-            assert "det.authorization" in labels["fab-a1-bad"][1]
-            assert labels["ok-a1"] == (1, "outcome:ground_truth")  # outcome beats the judges
-            assert labels["mix-a1"] == (1, "judge:llm")
-            assert labels["mix-a2-bad"][0] == 0
-            verdicts = await fetch(
-                database_url,
-                "SELECT judge, item_id, status, label FROM "
-                "verdicts WHERE judge = 'det.authorization'",
-            )
-            assert [(v["item_id"], v["label"]) for v in verdicts] == [("fab-a1-bad", 0)]
+            async with consuming(loop):
+                assert await loop.schedule_once() == 3
+                assert await loop.schedule_once() == 0  # requested once only
+                await wait_for(lambda: judged(database_url), 3)
+                stored = await fetch(database_url, "SELECT judge, item_id FROM verdicts")
+                for _ in range(50):
+                    if len(sunk) >= len(stored):
+                        break
+                    await asyncio.sleep(0.1)
+                assert sorted((v.judge, v.item_id or "") for v in sunk) == sorted(
+                    (r["judge"], r["item_id"]) for r in stored
+                )
+                n_llm = len(server.requests)
+                assert n_llm == 3
+                labels = await items(database_url)
+                assert labels["fab-a1-bad"][0] == 0
+                assert "det.authorization" in labels["fab-a1-bad"][1]
+                assert labels["ok-a1"] == (1, "outcome:ground_truth")  # outcome beats the judges
+                assert labels["mix-a1"] == (1, "judge:llm")
+                assert labels["mix-a2-bad"][0] == 0
+                verdicts = await fetch(
+                    database_url,
+                    "SELECT judge, item_id, status, label FROM "
+                    "verdicts WHERE judge = 'det.authorization'",
+                )
+                assert [(v["item_id"], v["label"]) for v in verdicts] == [("fab-a1-bad", 0)]
 
-            # a re-delivered request judges nothing again
-            before = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
-            await loop._producer.send_and_wait(  # type: ignore[union-attr]
-                topic,
-                b'{"conversation_id": "c-mix", "agent_id": "agent-a", "reasons": '
-                b'["rate"], "requested_at": "2026-01-01T00:00:00+00:00"}',
-                key=b"c-mix",
-            )
-            await asyncio.sleep(2)
-            after = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
-            assert after[0]["n"] == before[0]["n"]
-            assert len(server.requests) == n_llm
+                # a re-delivered request judges nothing again
+                before = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
+                await loop._producer.send_and_wait(  # type: ignore[union-attr]
+                    topic,
+                    b'{"conversation_id": "c-mix", "agent_id": "agent-a", "reasons": '
+                    b'["rate"], "requested_at": "2026-01-01T00:00:00+00:00"}',
+                    key=b"c-mix",
+                )
+                await asyncio.sleep(2)
+                after = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
+                assert after[0]["n"] == before[0]["n"]
+                assert len(server.requests) == n_llm
 
-            # late ground truth supersedes the judge labels; verdicts stay
-            await writer.write(
-                [event_row(event("mix-o", "c-mix", "outcome", at=500, success=True))]
-            )
-            labels = await items(database_url)
-            assert labels["mix-a2-bad"] == (1, "outcome:ground_truth")
-            assert labels["mix-a1"] == (1, "outcome:ground_truth")
-            kept = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
-            assert kept[0]["n"] == before[0]["n"]
-            bins = await fetch(
-                database_url,
-                "SELECT sum(count) AS n, sum(sum_y) AS y FROM "
-                "calibration_bins WHERE resolution = '1d'",
-            )
-            # 4 labelled items: fab (0), ok (1), mix-a1 (1), mix-a2 (1)
-            assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
-            # the worker's judge measurement: too few flagged conversations to mute anyone
-            assert await loop.refresh_quality() == []
-            measured = await fetch(
-                database_url, "SELECT judge, pairs, muted FROM judge_quality ORDER BY judge"
-            )
-            assert measured and not any(r["muted"] for r in measured)
+                # late ground truth supersedes the judge labels; verdicts stay
+                await writer.write(
+                    [event_row(event("mix-o", "c-mix", "outcome", at=500, success=True))]
+                )
+                labels = await items(database_url)
+                assert labels["mix-a2-bad"] == (1, "outcome:ground_truth")
+                assert labels["mix-a1"] == (1, "outcome:ground_truth")
+                kept = await fetch(database_url, "SELECT count(*) AS n FROM verdicts")
+                assert kept[0]["n"] == before[0]["n"]
+                bins = await fetch(
+                    database_url,
+                    "SELECT sum(count) AS n, sum(sum_y) AS y FROM "
+                    "calibration_bins WHERE resolution = '1d'",
+                )
+                # 4 labelled items: fab (0), ok (1), mix-a1 (1), mix-a2 (1)
+                assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
+                # the worker's judge measurement: too few flagged conversations to mute anyone
+                assert await loop.refresh_quality() == []
+                measured = await fetch(
+                    database_url, "SELECT judge, pairs, muted FROM judge_quality ORDER BY judge"
+                )
+                assert measured and not any(r["muted"] for r in measured)
         finally:
-            await loop.stop()
-            await asyncio.wait_for(consumer, 30)
-            await loop.close()
             await writer.close()
 
 
@@ -279,20 +291,14 @@ async def test_an_undecodable_request_batch_and_a_malformed_request_are_skipped(
     writer = EventWriter(database_url)
     await writer.write([event_row(e) for e in conversations()])
     loop = judge_loop(broker.bootstrap, database_url, topic)
-    await loop.start()
-    ready = asyncio.Event()
-    consumer = asyncio.create_task(loop.consume_forever(ready))
     try:
-        await asyncio.wait_for(ready.wait(), 30)
-        assert await loop.schedule_once() == 3
-        await wait_for(lambda: judged(database_url), 3)
-        assert not consumer.done()
-        text = loop.metrics.render().decode()
-        for reason in ("malformed", "undecodable_batch"):
-            line = f'monitor_judge_requests_skipped_total{{reason="{reason}"}} 1.0'
-            assert line in text, text
+        async with consuming(loop) as consumer:
+            assert await loop.schedule_once() == 3
+            await wait_for(lambda: judged(database_url), 3)
+            assert not consumer.done()
+            text = loop.metrics.render().decode()
+            for reason in ("malformed", "undecodable_batch"):
+                line = f'monitor_judge_requests_skipped_total{{reason="{reason}"}} 1.0'
+                assert line in text, text
     finally:
-        await loop.stop()
-        await asyncio.wait_for(consumer, 30)
-        await loop.close()
         await writer.close()
