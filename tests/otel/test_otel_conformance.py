@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.otel.conformance import cases_for, instrumented, play, transcript
 from tests.otel.support_agent import Truth, cases
-from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
+from tests.servers.worker import WorkerProcess, count, create_topic, create_topics, wait_for_count
 
 TOKEN = "conf-s3cret"
 
@@ -203,17 +203,11 @@ async def test_traces_split_across_a_worker_restart_over_http_and_the_traces_top
     """Part of each trace before a restart, the rest after: over /v1/traces with the root
     last and with the root first, and over the Kafka traces topic; every transcript exact."""
     from aiokafka import AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     traces_topic = f"{topic_name}.otlp"
     await create_topic(broker.bootstrap, topic_name)
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(traces_topic, 1, 1)])
-    finally:
-        await admin.close()
+    await create_topics(broker.bootstrap, (traces_topic, 1))
     memory = InMemorySpanExporter()
     tp = TracerProvider(resource=Resource.create({"service.name": "restart-svc"}))
     tp.add_span_processor(SimpleSpanProcessor(memory))

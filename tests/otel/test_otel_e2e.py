@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.otel.agents import Plan, run_genai, run_openinference
 from tests.servers.llm_server import ChatServer
-from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
+from tests.servers.worker import WorkerProcess, count, create_topic, create_topics, wait_for_count
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "otel-s3cret"
@@ -356,7 +356,6 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
     them) become the same events; a record that is not OTLP is skipped, and so is a record
     batch the consumer cannot decode (the records after it are read)."""
     from aiokafka import AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from tests.kafka_raw import Raw, record_batch
@@ -364,12 +363,7 @@ async def test_agent_traces_topic_consumed_like_the_endpoint(
 
     traces_topic = f"{topic_name}.otlp"
     await create_topic(broker.bootstrap, topic_name)
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(traces_topic, 2, 1)])
-    finally:
-        await admin.close()
+    await create_topics(broker.bootstrap, (traces_topic, 2))
     with collecting("kafka-agent") as (provider, memory):
         tracer = provider.get_tracer("t")
         for i in range(4):

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 
 from monitor.contract.events import AgentEvent, decode_event
@@ -34,6 +33,7 @@ from monitor.sdk import (
     ToolCall,
 )
 from monitor.stack.broker import EmbeddedBroker
+from tests.servers.worker import create_topics
 
 PARTITIONS = 4
 AGENT = Agent(id="support-bot", version="1.4.0", model="gpt-x")
@@ -43,12 +43,7 @@ T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 async def topic(broker: EmbeddedBroker, topic_name: str) -> str:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic_name, PARTITIONS, 1)])
-    finally:
-        await admin.close()
+    await create_topics(broker.bootstrap, (topic_name, PARTITIONS))
     return topic_name
 
 

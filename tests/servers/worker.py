@@ -154,13 +154,19 @@ def metric(worker: WorkerProcess, name: str) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:
+async def create_topics(bootstrap: str, *topics: tuple[str, int]) -> None:
+    """Create each ``(name, partitions)`` topic, replication factor 1."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1), NewTopic(f"{topic}.dlq", 1, 1)])
+        await admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics])
     finally:
         await admin.close()
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = 4) -> None:
+    """``topic`` with ``partitions`` and its one-partition ``.dlq``."""
+    await create_topics(bootstrap, (topic, partitions), (f"{topic}.dlq", 1))
 
 
 async def read_topic(
