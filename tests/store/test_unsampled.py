@@ -35,7 +35,7 @@ from monitor.sampling.policy import SamplingPolicy
 from monitor.sampling.rules import AlwaysSampleRules
 from monitor.sim.traffic import Simulator
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
-from monitor.store.retention import run_retention
+from monitor.store.retention import RetentionReport, run_retention
 from tests.factories import T0, event
 from tests.ingest.test_read_rollups import dashboard_sql
 
@@ -79,6 +79,15 @@ async def fill(url: str, rate: float, events: list[Any]) -> None:
         await writer.close()
 
 
+async def retain(url: str, now: datetime) -> RetentionReport:
+    """One retention pass over ``url``'s database at ``now`` with the tests' ``WINDOW``."""
+    engine = make_engine(url)
+    try:
+        return await run_retention(engine, WINDOW, now)
+    finally:
+        await engine.dispose()
+
+
 async def answers(conn: asyncpg.Connection, sql: str) -> list[tuple[Any, ...]]:
     """The rows of ``sql``, sorted, floats to 12 significant digits: Postgres sums floats in
     the order it reads the rows, which a parallel scan or a rewritten table changes."""
@@ -117,11 +126,7 @@ async def test_kept_bytes_fall_with_the_rate_and_every_figure_stays(
                 stored = int(await conn.fetchval("SELECT count(*) FROM events"))
                 assert stored == len(events)  # every event stored inside the window
                 before = await dashboards(conn)
-                engine = make_engine(url)
-                try:
-                    report = await run_retention(engine, WINDOW, NOW + timedelta(hours=49))
-                finally:
-                    await engine.dispose()
+                report = await retain(url, NOW + timedelta(hours=49))
                 assert report.failed == []
                 # one leaf per day of the traffic (one, or two across midnight)
                 assert (report.unsampled_emptied == 0) == (rate == 1.0)
@@ -188,11 +193,7 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(
             ("c-promoted", True),
             ("c-quiet", False),
         }
-        engine = make_engine(database_url)
-        try:
-            report = await run_retention(engine, WINDOW, NOW + timedelta(hours=49))
-        finally:
-            await engine.dispose()
+        report = await retain(database_url, NOW + timedelta(hours=49))
         assert report.unsampled_emptied == 1
         left = await conn.fetch("SELECT conversation_id, count(*) FROM events GROUP BY 1")
         assert [tuple(r) for r in left] == [("c-promoted", 3)]
@@ -231,11 +232,7 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(
 async def test_within_the_window_nothing_is_emptied(database_url: str) -> None:
     events = traffic()[:3000]
     await fill(database_url, 0.1, events)
-    engine = make_engine(database_url)
-    try:
-        report = await run_retention(engine, WINDOW, NOW + timedelta(hours=47))
-    finally:
-        await engine.dispose()
+    report = await retain(database_url, NOW + timedelta(hours=47))
     assert report.unsampled_emptied == 0
     conn = await asyncpg.connect(libpq_url(database_url))
     try:
