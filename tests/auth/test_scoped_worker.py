@@ -12,14 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from monitor.auth import repo
 from monitor.contract.origin import ORIGIN_HEADER, origin_tag
-from monitor.store.engine import libpq_url, make_engine
+from monitor.store.engine import make_engine
+from tests.db import fetch
 from tests.factories import event_dict
 from tests.servers.worker import running_gate_worker, wait_for_count
 
@@ -41,14 +41,6 @@ async def issue(url: str, agents: list[str], scopes: list[str]) -> tuple[str, st
     finally:
         await engine.dispose()
     return key.id, secret
-
-
-async def rows(url: str, sql: str) -> list[Any]:
-    conn = await asyncpg.connect(libpq_url(url))
-    try:
-        return list(await conn.fetch(sql))
-    finally:
-        await conn.close()
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -191,12 +183,12 @@ async def test_keys_scope_every_endpoint(
         assert r.status_code == 200 and r.json()["decision_id"] == "gate:rq-1", r.text
         sql = "SELECT count(*) FROM events WHERE event_id IN ('gate:rq-1', 'gate:signed')"
         assert await wait_for_count(database_url, 2, sql, stable_s=0.5) == 2
-        gate_row = await rows(database_url, "SELECT type FROM events WHERE event_id = 'gate:rq-1'")
+        gate_row = await fetch(database_url, "SELECT type FROM events WHERE event_id = 'gate:rq-1'")
         assert gate_row[0]["type"] == "gate"
-        assert not await rows(
+        assert not await fetch(
             database_url, "SELECT 1 FROM dead_letters WHERE reason = 'conflicting_duplicate'"
         )
-        long_dead = await rows(
+        long_dead = await fetch(
             database_url, "SELECT field FROM dead_letters WHERE reason = 'invalid_value'"
         )
         assert [r["field"] for r in long_dead] == ["context.segment"]
@@ -239,7 +231,7 @@ async def test_keys_scope_every_endpoint(
         assert r.status_code == 202  # in scope: the store refuses it for its conversation
         sql = "SELECT count(*) FROM dead_letters WHERE reason = 'agent_mismatch'"
         assert await wait_for_count(database_url, 1, sql, stable_s=0.3) == 1
-        conv = await rows(
+        conv = await fetch(
             database_url, "SELECT outcome_success FROM conversations WHERE conversation_id = 'ca'"
         )
         assert conv[0]["outcome_success"] is True

@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import numpy as np
 import pytest
 
 from monitor.analytics.recalibration import fit_isotonic
 from monitor.analytics.write import save_map
-from monitor.store.engine import libpq_url, make_engine
+from monitor.store.engine import make_engine
+from tests.db import fetch
 from tests.factories import event_dict
 from tests.gate.test_decide import FAILED_CANCEL
 from tests.servers.worker import WorkerProcess, metric, running_gate_worker
@@ -57,14 +57,6 @@ def ask(**over: Any) -> dict[str, Any]:
         "domain": "retail",
         **over,
     }
-
-
-async def fetch(url: str, sql: str) -> list[Any]:
-    conn = await asyncpg.connect(libpq_url(url))
-    try:
-        return list(await conn.fetch(sql))
-    finally:
-        await conn.close()
 
 
 async def test_gate_answers_and_records_every_decision(
