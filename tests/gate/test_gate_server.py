@@ -282,17 +282,9 @@ async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart
         )
         assert await count(database_url, enforced_sql) == n // 2
 
-        out = await asyncio.to_thread(
-            gate_json,
-            database_url,
-            "--no-replay",
-            "--policy",
-            str(policy),
-            "--from",
-            "2000-01-01",
-            "--to",
-            "2100-01-01",
-        )
+        window = ("--from", "2000-01-01", "--to", "2100-01-01")
+        options = ("--no-replay", "--policy", str(policy), *window)
+        out = await asyncio.to_thread(gate_json, database_url, *options)
         effects = {e["agent_id"]: e for e in out["effects"]}
         assert set(effects) == {"shadow-bot", "enforce-bot"}
         assert effects["shadow-bot"]["source"] == "shadow"
@@ -315,16 +307,7 @@ async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart
         table = await asyncio.to_thread(
             CliRunner().invoke,
             app,
-            [
-                "gate",
-                "--no-replay",
-                "--policy",
-                str(policy),
-                "--from",
-                "2000-01-01",
-                "--to",
-                "2100-01-01",
-            ],
+            ["gate", *options],
             env={
                 "MONITOR_DATABASE_URL": database_url,
                 "DATABASE_URL": database_url,
