@@ -21,6 +21,7 @@ from monitor.contract.origin import ORIGIN_HEADER, origin_tag
 from monitor.store.engine import make_engine
 from tests.db import fetch
 from tests.factories import event_dict
+from tests.otel.test_otel_e2e import chat_span_json
 from tests.servers.worker import running_gate_worker, wait_for_count
 
 POLICY = """\
@@ -83,20 +84,9 @@ async def dlq_reasons(bootstrap: str, topic: str, n: int) -> list[tuple[str, str
 
 
 def span(agent: str, span_id: str) -> dict[str, Any]:
-    good = {
-        "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": span_id,
-        "name": "chat m",
-        "startTimeUnixNano": "1700000000000000000",
-        "endTimeUnixNano": "1700000001000000000",
-        "attributes": [
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-            {"key": "monitor.confidence", "value": {"doubleValue": 0.8}},
-        ],
-    }
     return {
         "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": agent}}]},
-        "scopeSpans": [{"spans": [good]}],
+        "scopeSpans": [{"spans": [chat_span_json(span_id)]}],
     }
 
 

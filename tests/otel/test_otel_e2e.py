@@ -18,6 +18,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -254,28 +255,26 @@ async def test_example_script_exports_and_analytics_show_its_agent(
     assert await count(database_url) == total
 
 
-async def test_http_answers_follow_otlp(worker: WorkerProcess, database_url: str):
-    url = f"{worker.url}/v1/traces"
-    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-protobuf"}
-    good = {
+def chat_span_json(span_id: str, confidence: float = 0.8) -> dict[str, Any]:
+    """An LLM span in OTLP/JSON: ``chat m`` of one fixed trace, stating ``confidence``."""
+    return {
         "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": "eee19b7ec3c1b174",
+        "spanId": span_id,
         "name": "chat m",
         "startTimeUnixNano": "1700000000000000000",
         "endTimeUnixNano": "1700000001000000000",
         "attributes": [
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-            {"key": "monitor.confidence", "value": {"doubleValue": 0.8}},
+            {"key": "monitor.confidence", "value": {"doubleValue": confidence}},
         ],
     }
-    bad_conf = {
-        **good,
-        "spanId": "eee19b7ec3c1b175",
-        "attributes": [
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-            {"key": "monitor.confidence", "value": {"doubleValue": 1.7}},
-        ],
-    }
+
+
+async def test_http_answers_follow_otlp(worker: WorkerProcess, database_url: str):
+    url = f"{worker.url}/v1/traces"
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-protobuf"}
+    good = chat_span_json("eee19b7ec3c1b174")
+    bad_conf = chat_span_json("eee19b7ec3c1b175", confidence=1.7)
     short_id = {**good, "spanId": "eee19b"}
     useless = {**good, "spanId": "eee19b7ec3c1b176", "name": "SELECT", "attributes": []}
     body = {
