@@ -85,10 +85,10 @@ class Digest:
         return {k: [*self.counts[k], self._hashes[k].hexdigest()] for k in sorted(self.counts)}
 
 
-def _answer(fn: Callable[[], Any]) -> Any:
-    """``fn()``, or the name of the exception it raised (an answer to keep as well)."""
+def _answer(fn: Callable[[str], Any], text: str) -> Any:
+    """``fn(text)``, or the name of the exception it raised (an answer to keep as well)."""
     try:
-        return fn()
+        return fn(text)
     except Exception as exc:
         return f"raised {type(exc).__name__}"
 
@@ -112,10 +112,10 @@ def digest() -> dict[str, list[Any]]:
                         d.add(f"gate {v.judge}", v.to_dict(), v.label == 0)
         for text in _texts(events):
             for t in _variants(text):
-                d.add("figures", _answer(lambda: [asdict(f) for f in extract_figures(t)]))
-                d.add("claims", _answer(lambda: [asdict(c) for c in find_claims(t)]))
-                d.add("lexicon", _answer(lambda: [acknowledges_problem(t), is_transient(t)]))
-                d.add("success", _answer(lambda: speaks_of_success(t)))
+                d.add("figures", _answer(lambda x: [asdict(f) for f in extract_figures(x)], t))
+                d.add("claims", _answer(lambda x: [asdict(c) for c in find_claims(x)], t))
+                d.add("lexicon", _answer(lambda x: [acknowledges_problem(x), is_transient(x)], t))
+                d.add("success", _answer(speaks_of_success, t))
         for e in events:
             for call in e.message.tool_calls if e.message is not None else ():
                 d.add("read_only", [call.name, is_read_only(call.name)])
