@@ -41,6 +41,9 @@ class DeterministicJudge(ABC):
     name = "det.base"
     version = VERSION
     applies_to = TOOL_USING
+    #: True for a check whose verdicts are all on messages that call tools (and that cannot
+    #: fail on the messages before): asked about a message without a tool call, it has none
+    judges_calls_only = False
 
     def applies(self, conversation: Conversation) -> bool:
         """True when this check has an opinion on ``conversation`` (see ``applies_to``)."""

@@ -129,6 +129,7 @@ class RepeatedToolCallJudge(DeterministicJudge):
     changed)."""
 
     name = "det.repeated_call"
+    judges_calls_only = True
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events

@@ -55,7 +55,11 @@ _AMOUNT_RE = re.compile(
     rf"|(?:\b(?P<b>{_NUM})\s?(?:USD|EUR|GBP|dollars?|euros?|pounds?)\b)",
     re.IGNORECASE,
 )
+#: ``_AMOUNT_RE``'s first alternative alone: its matches where the second cannot match
+_MARKED_AMOUNT_RE = re.compile(rf"[$€£]\s?(?P<a>{_NUM})", re.IGNORECASE)
 _ISO_DATE_RE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+#: what every ISO date holds, found fast (no look-behind: the scan skips to digits)
+_ISO_HINT_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _US_DATE_RE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
 _MDY_RE = re.compile(
     rf"\b({_MONTH_ALT})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}})\b)?", re.IGNORECASE
@@ -128,7 +132,7 @@ def _dates(text: str, lower: str | None = None) -> list[tuple[tuple[int, int], s
     found: list[tuple[re.Match[str], str | None, int, int]] = []
     if not _DIGIT_RE.search(text):  # each pattern holds a digit
         return []
-    if "-" in text:
+    if "-" in text and _ISO_HINT_RE.search(text):
         for m in _ISO_DATE_RE.finditer(text):
             found.append((m, m.group(1), int(m.group(2)), int(m.group(3))))
     if "/" in text:
@@ -155,8 +159,8 @@ def extract_figures(text: str | None) -> list[Figure]:
     taken: list[tuple[int, int]] = []
     lower = _ascii_lower(text)
     if _may_hold_amount(text, lower):
-        for m in _AMOUNT_RE.finditer(text):
-            key = normalise_amount(m.group("a") or m.group("b"))
+        for m in _amount_pattern(lower).finditer(text):
+            key = normalise_amount(m.group("a") or m.group("b"))  # "a" is never empty
             if key is not None:
                 figures.append(Figure("amount", m.group(0).strip(), key))
                 taken.append(m.span())
@@ -172,6 +176,14 @@ def extract_figures(text: str | None) -> list[Figure]:
     for f in figures:
         unique.setdefault((f.kind, f.key), f)
     return list(unique.values())
+
+
+def _amount_pattern(lower: str | None) -> re.Pattern[str]:
+    """``_AMOUNT_RE``, or its first alternative alone where the second (a number and a
+    currency word) cannot match (ASCII text without a currency word): the same matches."""
+    if lower is not None and not any(word in lower for word in _CURRENCY_WORDS):
+        return _MARKED_AMOUNT_RE
+    return _AMOUNT_RE
 
 
 def _may_hold_amount(text: str, lower: str | None) -> bool:

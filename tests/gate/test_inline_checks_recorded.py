@@ -107,7 +107,8 @@ def digest() -> dict[str, list[Any]]:
         for message in conv.assistant_messages():
             upto = Conversation.of([e for e in conv.events if e.ts <= message.ts])
             for judge in judges:
-                for v in verdicts_on(judge, upto, message.event_id):
+                calls = bool(message.message and message.message.tool_calls)
+                for v in verdicts_on(judge, upto, message.event_id, calls):
                     if v.item_id == message.event_id or v.status == "error":
                         d.add(f"gate {v.judge}", v.to_dict(), v.label == 0)
         for text in _texts(events):

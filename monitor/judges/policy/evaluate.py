@@ -128,6 +128,7 @@ class RuleJudge(DeterministicJudge):
     """The verdicts of one policy rule (see the module docstring)."""
 
     version = VERSION
+    judges_calls_only = True  # a verdict is on a message with a guarded call
 
     def __init__(self, ruleset: RuleSet, rule: Rule) -> None:
         self.ruleset = ruleset
