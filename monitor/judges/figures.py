@@ -326,7 +326,7 @@ def check_figures(
     changed). ``only``: yield for the message with that event id alone (the sources are
     indexed as before, other messages' figures are not extracted): the same tuple as without.
     """
-    asked: dict[str, list[Figure]] = {}  # ``only``'s text -> its figures, extracted once
+    asked: dict[str | None, list[Figure]] = {}  # ``only``'s text -> its figures, extracted once
     if only is not None:
         for e in events:
             if e.event_id == only and e.message is not None and e.message.role == "assistant":
