@@ -5,9 +5,10 @@ runs of ``tests/data/tau2-results``) is asked about as the gate asks (the conver
 that message, ``only=`` its event id, every check of the default policy with the domain's
 plugins); every judge also runs in full on each conversation. The verdicts, as stored
 (``Verdict.to_dict``), are digested per judge and compared with
-``tests/data/gate_verdicts.json``, recorded from the checks before their hot paths were made
-cheaper: a faster check must give the same verdicts, evidence and rationales. The text
-primitives the checks share (figures, claims, the lexicons) are digested over every text too.
+``tests/data/gate_verdicts.json``, the recorded reference (its commit is in
+``tests/data/README.md``): a cheaper check must give the same verdicts, evidence and rationales.
+The text primitives the checks share (figures, claims, the lexicons) are digested over every
+text too, and over variants of it that their shortcuts must not misread.
 Regenerate the file only for an intended change of a verdict:
 ``python -m tests.gate.test_inline_checks_recorded > tests/data/gate_verdicts.json``.
 """
