@@ -43,9 +43,15 @@ class CheckSet:
         return found
 
 
-def verdicts_on(judge: Judge, conversation: Conversation, item_id: str) -> list[Verdict]:
+def verdicts_on(
+    judge: Judge, conversation: Conversation, item_id: str, calls: bool = True
+) -> list[Verdict]:
     """``judge``'s verdicts on ``conversation``, built for ``item_id`` only when the judge
-    supports it (the caller keeps the verdicts on ``item_id`` and the errors either way)."""
+    supports it (the caller keeps the verdicts on ``item_id`` and the errors either way).
+    ``calls`` False: the message ``item_id`` calls no tool, so a deterministic judge of tool
+    calls alone (``judges_calls_only``) is not run: it would give no verdict."""
     if isinstance(judge, DeterministicJudge):
+        if not calls and judge.judges_calls_only:
+            return []
         return judge.judge(conversation, only=item_id)
     return judge.judge(conversation)

@@ -129,8 +129,9 @@ def _run_checks(
     conv = Conversation.of([*history, message])
     findings: list[GateFinding] = []
     errors: list[str] = []
+    calls = bool(req.tool_calls)
     for judge in checks.judges(rule.checks, req.domain):
-        for v in verdicts_on(judge, conv, message.event_id):
+        for v in verdicts_on(judge, conv, message.event_id, calls):
             if v.status == "error":
                 errors.append(f"{v.judge}: {v.error}")
             elif v.item_id == message.event_id and v.label == 0:

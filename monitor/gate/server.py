@@ -69,11 +69,20 @@ def gate_guard(settings: Settings, clock: Callable[[], float]) -> Guard:
     return Guard(RateLimiter(rate, clock, keys), strangers)
 
 
-def count_answer(metrics: OpsMetrics, reply: GateReply) -> None:
+def count_answer(
+    metrics: OpsMetrics, reply: GateReply, children: dict[str, Any] | None = None
+) -> None:
     """Count one answer on /metrics: by decision or refusal reason, and each way it was
-    degraded per rule and agent (``monitor_gate_degraded_answers_total``)."""
-    label = reply.body.get("decision") or reply.body.get("reason")
-    metrics.gate_answers.labels(str(label)).inc()
+    degraded per rule and agent (``monitor_gate_degraded_answers_total``). ``children``: the
+    labelled counters of ``monitor_gate_answers`` found so far (by result, few), kept by the
+    caller so an answer costs no label lookup."""
+    label = str(reply.body.get("decision") or reply.body.get("reason"))
+    child = children.get(label) if children is not None else None
+    if child is None:
+        child = metrics.gate_answers.labels(label)
+        if children is not None:
+            children[label] = child
+    child.inc()
     for kind in reply.degraded_kinds():
         metrics.gate_degraded.labels(str(reply.rule), reply.agent_id or "", kind).inc()
 
@@ -138,6 +147,7 @@ class GateServer:
         )
         self.guard = gate_guard(settings, time.monotonic)
         self.history = HistoryCache()
+        self.answer_counters: dict[str, Any] = {}  # result -> its labelled counter
         self.pending: set[asyncio.Task[None]] = set()  # decision events handed to the outbox
         self.tasks: list[asyncio.Task[None]] = []
         self.runner: web.AppRunner | None = None
@@ -179,7 +189,7 @@ class GateServer:
         reply = await self.receive(request, decide_body)
         if reply.pending is not None:  # a rule with the inline LLM check: awaited
             reply = await finish_gate(reply, state.llm_judge, time.perf_counter)
-        count_answer(self.metrics, reply)
+        count_answer(self.metrics, reply, self.answer_counters)
         if 400 <= reply.status < 500:
             self.metrics.http_client_errors.labels(GATE, str(reply.status)).inc()
         if reply.event is not None:

@@ -176,6 +176,7 @@ class GateState:
         self._owned = owned  # the judge behind ``llm_judge`` when this state made it
         self.cuts = AdvisorCuts()
         self.loaded_at: datetime | None = None
+        self._loaded_text: tuple[datetime | None, str | None] = (None, None)
         self.last_error: str | None = None
         self.map_mark: int | None = None  # max(calibration_maps.id) when the maps were read
         self._uses_advisor = any(r.advisor is not None for r in policy.rules)
@@ -255,9 +256,10 @@ class GateState:
     def status(self) -> dict[str, Any]:
         """Where the maps stand, for the answer: ``maps_loaded_at`` and, after a failed
         refresh, ``maps_stale`` with the error."""
-        out: dict[str, Any] = {
-            "maps_loaded_at": self.loaded_at.isoformat() if self.loaded_at else None
-        }
+        loaded = self.loaded_at
+        if self._loaded_text[0] is not loaded:  # the text of each load is made once
+            self._loaded_text = (loaded, loaded.isoformat() if loaded else None)
+        out: dict[str, Any] = {"maps_loaded_at": self._loaded_text[1]}
         if self.last_error is not None:
             out["maps_stale"] = self.last_error
         return out

@@ -81,6 +81,8 @@ class Conversation:
     agent_uses_tools: bool = False  # the agent called tools in other conversations
     omitted: Omitted | None = None
     gap: int | None = None
+    # uses_tools() of these events, computed at its first call (every judge asks)
+    _tool_use: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(
@@ -133,10 +135,16 @@ class Conversation:
         """True for a tool-using agent: it called a tool (or a tool result is recorded) in this
         conversation, or ``agent_uses_tools`` (it does elsewhere). The test of the judges that
         apply to tool-using agents only: question-answer traffic without tools fails it."""
-        return self.agent_uses_tools or any(
-            e.tool_result is not None or (e.message is not None and e.message.tool_calls)
-            for e in self.events
-        )
+        if self.agent_uses_tools:
+            return True
+        found = self._tool_use
+        if found is None:
+            found = any(
+                e.tool_result is not None or (e.message is not None and bool(e.message.tool_calls))
+                for e in self.events
+            )
+            object.__setattr__(self, "_tool_use", found)  # frozen: a memo, not a field change
+        return found
 
     def assistant_messages(self) -> list[AgentEvent]:
         """The assistant ``message`` events, in order."""

@@ -20,11 +20,15 @@ MODEL_CALL = "llm"
 TOOL_USING = "tool-using conversations (a tool call or result recorded); assistant messages"
 
 
+#: the encoder of :func:`canonical_arguments`, built once (``json.dumps`` builds one per call)
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
+
+
 def canonical_arguments(arguments: dict[str, Any]) -> str:
     """Arguments as canonical JSON (sorted keys, no spaces): equal calls give equal strings."""
-    return json.dumps(
-        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    )
+    return _CANONICAL.encode(arguments)
 
 
 def call_ref(call: ToolCall) -> dict[str, Any]:
@@ -37,6 +41,9 @@ class DeterministicJudge(ABC):
     name = "det.base"
     version = VERSION
     applies_to = TOOL_USING
+    #: True for a check whose verdicts are all on messages that call tools (and that cannot
+    #: fail on the messages before): asked about a message without a tool call, it has none
+    judges_calls_only = False
 
     def applies(self, conversation: Conversation) -> bool:
         """True when this check has an opinion on ``conversation`` (see ``applies_to``)."""

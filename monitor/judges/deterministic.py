@@ -34,7 +34,6 @@ unexpected exception becomes one ``status="error"`` verdict.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from monitor.contract.events import AgentEvent, ToolCall
@@ -47,13 +46,12 @@ from monitor.judges.det_base import canonical_arguments as canonical_arguments
 from monitor.judges.evidence import Bounded
 from monitor.judges.figure_judge import UnsupportedFigureJudge
 from monitor.judges.lexicon import (
-    FAMILY_TOOLS,
     acknowledges_problem,
+    backed_families,
     find_claims,
     is_read_only,
     is_transient,
     speaks_of_success,
-    tool_backs,
 )
 
 _IGNORED_WHY = (
@@ -84,13 +82,10 @@ class AuthorizationFabricationJudge(DeterministicJudge):
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         calls: dict[str, ToolCall] = {}
         backing: dict[str, Bounded[dict[str, Any]]] = {}  # family -> its successful calls
-        families: dict[str, tuple[str, ...]] = {}  # tool name -> the families it backs
         out: list[Verdict] = []
 
         def backs(name: str, ref: dict[str, Any]) -> None:
-            if name not in families:
-                families[name] = tuple(f for f in FAMILY_TOOLS if tool_backs(name, f))
-            for family in families[name]:
+            for family in backed_families(name):
                 backing.setdefault(family, Bounded()).append(ref)
 
         for i, e in enumerate(conv.events):
@@ -111,7 +106,9 @@ class AuthorizationFabricationJudge(DeterministicJudge):
                 entries, missing = [], []
                 for claim in claims:
                     found = backing.get(claim.family) or Bounded()
-                    entries.append(found.cite("supported_by", asdict(claim)))
+                    cited = {"family": claim.family, "phrase": claim.phrase}
+                    cited["sentence"] = claim.sentence  # dataclasses.asdict(claim)
+                    entries.append(found.cite("supported_by", cited))
                     if not found:
                         missing.append(claim.family)
                 rationale = (
@@ -132,6 +129,7 @@ class RepeatedToolCallJudge(DeterministicJudge):
     changed)."""
 
     name = "det.repeated_call"
+    judges_calls_only = True
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events

@@ -55,7 +55,11 @@ _AMOUNT_RE = re.compile(
     rf"|(?:\b(?P<b>{_NUM})\s?(?:USD|EUR|GBP|dollars?|euros?|pounds?)\b)",
     re.IGNORECASE,
 )
+#: ``_AMOUNT_RE``'s first alternative alone: its matches where the second cannot match
+_MARKED_AMOUNT_RE = re.compile(rf"[$€£]\s?(?P<a>{_NUM})", re.IGNORECASE)
 _ISO_DATE_RE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+#: what every ISO date holds, found fast (no look-behind: the scan skips to digits)
+_ISO_HINT_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _US_DATE_RE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
 _MDY_RE = re.compile(
     rf"\b({_MONTH_ALT})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}})\b)?", re.IGNORECASE
@@ -75,6 +79,13 @@ _QUANTITY_RE = re.compile(
 )
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_]+")
 _NUMBER_RE = re.compile(_NUM)
+#: ``json.dumps(arguments, ensure_ascii=False, default=str)``, the encoder built once
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+_DIGIT_RE = re.compile(r"\d")  # every figure holds one (the same ``\d`` as the patterns)
+#: the first three letters of every month name (each name in ``_MONTHS`` starts with one)
+_MONTH_STEMS = tuple(sorted({m[:3] for m in _MONTHS}))
+#: a lower-case word in every currency name of ``_AMOUNT_RE`` (with the marks, its anchors)
+_CURRENCY_WORDS = ("usd", "eur", "gbp", "dollar", "pound")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +114,35 @@ def _date_key(year: str | None, month: int, day: int) -> str | None:
     return f"{year or '*'}-{month:02d}-{day:02d}"
 
 
-def _dates(text: str) -> list[tuple[tuple[int, int], str, str]]:
-    """``((start, end), text, key)`` of every date in ``text``."""
+def _may_name_month(text: str, lower: str | None) -> bool:
+    """False only when ``text`` cannot hold a month name (``lower``: ``text.lower()`` when
+    ``text`` is ASCII, where the patterns' case-insensitive letters are ASCII letters; None:
+    no such shortcut, True)."""
+    return lower is None or any(stem in lower for stem in _MONTH_STEMS)
+
+
+def _ascii_lower(text: str) -> str | None:
+    return text.lower() if text.isascii() else None
+
+
+def _dates(text: str, lower: str | None = None) -> list[tuple[tuple[int, int], str, str]]:
+    """``((start, end), text, key)`` of every date in ``text`` (``lower``: see
+    :func:`_may_name_month`). Each pattern runs only where its literal parts occur (a digit,
+    ``-``, ``/``, a month name): the same dates as running all four."""
     found: list[tuple[re.Match[str], str | None, int, int]] = []
-    for m in _ISO_DATE_RE.finditer(text):
-        found.append((m, m.group(1), int(m.group(2)), int(m.group(3))))
-    for m in _US_DATE_RE.finditer(text):
-        found.append((m, m.group(3), int(m.group(1)), int(m.group(2))))
-    for m in _MDY_RE.finditer(text):
-        found.append((m, m.group(3), _MONTHS[m.group(1).lower()], int(m.group(2))))
-    for m in _DMY_RE.finditer(text):
-        found.append((m, m.group(3), _MONTHS[m.group(2).lower()], int(m.group(1))))
+    if not _DIGIT_RE.search(text):  # each pattern holds a digit
+        return []
+    if "-" in text and _ISO_HINT_RE.search(text):
+        for m in _ISO_DATE_RE.finditer(text):
+            found.append((m, m.group(1), int(m.group(2)), int(m.group(3))))
+    if "/" in text:
+        for m in _US_DATE_RE.finditer(text):
+            found.append((m, m.group(3), int(m.group(1)), int(m.group(2))))
+    if _may_name_month(text, lower if lower is not None else _ascii_lower(text)):
+        for m in _MDY_RE.finditer(text):
+            found.append((m, m.group(3), _MONTHS[m.group(1).lower()], int(m.group(2))))
+        for m in _DMY_RE.finditer(text):
+            found.append((m, m.group(3), _MONTHS[m.group(2).lower()], int(m.group(1))))
     out = []
     for m, year, month, day in found:
         key = _date_key(year, month, day)
@@ -124,16 +153,18 @@ def _dates(text: str) -> list[tuple[tuple[int, int], str, str]]:
 
 def extract_figures(text: str | None) -> list[Figure]:
     """Amounts, dates and identifiers in ``text``, in that order, without duplicates."""
-    if not text:
+    if not text or not _DIGIT_RE.search(text):  # every figure holds a digit
         return []
     figures: list[Figure] = []
     taken: list[tuple[int, int]] = []
-    for m in _AMOUNT_RE.finditer(text):
-        key = normalise_amount(m.group("a") or m.group("b"))
-        if key is not None:
-            figures.append(Figure("amount", m.group(0).strip(), key))
-            taken.append(m.span())
-    for span, raw, key in _dates(text):
+    lower = _ascii_lower(text)
+    if _may_hold_amount(text, lower):
+        for m in _amount_pattern(lower).finditer(text):
+            key = normalise_amount(m.group("a") or m.group("b"))  # "a" is never empty
+            if key is not None:
+                figures.append(Figure("amount", m.group(0).strip(), key))
+                taken.append(m.span())
+    for span, raw, key in _dates(text, lower):
         figures.append(Figure("date", raw, key))
         taken.append(span)
     for m in _ID_RE.finditer(text):
@@ -145,6 +176,22 @@ def extract_figures(text: str | None) -> list[Figure]:
     for f in figures:
         unique.setdefault((f.kind, f.key), f)
     return list(unique.values())
+
+
+def _amount_pattern(lower: str | None) -> re.Pattern[str]:
+    """``_AMOUNT_RE``, or its first alternative alone where the second (a number and a
+    currency word) cannot match (ASCII text without a currency word): the same matches."""
+    if lower is not None and not any(word in lower for word in _CURRENCY_WORDS):
+        return _MARKED_AMOUNT_RE
+    return _AMOUNT_RE
+
+
+def _may_hold_amount(text: str, lower: str | None) -> bool:
+    """False only when ``_AMOUNT_RE`` cannot match ``text``: no currency mark and (ASCII text,
+    ``lower`` given) no currency word."""
+    if lower is None or "$" in text:  # a non-ASCII text may hold "\u20ac" or "\u00a3"
+        return True
+    return any(word in lower for word in _CURRENCY_WORDS)
 
 
 #: texts up to this size have their terms memoized (:func:`_terms`); longer ones are re-read
@@ -185,24 +232,14 @@ class SourceIndex:
         """Index ``text`` (a tool result, call arguments, a user message...) from ``source``."""
         if not text:
             return
-        b, found = self._base, _terms(text) if len(text) <= MEMO_MAX_CHARS else None
+        found = _terms(text) if len(text) <= MEMO_MAX_CHARS else None
         found = found or _terms.__wrapped__(text)
-        numbers: dict[str, str] | _Behind = self._numbers
-        dates: dict[str, str] | _Behind = self._dates
-        month_days: dict[str, str] | _Behind = self._month_days
-        tokens: dict[str, str] | _Behind = self._tokens
-        if b is not None:  # the base came first: its keys keep their sources
-            numbers = _Behind(b._numbers, self._numbers)
-            dates = _Behind(b._dates, self._dates)
-            month_days = _Behind(b._month_days, self._month_days)
-            tokens = _Behind(b._tokens, self._tokens)
-        for key in found[0]:
-            numbers.setdefault(key, source)
-        for key in found[1]:
-            dates.setdefault(key, source)
-            month_days.setdefault(key.split("-", 1)[1], source)
-        for key in found[2]:
-            tokens.setdefault(key, source)
+        base = self._base  # it came first: a key it holds keeps its source
+        _record(found[0], base._numbers if base else None, self._numbers, source)
+        _record(found[1], base._dates if base else None, self._dates, source)
+        month_days = [key.split("-", 1)[1] for key in found[1]]
+        _record(month_days, base._month_days if base else None, self._month_days, source)
+        _record(found[2], base._tokens if base else None, self._tokens, source)
 
     def _get(self, kind: str, key: str) -> str | None:
         if self._base is not None:
@@ -229,15 +266,17 @@ class SourceIndex:
         return self.source_of(figure) is not None
 
 
-class _Behind:
-    """``setdefault`` into ``own`` unless ``base`` already holds the key."""
-
-    def __init__(self, base: dict[str, str], own: dict[str, str]) -> None:
-        self.base, self.own = base, own
-
-    def setdefault(self, key: str, value: str) -> None:
-        if key not in self.base:
-            self.own.setdefault(key, value)
+def _record(
+    keys: Sequence[str], base: dict[str, str] | None, own: dict[str, str], source: str
+) -> None:
+    """``own.setdefault(key, source)`` for each of ``keys`` that ``base`` does not hold."""
+    if base is None:
+        for key in keys:
+            own.setdefault(key, source)
+    else:
+        for key in keys:
+            if key not in base:
+                own.setdefault(key, source)
 
 
 def derivation(figure: Figure, stated: Sequence[Figure]) -> str | None:
@@ -287,6 +326,13 @@ def check_figures(
     changed). ``only``: yield for the message with that event id alone (the sources are
     indexed as before, other messages' figures are not extracted): the same tuple as without.
     """
+    asked: dict[str | None, list[Figure]] = {}  # ``only``'s text -> its figures, extracted once
+    if only is not None:
+        for e in events:
+            if e.event_id == only and e.message is not None and e.message.role == "assistant":
+                asked[e.message.content] = extract_figures(e.message.content)
+        if not any(asked.values()):
+            return  # no figure to judge: nothing to index either
     index = SourceIndex(
         reference if isinstance(reference, SourceIndex) else reference_index(reference)
     )
@@ -300,10 +346,14 @@ def check_figures(
         if (
             msg.role == "assistant"
             and (only is None or e.event_id == only)
-            and (figures := extract_figures(msg.content))
+            and (
+                figures := list(asked[msg.content])
+                if msg.content in asked
+                else extract_figures(msg.content)
+            )
         ):
             yield e, figures, {f.text: index.source_of(f) for f in figures}
         if msg.role in ("user", "system"):
             index.add(msg.content, e.event_id)
         for call in msg.tool_calls:
-            index.add(json.dumps(call.arguments, ensure_ascii=False, default=str), e.event_id)
+            index.add(_ARGUMENTS_JSON.encode(call.arguments), e.event_id)

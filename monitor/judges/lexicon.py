@@ -143,6 +143,7 @@ _CLAIM_RE = re.compile(
     rf"(?P<verb>{_VERB_ALT})\b",
     re.IGNORECASE,
 )
+_CLAIM_VERBS = tuple(sorted({*_VERB_FAMILY, *_CHANGE_VERBS, *_GENERIC_VERBS}))
 _NOUN_RE = re.compile(r"\b(" + "|".join(_NOUN_FAMILY) + r")\b", re.IGNORECASE)
 _NOT_A_CLAIM_RE = re.compile(
     r"\b(?:not|never|no longer|cannot|unable|once|if|whether|when|before|after|would|could|"
@@ -161,6 +162,32 @@ ACK_RE = re.compile(
     r"wasn't able|was not able|weren't able|invalid|doesn't exist|does not exist|"
     r"didn't go through|did not go through|no (?:\w+ ){0,3}(?:found|available|exists?))\b",
     re.IGNORECASE,
+)
+#: a lower-case part of every alternative of ``ACK_RE``: an ASCII text holding none of them
+#: cannot match it
+_ACK_ANCHORS = (
+    "sorry",
+    "apologi",
+    "unable",
+    "error",
+    "couldn't",
+    "could not",
+    "can't",
+    "cannot",
+    "fail",
+    "try again",
+    "retry",
+    "problem",
+    "issue",
+    "unfortunately",
+    "not found",
+    "wasn't able",
+    "was not able",
+    "weren't able",
+    "invalid",
+    "exist",
+    "go through",
+    "no ",
 )
 TRANSIENT_RE = re.compile(
     r"time[sd]? ?out|timed out|rate.?limit|too many requests|\b429\b|\b5\d\d\b|unavailable|"
@@ -222,6 +249,10 @@ def find_claims(text: str | None) -> list[Claim]:
 
 @lru_cache(maxsize=64)
 def _claims(text: str) -> tuple[Claim, ...]:
+    if text.isascii():  # the pattern's letters then match ASCII letters only
+        lower = text.lower()
+        if not any(verb in lower for verb in _CLAIM_VERBS):
+            return ()  # no participle: ``_CLAIM_RE`` cannot match
     out: list[Claim] = []
     for sentence in sentences(text):
         if sentence.endswith("?"):
@@ -240,8 +271,10 @@ def _claims(text: str) -> tuple[Claim, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
 def is_read_only(tool_name: str) -> bool:
-    """True for tools that only read (``get_*``, ``search_*``, ...): they never back a claim."""
+    """True for tools that only read (``get_*``, ``search_*``, ...): they never back a claim.
+    Memoized (a pure function of the name; an agent has few tools)."""
     name = tool_name.lower()
     return any(name == p or name.startswith(p + "_") for p in READ_ONLY_PREFIXES)
 
@@ -254,9 +287,22 @@ def tool_backs(tool_name: str, family: str) -> bool:
     return any(fnmatchcase(name, p) for p in FAMILY_TOOLS.get(family, ()))
 
 
+@lru_cache(maxsize=4096)
+def backed_families(tool_name: str) -> tuple[str, ...]:
+    """The families (in :data:`FAMILY_TOOLS` order) whose claims a successful call of
+    ``tool_name`` can back (:func:`tool_backs`); memoized."""
+    return tuple(f for f in FAMILY_TOOLS if tool_backs(tool_name, f))
+
+
 def acknowledges_problem(text: str | None) -> bool:
     """True when ``text`` admits a problem ("sorry", "unable", "error", "try again", ...)."""
-    return bool(text and ACK_RE.search(text))
+    if not text:
+        return False
+    if text.isascii():  # the pattern's letters then match ASCII letters only
+        lower = text.lower()
+        if not any(anchor in lower for anchor in _ACK_ANCHORS):
+            return False  # no alternative of ACK_RE can match
+    return bool(ACK_RE.search(text))
 
 
 def speaks_of_success(text: str | None) -> bool:

@@ -60,6 +60,10 @@ class Finding:
 def evaluate(rules: Sequence[Rule], conv: Conversation, only: str | None = None) -> list[Finding]:
     """Every applicable (rule, call) check in ``conv``, in order; with ``only``, those on the
     message with that event id alone (the facts before it are still read in full)."""
+    if only is not None:  # only the first event with that id is judged: a call, or nothing
+        target = next((e.message for e in conv.events if e.event_id == only), None)
+        if target is None or target.role != "assistant" or not target.tool_calls:
+            return []
     facts = Facts()
     out: list[Finding] = []
     for event in conv.events:
@@ -124,6 +128,7 @@ class RuleJudge(DeterministicJudge):
     """The verdicts of one policy rule (see the module docstring)."""
 
     version = VERSION
+    judges_calls_only = True  # a verdict is on a message with a guarded call
 
     def __init__(self, ruleset: RuleSet, rule: Rule) -> None:
         self.ruleset = ruleset
