@@ -9,6 +9,9 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
+	@# byte-compiled once, on every core: otherwise the test processes that start together
+	@# each compile the same dependencies on first import
+	$(PY) -m compileall -q -j 0 $(VENV)/lib monitor tests bench >/dev/null || echo "(some files did not byte-compile: imported uncompiled)"
 	touch $(STAMP)
 
 install: $(STAMP)
