@@ -211,7 +211,7 @@ class JudgeLoop:
         try:
             if ready is not None:
                 ready.set()
-            fetcher = GuardedFetch({"max_poll_records": cfg.concurrency * 4})
+            fetcher = GuardedFetch()  # the consumer fetches with aiokafka's default sizes
             while not self._stopping.is_set():
                 fetched = await fetcher.fetch(consumer, 500, cfg.concurrency * 4)
                 batch, bad = fetched
