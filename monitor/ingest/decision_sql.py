@@ -43,7 +43,10 @@ _STORED = (
 DECISION_COLS = tuple(col for col, _ in _STORED)
 DECISION_VALUES = ", ".join(f"CASE WHEN k.ok THEN {value} END" for _, value in _STORED)
 
-#: the promotion, run in the batch transaction after the batch statement: every unkept event
+#: :data:`KEPT_STORED`: those of the conversations ``$1`` whose stored row is kept (the facts and
+#: parameters of :data:`PROMOTE`), read before a batch is written so that the later events of a
+#: conversation kept already go straight to the kept leaves instead of being written and moved.
+#: The promotion, run in the batch transaction after the batch statement: every unkept event
 #: (``kept = false``, the days' ``_u`` leaves only) of a conversation of ``$1`` whose stored row
 #: is now kept -- sampled by rate, or a fact an enabled always-sample rule looks at: an
 #: assistant confidence below ``$2`` (the floor, NULL: none), escalated (``$3``: the rule is
@@ -52,13 +55,14 @@ DECISION_VALUES = ", ".join(f"CASE WHEN k.ok THEN {value} END" for _, value in _
 #: partition key moves the row). ``$1``: the batch's conversations not sampled by rate in the
 #: writer's decision (a stored decision made under another policy is read here). Returns how
 #: many events moved.
-PROMOTE = """
-WITH promoted AS (
-  SELECT conversation_id FROM conversations
-  WHERE conversation_id = ANY($1::text[])
-    AND (sampled_by_rate OR min_confidence < $2::float8 OR ($3::bool AND escalated)
-         OR ($4::bool AND tool_errors > 0) OR ($5::bool AND feedback_count > 0))
-), moved AS (
+KEPT_STORED = """
+SELECT conversation_id FROM conversations
+WHERE conversation_id = ANY($1::text[])
+  AND (sampled_by_rate OR min_confidence < $2::float8 OR ($3::bool AND escalated)
+       OR ($4::bool AND tool_errors > 0) OR ($5::bool AND feedback_count > 0))
+"""
+PROMOTE = f"""
+WITH promoted AS ({KEPT_STORED}), moved AS (
   UPDATE events e SET kept = true FROM promoted p
   WHERE e.kept = false AND e.conversation_id = p.conversation_id
   RETURNING 1

@@ -54,7 +54,7 @@ from monitor.ingest.dead_letter_sql import (
     INSERT_DEAD_LETTER,
     storable_dead_letter,
 )
-from monitor.ingest.decision_sql import PROMOTE
+from monitor.ingest.decision_sql import KEPT_STORED, PROMOTE
 from monitor.ingest.decisions import kept_conversations, provisional
 from monitor.ingest.direct_sql import (
     CLAIM_COLUMNS,
@@ -162,6 +162,7 @@ class EventWriter:
             (LOCK_CONVERSATIONS, ([],)),
             (DIRECT_BATCH, no_rows),
             (SYNC_ITEMS_DIRECT, ([], [])),
+            (KEPT_STORED, ([], *self._rules)),
             (PROMOTE, ([], *self._rules)),
         ]
         return await warm(self._pool, self._pool_size, statements, timeout_s)
@@ -221,6 +222,10 @@ class EventWriter:
             await conn.fetchval(ENSURE_DAYS, days)
             decisions = provisional(rows, self._policy)
             kept = kept_conversations(rows, decisions, self._policy)
+            unsampled = [c for c, hit in zip(decisions[0], decisions[6], strict=True) if not hit]
+            if maybe := [c for c in unsampled if c not in kept]:  # kept by an earlier batch?
+                stored = await conn.fetch(KEPT_STORED, maybe, *self._rules)
+                kept.update(str(r[0]) for r in stored)
             # gate events are always kept: the gate's effect reads them over the whole retention
             events = [(*r[:_N], r[_CID] in kept or r[_TYPE] == "gate") for r in rows]
             unkept = sum(not e[_N] for e in events)
@@ -255,7 +260,6 @@ class EventWriter:
                 decided += await self._decide(conn, cids)
             # earlier unkept events of a conversation kept now, and this batch's of one whose
             # stored row was kept already (by a rule, or a decision made under another policy)
-            unsampled = [c for c, hit in zip(decisions[0], decisions[6], strict=True) if not hit]
             if unsampled:
                 promoted = int(await conn.fetchval(PROMOTE, unsampled, *self._rules))
             relabel = sorted({str(r[_CID]) for r in rows if r[_TYPE] == "outcome"})

@@ -176,12 +176,15 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(
         event("q-2", "c-quiet", "message", at=at + 5),
     ]
     late = [event("p-3", "c-promoted", "escalation", at=at + 3600)]
+    later = [event("p-4", "c-promoted", "message", at=at + 3700)]
     writer = EventWriter(database_url, policy=SamplingPolicy(default_rate=0.0), direct=direct)
     try:
         first = await writer.write([event_row(e) for e in early])
         assert first.unkept == 4 and first.promoted == 0
         second = await writer.write([event_row(e) for e in late])
         assert second.unkept == 0 and second.promoted == 2  # the two earlier events moved
+        third = await writer.write([event_row(e) for e in later])
+        assert third.unkept == 0 and third.promoted == 0  # kept when written, nothing to move
     finally:
         await writer.close()
     conn = await asyncpg.connect(libpq_url(database_url))
@@ -196,7 +199,7 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(
         report = await retain(database_url, NOW + timedelta(hours=49))
         assert report.unsampled_emptied == 1
         left = await conn.fetch("SELECT conversation_id, count(*) FROM events GROUP BY 1")
-        assert [tuple(r) for r in left] == [("c-promoted", 3)]
+        assert [tuple(r) for r in left] == [("c-promoted", 4)]
         # the quiet conversation keeps its roll-up row
         assert (
             await conn.fetchval(
@@ -224,7 +227,7 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(
         )
         assert [r.conversation_id for r in published] == ["c-promoted"]
         stored = await load_for_judging(pool, "c-promoted", 100)
-        assert len(stored.bodies) == 3 and stored.omitted is None
+        assert len(stored.bodies) == 4 and stored.omitted is None
     finally:
         await pool.close()
 
