@@ -27,7 +27,10 @@ async def test_warm_opens_every_connection_prepares_and_stores_nothing(database_
             assert await conn.fetchval("SELECT count(*) FROM conversations") == 0
             assert await conn.fetchval("SELECT count(*) FROM escalation_bins") == 0
             # nothing held: no advisory lock left behind by the rehearsal
-            locks = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            locks = (  # of this database: other tests may share the server
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
             assert await conn.fetchval(locks) == 0
         result = await writer.write([event_row(event("e1", "c1"))])
         assert result.inserted == 1 and result.staged == 0
