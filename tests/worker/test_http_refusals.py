@@ -57,6 +57,15 @@ async def start_worker(
         **env,
     ).start()
     await w.wait_ready()
+    # settled: one event through HTTP and Kafka into Postgres (the ingest group joined, the
+    # writer warm), so the latencies measured are the refusals', not the start-up's
+    async with httpx.AsyncClient(timeout=10) as client:
+        r = await client.post(
+            f"{w.url}/v1/events", json=[event_dict("settle-1", "settle")], headers=AUTH
+        )
+        assert r.status_code == 202, r.text
+    sql = "SELECT count(*) FROM events WHERE conversation_id = 'settle'"
+    assert await wait_for_count(database_url, 1, sql) == 1
     return w
 
 
