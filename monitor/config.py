@@ -266,6 +266,15 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="Judging time budget per conversation: no judge starts after it (each one "
         "left gets an error verdict). Judging runs in a worker thread, off the event loop.",
     )
+    judge_resend_after_s: float = Field(
+        default=3600.0,
+        ge=60,
+        description="A judge request with no verdicts this long after it was sent (lost on "
+        "the topic, or its judging never finished) is published again.",
+    )
+    judge_resend_most: int = Field(
+        default=2, ge=0, description="How many times one judge request is published again."
+    )
     judge_quality_interval_s: float = Field(
         default=300.0, gt=0, description="How often the worker re-measures the judges."
     )

@@ -53,6 +53,8 @@ def build_loop(settings: Settings, metrics: OpsMetrics, rules: AlwaysSampleRules
         quality_interval_s=settings.judge_quality_interval_s,
         max_events=settings.judge_max_events,
         time_budget_s=settings.judge_time_budget_s,
+        resend_after_s=settings.judge_resend_after_s,
+        resend_most=settings.judge_resend_most,
     )
     domains = load_domains(settings.domains_dir)
     log.info(

@@ -8,6 +8,9 @@
   INSIDE the transaction: when the publish fails, nothing is recorded and they are picked
   again later; when the commit fails after a publish, a request is sent twice and the judge
   worker absorbs it (verdicts are unique per item and judge version).
+- :func:`resend_lost` publishes again the requests that got no verdicts long after they were
+  sent (lost on the topic: a record batch the consumer could not decode, a record it could
+  not parse), a bounded number of times.
 - :func:`load_for_judging` reads at most the cap's events of a conversation (its first and last
   ones) and has Postgres summarise the others without sending them (:mod:`.truncation`).
 - :func:`write_verdicts` stores verdicts (``ON CONFLICT DO NOTHING``), marks the request judged
@@ -153,6 +156,60 @@ async def claim_candidates(
             [q.requested_at for q in requests],
         )
     return requests
+
+
+# requests published but never judged: their record was lost on the topic (a batch the
+# consumer could not decode, a record it could not parse) or its judging never finished; the
+# partial index ix_judge_requests_pending holds only such rows
+_LOST = """
+SELECT conversation_id, agent_id, reasons FROM judge_requests
+WHERE judged_at IS NULL AND requested_at >= $2 AND coalesce(resent_at, requested_at) < $1
+  AND resends < $3
+ORDER BY requested_at
+LIMIT $4
+FOR UPDATE SKIP LOCKED
+"""
+
+_RESENT = """
+UPDATE judge_requests SET resends = resends + 1, resent_at = $2
+WHERE conversation_id = ANY($1::text[])
+"""
+
+RESEND_HORIZON = timedelta(days=1)  # a request older than this is not sent again
+
+
+async def resend_lost(
+    pool: asyncpg.Pool,
+    now: datetime,
+    after: timedelta,
+    most: int,
+    limit: int,
+    publish: Callable[[list[JudgeRequest]], Awaitable[None]],
+) -> list[JudgeRequest]:
+    """Publish again up to ``limit`` requests sent (or last re-sent) before ``now - after``
+    that have no verdicts yet, each at most ``most`` times and only within
+    :data:`RESEND_HORIZON` of its first request; counts them in ``judge_requests.resends``.
+
+    A request still queued behind a backlog is sent twice: the judge worker absorbs it (only
+    judges without a verdict run). Exceptions of ``publish`` propagate, and nothing is recorded.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(_LOST, now - after, now - RESEND_HORIZON, most, limit)
+        requests = [
+            JudgeRequest(r["conversation_id"], r["agent_id"], tuple(_json_list(r["reasons"])), now)
+            for r in rows
+        ]
+        if not requests:
+            return []
+        await publish(requests)
+        await conn.execute(_RESENT, [q.conversation_id for q in requests], now)
+    return requests
+
+
+def _json_list(value: object) -> list[str]:
+    """A JSONB array as asyncpg returns it (text unless a codec is set)."""
+    items = json.loads(value) if isinstance(value, str) else value
+    return [str(x) for x in items] if isinstance(items, list) else []
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,8 @@ class JudgeConfig:
     max_events: int = DEFAULT_MAX_EVENTS  # events judged per conversation (the cap)
     time_budget_s: float = 30.0  # per conversation: no judge starts after it
     threads: int = 1  # worker threads of the CPU-bound judging (parse, judges, serialise)
+    resend_after_s: float = 3600.0  # a request without verdicts this long after it was sent
+    resend_most: int = 2  # is published again at most this many times
 
 
 class JudgeLoop:
@@ -141,7 +143,8 @@ class JudgeLoop:
 
     # -- scheduler ------------------------------------------------------------------------
     async def schedule_once(self) -> int:
-        """Claim and publish one round of judge requests; returns how many were sent."""
+        """Claim and publish one round of judge requests, and publish again the requests lost
+        since (:func:`~monitor.judges.repo.resend_lost`); returns how many were sent."""
         assert self._pool is not None and self._producer is not None
         producer, topic = self._producer, self.config.topic
 
@@ -152,16 +155,27 @@ class JudgeLoop:
             ]
             await asyncio.gather(*sent)
 
+        cfg, now = self.config, self.clock.now()
         done = await judge_repo.claim_candidates(
-            self._pool,
-            self.rules,
-            self.clock.now(),
-            _seconds(self.config.idle_s),
-            self.config.schedule_batch,
-            publish,
+            self._pool, self.rules, now, _seconds(cfg.idle_s), cfg.schedule_batch, publish
         )
         self.metrics.judge_requests.inc(len(done))
-        return len(done)
+        resent = await judge_repo.resend_lost(
+            self._pool,
+            now,
+            _seconds(cfg.resend_after_s),
+            cfg.resend_most,
+            cfg.schedule_batch,
+            publish,
+        )
+        if resent:
+            log.warning(
+                "%d judge requests had no verdicts %.0f s after they were sent: sent again",
+                len(resent),
+                cfg.resend_after_s,
+            )
+            self.metrics.judge_requests_resent.inc(len(resent))
+        return len(done) + len(resent)
 
     async def refresh_quality(self) -> list[FloorChange]:
         """Measure the judges against outcomes and apply the precision floor
@@ -217,7 +231,7 @@ class JudgeLoop:
                 batch, bad = fetched
                 if not batch and not bad:
                     continue
-                for b in bad:  # their conversations stay requested: not judged again
+                for b in bad:  # their requests are sent again by the scheduler (resend_lost)
                     log.error("skipping a judge request batch it cannot decode: %s", b.describe())
                     self.metrics.judge_requests_skipped.labels("undecodable_batch").inc()
                 requests = []

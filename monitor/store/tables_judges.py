@@ -13,7 +13,8 @@
     no longer label items (:data:`monitor.ingest.items_sql.SYNC_ITEMS`).
 ``judge_requests``
     One row per conversation sent to the judges: when and why (the sampling reasons), so the
-    scheduler never sends a conversation twice and the dashboards can show the judged sample.
+    scheduler never sends a conversation twice and the dashboards can show the judged sample;
+    ``resends``/``resent_at`` count the times a request without verdicts was sent again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -68,7 +70,14 @@ judge_requests = Table(
     Column("reasons", JSONB, nullable=False),
     Column("requested_at", TS, nullable=False, server_default=func.now()),
     Column("judged_at", TS),
+    Column("resends", Integer, nullable=False, server_default="0"),
+    Column("resent_at", TS),
     Index(None, "requested_at"),
+    Index(
+        "ix_judge_requests_pending",
+        "requested_at",
+        postgresql_where=text("judged_at IS NULL"),
+    ),
 )
 
 judge_quality = Table(

@@ -177,6 +177,12 @@ class OpsMetrics:
         self.judged = Counter(
             "monitor_judged_conversations", "Judge requests completed", registry=r
         )
+        self.judge_requests_resent = Counter(
+            "monitor_judge_requests_resent",
+            "Judge requests published again: no verdicts long after they were sent (lost on the "
+            "topic or never finished)",
+            registry=r,
+        )
         self.judge_requests_skipped = Counter(
             "monitor_judge_requests_skipped",
             "Judge request records (malformed) and record batches (undecodable_batch) the judge "

@@ -302,3 +302,68 @@ async def test_an_undecodable_request_batch_and_a_malformed_request_are_skipped(
                 assert line in text, text
     finally:
         await writer.close()
+
+
+async def test_requests_lost_on_the_topic_are_sent_again_and_judged(broker, database_url):
+    """Requests published where no judge reads them are lost: an hour after they were sent
+    the scheduler publishes them again, the judges store their verdicts, and a judged
+    request is never sent again."""
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in conversations()])
+    await writer.close()
+    nowhere, topic = f"lost-{uuid.uuid4().hex[:8]}", f"judge-{uuid.uuid4().hex[:8]}"
+    for t in (nowhere, topic):
+        await create_topic(broker.bootstrap, t)
+    lost = judge_loop(broker.bootstrap, database_url, nowhere, minutes=10)
+    await lost.start()
+    try:
+        assert await lost.schedule_once() == 3
+    finally:
+        await lost.close()
+    early = judge_loop(broker.bootstrap, database_url, topic, minutes=40)
+    await early.start()
+    try:
+        assert await early.schedule_once() == 0  # 30 min: maybe still queued, not lost
+    finally:
+        await early.close()
+    later = judge_loop(broker.bootstrap, database_url, topic, minutes=75)
+    async with consuming(later):
+        assert await later.schedule_once() == 3
+        await wait_for(lambda: judged(database_url), 3)
+        text = later.metrics.render().decode()
+        assert "monitor_judge_requests_resent_total 3.0" in text, text
+    rows = await fetch(database_url, "SELECT resends FROM judge_requests")
+    assert [r["resends"] for r in rows] == [1, 1, 1]
+    flagged = await fetch(
+        database_url, "SELECT item_id, label FROM verdicts WHERE judge = 'det.authorization'"
+    )
+    assert [(r["item_id"], r["label"]) for r in flagged] == [("fab-a1-bad", 0)]
+    again = judge_loop(broker.bootstrap, database_url, topic, minutes=200)
+    await again.start()
+    try:
+        assert await again.schedule_once() == 0
+    finally:
+        await again.close()
+
+
+async def test_a_lost_request_is_sent_again_a_bounded_number_of_times(broker, database_url):
+    """With no judge reading at all, each request is sent again at most ``resend_most`` times
+    (an hour apart), and not after a day."""
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in conversations()])
+    await writer.close()
+    topic = f"lost-{uuid.uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    sent = []
+    for minutes in (10, 75, 100, 140, 205, 270):
+        loop = judge_loop(broker.bootstrap, database_url, topic, minutes=minutes)
+        await loop.start()
+        try:
+            sent.append(await loop.schedule_once())
+        finally:
+            await loop.close()
+    # 10: first requests; 75: an hour later; 100: resent 25 min ago; 140: the second resend;
+    # then the bound (JudgeConfig.resend_most = 2)
+    assert sent == [3, 3, 0, 3, 0, 0]
+    rows = await fetch(database_url, "SELECT resends FROM judge_requests")
+    assert [r["resends"] for r in rows] == [2, 2, 2]
