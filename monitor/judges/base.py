@@ -23,22 +23,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from monitor.contract.events import AgentEvent
 from monitor.judges.truncation import Omitted, split, summarise
 
 VerdictStatus = Literal["ok", "error"]
 
-FAILURE_CATEGORIES = (
+FailureCategory = Literal[
     "wrong_action",
     "wrong_arguments",
     "wrong_information",
     "policy_violation",
     "partial_resolution",
     "fabrication",
-)
-FABRICATION_TYPES = (
+]
+FabricationType = Literal[
     "policy",
     "pricing",
     "availability",
@@ -47,7 +47,9 @@ FABRICATION_TYPES = (
     "citation",
     "account",
     "history",
-)
+]
+FAILURE_CATEGORIES: tuple[FailureCategory, ...] = get_args(FailureCategory)
+FABRICATION_TYPES: tuple[FabricationType, ...] = get_args(FabricationType)
 ALL_CATEGORIES = FAILURE_CATEGORIES + tuple(f"fabrication:{t}" for t in FABRICATION_TYPES)
 
 
