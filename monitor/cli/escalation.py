@@ -108,14 +108,9 @@ def advice_text(agent: str, adv: Advice | None) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("escalation")
+    @ac.scoped("agent", "domain", "tier", "version")
     def escalation(
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        tier: int | None = ac.TIER,
-        version: str | None = ac.VERSION,
-        since: str = ac.SINCE,
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
+        scope: ac.Scope,
         threshold: float = typer.Option(
             0.5,
             "--threshold",
@@ -130,7 +125,7 @@ def register(app: typer.Typer) -> None:
         rank correlation; flags escalation RISING with confidence), time to escalation in turns
         and seconds (median, p90), missed escalations."""
         console = ac.console()
-        q = ac.query(agent, domain, tier, version, since, start, end)
+        q = scope.query()
         out = ac.run_with_engine(
             console,
             lambda eng: fa.escalation(eng, q.segment, q.start, q.end, threshold=threshold),
@@ -147,14 +142,15 @@ def register(app: typer.Typer) -> None:
         ac.print_table(console, rate_by_bin_table(out))
 
     @app.command("thresholds")
+    @ac.scoped(
+        "agent",
+        "domain",
+        "tier",
+        "version",
+        since=typer.Option("7d", "--since", help="Range: the last DURATION."),
+    )
     def thresholds(
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        tier: int | None = ac.TIER,
-        version: str | None = ac.VERSION,
-        since: str = typer.Option("7d", "--since", help="Range: the last DURATION."),
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
+        scope: ac.Scope,
         keep: float | None = typer.Option(
             None,
             "--keep",
@@ -191,7 +187,7 @@ def register(app: typer.Typer) -> None:
         if keep is not None and budget is not None:
             console.print("[red]give --keep or --budget, not both (--keep 0.8 = --budget 0.2)[/]")
             raise typer.Exit(2)
-        q = ac.query(agent, domain, tier, version, since, start, end)
+        q = scope.query()
         n = round(1 / step)
         grid = [round(i / n, 6) for i in range(n + 1)]
         out = ac.run_with_engine(
