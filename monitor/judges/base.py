@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Literal, Protocol, get_args
@@ -195,20 +195,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the shape stored in Postgres and sent on judge topics)."""
-        return {
-            "judge": self.judge,
-            "judge_version": self.judge_version,
-            "conversation_id": self.conversation_id,
-            "item_id": self.item_id,
-            "status": self.status,
-            "label": self.label,
-            "score": self.score,
-            "categories": list(self.categories),
-            "evidence": self.evidence,
-            "rationale": self.rationale,
-            "error": self.error,
-            "latency_ms": self.latency_ms,
-        }
+        return {**asdict(self), "categories": list(self.categories)}
 
 
 class Judge(Protocol):
