@@ -73,6 +73,16 @@ def _ece_spread(sums: BinSums, level: float, n_boot: int, seed: int) -> float:
     return float(np.quantile(draws, level) - np.quantile(draws, 0.5))
 
 
+def _bounded(metric: str, sums: BinSums, level: float, side: str) -> bool:
+    """Whether ``sums`` has the weight a bound needs; raises ValueError for a metric without a
+    ``side`` bound or a ``level`` outside (0.5, 1)."""
+    if metric not in BOUND_METRICS:
+        raise ValueError(f"no {side} bound for {metric!r}")
+    if not 0.5 < level < 1.0:
+        raise ValueError("level must be in (0.5, 1)")
+    return sums.total_weight > 0
+
+
 def lower_bound(
     metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400, seed: int = 0
 ) -> float | None:
@@ -80,11 +90,7 @@ def lower_bound(
 
     None when ``sums`` has no weight. Raises ValueError for another metric or a ``level``
     outside (0.5, 1)."""
-    if metric not in BOUND_METRICS:
-        raise ValueError(f"no lower bound for {metric!r}")
-    if not 0.5 < level < 1.0:
-        raise ValueError("level must be in (0.5, 1)")
-    if not sums.total_weight > 0:
+    if not _bounded(metric, sums, level, "lower"):
         return None
     if metric == "ece":
         return cal.ece(sums) - ece_null_quantile(sums, level, n_boot, seed)
@@ -102,11 +108,7 @@ def upper_bound(
     """The one-sided upper bound of ``metric`` (one of :data:`BOUND_METRICS`) at ``level``
     (module docstring). None when ``sums`` has no weight. Raises ValueError like
     :func:`lower_bound`."""
-    if metric not in BOUND_METRICS:
-        raise ValueError(f"no upper bound for {metric!r}")
-    if not 0.5 < level < 1.0:
-        raise ValueError("level must be in (0.5, 1)")
-    if not sums.total_weight > 0:
+    if not _bounded(metric, sums, level, "upper"):
         return None
     if metric == "ece":
         return (
