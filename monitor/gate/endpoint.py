@@ -47,8 +47,7 @@ from monitor.core.errors import (
     UnsupportedEncoding,
 )
 from monitor.core.http_body import BodyLimits, read_body
-from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
-from monitor.core.inflate import encoding_of
+from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, decide, decision_event
@@ -141,11 +140,10 @@ async def receive_gate(
     grant = admit(answer, peer, guard)
     if isinstance(grant, Refusal):
         return _refused(grant)
-    content_type = headers.get("Content-Type")
-    if media_type(content_type) not in MEDIA_TYPES:
-        return _refused(unsupported_media(content_type, MEDIA_TYPES))
+    unread = unreadable(headers, MEDIA_TYPES)
+    if unread is not None:
+        return _refused(unread)
     try:
-        encoding_of(headers.get("Content-Encoding"))
         body: bytes | None = await read_body(
             read_chunk,
             content_length=headers.get("Content-Length"),

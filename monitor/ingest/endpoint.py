@@ -32,12 +32,10 @@ from monitor.core.errors import (
     BodyTimeout,
     BodyTooLarge,
     Busy,
-    UnsupportedEncoding,
 )
 from monitor.core.http_body import BodyLimits, body_slot, declared_too_large, read_body
-from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
+from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.core.http_reply import Offload, Reply, error_reply, json_reply
-from monitor.core.inflate import encoding_of
 from monitor.ingest.http import ParsedBatch, parse_events, response_body, status_for
 
 log = logging.getLogger("monitor.ingest.endpoint")
@@ -79,13 +77,9 @@ async def receive_events(
     grant = admit(await authorize(headers.get("Authorization")), peer, guard)
     if isinstance(grant, Refusal):
         return refused(grant)
-    content_type = headers.get("Content-Type")
-    if media_type(content_type) not in MEDIA_TYPES:
-        return refused(unsupported_media(content_type, MEDIA_TYPES))
-    try:
-        encoding_of(headers.get("Content-Encoding"))
-    except UnsupportedEncoding as exc:
-        return error_reply(415, str(exc), "unsupported_encoding")
+    unread = unreadable(headers, MEDIA_TYPES)
+    if unread is not None:
+        return refused(unread)
     if declared_too_large(headers.get("Content-Length"), limits.body):
         return error_reply(413, f"body over {limits.body.max_bytes} bytes", "too_large")
     try:
