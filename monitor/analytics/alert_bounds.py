@@ -83,6 +83,21 @@ def _bounded(metric: str, sums: BinSums, level: float, side: str) -> bool:
     return sums.total_weight > 0
 
 
+def _interval(
+    metric: str, sums: BinSums, level: float, n_boot: int, seed: int
+) -> tuple[float | None, float | None]:
+    """The two-sided ``2 * level - 1`` interval of ``brier`` (parametric bootstrap) or of the
+    confidence gap (mean confidence minus the accuracy's Wilson interval; an end that is not
+    finite is None): each end is a one-sided bound at ``level``."""
+    if metric == "brier":
+        lo, hi = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
+        return float(lo), float(hi)
+    acc_lo, acc_hi = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
+    ends = (cal.mean_confidence(sums) - acc_hi, cal.mean_confidence(sums) - acc_lo)
+    low, high = (e if math.isfinite(e) else None for e in ends)
+    return low, high
+
+
 def lower_bound(
     metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400, seed: int = 0
 ) -> float | None:
@@ -94,12 +109,7 @@ def lower_bound(
         return None
     if metric == "ece":
         return cal.ece(sums) - ece_null_quantile(sums, level, n_boot, seed)
-    if metric == "brier":
-        lo, _ = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
-        return float(lo)
-    _, hi = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
-    value = cal.mean_confidence(sums) - hi
-    return value if math.isfinite(value) else None
+    return _interval(metric, sums, level, n_boot, seed)[0]
 
 
 def upper_bound(
@@ -116,9 +126,4 @@ def upper_bound(
             - ece_null_quantile(sums, 0.5, n_boot, seed)
             + _ece_spread(sums, level, n_boot, seed)
         )
-    if metric == "brier":
-        _, hi = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
-        return float(hi)
-    lo, _ = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
-    value = cal.mean_confidence(sums) - lo
-    return value if math.isfinite(value) else None
+    return _interval(metric, sums, level, n_boot, seed)[1]
