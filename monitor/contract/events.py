@@ -46,6 +46,9 @@ from monitor.contract.payloads import (
     GATE_DECISIONS as GATE_DECISIONS,
 )
 from monitor.contract.payloads import (
+    SEGMENT_FIELDS as SEGMENT_FIELDS,
+)
+from monitor.contract.payloads import (
     Agent as Agent,
 )
 from monitor.contract.payloads import (
