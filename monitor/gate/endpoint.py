@@ -30,7 +30,7 @@ errors carry ``error`` and a machine-readable ``reason``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,7 +46,7 @@ from monitor.core.errors import (
     UnknownAgent,
     UnsupportedEncoding,
 )
-from monitor.core.http_body import BodyLimits, read_body
+from monitor.core.http_body import BodyLimits, ReadChunk, read_body
 from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
@@ -127,7 +127,7 @@ async def receive_gate(
     *,
     headers: Mapping[str, str],
     peer: str | None,
-    read_chunk: Callable[[], Awaitable[bytes]],
+    read_chunk: ReadChunk,
     authorize: Authorize,
     limits: GateLimits,
     guard: Guard,

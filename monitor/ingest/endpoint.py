@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import Publish
 from monitor.core.errors import (
     BadBody,
     BadEncoding,
@@ -33,7 +33,7 @@ from monitor.core.errors import (
     BodyTooLarge,
     Busy,
 )
-from monitor.core.http_body import BodyLimits, body_slot, declared_too_large, read_body
+from monitor.core.http_body import BodyLimits, ReadChunk, body_slot, declared_too_large, read_body
 from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.core.http_reply import Offload, Reply, error_reply, json_reply
 from monitor.ingest.http import ParsedBatch, parse_events, response_body, status_for
@@ -61,8 +61,8 @@ async def receive_events(
     *,
     headers: Mapping[str, str],
     peer: str | None,
-    read_chunk: Callable[[], Awaitable[bytes]],
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    read_chunk: ReadChunk,
+    publish: Publish,
     authorize: Authorize,
     limits: IngestLimits,
     guard: Guard,
@@ -91,8 +91,8 @@ async def receive_events(
 
 async def _ingest(
     headers: Mapping[str, str],
-    read_chunk: Callable[[], Awaitable[bytes]],
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    read_chunk: ReadChunk,
+    publish: Publish,
     limits: IngestLimits,
     now: Callable[[], datetime],
     offload: Offload,

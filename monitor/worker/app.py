@@ -42,7 +42,7 @@ from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError, StoreUnavailable
 from monitor.core.gc_tuning import tune_gc
-from monitor.core.http_body import BodyLimits
+from monitor.core.http_body import BodyLimits, ReadChunk
 from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
@@ -339,7 +339,7 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def chunks(request: Request) -> Callable[[], Awaitable[bytes]]:
+def chunks(request: Request) -> ReadChunk:
     """The request body's next raw bytes (``b""`` at the end), as they arrive."""
     return cast(Any, request).content.readany  # type: ignore[no-any-return]
 
