@@ -43,6 +43,11 @@ TO = typer.Option(None, "--to", help="Range end, ISO 8601 (default: now).")
 JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of tables.")
 
 
+def unit_option(default: float | None, flag: str, help: str) -> Any:
+    """An option whose value is a share, rate or confidence: in [0, 1]."""
+    return typer.Option(default, flag, min=0.0, max=1.0, help=help)
+
+
 @dataclass(frozen=True)
 class Query:
     """The scope and half-open time range ``[start, end)`` a command reports on."""

@@ -111,12 +111,10 @@ def register(app: typer.Typer) -> None:
     @ac.scoped("agent", "domain", "tier", "version")
     def escalation(
         scope: ac.Scope,
-        threshold: float = typer.Option(
+        threshold: float = ac.unit_option(
             0.5,
             "--threshold",
-            min=0.0,
-            max=1.0,
-            help="Confidence below which a failed, not escalated "
+            "Confidence below which a failed, not escalated "
             "conversation counts as a missed escalation.",
         ),
         as_json: bool = ac.JSON,
@@ -151,24 +149,18 @@ def register(app: typer.Typer) -> None:
     )
     def thresholds(
         scope: ac.Scope,
-        keep: float | None = typer.Option(
+        keep: float | None = ac.unit_option(
             None,
             "--keep",
-            min=0.0,
-            max=1.0,
-            help="Keep this share of the most confident "
+            "Keep this share of the most confident "
             "conversations, escalate the rest (0.8: escalate "
             "the least confident 20 %).",
         ),
-        budget: float | None = typer.Option(
-            None, "--budget", min=0.0, max=1.0, help="Most conversations you can escalate (share)."
+        budget: float | None = ac.unit_option(
+            None, "--budget", "Most conversations you can escalate (share)."
         ),
-        target: float | None = typer.Option(
-            None,
-            "--target",
-            min=0.0,
-            max=1.0,
-            help="Target failure rate among the conversations NOT escalated.",
+        target: float | None = ac.unit_option(
+            None, "--target", "Target failure rate among the conversations NOT escalated."
         ),
         step: float = typer.Option(
             0.1,

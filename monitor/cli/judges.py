@@ -78,12 +78,8 @@ def register(app: typer.Typer) -> None:
     @ac.scoped("agent")
     def judges(
         scope: ac.Scope,
-        floor: float | None = typer.Option(
-            None,
-            "--floor",
-            min=0.0,
-            max=1.0,
-            help="Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7).",
+        floor: float | None = ac.unit_option(
+            None, "--floor", "Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7)."
         ),
         min_pairs: int | None = typer.Option(
             None,
