@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.core.errors import ConfigError
+from monitor.core.fields import non_negative, positive, unset
 from monitor.core.gate_settings import GateSettings
 from monitor.core.http_settings import HttpSettings
 from monitor.core.retention_settings import RetentionSettings
@@ -30,19 +31,18 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
     model_config = SettingsConfigDict(env_prefix="MONITOR_", extra="ignore")
 
     # --- infrastructure -------------------------------------------------------------------
-    kafka_bootstrap: str | None = Field(
-        default=None, description="Kafka bootstrap servers, host:port[,host:port]. Unset: embedded."
+    kafka_bootstrap: str | None = unset(
+        "Kafka bootstrap servers, host:port[,host:port]. Unset: embedded."
     )
     database_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("MONITOR_DATABASE_URL", "DATABASE_URL"),
         description="Postgres URL (postgresql://user@host:port/db). Unset: embedded.",
     )
-    database_read_url: str | None = Field(
-        default=None,
-        description="Postgres URL of a streaming replica for reads only: the analytics "
+    database_read_url: str | None = unset(
+        "Postgres URL of a streaming replica for reads only: the analytics "
         "commands and `monitor report` read there (and say how far it is behind the primary). "
-        "Unset: they read database_url. Writes always go to database_url.",
+        "Unset: they read database_url. Writes always go to database_url."
     )
     state_dir: Path = Field(default=Path(".monitor"), description="Embedded data directory.")
     kafka_idempotent: bool = Field(
@@ -73,28 +73,23 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
     )
     store_retry_initial_s: float = Field(default=0.5, gt=0)
     store_retry_max_s: float = Field(default=10.0, gt=0)
-    max_future_skew_s: float = Field(
-        default=300.0,
-        ge=0,
-        description="Events whose ts is further than this ahead of the receiver's clock are "
+    max_future_skew_s: float = non_negative(
+        300.0,
+        "Events whose ts is further than this ahead of the receiver's clock are "
         "rejected (reason future_timestamp) over HTTP and dead-lettered by the worker.",
     )
-    health_stall_s: float = Field(
-        default=120.0,
-        gt=0,
-        description="/health answers 503 (stalled) when no batch was written for this long "
+    health_stall_s: float = positive(
+        120.0,
+        "/health answers 503 (stalled) when no batch was written for this long "
         "while the consumer lag is above zero or the partitions are paused.",
     )
-    commit_timeout_s: float = Field(
-        default=15.0, gt=0, description="Longest wait for one offset commit."
-    )
+    commit_timeout_s: float = positive(15.0, "Longest wait for one offset commit.")
 
     # --- web ------------------------------------------------------------------------------
     web_host: str = "127.0.0.1"
     web_port: int = Field(default=6066, ge=0, le=65535)
-    ingest_token: str | None = Field(
-        default=None,
-        description="Bearer token required by POST /v1/events. Unset: HTTP ingest off.",
+    ingest_token: str | None = unset(
+        "Bearer token required by POST /v1/events. Unset: HTTP ingest off."
     )
     http_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     http_max_events: int = Field(default=10_000, ge=1)
@@ -109,20 +104,18 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default="transfer_to_human_agents,escalate*",
         description="Comma-separated tool-name patterns (fnmatch) whose call is an escalation.",
     )
-    topic_traces: str | None = Field(
-        default=None,
-        description="Kafka topic of OTLP protobuf trace requests (e.g. agent-traces, written by "
-        "the Collector's kafka exporter) the worker also consumes. Unset: off.",
+    topic_traces: str | None = unset(
+        "Kafka topic of OTLP protobuf trace requests (e.g. agent-traces, written by "
+        "the Collector's kafka exporter) the worker also consumes. Unset: off."
     )
     otel_escalation_attributes: str = Field(
         default="monitor.escalation",
         description="Comma-separated span attributes whose truthy value marks an escalation "
         "(a string value is the reason; '<first>.trigger' names the trigger).",
     )
-    otel_pending_seconds: float = Field(
-        default=600.0,
-        gt=0,
-        description="How long spans wait in Postgres for their trace's root before they are "
+    otel_pending_seconds: float = positive(
+        600.0,
+        "How long spans wait in Postgres for their trace's root before they are "
         "mapped under the fallback (the trace id as the conversation).",
     )
     otel_pending_max_spans: int = Field(
@@ -131,32 +124,27 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="At most this many spans wait; beyond, the traces waiting longest are "
         "mapped under the fallback first.",
     )
-    otel_trace_memory_seconds: float = Field(
-        default=3600.0,
-        gt=0,
-        description="How long a mapped trace's conversation and agent are remembered for spans "
+    otel_trace_memory_seconds: float = positive(
+        3600.0,
+        "How long a mapped trace's conversation and agent are remembered for spans "
         "arriving after their root.",
     )
-    otel_witness_wait_seconds: float = Field(
-        default=30.0,
-        gt=0,
-        description="How long a trace with its root but no LLM span waits for LLM spans "
+    otel_witness_wait_seconds: float = positive(
+        30.0,
+        "How long a trace with its root but no LLM span waits for LLM spans "
         "overtaken by the root before its agent span is taken as the only witness.",
     )
-    otel_evaluations_endpoint: str | None = Field(
-        default=None,
-        description="OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "
-        "every judge verdict as a gen_ai.evaluation.result event; unset: not exported.",
+    otel_evaluations_endpoint: str | None = unset(
+        "OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "
+        "every judge verdict as a gen_ai.evaluation.result event; unset: not exported."
     )
     otel_evaluations_headers: str = Field(
         default="",
         description="Headers of the evaluations export, 'key=value' pairs separated by commas "
         "(values URL-encoded, as OTEL_EXPORTER_OTLP_HEADERS).",
     )
-    otel_sweep_seconds: float = Field(
-        default=5.0,
-        gt=0,
-        description="How often the worker maps the traces past the deadline or count bound.",
+    otel_sweep_seconds: float = positive(
+        5.0, "How often the worker maps the traces past the deadline or count bound."
     )
 
     # --- credentials (monitor.auth; docs/robustness.md "Threat model") ---------------------
@@ -167,33 +155,27 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         "reserved 'gate:' ids from the gate only. Unset: a random key kept in "
         "state_dir/gate-origin.key (workers sharing a topic must set the same value).",
     )
-    keys_refresh_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Seconds between the worker's reloads of the API keys "
+    keys_refresh_s: float = positive(
+        30.0,
+        "Seconds between the worker's reloads of the API keys "
         "from Postgres (a revoked key is refused at most this long after `monitor keys revoke`).",
     )
-    keys_miss_refresh_s: float = Field(
-        default=2.0,
-        gt=0,
-        description="Shortest interval between reloads of the API keys "
+    keys_miss_refresh_s: float = positive(
+        2.0,
+        "Shortest interval between reloads of the API keys "
         "caused by an unknown key (a key issued since the last reload).",
     )
 
     # --- analytics ------------------------------------------------------------------------
-    sampling_file: Path | None = Field(
-        default=None,
-        description="YAML sampling policy (strata, rates, always-sample rules). Unset: sample "
-        "every conversation (rate 1.0).",
+    sampling_file: Path | None = unset(
+        "YAML sampling policy (strata, rates, always-sample rules). Unset: sample "
+        "every conversation (rate 1.0)."
     )
-    api_token: str | None = Field(
-        default=None,
-        description="Bearer token for the read API (GET /v1/calibration/...). Unset: open.",
+    api_token: str | None = unset(
+        "Bearer token for the read API (GET /v1/calibration/...). Unset: open."
     )
 
-    drift_interval_s: float = Field(
-        default=300.0, gt=0, description="Seconds between the worker's drift checks."
-    )
+    drift_interval_s: float = positive(300.0, "Seconds between the worker's drift checks.")
     drift_recent_s: float = Field(
         default=3600.0,
         ge=60,
@@ -213,10 +195,9 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="Family-wise level of each drift check (Holm across its tests).",
     )
     drift_min_samples: int = Field(default=100, ge=1)
-    drift_min_reference: float = Field(
-        default=1000.0,
-        ge=0,
-        description="Effective items a segment's drift reference needs before its checks may "
+    drift_min_reference: float = non_negative(
+        1000.0,
+        "Effective items a segment's drift reference needs before its checks may "
         "fire (all checks share the reference's sampling error).",
     )
 
@@ -224,26 +205,24 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
     judge_enabled: bool = Field(default=True, description="Run the judge scheduler and workers.")
     topic_judge_requests: str = "judge-requests"
     judge_consumer_group: str = "monitor-judges"
-    judge_idle_s: float = Field(
-        default=30.0, ge=0, description="Judge a conversation once it had no event for this long."
+    judge_idle_s: float = non_negative(
+        30.0, "Judge a conversation once it had no event for this long."
     )
     judge_schedule_interval_s: float = Field(default=5.0, gt=0)
     judge_batch: int = Field(default=200, ge=1, description="Most conversations per schedule.")
     judge_concurrency: int = Field(default=8, ge=1, description="Conversations judged at once.")
-    llm_judge_base_url: str | None = Field(
-        default=None,
-        description="OpenAI-compatible endpoint (e.g. https://api.openai.com/v1, a vLLM or "
-        "Ollama server's /v1). Unset: only the deterministic judges run.",
+    llm_judge_base_url: str | None = unset(
+        "OpenAI-compatible endpoint (e.g. https://api.openai.com/v1, a vLLM or "
+        "Ollama server's /v1). Unset: only the deterministic judges run."
     )
     llm_judge_model: str = "gpt-4o-mini"
     llm_judge_api_key: str | None = Field(default=None, repr=False)
     llm_judge_timeout_s: float = Field(default=60.0, gt=0)
     llm_judge_json_mode: bool = True
-    domains_dir: Path | None = Field(
-        default=None,
-        description="Directory of domain references: one sub-directory per domain (the "
+    domains_dir: Path | None = unset(
+        "Directory of domain references: one sub-directory per domain (the "
         "conversation's context.domain) holding .md/.txt reference texts. Adds to the domains "
-        "registered through the monitor.domains entry points.",
+        "registered through the monitor.domains entry points."
     )
     judge_precision_floor: float = Field(
         default=0.7,
@@ -260,10 +239,9 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         "and last judge_max_events / 2 events, the others summarised (counts, time span, tool "
         "results by tool); every verdict on it states the cap (evidence.truncated).",
     )
-    judge_time_budget_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Judging time budget per conversation: no judge starts after it (each one "
+    judge_time_budget_s: float = positive(
+        30.0,
+        "Judging time budget per conversation: no judge starts after it (each one "
         "left gets an error verdict). Judging runs in a worker thread, off the event loop.",
     )
     judge_resend_after_s: float = Field(
@@ -272,26 +250,20 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="A judge request with no verdicts this long after it was sent (lost on "
         "the topic, or its judging never finished) is published again.",
     )
-    judge_resend_most: int = Field(
-        default=2, ge=0, description="How many times one judge request is published again."
-    )
-    judge_quality_interval_s: float = Field(
-        default=300.0, gt=0, description="How often the worker re-measures the judges."
+    judge_resend_most: int = non_negative(2, "How many times one judge request is published again.")
+    judge_quality_interval_s: float = positive(
+        300.0, "How often the worker re-measures the judges."
     )
 
     # --- alerting -------------------------------------------------------------------------
     alerting_enabled: bool = Field(
         default=True, description="Evaluate alert rules and deliver notifications in the worker."
     )
-    alert_rules_file: Path | None = Field(
-        default=None, description="YAML alert rules. Unset: the bundled default rule set."
-    )
+    alert_rules_file: Path | None = unset("YAML alert rules. Unset: the bundled default rule set.")
     slack_bot_token: str | None = Field(
         default=None, repr=False, description="Slack bot token (xoxb-...) for chat.postMessage."
     )
-    slack_channel: str | None = Field(
-        default=None, description="Channel id or name the bot posts to (with slack_bot_token)."
-    )
+    slack_channel: str | None = unset("Channel id or name the bot posts to (with slack_bot_token).")
     slack_webhook_url: str | None = Field(
         default=None,
         repr=False,
@@ -300,23 +272,20 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
     slack_api_url: str = Field(
         default="https://slack.com/api/", description="Slack Web API base URL."
     )
-    webhook_url: str | None = Field(default=None, description="Generic webhook receiver URL.")
+    webhook_url: str | None = unset("Generic webhook receiver URL.")
     webhook_secret: str | None = Field(
         default=None, repr=False, description="HMAC-SHA256 key of the X-Monitor-Signature header."
     )
-    alertmanager_url: str | None = Field(
-        default=None, description="Alertmanager base URL (alerts go to /api/v2/alerts)."
-    )
+    alertmanager_url: str | None = unset("Alertmanager base URL (alerts go to /api/v2/alerts).")
     dashboard_url: str = Field(
         default="http://localhost:3000", description="Grafana base URL for links in alerts."
     )
     notify_max_attempts: int = Field(
         default=30, ge=1, description="Delivery attempts per notification and sink."
     )
-    notify_lease_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="How long a claimed notification is reserved; a crashed notifier's claim "
+    notify_lease_s: float = positive(
+        60.0,
+        "How long a claimed notification is reserved; a crashed notifier's claim "
         "is retried after it (at most one duplicate, same idempotency key).",
     )
 
@@ -325,9 +294,8 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default="http://localhost:3000",
         description="Base URL of the Grafana that `monitor dashboards push` uploads to.",
     )
-    grafana_token: str | None = Field(
-        default=None,
-        description="Grafana service-account token (Editor role) for `monitor dashboards push`.",
+    grafana_token: str | None = unset(
+        "Grafana service-account token (Editor role) for `monitor dashboards push`."
     )
     grafana_folder: str = Field(
         default="Agent monitor", description="Grafana folder the dashboards are pushed into."

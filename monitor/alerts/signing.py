@@ -18,10 +18,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ParamSpec
 
 from monitor.core.errors import InvalidSignature
+
+P = ParamSpec("P")
 
 SIGNATURE_HEADER = "X-Monitor-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -109,16 +111,18 @@ def verify(
     raise InvalidSignature("mismatch", "no v1 signature matches")
 
 
-def is_valid(
-    secrets: str | bytes | Iterable[str | bytes],
-    header: str,
-    body: bytes,
-    now: float,
-    tolerance_s: float = DEFAULT_TOLERANCE_S,
-) -> bool:
-    """``verify`` as a boolean (False for any InvalidSignature)."""
-    try:
-        verify(secrets, header, body, now, tolerance_s)
-    except InvalidSignature:
-        return False
-    return True
+def _succeeds(check: Callable[P, object]) -> Callable[P, bool]:
+    """``check`` as a boolean: True when it returns, False when it raises InvalidSignature."""
+
+    def succeeds(*args: P.args, **kwargs: P.kwargs) -> bool:
+        try:
+            check(*args, **kwargs)
+        except InvalidSignature:
+            return False
+        return True
+
+    return succeeds
+
+
+#: ``verify`` as a boolean (False for any InvalidSignature), with the same arguments.
+is_valid = _succeeds(verify)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
@@ -125,29 +125,8 @@ class AlertState:
         return None if self.fired_at is None else f"{self.fingerprint}:{self.fired_at.isoformat()}"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (see module docstring)."""
-        return {
-            "fingerprint": self.fingerprint,
-            "rule": self.rule,
-            "scope": dict(self.scope),
-            "status": self.status.value,
-            "active_since": _iso(self.active_since),
-            "fired_at": _iso(self.fired_at),
-            "resolved_at": _iso(self.resolved_at),
-            "last_notified_at": _iso(self.last_notified_at),
-            "notified": self.notified,
-            "silenced": self.silenced,
-            "acked_by": self.acked_by,
-            "acked_at": _iso(self.acked_at),
-            "last_value": self.last_value,
-            "last_samples": self.last_samples,
-            "last_observed_at": _iso(self.last_observed_at),
-            "clear_since": _iso(self.clear_since),
-            "changes": [c.isoformat() for c in self.changes],
-            "flapping": self.flapping,
-            "flap_share": self.flap_share,
-            "version": self.version,
-        }
+        """JSON-ready dict (see module docstring): every field, times as ISO 8601 strings."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AlertState:
@@ -281,3 +260,17 @@ class Notification:
             acked_by=data.get("acked_by"),
             detail=data.get("detail"),
         )
+
+
+def _plain(value: object) -> object:
+    """A field's JSON value: times as ISO 8601 strings, the status as its value, tuples as
+    lists, mappings as dicts."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Status):
+        return value.value
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value

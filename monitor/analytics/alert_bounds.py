@@ -73,6 +73,31 @@ def _ece_spread(sums: BinSums, level: float, n_boot: int, seed: int) -> float:
     return float(np.quantile(draws, level) - np.quantile(draws, 0.5))
 
 
+def _bounded(metric: str, sums: BinSums, level: float, side: str) -> bool:
+    """Whether ``sums`` has the weight a bound needs; raises ValueError for a metric without a
+    ``side`` bound or a ``level`` outside (0.5, 1)."""
+    if metric not in BOUND_METRICS:
+        raise ValueError(f"no {side} bound for {metric!r}")
+    if not 0.5 < level < 1.0:
+        raise ValueError("level must be in (0.5, 1)")
+    return sums.total_weight > 0
+
+
+def _interval(
+    metric: str, sums: BinSums, level: float, n_boot: int, seed: int
+) -> tuple[float | None, float | None]:
+    """The two-sided ``2 * level - 1`` interval of ``brier`` (parametric bootstrap) or of the
+    confidence gap (mean confidence minus the accuracy's Wilson interval; an end that is not
+    finite is None): each end is a one-sided bound at ``level``."""
+    if metric == "brier":
+        lo, hi = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
+        return float(lo), float(hi)
+    acc_lo, acc_hi = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
+    ends = (cal.mean_confidence(sums) - acc_hi, cal.mean_confidence(sums) - acc_lo)
+    low, high = (e if math.isfinite(e) else None for e in ends)
+    return low, high
+
+
 def lower_bound(
     metric: str, sums: BinSums, level: float = LEVEL, n_boot: int = 400, seed: int = 0
 ) -> float | None:
@@ -80,20 +105,11 @@ def lower_bound(
 
     None when ``sums`` has no weight. Raises ValueError for another metric or a ``level``
     outside (0.5, 1)."""
-    if metric not in BOUND_METRICS:
-        raise ValueError(f"no lower bound for {metric!r}")
-    if not 0.5 < level < 1.0:
-        raise ValueError("level must be in (0.5, 1)")
-    if not sums.total_weight > 0:
+    if not _bounded(metric, sums, level, "lower"):
         return None
     if metric == "ece":
         return cal.ece(sums) - ece_null_quantile(sums, level, n_boot, seed)
-    if metric == "brier":
-        lo, _ = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
-        return float(lo)
-    _, hi = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
-    value = cal.mean_confidence(sums) - hi
-    return value if math.isfinite(value) else None
+    return _interval(metric, sums, level, n_boot, seed)[0]
 
 
 def upper_bound(
@@ -102,11 +118,7 @@ def upper_bound(
     """The one-sided upper bound of ``metric`` (one of :data:`BOUND_METRICS`) at ``level``
     (module docstring). None when ``sums`` has no weight. Raises ValueError like
     :func:`lower_bound`."""
-    if metric not in BOUND_METRICS:
-        raise ValueError(f"no upper bound for {metric!r}")
-    if not 0.5 < level < 1.0:
-        raise ValueError("level must be in (0.5, 1)")
-    if not sums.total_weight > 0:
+    if not _bounded(metric, sums, level, "upper"):
         return None
     if metric == "ece":
         return (
@@ -114,9 +126,4 @@ def upper_bound(
             - ece_null_quantile(sums, 0.5, n_boot, seed)
             + _ece_spread(sums, level, n_boot, seed)
         )
-    if metric == "brier":
-        _, hi = parametric_bootstrap(sums, n_boot, seed, 2 * level - 1).brier_ci
-        return float(hi)
-    lo, _ = cal.wilson_interval(cal.accuracy(sums), sums.total_n_eff(), 2 * level - 1)
-    value = cal.mean_confidence(sums) - lo
-    return value if math.isfinite(value) else None
+    return _interval(metric, sums, level, n_boot, seed)[1]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SUCCESS_REWARD = 1.0
@@ -82,14 +82,7 @@ class PassK:
     per_task: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "k": self.k,
-            "pass_hat_k": self.pass_hat_k,
-            "pass_at_k": self.pass_at_k,
-            "n_tasks": self.n_tasks,
-            "n_tasks_skipped": self.n_tasks_skipped,
-            "per_task": dict(self.per_task),
-        }
+        return asdict(self)
 
 
 def pass_k(trials: Iterable[Trial], k: int) -> PassK:

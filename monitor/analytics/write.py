@@ -8,7 +8,7 @@ upserts on (segment, windows): re-running a check for the same windows replaces 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -84,29 +84,12 @@ async def save_map(
 async def current_maps(engine: AsyncEngine, agent_id: str) -> list[StoredMap]:
     """The latest map of each domain of ``agent_id`` (``domain`` ``""`` = all domains)."""
     sql = text(
-        "SELECT DISTINCT ON (domain) agent_id, domain, version, method, map, n_train, n_holdout,"
-        " ece_before, ece_after, brier_before, brier_after, fitted_at FROM calibration_maps"
-        " WHERE agent_id = :agent ORDER BY domain, version DESC"
+        f"SELECT DISTINCT ON (domain) {', '.join(f.name for f in fields(StoredMap))}"
+        " FROM calibration_maps WHERE agent_id = :agent ORDER BY domain, version DESC"
     )
     async with engine.connect() as conn:
         rows: list[Any] = list((await conn.execute(sql, {"agent": agent_id})).all())
-    return [
-        StoredMap(
-            agent_id=r[0],
-            domain=r[1],
-            version=r[2],
-            method=r[3],
-            map=IsotonicMap.from_dict(r[4]),
-            n_train=r[5],
-            n_holdout=r[6],
-            ece_before=r[7],
-            ece_after=r[8],
-            brier_before=r[9],
-            brier_after=r[10],
-            fitted_at=r[11],
-        )
-        for r in rows
-    ]
+    return [StoredMap(**{**r._mapping, "map": IsotonicMap.from_dict(r.map)}) for r in rows]
 
 
 def _finite(x: float | None) -> float | None:

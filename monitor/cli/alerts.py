@@ -44,14 +44,6 @@ def _rules_or_exit(path: Path | None) -> RuleSet:
         raise typer.Exit(2) from None
 
 
-def _when(text: str, option: str) -> datetime:
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint=option) from None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
 def alert_row(
     state: AlertState, rules: RuleSet, silences: list[Silence], now: datetime
 ) -> dict[str, Any]:
@@ -174,10 +166,12 @@ def register(app: typer.Typer) -> None:
             parsed = parse_matchers(matchers)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="MATCHERS") from None
-        start = _when(starts, "--starts") if starts else datetime.now(UTC)
+        start = ac.when(starts, "--starts") if starts else datetime.now(UTC)
         if (duration is None) == (until is None):
             raise typer.BadParameter("give exactly one of --for and --until")
-        end = start + ac.duration(duration, "--for") if duration else _when(until or "", "--until")
+        end = (
+            start + ac.duration(duration, "--for") if duration else ac.when(until or "", "--until")
+        )
         try:
             s = Silence(uuid.uuid4().hex, parsed, start, end, reason, by)
         except ValueError as exc:

@@ -21,12 +21,10 @@ from monitor.cli import analytics_common as ac
 
 
 def _parse_change(text: str) -> tuple[str, datetime]:
-    from monitor.cli.alerts import _when
-
     agent, sep, when = text.rpartition("@")
     if not sep or not agent:
         raise typer.BadParameter(f"{text!r} is not AGENT@TIME", param_hint="--change")
-    return agent, _when(when, "--change")
+    return agent, ac.when(when, "--change")
 
 
 def backtest_table(rows: list[dict[str, Any]], changes: list[str]) -> Table:
@@ -72,13 +70,13 @@ def add_backtest_command(group: typer.Typer) -> None:
     ) -> None:
         """Replay stored history through the drift checks and rules; live state untouched."""
         from monitor.alerts.backtest import Change, DriftJob, backtest, only_agent, summarize
-        from monitor.cli.alerts import _rules_or_exit, _when
+        from monitor.cli.alerts import _rules_or_exit
         from monitor.config import load_settings
 
         rules = _rules_or_exit(rules_file)
         if agent is not None:
             rules = only_agent(rules, agent)
-        lo, hi = _when(start, "--from"), _when(end, "--to")
+        lo, hi = ac.when(start, "--from"), ac.when(end, "--to")
         if hi < lo:
             raise typer.BadParameter("--to is before --from")
         every = ac.duration(step, "--step")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import inspect
 import json
 import math
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -39,6 +41,11 @@ SINCE = typer.Option("24h", "--since", help="Range: the last DURATION (30m, 24h,
 FROM = typer.Option(None, "--from", help="Range start, ISO 8601 (overrides --since).")
 TO = typer.Option(None, "--to", help="Range end, ISO 8601 (default: now).")
 JSON = typer.Option(False, "--json", help="Print JSON for scripts instead of tables.")
+
+
+def unit_option(default: float | None, flag: str, help: str) -> Any:
+    """An option whose value is a share, rate or confidence: in [0, 1]."""
+    return typer.Option(default, flag, min=0.0, max=1.0, help=help)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,72 @@ def query(
     if hi <= lo:
         raise typer.BadParameter("the range is empty (end <= start)", param_hint="--from/--to")
     return Query(Segment(agent, version, domain, tier), lo, hi)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The scope and range options of a command as given (see :func:`scoped`); an option the
+    command does not take is None."""
+
+    agent: str | None
+    domain: str | None
+    tier: int | None
+    version: str | None
+    since: str
+    start: str | None
+    end: str | None
+
+    def query(self, now: datetime | None = None) -> Query:
+        """The :class:`Query` of these options (raises typer.BadParameter)."""
+        return query(
+            self.agent, self.domain, self.tier, self.version, self.since, self.start, self.end, now
+        )
+
+
+#: The segment options :func:`scoped` may give, by parameter name: (option, type).
+SEGMENT_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "agent": (AGENT, str | None),
+    "domain": (DOMAIN, str | None),
+    "tier": (TIER, int | None),
+    "version": (VERSION, str | None),
+}
+
+
+def scoped(
+    *segment: str, since: Any = SINCE, before: str | None = None
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Decorate a command that reports on a scope and time range: the options ``segment`` names
+    (of :data:`SEGMENT_OPTIONS`, in that order), then ``since`` (``--since``), ``--from`` and
+    ``--to`` stand where the command declares its ``scope: Scope`` parameter (or, when that is
+    keyword-only because options with defaults precede it, before the parameter ``before``),
+    and the command is called with them as that one :class:`Scope`."""
+
+    def decorate(command: Callable[..., T]) -> Callable[..., T]:
+        signature = inspect.signature(command)
+        params = [p for p in signature.parameters.values() if p.name != "scope"]
+        names = [p.name for p in params]
+        at = names.index(before) if before else list(signature.parameters).index("scope")
+        options = [(name, *SEGMENT_OPTIONS[name]) for name in segment]
+        options += [("since", since, str), ("start", FROM, str | None), ("end", TO, str | None)]
+        given = [
+            inspect.Parameter(
+                name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o, annotation=t
+            )
+            for name, o, t in options
+        ]
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> T:
+            values = {name: kwargs.pop(name) for name, _, _ in options}
+            scope = Scope(**{name: None for name in SEGMENT_OPTIONS} | values)
+            return command(*args, scope=scope, **kwargs)
+
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=params[:at] + given + params[at:]
+        )
+        return run
+
+    return decorate
 
 
 def duration(text: str, option: str) -> timedelta:

@@ -121,15 +121,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="calibration")
 
     @group.callback()
+    @ac.scoped("agent", "domain", "tier", "version")
     def report(
         ctx: typer.Context,
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        tier: int | None = ac.TIER,
-        version: str | None = ac.VERSION,
-        since: str = ac.SINCE,
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
+        scope: ac.Scope,
         min_samples: float = typer.Option(
             DEFAULT_MIN_SAMPLES,
             "--min-samples",
@@ -148,7 +143,7 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         console = ac.console()
-        q = ac.query(agent, domain, tier, version, since, start, end)
+        q = scope.query()
 
         async def both(
             eng: ac.AsyncEngine,
@@ -172,21 +167,20 @@ def register(app: typer.Typer) -> None:
                     console.print(reliability_table(name, r))
 
     @group.command("fit")
+    @ac.scoped(
+        "agent",
+        "domain",
+        since=typer.Option("7d", "--since", help="Fit on the labelled items of the last DURATION."),
+    )
     def fit(
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        since: str = typer.Option(
-            "7d", "--since", help="Fit on the labelled items of the last DURATION."
-        ),
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
+        scope: ac.Scope,
         min_items: int = typer.Option(200, "--min-items", help="Fewest labelled items to fit."),
         as_json: bool = ac.JSON,
     ) -> None:
         """Fit isotonic recalibration maps per agent and domain, store them as new versions,
         and report ECE before and after on held-out items (30%)."""
         console = ac.console()
-        q = ac.query(agent, domain, None, None, since, start, end)
+        q = scope.query()
         results = ac.run_with_engine(
             console, lambda eng: fa.fit_maps(eng, q.segment, q.start, q.end, min_items=min_items)
         )

@@ -108,20 +108,13 @@ def advice_text(agent: str, adv: Advice | None) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("escalation")
+    @ac.scoped("agent", "domain", "tier", "version")
     def escalation(
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        tier: int | None = ac.TIER,
-        version: str | None = ac.VERSION,
-        since: str = ac.SINCE,
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
-        threshold: float = typer.Option(
+        scope: ac.Scope,
+        threshold: float = ac.unit_option(
             0.5,
             "--threshold",
-            min=0.0,
-            max=1.0,
-            help="Confidence below which a failed, not escalated "
+            "Confidence below which a failed, not escalated "
             "conversation counts as a missed escalation.",
         ),
         as_json: bool = ac.JSON,
@@ -130,7 +123,7 @@ def register(app: typer.Typer) -> None:
         rank correlation; flags escalation RISING with confidence), time to escalation in turns
         and seconds (median, p90), missed escalations."""
         console = ac.console()
-        q = ac.query(agent, domain, tier, version, since, start, end)
+        q = scope.query()
         out = ac.run_with_engine(
             console,
             lambda eng: fa.escalation(eng, q.segment, q.start, q.end, threshold=threshold),
@@ -147,32 +140,27 @@ def register(app: typer.Typer) -> None:
         ac.print_table(console, rate_by_bin_table(out))
 
     @app.command("thresholds")
+    @ac.scoped(
+        "agent",
+        "domain",
+        "tier",
+        "version",
+        since=typer.Option("7d", "--since", help="Range: the last DURATION."),
+    )
     def thresholds(
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        tier: int | None = ac.TIER,
-        version: str | None = ac.VERSION,
-        since: str = typer.Option("7d", "--since", help="Range: the last DURATION."),
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
-        keep: float | None = typer.Option(
+        scope: ac.Scope,
+        keep: float | None = ac.unit_option(
             None,
             "--keep",
-            min=0.0,
-            max=1.0,
-            help="Keep this share of the most confident "
+            "Keep this share of the most confident "
             "conversations, escalate the rest (0.8: escalate "
             "the least confident 20 %).",
         ),
-        budget: float | None = typer.Option(
-            None, "--budget", min=0.0, max=1.0, help="Most conversations you can escalate (share)."
+        budget: float | None = ac.unit_option(
+            None, "--budget", "Most conversations you can escalate (share)."
         ),
-        target: float | None = typer.Option(
-            None,
-            "--target",
-            min=0.0,
-            max=1.0,
-            help="Target failure rate among the conversations NOT escalated.",
+        target: float | None = ac.unit_option(
+            None, "--target", "Target failure rate among the conversations NOT escalated."
         ),
         step: float = typer.Option(
             0.1,
@@ -191,7 +179,7 @@ def register(app: typer.Typer) -> None:
         if keep is not None and budget is not None:
             console.print("[red]give --keep or --budget, not both (--keep 0.8 = --budget 0.2)[/]")
             raise typer.Exit(2)
-        q = ac.query(agent, domain, tier, version, since, start, end)
+        q = scope.query()
         n = round(1 / step)
         grid = [round(i / n, 6) for i in range(n + 1)]
         out = ac.run_with_engine(

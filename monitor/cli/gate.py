@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="gate")
 
     @group.callback(invoke_without_command=True)
+    @ac.scoped(before="as_json")
     def gate(
         ctx: typer.Context,
         agent: str | None = typer.Option(None, "--agent", "-a", help="Agent id (exact)."),
@@ -83,10 +84,9 @@ def register(app: typer.Typer) -> None:
             help="Replay recorded confidences against the "
             "threshold for conversations the gate never saw.",
         ),
-        since: str = ac.SINCE,
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
         as_json: bool = ac.JSON,
+        *,
+        scope: ac.Scope,
     ) -> None:
         """Gate effectiveness per agent x domain: decisions by kind, failures among proceeded
         vs all, failures prevented (Wilson 95 %), escalation rate. Recorded decisions by their
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         from monitor.config import load_settings
 
         console = ac.console()
-        q = ac.query(None, None, None, None, since, start, end)
+        q = scope.query()
         policy = load_gate_policy(policy_file or load_settings().gate_policy_file)
 
         async def load(eng: AsyncEngine) -> tuple[list[GatedConversation], list[UngatedCounts]]:

@@ -75,17 +75,11 @@ def _status(row: JudgeQuality, muted: set[tuple[str, str]], floor: float, min_pa
 
 def register(app: typer.Typer) -> None:
     @app.command("judges")
+    @ac.scoped("agent")
     def judges(
-        agent: str | None = ac.AGENT,
-        since: str = ac.SINCE,
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
-        floor: float | None = typer.Option(
-            None,
-            "--floor",
-            min=0.0,
-            max=1.0,
-            help="Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7).",
+        scope: ac.Scope,
+        floor: float | None = ac.unit_option(
+            None, "--floor", "Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7)."
         ),
         min_pairs: int | None = typer.Option(
             None,
@@ -115,7 +109,7 @@ def register(app: typer.Typer) -> None:
         settings = load_settings()
         fl = settings.judge_precision_floor if floor is None else floor
         mp = settings.judge_floor_min_pairs if min_pairs is None else min_pairs
-        q = ac.query(agent, None, None, None, since, start, end)
+        q = scope.query()
         like = flags_of.replace("%", r"\%").replace("_", r"\_").replace("*", "%")
         volumes, quality, stored, found = ac.run_with_engine(
             console, lambda eng: _collect(eng, q, fl, mp, flags, like), reads=True

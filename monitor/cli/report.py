@@ -17,14 +17,9 @@ from monitor.report import write as fr
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
+    @ac.scoped("agent", "domain", "tier", "version")
     def report(
-        agent: str | None = ac.AGENT,
-        domain: str | None = ac.DOMAIN,
-        tier: int | None = ac.TIER,
-        version: str | None = ac.VERSION,
-        since: str = ac.SINCE,
-        start: str | None = ac.FROM,
-        end: str | None = ac.TO,
+        scope: ac.Scope,
         out: Path = typer.Option(
             Path("report"),
             "--out",
@@ -37,7 +32,7 @@ def register(app: typer.Typer) -> None:
         (reliability diagram, ECE over time, escalation by confidence, threshold curve) and the
         full tables last, folded."""
         console = ac.console()
-        q = ac.query(agent, domain, tier, version, since, start, end)
+        q = scope.query()
         path = ac.run_with_engine(
             console, lambda eng: fr.build_report(eng, q.segment, q.start, q.end, out), reads=True
         )

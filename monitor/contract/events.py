@@ -18,6 +18,7 @@ JSON at most 64 levels deep, and optionally no ``ts`` too far in the receiver's 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -44,6 +45,9 @@ from monitor.contract.limits import (
 )
 from monitor.contract.payloads import (
     GATE_DECISIONS as GATE_DECISIONS,
+)
+from monitor.contract.payloads import (
+    SEGMENT_FIELDS as SEGMENT_FIELDS,
 )
 from monitor.contract.payloads import (
     Agent as Agent,
@@ -182,6 +186,10 @@ class AgentEvent(_Strict):
     def to_json(self) -> bytes:
         """Compact UTF-8 JSON in contract field names; what goes on the wire."""
         return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+#: Hands accepted events on (to the events topic); returns once they are published.
+Publish = Callable[[list[AgentEvent]], Awaitable[None]]
 
 
 def decode_event(

@@ -42,6 +42,15 @@ class Context(_Strict):
     trial: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] | None = None
 
 
+#: Who emitted an event and which segment it is in, as flat column names in model order
+#: (``agent.id`` -> ``agent_id``, ``context.domain`` -> ``domain``): the columns the stored
+#: events and conversations share.
+SEGMENT_FIELDS: tuple[str, ...] = (
+    *(f"agent_{name}" for name in Agent.model_fields),
+    *Context.model_fields,
+)
+
+
 class ToolCall(_Strict):
     """A tool call requested by an assistant message; ``arguments`` is a JSON object."""
 

@@ -7,6 +7,7 @@ numbered YAML loader. Imports nothing else from monitor.
 PUBLIC_MODULES: tuple[str, ...] = (
     "clock",
     "errors",
+    "fields",
     "gate_settings",
     "gc_tuning",
     "http_body",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from monitor.core.fields import positive, unset
+
 
 class GateSettings(BaseModel):
     """POST /v1/gate: token, policy, limits, map refresh and the decision events' disk buffer
@@ -31,11 +33,10 @@ class GateSettings(BaseModel):
         description="Bearer token required by POST /v1/gate (separate from the ingest token). "
         "Unset: the gate answers only requests from the loopback address.",
     )
-    gate_policy_file: Path | None = Field(
-        default=None,
-        description="YAML gate policy (thresholds, inline checks, fail open/closed per "
+    gate_policy_file: Path | None = unset(
+        "YAML gate policy (thresholds, inline checks, fail open/closed per "
         "agent/domain/tier). Unset: the built-in policy (threshold 0.5, every deterministic "
-        "check, fail open).",
+        "check, fail open)."
     )
     gate_max_content_chars: int = Field(
         default=32_000, ge=1, description="Longest message content the gate checks (413 above)."
@@ -43,17 +44,15 @@ class GateSettings(BaseModel):
     gate_max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="Largest POST /v1/gate body (413 above)."
     )
-    gate_refresh_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="How often the gate reloads the calibration maps it "
+    gate_refresh_s: float = positive(
+        30.0,
+        "How often the gate reloads the calibration maps it "
         "holds in memory (a newly fitted map is used within this delay).",
     )
-    gate_buffer_dir: Path | None = Field(
-        default=None,
-        description="Directory of the disk buffer for decision events the broker did not "
+    gate_buffer_dir: Path | None = unset(
+        "Directory of the disk buffer for decision events the broker did not "
         "acknowledge (one per worker). Unset: the first free of <MONITOR_STATE_DIR>/gate-buffer, "
-        "gate-buffer-1, ... (workers sharing a state dir each take one).",
+        "gate-buffer-1, ... (workers sharing a state dir each take one)."
     )
     gate_buffer_max_bytes: int = Field(
         default=512 * 1024 * 1024,
@@ -61,9 +60,8 @@ class GateSettings(BaseModel):
         description="Size cap of the gate's disk buffer; when full the oldest buffered "
         "decision events are dropped (whole segments) and counted.",
     )
-    gate_spill_after_s: float = Field(
-        default=2.0,
-        gt=0,
-        description="A decision event not acknowledged by the broker within this delay is "
+    gate_spill_after_s: float = positive(
+        2.0,
+        "A decision event not acknowledged by the broker within this delay is "
         "written to the disk buffer (a killed worker can lose at most this window).",
     )

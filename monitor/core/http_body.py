@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from monitor.core.errors import BadEncoding, BodyTimeout, BodyTooLarge, Busy, UnsupportedEncoding
 from monitor.core.inflate import Inflater
 
+#: Reads a request body's next chunk (``b""`` at its end).
+ReadChunk = Callable[[], Awaitable[bytes]]
+
 
 @dataclass(frozen=True)
 class BodyLimits:
@@ -53,7 +56,7 @@ def declared_too_large(content_length: str | None, limits: BodyLimits) -> bool:
 
 
 async def read_body(
-    read_chunk: Callable[[], Awaitable[bytes]],
+    read_chunk: ReadChunk,
     *,
     content_length: str | None,
     content_encoding: str | None,

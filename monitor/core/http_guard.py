@@ -10,8 +10,11 @@ invents). An empty bucket answers 429 with ``Retry-After``; the endpoint renders
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from monitor.core.errors import UnsupportedEncoding
+from monitor.core.inflate import encoding_of
 from monitor.core.rate_limit import RateLimiter, retry_after
 
 
@@ -72,3 +75,17 @@ def unsupported_media(content_type: str | None, accepted: tuple[str, ...]) -> Re
     return Refusal(
         415, f"Content-Type {content_type!r} is not supported: send {listed}", "unsupported_media"
     )
+
+
+def unreadable(headers: Mapping[str, str], accepted: tuple[str, ...]) -> Refusal | None:
+    """The 415 refusal of a request whose ``Content-Type`` is not one of ``accepted``
+    (``unsupported_media``) or whose ``Content-Encoding`` is not supported
+    (``unsupported_encoding``); None when its body can be read."""
+    content_type = headers.get("Content-Type")
+    if media_type(content_type) not in accepted:
+        return unsupported_media(content_type, accepted)
+    try:
+        encoding_of(headers.get("Content-Encoding"))
+    except UnsupportedEncoding as exc:
+        return Refusal(415, str(exc), "unsupported_encoding")
+    return None

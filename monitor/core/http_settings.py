@@ -9,27 +9,26 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from monitor.core.fields import non_negative, positive
+
 
 class HttpSettings(BaseModel):
     """Timeouts, decompression and parsing limits, and per-credential request rates of the
     worker's web server (a base of ``Settings``; validated with it)."""
 
-    http_idle_timeout_s: float = Field(
-        default=15.0,
-        gt=0,
-        description="A connection is closed when idle this long: before its first request's "
+    http_idle_timeout_s: float = positive(
+        15.0,
+        "A connection is closed when idle this long: before its first request's "
         "headers are complete (a slowloris on the headers) and between keep-alive requests.",
     )
-    http_read_timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="The whole request body must arrive within this delay once the handler "
+    http_read_timeout_s: float = positive(
+        10.0,
+        "The whole request body must arrive within this delay once the handler "
         "reads it (408 and the connection closed after it).",
     )
-    http_lingering_s: float = Field(
-        default=2.0,
-        ge=0,
-        description="After an early answer (401, 413, 429...), the server reads and discards "
+    http_lingering_s: float = non_negative(
+        2.0,
+        "After an early answer (401, 413, 429...), the server reads and discards "
         "the unread body for at most this long (so the client sees the answer), then closes.",
     )
     http_max_inflate_ratio: float = Field(
@@ -39,11 +38,9 @@ class HttpSettings(BaseModel):
         "size (checked once 1 MiB came out) is refused with 413; the inflated size is also "
         "capped at the endpoint's body limit.",
     )
-    http_inline_parse_bytes: int = Field(
-        default=64 * 1024,
-        ge=0,
-        description="Bodies up to this size are parsed on the event loop; larger ones in the "
-        "parse threads.",
+    http_inline_parse_bytes: int = non_negative(
+        64 * 1024,
+        "Bodies up to this size are parsed on the event loop; larger ones in the parse threads.",
     )
     http_max_bodies_in_flight: int = Field(
         default=8,
@@ -55,24 +52,21 @@ class HttpSettings(BaseModel):
     http_parse_threads: int = Field(
         default=2, ge=1, le=16, description="Threads parsing large request bodies."
     )
-    http_ingest_rate_per_s: float = Field(
-        default=200.0,
-        ge=0,
-        description="Requests/s per credential on POST /v1/events and /v1/traces (0: off).",
+    http_ingest_rate_per_s: float = non_negative(
+        200.0, "Requests/s per credential on POST /v1/events and /v1/traces (0: off)."
     )
     http_ingest_rate_burst: float = Field(default=400.0, ge=1)
-    http_gate_rate_per_s: float = Field(
-        default=2000.0, ge=0, description="Requests/s per credential on POST /v1/gate (0: off)."
+    http_gate_rate_per_s: float = non_negative(
+        2000.0, "Requests/s per credential on POST /v1/gate (0: off)."
     )
     http_gate_rate_burst: float = Field(default=4000.0, ge=1)
-    http_read_rate_per_s: float = Field(
-        default=50.0, ge=0, description="Requests/s per credential on GET /v1/calibration."
+    http_read_rate_per_s: float = non_negative(
+        50.0, "Requests/s per credential on GET /v1/calibration."
     )
     http_read_rate_burst: float = Field(default=100.0, ge=1)
-    http_unauth_rate_per_s: float = Field(
-        default=5.0,
-        ge=0,
-        description="Requests/s per peer address that fail authentication, all endpoints "
+    http_unauth_rate_per_s: float = non_negative(
+        5.0,
+        "Requests/s per peer address that fail authentication, all endpoints "
         "together; beyond the burst they are answered 429 (0: off).",
     )
     http_unauth_rate_burst: float = Field(default=20.0, ge=1)

@@ -20,72 +20,63 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from pydantic import BaseModel, Field
 
+from monitor.core.fields import non_negative, positive
+
 
 class RetentionSettings(BaseModel):
     """Retention and partition settings (a base of ``Settings``; validated with it)."""
 
-    retention_events_days: int = Field(
-        default=30,
-        ge=0,
-        description="Days of raw events kept: older daily partitions of events are dropped "
+    retention_events_days: int = non_negative(
+        30,
+        "Days of raw events kept: older daily partitions of events are dropped "
         "whole (by event time, ts; a day written into within the horizon, a replay, is kept "
         "until idle as long). 0: keep forever.",
     )
-    retention_unsampled_hours: int = Field(
-        default=48,
-        ge=0,
-        description="Hours the events of conversations outside the sample (not sampled by "
+    retention_unsampled_hours: int = non_negative(
+        48,
+        "Hours the events of conversations outside the sample (not sampled by "
         "rate, no always-sample rule fired) are kept: a day's unsampled leaf of events is "
         "emptied whole (TRUNCATE) once nothing was written into it for this long, so every such "
         "event stays at least this long after it was ingested, for a rule firing later to "
         "promote its conversation whole. 0: kept as long as the other events.",
     )
-    retention_event_ids_days: int = Field(
-        default=60,
-        ge=0,
-        description="Days an event_id is remembered for de-duplication (by event time); never "
+    retention_event_ids_days: int = non_negative(
+        60,
+        "Days an event_id is remembered for de-duplication (by event time); never "
         "less than retention_events_days. A replay of an event older than this is stored again.",
     )
-    retention_minute_sums_days: int = Field(
-        default=30,
-        ge=0,
-        description="Days of 1-minute sums kept (calibration_bins at 1m, event_minutes, "
+    retention_minute_sums_days: int = non_negative(
+        30,
+        "Days of 1-minute sums kept (calibration_bins at 1m, event_minutes, "
         "ingest_delay_bins, conversation_minutes). 0: keep forever.",
     )
-    retention_hourly_sums_days: int = Field(
-        default=90,
-        ge=0,
-        description="Days of hourly sums kept (calibration_bins and escalation_bins at 1h).",
+    retention_hourly_sums_days: int = non_negative(
+        90, "Days of hourly sums kept (calibration_bins and escalation_bins at 1h)."
     )
-    retention_daily_sums_days: int = Field(
-        default=400,
-        ge=0,
-        description="Days of daily sums kept (calibration_bins and escalation_bins at 1d).",
+    retention_daily_sums_days: int = non_negative(
+        400, "Days of daily sums kept (calibration_bins and escalation_bins at 1d)."
     )
-    retention_items_days: int = Field(
-        default=90, ge=0, description="Days of items (scored assistant messages) kept, by ts."
+    retention_items_days: int = non_negative(
+        90, "Days of items (scored assistant messages) kept, by ts."
     )
-    retention_conversations_days: int = Field(
-        default=90,
-        ge=0,
-        description="Days a conversation's roll-up row is kept after its last event and its "
+    retention_conversations_days: int = non_negative(
+        90,
+        "Days a conversation's roll-up row is kept after its last event and its "
         "last write (a replay of old traffic is kept; never fewer than retention_events_days). "
         "An event arriving for a conversation already removed starts a new row, counted again "
         "in the escalation sums. 0: keep forever.",
     )
-    retention_dead_letters_days: int = Field(
-        default=30, ge=0, description="Days dead letters are kept, by received_at. 0: forever."
+    retention_dead_letters_days: int = non_negative(
+        30, "Days dead letters are kept, by received_at. 0: forever."
     )
-    retention_verdicts_days: int = Field(
-        default=90,
-        ge=0,
-        description="Days judge verdicts (by created_at) and judge requests (by requested_at) "
+    retention_verdicts_days: int = non_negative(
+        90,
+        "Days judge verdicts (by created_at) and judge requests (by requested_at) "
         "are kept. 0: keep forever.",
     )
-    retention_interval_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="Seconds between the worker's retention runs (also run at start): "
+    retention_interval_s: float = positive(
+        3600.0,
+        "Seconds between the worker's retention runs (also run at start): "
         "partitions created ahead, old ones dropped, old sums and items deleted.",
     )
     partitions_ahead_days: int = Field(

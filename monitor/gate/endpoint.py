@@ -30,7 +30,7 @@ errors carry ``error`` and a machine-readable ``reason``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,9 +46,8 @@ from monitor.core.errors import (
     UnknownAgent,
     UnsupportedEncoding,
 )
-from monitor.core.http_body import BodyLimits, read_body
-from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
-from monitor.core.inflate import encoding_of
+from monitor.core.http_body import BodyLimits, ReadChunk, read_body
+from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet
 from monitor.gate.decide import Maps, decide, decision_event
@@ -128,7 +127,7 @@ async def receive_gate(
     *,
     headers: Mapping[str, str],
     peer: str | None,
-    read_chunk: Callable[[], Awaitable[bytes]],
+    read_chunk: ReadChunk,
     authorize: Authorize,
     limits: GateLimits,
     guard: Guard,
@@ -141,11 +140,10 @@ async def receive_gate(
     grant = admit(answer, peer, guard)
     if isinstance(grant, Refusal):
         return _refused(grant)
-    content_type = headers.get("Content-Type")
-    if media_type(content_type) not in MEDIA_TYPES:
-        return _refused(unsupported_media(content_type, MEDIA_TYPES))
+    unread = unreadable(headers, MEDIA_TYPES)
+    if unread is not None:
+        return _refused(unread)
     try:
-        encoding_of(headers.get("Content-Encoding"))
         body: bytes | None = await read_body(
             read_chunk,
             content_length=headers.get("Content-Length"),

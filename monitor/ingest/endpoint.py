@@ -19,25 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import Publish
 from monitor.core.errors import (
     BadBody,
     BadEncoding,
     BodyTimeout,
     BodyTooLarge,
     Busy,
-    UnsupportedEncoding,
 )
-from monitor.core.http_body import BodyLimits, body_slot, declared_too_large, read_body
-from monitor.core.http_guard import Guard, Refusal, media_type, unsupported_media
+from monitor.core.http_body import BodyLimits, ReadChunk, body_slot, declared_too_large, read_body
+from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.core.http_reply import Offload, Reply, error_reply, json_reply
-from monitor.core.inflate import encoding_of
 from monitor.ingest.http import ParsedBatch, parse_events, response_body, status_for
 
 log = logging.getLogger("monitor.ingest.endpoint")
@@ -63,8 +61,8 @@ async def receive_events(
     *,
     headers: Mapping[str, str],
     peer: str | None,
-    read_chunk: Callable[[], Awaitable[bytes]],
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    read_chunk: ReadChunk,
+    publish: Publish,
     authorize: Authorize,
     limits: IngestLimits,
     guard: Guard,
@@ -79,13 +77,9 @@ async def receive_events(
     grant = admit(await authorize(headers.get("Authorization")), peer, guard)
     if isinstance(grant, Refusal):
         return refused(grant)
-    content_type = headers.get("Content-Type")
-    if media_type(content_type) not in MEDIA_TYPES:
-        return refused(unsupported_media(content_type, MEDIA_TYPES))
-    try:
-        encoding_of(headers.get("Content-Encoding"))
-    except UnsupportedEncoding as exc:
-        return error_reply(415, str(exc), "unsupported_encoding")
+    unread = unreadable(headers, MEDIA_TYPES)
+    if unread is not None:
+        return refused(unread)
     if declared_too_large(headers.get("Content-Length"), limits.body):
         return error_reply(413, f"body over {limits.body.max_bytes} bytes", "too_large")
     try:
@@ -97,8 +91,8 @@ async def receive_events(
 
 async def _ingest(
     headers: Mapping[str, str],
-    read_chunk: Callable[[], Awaitable[bytes]],
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    read_chunk: ReadChunk,
+    publish: Publish,
     limits: IngestLimits,
     now: Callable[[], datetime],
     offload: Offload,

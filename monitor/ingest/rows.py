@@ -13,26 +13,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import SEGMENT_FIELDS, AgentEvent
 
 # the COPY column order: every ``events`` column but the server-filled ``ingested_at``
-# (spelled out so this module stays pure; tests/ingest/test_store_writer.py checks it against
-# the table definition)
+# (spelled out so this module stays pure, the segment columns read from the contract's models;
+# tests/ingest/test_store_writer.py checks it against the table definition)
 EVENT_COLUMNS: tuple[str, ...] = (
     "event_id",
     "conversation_id",
     "type",
     "ts",
-    "agent_id",
-    "agent_version",
-    "agent_model",
-    "domain",
-    "tier",
-    "channel",
-    "intent",
-    "segment",
-    "task_id",
-    "trial",
+    *SEGMENT_FIELDS,
     "turn",
     "role",
     "confidence",

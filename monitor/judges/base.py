@@ -20,25 +20,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from itertools import pairwise
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from monitor.contract.events import AgentEvent
 from monitor.judges.truncation import Omitted, split, summarise
 
 VerdictStatus = Literal["ok", "error"]
 
-FAILURE_CATEGORIES = (
+FailureCategory = Literal[
     "wrong_action",
     "wrong_arguments",
     "wrong_information",
     "policy_violation",
     "partial_resolution",
     "fabrication",
-)
-FABRICATION_TYPES = (
+]
+FabricationType = Literal[
     "policy",
     "pricing",
     "availability",
@@ -47,7 +47,9 @@ FABRICATION_TYPES = (
     "citation",
     "account",
     "history",
-)
+]
+FAILURE_CATEGORIES: tuple[FailureCategory, ...] = get_args(FailureCategory)
+FABRICATION_TYPES: tuple[FabricationType, ...] = get_args(FabricationType)
 ALL_CATEGORIES = FAILURE_CATEGORIES + tuple(f"fabrication:{t}" for t in FABRICATION_TYPES)
 
 
@@ -193,20 +195,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the shape stored in Postgres and sent on judge topics)."""
-        return {
-            "judge": self.judge,
-            "judge_version": self.judge_version,
-            "conversation_id": self.conversation_id,
-            "item_id": self.item_id,
-            "status": self.status,
-            "label": self.label,
-            "score": self.score,
-            "categories": list(self.categories),
-            "evidence": self.evidence,
-            "rationale": self.rationale,
-            "error": self.error,
-            "latency_ms": self.latency_ms,
-        }
+        return {**asdict(self), "categories": list(self.categories)}
 
 
 class Judge(Protocol):

@@ -21,39 +21,24 @@ with one entry per assistant message, no more and no fewer. Extra keys are ignor
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from monitor.contract.events import AgentEvent
 from monitor.core.errors import MalformedOutput
-from monitor.judges.base import FABRICATION_TYPES, FAILURE_CATEGORIES, Conversation, Verdict
+from monitor.judges.base import (
+    FABRICATION_TYPES,
+    Conversation,
+    FabricationType,
+    FailureCategory,
+    Verdict,
+)
 
 PROMPT_VERSION = "rubric-v1"
 MAX_CONTENT_CHARS = 2000  # per rendered message / tool result / arguments
 MAX_RATIONALE_CHARS = 1000
 REPAIR_INSTRUCTION = "Your previous reply could not be used"
-
-FailureCategory = Literal[
-    "wrong_action",
-    "wrong_arguments",
-    "wrong_information",
-    "policy_violation",
-    "partial_resolution",
-    "fabrication",
-]
-FabricationType = Literal[
-    "policy",
-    "pricing",
-    "availability",
-    "procedure",
-    "authorization",
-    "citation",
-    "account",
-    "history",
-]
-assert set(FailureCategory.__args__) == set(FAILURE_CATEGORIES)  # type: ignore[attr-defined]
-assert set(FabricationType.__args__) == set(FABRICATION_TYPES)  # type: ignore[attr-defined]
 
 SYSTEM_PROMPT = f"""\
 You are a strict reviewer of customer-service AI agents. You read one conversation between a \

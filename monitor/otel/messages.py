@@ -212,13 +212,9 @@ def _oi_message(group: dict[str, Any]) -> Message | None:
     role = group.get("message.role")
     if not role:
         return None
-    calls = []
-    for j in range(64):
-        p = f"message.tool_calls.{j}.tool_call."
-        name = group.get(p + "function.name")
-        if name is None:
-            break
-        calls.append(_call(group.get(p + "id"), name, group.get(p + "function.arguments")))
+    calls = _calls(
+        group, "message.tool_calls.{j}.tool_call.", "function.name", "function.arguments"
+    )
     content = group.get("message.content")
     if content is None:  # a list of parts: message.contents.{k}.message_content.text
         parts = [
@@ -227,33 +223,36 @@ def _oi_message(group: dict[str, Any]) -> Message | None:
             if group.get(f"message.contents.{k}.message_content.text") is not None
         ]
         content = "\n".join(parts) if parts else None
-    call_id = group.get("message.tool_call_id")
-    return Message(
-        str(role),
-        None if content is None else str(content),
-        tuple(calls),
-        None if call_id in (None, "") else str(call_id),
-    )
+    return _message(role, content, calls, group.get("message.tool_call_id"))
 
 
 def _openllmetry_message(group: dict[str, Any]) -> Message | None:
     role = group.get("role")
     if not role:
         return None
+    calls = _calls(group, "tool_calls.{j}.", "name", "arguments")
+    return _message(role, group.get("content"), calls, group.get("tool_call_id"))
+
+
+def _calls(
+    group: dict[str, Any], prefix: str, name: str, arguments: str
+) -> tuple[ToolCallOut, ...]:
+    """The tool calls ``prefix.format(j=0, 1, ...)`` + ``name`` / ``id`` / ``arguments`` of a
+    flattened message, up to the first index without a name (64 at most)."""
     calls = []
     for j in range(64):
-        name = group.get(f"tool_calls.{j}.name")
-        if name is None:
+        p = prefix.format(j=j)
+        if group.get(p + name) is None:
             break
-        calls.append(
-            _call(group.get(f"tool_calls.{j}.id"), name, group.get(f"tool_calls.{j}.arguments"))
-        )
-    content = group.get("content")
-    call_id = group.get("tool_call_id")
+        calls.append(_call(group.get(p + "id"), group[p + name], group.get(p + arguments)))
+    return tuple(calls)
+
+
+def _message(role: Any, content: Any, calls: tuple[ToolCallOut, ...], call_id: Any) -> Message:
     return Message(
         str(role),
         None if content is None else str(content),
-        tuple(calls),
+        calls,
         None if call_id in (None, "") else str(call_id),
     )
 

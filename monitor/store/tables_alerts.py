@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 from sqlalchemy import (
-    BigInteger,
     Column,
     Double,
     Index,
@@ -27,35 +26,34 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from monitor.store.tables import TS, metadata
+from monitor.store.tables import TS, inserted_at, key, metadata, required, serial_id
 
 alert_states = Table(
     "alert_states",
     metadata,
-    Column("fingerprint", Text, primary_key=True),
-    Column("rule", Text, nullable=False),
-    Column("scope", JSONB, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("state", JSONB, nullable=False),
-    Column("version", Integer, nullable=False),
-    Column("updated_at", TS, nullable=False, server_default=func.now()),
+    key("fingerprint", Text),
+    required("rule", Text),
+    required("scope", JSONB),
+    required("status", Text),
+    required("state", JSONB),
+    required("version", Integer),
+    inserted_at("updated_at"),
     Index(None, "status"),
 )
 
 alert_silences = Table(
     "alert_silences",
     metadata,
-    Column("id", Text, primary_key=True),
-    Column("matchers", JSONB, nullable=False),
-    Column("starts_at", TS, nullable=False),
-    Column("ends_at", TS, nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("created_by", Text, nullable=False),
-    Column("created_at", TS, nullable=False, server_default=func.now()),
+    key("id", Text),
+    required("matchers", JSONB),
+    required("starts_at", TS),
+    required("ends_at", TS),
+    required("reason", Text),
+    required("created_by", Text),
+    inserted_at("created_at"),
     Column("expired_at", TS),
     Index(None, "ends_at"),
 )
@@ -63,24 +61,24 @@ alert_silences = Table(
 alert_groups = Table(
     "alert_groups",
     metadata,
-    Column("group_key", Text, primary_key=True),
-    Column("state", JSONB, nullable=False),
-    Column("updated_at", TS, nullable=False, server_default=func.now()),
+    key("group_key", Text),
+    required("state", JSONB),
+    inserted_at("updated_at"),
 )
 
 notification_outbox = Table(
     "notification_outbox",
     metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("idempotency_key", Text, nullable=False),
-    Column("sink", Text, nullable=False),
-    Column("payload", JSONB, nullable=False),
-    Column("status", Text, nullable=False, server_default="pending"),
-    Column("attempts", Integer, nullable=False, server_default="0"),
-    Column("next_attempt_at", TS, nullable=False, server_default=func.now()),
+    serial_id(),
+    required("idempotency_key", Text),
+    required("sink", Text),
+    required("payload", JSONB),
+    required("status", Text, server_default="pending"),
+    required("attempts", Integer, server_default="0"),
+    inserted_at("next_attempt_at"),
     Column("last_error", Text),
     Column("response", JSONB),
-    Column("created_at", TS, nullable=False, server_default=func.now()),
+    inserted_at("created_at"),
     Column("delivered_at", TS),
     UniqueConstraint("idempotency_key", "sink", name="uq_outbox_key_sink"),
     Index(None, "status", "next_attempt_at"),
@@ -89,17 +87,17 @@ notification_outbox = Table(
 alert_history = Table(
     "alert_history",
     metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("fingerprint", Text, nullable=False),
-    Column("rule", Text, nullable=False),
-    Column("kind", Text, nullable=False),
-    Column("severity", Text, nullable=False),
-    Column("scope", JSONB, nullable=False),
+    serial_id(),
+    required("fingerprint", Text),
+    required("rule", Text),
+    required("kind", Text),
+    required("severity", Text),
+    required("scope", JSONB),
     Column("value", Double),
     Column("threshold", Double),
-    Column("summary", Text, nullable=False),
-    Column("at", TS, nullable=False),
-    Column("idempotency_key", Text, nullable=False, unique=True),
+    required("summary", Text),
+    required("at", TS),
+    required("idempotency_key", Text, unique=True),
     Index(None, "at"),
     Index(None, "fingerprint", "at"),
 )

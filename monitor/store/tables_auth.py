@@ -10,20 +10,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Table, Text, func
+from sqlalchemy import Column, Table, Text
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from monitor.store.tables import TS, metadata
+from monitor.store.tables import TS, inserted_at, key, metadata, required
 
 api_keys = Table(
     "api_keys",
     metadata,
-    Column("id", Text, primary_key=True),
-    Column("name", Text, nullable=False, server_default=""),
-    Column("key_hash", Text, nullable=False, unique=True),
-    Column("agents", ARRAY(Text), nullable=False),
-    Column("scopes", ARRAY(Text), nullable=False),
-    Column("created_at", TS, nullable=False, server_default=func.now()),
+    key("id", Text),
+    required("name", Text, server_default=""),
+    required("key_hash", Text, unique=True),
+    required("agents", ARRAY(Text)),
+    required("scopes", ARRAY(Text)),
+    inserted_at("created_at"),
     Column("expires_at", TS),
     Column("revoked_at", TS),
 )

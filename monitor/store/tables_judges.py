@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 from sqlalchemy import (
-    BigInteger,
     Boolean,
     Column,
     Double,
@@ -30,31 +29,30 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from monitor.store.tables import TS, metadata
+from monitor.store.tables import TS, inserted_at, key, metadata, required, serial_id
 
 verdicts = Table(
     "verdicts",
     metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("conversation_id", Text, nullable=False),
-    Column("item_id", Text, nullable=False, server_default=""),
-    Column("agent_id", Text, nullable=False),
-    Column("judge", Text, nullable=False),
-    Column("judge_version", Text, nullable=False),
-    Column("status", Text, nullable=False),
+    serial_id(),
+    required("conversation_id", Text),
+    required("item_id", Text, server_default=""),
+    required("agent_id", Text),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("status", Text),
     Column("label", SmallInteger),
     Column("score", Double),
-    Column("categories", JSONB, nullable=False, server_default="[]"),
-    Column("evidence", JSONB, nullable=False, server_default="{}"),
+    required("categories", JSONB, server_default="[]"),
+    required("evidence", JSONB, server_default="{}"),
     Column("rationale", Text),
     Column("error", Text),
-    Column("latency_ms", Double, nullable=False, server_default="0"),
-    Column("created_at", TS, nullable=False, server_default=func.now()),
+    required("latency_ms", Double, server_default="0"),
+    inserted_at("created_at"),
     UniqueConstraint(
         "conversation_id", "item_id", "judge", "judge_version", name="uq_verdicts_item_judge"
     ),
@@ -65,12 +63,12 @@ verdicts = Table(
 judge_requests = Table(
     "judge_requests",
     metadata,
-    Column("conversation_id", Text, primary_key=True),
-    Column("agent_id", Text, nullable=False),
-    Column("reasons", JSONB, nullable=False),
-    Column("requested_at", TS, nullable=False, server_default=func.now()),
+    key("conversation_id", Text),
+    required("agent_id", Text),
+    required("reasons", JSONB),
+    inserted_at("requested_at"),
     Column("judged_at", TS),
-    Column("resends", Integer, nullable=False, server_default="0"),
+    required("resends", Integer, server_default="0"),
     Column("resent_at", TS),
     Index(None, "requested_at"),
     Index(
@@ -83,14 +81,14 @@ judge_requests = Table(
 judge_quality = Table(
     "judge_quality",
     metadata,
-    Column("judge", Text, primary_key=True),
-    Column("judge_version", Text, primary_key=True),
-    Column("pairs", Integer, nullable=False),
-    Column("flagged", Integer, nullable=False),
+    key("judge", Text),
+    key("judge_version", Text),
+    required("pairs", Integer),
+    required("flagged", Integer),
     Column("precision", Double),
     Column("recall", Double),
-    Column("floor", Double, nullable=False),
-    Column("min_pairs", Integer, nullable=False),
-    Column("muted", Boolean, nullable=False, server_default="false"),
-    Column("computed_at", TS, nullable=False, server_default=func.now()),
+    required("floor", Double),
+    required("min_pairs", Integer),
+    required("muted", Boolean, server_default="false"),
+    inserted_at("computed_at"),
 )

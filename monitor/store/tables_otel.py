@@ -15,18 +15,18 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ARRAY, Boolean, Column, Index, PrimaryKeyConstraint, Table, Text, func
+from sqlalchemy import ARRAY, Boolean, Column, Index, PrimaryKeyConstraint, Table, Text
 
-from monitor.store.tables import TS, metadata
+from monitor.store.tables import inserted_at, key, metadata, required
 
 otel_pending_spans = Table(
     "otel_pending_spans",
     metadata,
-    Column("trace_id", Text, nullable=False),
-    Column("span_id", Text, nullable=False),
-    Column("received_at", TS, nullable=False, server_default=func.now()),
-    Column("root", Boolean, nullable=False, server_default="false"),
-    Column("span", Text, nullable=False),
+    required("trace_id", Text),
+    required("span_id", Text),
+    inserted_at("received_at"),
+    required("root", Boolean, server_default="false"),
+    required("span", Text),
     Column("scope", ARRAY(Text)),
     PrimaryKeyConstraint("trace_id", "span_id", name="otel_pending_spans_pkey"),
     Index("otel_pending_spans_received_at", "received_at"),
@@ -35,11 +35,11 @@ otel_pending_spans = Table(
 otel_traces = Table(
     "otel_traces",
     metadata,
-    Column("trace_id", Text, primary_key=True),
+    key("trace_id", Text),
     Column("conversation_id", Text),
     Column("agent_id", Text),
-    Column("llm_calls", Boolean, nullable=False, server_default="false"),
-    Column("how", Text, nullable=False),
-    Column("resolved_at", TS, nullable=False, server_default=func.now()),
+    required("llm_calls", Boolean, server_default="false"),
+    required("how", Text),
+    inserted_at("resolved_at"),
     Index("otel_traces_resolved_at", "resolved_at"),
 )

@@ -37,7 +37,6 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    Column,
     Double,
     Integer,
     PrimaryKeyConstraint,
@@ -46,7 +45,7 @@ from sqlalchemy import (
     Text,
 )
 
-from monitor.store.tables import TS, metadata
+from monitor.store.tables import TS, metadata, required
 
 #: delay histogram: the smallest bucket's upper edge (s), buckets per doubling, the last bucket
 DELAY_BASE_S = 0.001
@@ -60,21 +59,21 @@ SECONDS_PER_DOUBLING = 16
 event_minutes = Table(
     "event_minutes",
     metadata,
-    Column("minute", TS, nullable=False),
-    Column("type", Text, nullable=False),
-    Column("agent_id", Text, nullable=False),
-    Column("domain", Text, nullable=False, server_default=""),
-    Column("tier", SmallInteger, nullable=False, server_default="0"),
-    Column("events", BigInteger, nullable=False),
+    required("minute", TS),
+    required("type", Text),
+    required("agent_id", Text),
+    required("domain", Text, server_default=""),
+    required("tier", SmallInteger, server_default="0"),
+    required("events", BigInteger),
     PrimaryKeyConstraint("minute", "type", "agent_id", "domain", "tier", name="pk_event_minutes"),
 )
 
 ingest_delay_bins = Table(
     "ingest_delay_bins",
     metadata,
-    Column("minute", TS, nullable=False),
-    Column("bucket", SmallInteger, nullable=False),
-    Column("events", BigInteger, nullable=False),
+    required("minute", TS),
+    required("bucket", SmallInteger),
+    required("events", BigInteger),
     PrimaryKeyConstraint("minute", "bucket", name="pk_ingest_delay_bins"),
 )
 
@@ -93,19 +92,19 @@ CONVERSATION_MINUTE_SUMS = (
 conversation_minutes = Table(
     "conversation_minutes",
     metadata,
-    Column("minute", TS, nullable=False),
-    Column("agent_id", Text, nullable=False),
-    Column("domain", Text, nullable=False),
-    Column("tier", SmallInteger, nullable=False),
-    *(Column(name, BigInteger, nullable=False) for name in CONVERSATION_MINUTE_SUMS),
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    *(required(name, BigInteger) for name in CONVERSATION_MINUTE_SUMS),
     PrimaryKeyConstraint("minute", "agent_id", "domain", "tier", name="pk_conversation_minutes"),
 )
 
 segment_values = Table(
     "segment_values",
     metadata,
-    Column("kind", Text, nullable=False),
-    Column("value", Text, nullable=False),
+    required("kind", Text),
+    required("value", Text),
     PrimaryKeyConstraint("kind", "value", name="pk_segment_values"),
 )
 
@@ -127,19 +126,19 @@ ESCALATION_KEY = (
 escalation_bins = Table(
     "escalation_bins",
     metadata,
-    Column("resolution", Text, nullable=False),
-    Column("window_start", TS, nullable=False),
-    Column("kind", SmallInteger, nullable=False),
-    Column("agent_id", Text, nullable=False),
-    Column("agent_version", Text, nullable=False),
-    Column("domain", Text, nullable=False),
-    Column("tier", SmallInteger, nullable=False),
-    Column("conf_milli", SmallInteger, nullable=False),
-    Column("escalated", Boolean, nullable=False),
-    Column("outcome", SmallInteger, nullable=False),
-    Column("weight", Double, nullable=False),
-    Column("turns", Integer, nullable=False),
-    Column("seconds_bucket", SmallInteger, nullable=False),
-    Column("conversations", BigInteger, nullable=False),
+    required("resolution", Text),
+    required("window_start", TS),
+    required("kind", SmallInteger),
+    required("agent_id", Text),
+    required("agent_version", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("conf_milli", SmallInteger),
+    required("escalated", Boolean),
+    required("outcome", SmallInteger),
+    required("weight", Double),
+    required("turns", Integer),
+    required("seconds_bucket", SmallInteger),
+    required("conversations", BigInteger),
     PrimaryKeyConstraint("resolution", "window_start", *ESCALATION_KEY, name="pk_escalation_bins"),
 )

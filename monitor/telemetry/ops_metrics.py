@@ -6,16 +6,29 @@ process never share counters. Units: counts are events, latency is seconds, lag 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics import MetricWrapperBase
 
 from monitor.store.retention import RetentionReport
 from monitor.telemetry.loop_lag import LoopLag
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+def _declare(kind: type[M], registry: CollectorRegistry) -> Callable[..., M]:
+    """``declare(name, documentation, *label_names, **options)``: a ``kind`` metric on
+    ``registry`` (``options`` such as a histogram's ``buckets``)."""
+
+    def declare(name: str, documentation: str, *label_names: str, **options: Any) -> M:
+        return kind(name, documentation, label_names, registry=registry, **options)
+
+    return declare
 
 
 class OpsMetrics:
@@ -23,218 +36,179 @@ class OpsMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.events_in = Counter(
-            "monitor_events_in", "Kafka records read by the ingest loop", registry=r
+        counter = _declare(Counter, self.registry)
+        gauge = _declare(Gauge, self.registry)
+        histogram = _declare(Histogram, self.registry)
+        self.events_in = counter("monitor_events_in", "Kafka records read by the ingest loop")
+        self.events_invalid = counter(
+            "monitor_events_invalid", "Invalid events sent to the DLQ", "reason"
         )
-        self.events_invalid = Counter(
-            "monitor_events_invalid", "Invalid events sent to the DLQ", ["reason"], registry=r
+        self.events_written = counter("monitor_events_written", "New events committed to Postgres")
+        self.events_duplicate = counter(
+            "monitor_events_duplicate", "Events skipped as already stored"
         )
-        self.events_written = Counter(
-            "monitor_events_written", "New events committed to Postgres", registry=r
-        )
-        self.events_duplicate = Counter(
-            "monitor_events_duplicate", "Events skipped as already stored", registry=r
-        )
-        self.batches = Counter("monitor_batches", "Batches committed", registry=r)
-        self.batches_staged = Counter(
+        self.batches = counter("monitor_batches", "Batches committed")
+        self.batches_staged = counter(
             "monitor_batches_staged",
             "Writes through the staging table: a batch holding a stored or repeated event_id"
             " (replay, re-delivery); the others are COPYed straight into events",
-            registry=r,
         )
-        self.batch_latency = Histogram(
+        self.batch_latency = histogram(
             "monitor_batch_latency_seconds",
             "Decode + write + offset commit time per batch",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
         )
-        self.store_errors = Counter(
-            "monitor_store_errors", "Failed write attempts (retried with backoff)", registry=r
+        self.store_errors = counter(
+            "monitor_store_errors", "Failed write attempts (retried with backoff)"
         )
-        self.dlq_errors = Counter(
-            "monitor_dlq_publish_errors",
-            "Failed DLQ publish attempts (retried with backoff)",
-            registry=r,
+        self.dlq_errors = counter(
+            "monitor_dlq_publish_errors", "Failed DLQ publish attempts (retried with backoff)"
         )
-        self.alerts_flapping = Gauge(
+        self.alerts_flapping = gauge(
             "monitor_alerts_flapping",
             "Alerts marked flapping at the last evaluation (their notifications are held)",
-            ["rule"],
-            registry=r,
+            "rule",
         )
         self._flapping_rules: set[str] = set()
-        self.consumer_lag = Gauge(
-            "monitor_consumer_lag", "High watermark minus position", ["partition"], registry=r
+        self.consumer_lag = gauge(
+            "monitor_consumer_lag", "High watermark minus position", "partition"
         )
-        self.paused = Gauge(
-            "monitor_ingest_paused", "1 while ingest is paused waiting for the store", registry=r
+        self.paused = gauge(
+            "monitor_ingest_paused", "1 while ingest is paused waiting for the store"
         )
-        self.since_write = Gauge(
+        self.since_write = gauge(
             "monitor_seconds_since_last_write",
             "Seconds since the ingest loop last wrote a batch (see /health)",
-            registry=r,
         )
-        self.events_conflicting = Counter(
+        self.events_conflicting = counter(
             "monitor_events_conflicting",
             "Duplicate event_ids with a different body, dead-lettered (the first one stays)",
-            registry=r,
         )
-        self.commit_errors = Counter(
-            "monitor_offset_commit_errors", "Offset commits that failed or timed out", registry=r
+        self.commit_errors = counter(
+            "monitor_offset_commit_errors", "Offset commits that failed or timed out"
         )
-        self.undecodable_batches = Counter(
+        self.undecodable_batches = counter(
             "monitor_undecodable_batches",
             "Record batches the ingest consumer could not decode, by codec (dead-lettered as"
             " undecodable_batch and skipped)",
-            ["codec"],
-            registry=r,
+            "codec",
         )
-        self.broker_data_loss = Counter(
+        self.broker_data_loss = counter(
             "monitor_broker_data_loss",
             "Partitions found with a log end below the consumer position (broker lost data)",
-            registry=r,
         )
-        self.http_events = Counter(
-            "monitor_http_events", "Events posted to /v1/events", ["result"], registry=r
-        )
-        self.http_client_errors = Counter(
+        self.http_events = counter("monitor_http_events", "Events posted to /v1/events", "result")
+        self.http_client_errors = counter(
             "monitor_http_client_errors",
             "4xx answers of the HTTP endpoints by path and status (401, 408, 413, 415, 429...)",
-            ["path", "status"],
-            registry=r,
+            "path",
+            "status",
         )
-        self.gate_answers = Counter(
+        self.gate_answers = counter(
             "monitor_gate_answers",
             "POST /v1/gate answers: the decision, the error reason, or 'kept' (a decision event "
             "the broker did not acknowledge in time, buffered on disk and replayed later)",
-            ["result"],
-            registry=r,
+            "result",
         )
-        self.gate_degraded = Counter(
+        self.gate_degraded = counter(
             "monitor_gate_degraded_answers",
             "POST /v1/gate answers not made the ordinary way, per policy rule (index) and agent: "
             "kind fail_open / fail_closed (the rule's fail choice decided), deadline (checks past "
             "deadline_ms), llm_timeout / llm_error (on_llm_timeout decided), maps_stale "
             "(answered from maps whose refresh failed)",
-            ["rule", "agent", "kind"],
-            registry=r,
+            "rule",
+            "agent",
+            "kind",
         )
-        self.gate_buffered = Gauge(
+        self.gate_buffered = gauge(
             "monitor_gate_buffered_events",
             "Decision events on the gate's disk buffer, not yet acknowledged by the broker",
-            registry=r,
         )
-        self.gate_buffer_oldest = Gauge(
+        self.gate_buffer_oldest = gauge(
             "monitor_gate_buffer_oldest_age_seconds",
             "Age of the oldest decision event on the gate's disk buffer (0 when empty)",
-            registry=r,
         )
-        self.gate_dropped = Gauge(
+        self.gate_dropped = gauge(
             "monitor_gate_decision_events_dropped",
             "Decision events lost since the worker started, by reason (full: buffer size cap; "
             "corrupt: unreadable segment tail; write_error: the disk refused; refused: the "
             "broker refused the record for good)",
-            ["reason"],
-            registry=r,
+            "reason",
         )
-        self.otlp_spans = Counter(
+        self.otlp_spans = counter(
             "monitor_otlp_spans",
             "Spans posted to /v1/traces by fate (mapped, dropped, rejected, waiting: parked "
             "until their trace's root; events: events made; on the traces topic, bad_record "
             "and bad_batch: records and record batches skipped as undecodable)",
-            ["result"],
-            registry=r,
+            "result",
         )
-        self.otlp_failures = Counter(
+        self.otlp_failures = counter(
             "monitor_otlp_failures",
             "Failed operations seen in mapped spans, by kind (llm_call, tool, agent)",
-            ["kind"],
-            registry=r,
+            "kind",
         )
-        self.otlp_traces = Counter(
+        self.otlp_traces = counter(
             "monitor_otlp_traces",
             "Traces mapped, by how they were resolved (root: with their root; late: spans after "
             "their root; deadline / overflow: under the fallback, the trace id as conversation)",
-            ["how"],
-            registry=r,
+            "how",
         )
-        self.evaluations_exported = Counter(
+        self.evaluations_exported = counter(
             "monitor_evaluations_exported",
             "Judge verdicts sent as gen_ai.evaluation.result events, by result (ok, failed)",
-            ["result"],
-            registry=r,
+            "result",
         )
-        self.otlp_pending_spans = Gauge(
-            "monitor_otlp_pending_spans",
-            "Spans waiting in Postgres for their trace's root",
-            registry=r,
+        self.otlp_pending_spans = gauge(
+            "monitor_otlp_pending_spans", "Spans waiting in Postgres for their trace's root"
         )
         # judging
-        self.judge_requests = Counter(
-            "monitor_judge_requests", "Conversations sent to the judges", registry=r
-        )
-        self.judged = Counter(
-            "monitor_judged_conversations", "Judge requests completed", registry=r
-        )
-        self.judge_requests_resent = Counter(
+        self.judge_requests = counter("monitor_judge_requests", "Conversations sent to the judges")
+        self.judged = counter("monitor_judged_conversations", "Judge requests completed")
+        self.judge_requests_resent = counter(
             "monitor_judge_requests_resent",
             "Judge requests published again: no verdicts long after they were sent (lost on the "
             "topic or never finished)",
-            registry=r,
         )
-        self.judge_requests_skipped = Counter(
+        self.judge_requests_skipped = counter(
             "monitor_judge_requests_skipped",
             "Judge request records (malformed) and record batches (undecodable_batch) the judge "
             "consumer skipped",
-            ["reason"],
-            registry=r,
+            "reason",
         )
-        self.verdicts = Counter(
-            "monitor_verdicts", "Verdicts produced", ["judge", "status"], registry=r
-        )
-        self.judge_latency = Histogram(
+        self.verdicts = counter("monitor_verdicts", "Verdicts produced", "judge", "status")
+        self.judge_latency = histogram(
             "monitor_judge_latency_seconds",
             "Time to judge one conversation with every judge",
             buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-            registry=r,
         )
         # the event loop
-        self.event_loop_stall = Gauge(
+        self.event_loop_stall = gauge(
             "monitor_event_loop_stall_seconds",
             "Longest event-loop stall in the last minute: how late a 50 ms wake-up came",
-            registry=r,
         )
-        self.event_loop_lag = Histogram(
+        self.event_loop_lag = histogram(
             "monitor_event_loop_lag_seconds",
             "How late each 50 ms wake-up of the event-loop probe came (the loop held that long)",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
         )
 
-        self.retention_runs = Counter(
+        self.retention_runs = counter(
             "monitor_retention_runs",
             "Retention runs by result (ok, partial: a step failed, skipped: another worker ran it)",
-            ["result"],
-            registry=r,
+            "result",
         )
-        self.retention_partitions = Counter(
+        self.retention_partitions = counter(
             "monitor_retention_partitions",
             "Daily events partitions by action (created, dropped; emptied: a day's leaf of "
             "unsampled events truncated)",
-            ["action"],
-            registry=r,
+            "action",
         )
-        self.retention_rows = Counter(
-            "monitor_retention_rows_deleted",
-            "Rows deleted by retention, per kind",
-            ["kind"],
-            registry=r,
+        self.retention_rows = counter(
+            "monitor_retention_rows_deleted", "Rows deleted by retention, per kind", "kind"
         )
-        self.retention_last_ok = Gauge(
+        self.retention_last_ok = gauge(
             "monitor_retention_last_success_timestamp_seconds",
             "Unix time of the last retention run with no failed step",
-            registry=r,
         )
 
     def retention(self, report: RetentionReport, unix_now: float) -> None:

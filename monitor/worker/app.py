@@ -42,14 +42,14 @@ from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError, StoreUnavailable
 from monitor.core.gc_tuning import tune_gc
-from monitor.core.http_body import BodyLimits
+from monitor.core.http_body import BodyLimits, ReadChunk
 from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
-from monitor.gate.server import count_answer
+from monitor.gate.server import answer_status, count_answer
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
@@ -247,12 +247,7 @@ def create_app(settings: Settings) -> faust.App:
             metrics.gate_answers.labels("kept").inc()
 
     def gate_status() -> dict[str, Any]:  # the maps' freshness; decision events held back
-        status = gate.status()
-        buffered, dropped = outbox.buffer.pending, sum(outbox.buffer.dropped.values())
-        if buffered or dropped or outbox.buffered_mode:
-            status["decision_events_kept"] = buffered
-            status["decision_events_dropped"] = dropped
-        return status
+        return answer_status(gate, outbox)
 
     @app.page("/v1/gate")
     class Gate(View):  # the logic is monitor.gate.endpoint
@@ -344,7 +339,7 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def chunks(request: Request) -> Callable[[], Awaitable[bytes]]:
+def chunks(request: Request) -> ReadChunk:
     """The request body's next raw bytes (``b""`` at the end), as they arrive."""
     return cast(Any, request).content.readany  # type: ignore[no-any-return]
 

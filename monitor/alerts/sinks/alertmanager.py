@@ -15,9 +15,8 @@ from monitor.alerts.sinks.base import (
     USER_AGENT,
     DeliveryContext,
     DeliveryResult,
-    classify_exception,
-    classify_status,
     malformed,
+    post,
 )
 from monitor.alerts.sinks.slack_blocks import (
     customer_content_allowed,
@@ -96,16 +95,16 @@ class AlertmanagerSink:
             alerts = alertmanager_alerts(payload, self._dashboard_url, context.now, self._ttl)
         except (KeyError, TypeError, ValueError) as exc:
             return malformed(exc)
-        try:
-            resp = await self._client.post(
-                self._url, json=alerts, headers={"User-Agent": USER_AGENT}
-            )
-        except Exception as exc:
-            return classify_exception(exc, "alertmanager")
-        if not 200 <= resp.status_code < 300:
-            return classify_status(
-                resp.status_code, resp.headers, resp.text, context.now, "alertmanager"
-            )
+        resp = await post(
+            self._client,
+            self._url,
+            "alertmanager",
+            context.now,
+            json=alerts,
+            headers={"User-Agent": USER_AGENT},
+        )
+        if isinstance(resp, DeliveryResult):
+            return resp
         return DeliveryResult("delivered", resp.status_code, {"status": resp.status_code})
 
     async def aclose(self) -> None:

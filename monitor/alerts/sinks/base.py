@@ -112,6 +112,21 @@ def classify_exception(exc: BaseException, what: str) -> DeliveryResult:
     return DeliveryResult("retry", error=f"{what}: request failed ({name})")
 
 
+async def post(
+    client: httpx.AsyncClient, url: str, what: str, now: datetime, **request: Any
+) -> httpx.Response | DeliveryResult:
+    """POST to ``url`` (``request``: httpx's ``json``/``content``/``headers``): the response
+    when it is 2xx, else the result of the failure (:func:`classify_exception`,
+    :func:`classify_status`; ``what`` names the sink)."""
+    try:
+        resp = await client.post(url, **request)
+    except Exception as exc:
+        return classify_exception(exc, what)
+    if not 200 <= resp.status_code < 300:
+        return classify_status(resp.status_code, resp.headers, resp.text, now, what)
+    return resp
+
+
 def malformed(exc: Exception) -> DeliveryResult:
     """A payload that cannot be rendered never will be: permanent."""
     return DeliveryResult("permanent", error=f"malformed payload ({type(exc).__name__})")

@@ -14,9 +14,8 @@ from monitor.alerts.sinks.base import (
     USER_AGENT,
     DeliveryContext,
     DeliveryResult,
-    classify_exception,
-    classify_status,
     malformed,
+    post,
 )
 from monitor.alerts.sinks.slack_blocks import (
     scrub_payload,
@@ -59,14 +58,11 @@ class WebhookSink:
         }
         if self._secret:
             headers[SIGNATURE_HEADER] = sign(self._secret, int(self._clock()), body)
-        try:
-            resp = await self._client.post(self._url, content=body, headers=headers)
-        except Exception as exc:
-            return classify_exception(exc, "webhook")
-        if not 200 <= resp.status_code < 300:
-            return classify_status(
-                resp.status_code, resp.headers, resp.text, context.now, "webhook"
-            )
+        resp = await post(
+            self._client, self._url, "webhook", context.now, content=body, headers=headers
+        )
+        if isinstance(resp, DeliveryResult):
+            return resp
         answer: dict[str, Any] = {"status": resp.status_code}
         try:
             data = resp.json()

@@ -208,12 +208,22 @@ def _original(order: Known) -> str | None:
     return None
 
 
-def refund_method(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
+def _payment_named(call: ToolCall, facts: Facts) -> tuple[Known, str, str] | None:
+    """The order a call is about, the payment method it names and the order's original one;
+    None when any of them is unknown."""
     order = _order(facts, call)
     pid = call.arguments.get("payment_method_id")
     original = _original(order) if order else None
     if order is None or not isinstance(pid, str) or original is None:
+        return None
+    return order, pid, original
+
+
+def refund_method(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
+    found = _payment_named(call, facts)
+    if found is None:
         return Check.skip("no order details or payment method")
+    order, pid, original = found
     user = the_user(facts, order.value.get("user_id"))
     if pid == original or payment_source(user, pid) == "gift_card":
         return Check.passed(f"refund to {pid}", _order_ev(order))
@@ -224,11 +234,10 @@ def refund_method(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
 
 
 def payment_change(call: ToolCall, message: AgentEvent, facts: Facts) -> Check:
-    order = _order(facts, call)
-    pid = call.arguments.get("payment_method_id")
-    original = _original(order) if order else None
-    if order is None or not isinstance(pid, str) or original is None:
+    found = _payment_named(call, facts)
+    if found is None:
         return Check.skip("no order details or payment method")
+    order, pid, original = found
     if pid == original:
         return Check.failed(f"'changes' the payment to the original method {pid}", _order_ev(order))
     user = the_user(facts, order.value.get("user_id"))
