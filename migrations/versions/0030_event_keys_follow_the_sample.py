@@ -46,20 +46,25 @@ $$"""
 
 def truncate(delete_keys: bool) -> str:
     """The function as 0027 wrote it (``delete_keys`` False) or as this revision does."""
+    # the keys of the leaf's day only (ix_event_ids_ts bounds the join to that day's keys)
     keys = (
         f"""
+      day := to_date(substring(r.relname from 8 for 8), 'YYYYMMDD');
       EXECUTE format('DELETE FROM public.event_ids k USING {SCHEMA}.%I e'
-                     ' WHERE k.event_key = md5(e.event_id)::uuid AND k.ts = e.ts', r.relname);"""
+                     ' WHERE k.ts >= %L AND k.ts < %L'
+                     ' AND k.event_key = md5(e.event_id)::uuid AND k.ts = e.ts', r.relname,
+                     day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');"""
         if delete_keys
         else ""
     )
+    declare = "\n  day date;" if delete_keys else ""
     return f"""
 CREATE OR REPLACE FUNCTION truncate_unsampled_events(idle_since timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
   r record;
   busy boolean;
-  emptied integer := 0;
+  emptied integer := 0;{declare}
 BEGIN
   FOR r IN
     SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
