@@ -99,14 +99,32 @@ async def verdict_categories(
     ]
 
 
+# events ingested in [lo, hi): the whole minutes from the event_minutes roll-up (by minute of
+# ingested_at, kept when the raw events of conversations outside the sample are gone), the
+# partial minutes at the edges (none when the bounds are whole minutes) from events
+_DLQ_COUNTS = text("""
+WITH b AS (
+  SELECT CAST(:lo AS timestamptz) AS lo, CAST(:hi AS timestamptz) AS hi,
+    date_trunc('minute', CAST(:lo AS timestamptz) + interval '59.999999 seconds', 'UTC') AS a,
+    date_trunc('minute', CAST(:hi AS timestamptz), 'UTC') AS z
+)
+SELECT CASE WHEN b.a < b.z THEN
+    (SELECT count(*) FROM events WHERE ingested_at >= b.lo AND ingested_at < b.a)
+    + (SELECT coalesce(sum(events), 0) FROM event_minutes WHERE minute >= b.a AND minute < b.z)
+    + (SELECT count(*) FROM events WHERE ingested_at >= b.z AND ingested_at < b.hi)
+  ELSE (SELECT count(*) FROM events WHERE ingested_at >= b.lo AND ingested_at < b.hi) END,
+  (SELECT count(*) FROM dead_letters WHERE received_at >= b.lo AND received_at < b.hi)
+FROM b
+""")
+
+
 async def dlq_counts(engine: AsyncEngine, start: datetime, end: datetime) -> tuple[int, int]:
-    """``(events ingested, dead letters received)`` in ``[start, end)``."""
-    sql = text(
-        "SELECT (SELECT count(*) FROM events WHERE ingested_at >= :lo AND ingested_at < :hi),"
-        " (SELECT count(*) FROM dead_letters WHERE received_at >= :lo AND received_at < :hi)"
-    )
+    """``(events ingested, dead letters received)`` in ``[start, end)``: the events from the
+    ``event_minutes`` roll-up for the whole minutes (exact after the raw events of
+    conversations outside the sample are gone) and from ``events`` for the partial minutes at
+    the edges."""
     async with engine.connect() as conn:
-        row = (await conn.execute(sql, {"lo": start, "hi": end})).one()
+        row = (await conn.execute(_DLQ_COUNTS, {"lo": start, "hi": end})).one()
     return int(row[0]), int(row[1])
 
 

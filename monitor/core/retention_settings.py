@@ -38,7 +38,9 @@ class RetentionSettings(BaseModel):
         "rate, no always-sample rule fired) are kept: a day's unsampled leaf of events is "
         "emptied whole (TRUNCATE) once nothing was written into it for this long, so every such "
         "event stays at least this long after it was ingested, for a rule firing later to "
-        "promote its conversation whole. 0: kept as long as the other events.",
+        "promote its conversation whole. Their de-duplication keys go with them: a copy "
+        "delivered again later is stored again, so keep this at least as long as the topics "
+        "can be re-delivered (their retention.ms). 0: kept as long as the other events.",
     )
     retention_event_ids_days: int = non_negative(
         60,

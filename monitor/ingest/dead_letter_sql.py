@@ -10,6 +10,7 @@ from __future__ import annotations
 from monitor.contract.limits import printable
 from monitor.ingest.rollup_sql import STAGING_TABLE
 from monitor.ingest.rows import DeadLetter
+from monitor.store.tables import EVENT_KEY
 
 MAX_DETAIL_CHARS = 4000
 
@@ -37,9 +38,9 @@ ON CONFLICT (source, source_partition, source_offset, raw_md5) DO NOTHING
 INSERT_CONFLICTS = f"""
 WITH c AS (
   SELECT s.event_id, s.kafka_partition, s.kafka_offset, convert_to(s.body::text, 'UTF8') AS raw
-  FROM {STAGING_TABLE} s JOIN event_ids i ON i.event_id = s.event_id
+  FROM {STAGING_TABLE} s JOIN event_ids i ON i.event_key = {EVENT_KEY.format("s.event_id")}
   JOIN events e ON e.conversation_id = i.conversation_id AND e.ts = i.ts
-    AND e.event_id = i.event_id
+    AND e.event_id = s.event_id
   WHERE s.body <> e.body
 )
 INSERT INTO dead_letters

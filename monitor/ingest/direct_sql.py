@@ -12,7 +12,7 @@ it rolls the transaction back and writes the batch again through the staging pat
 the stored ids and finds conflicting duplicates. Both paths store the same rows
 (tests/ingest/test_direct_write.py).
 
-The claim COPYs in id order, like the staging path inserts, so two writers claiming the same
+The claim COPYs in key order, like the staging path inserts, so two writers claiming the same
 ids queue on the key instead of deadlocking; the second gets a unique violation once the first
 commits (a COPY has no ``ON CONFLICT``: one stored id fails the whole COPY, which is the
 all-or-nothing the claim wants), rolls its transaction back and goes the staging way. A COPY
@@ -67,9 +67,10 @@ CREATE_ROLLUP_TABLE = (
     f"({', '.join(f'{name} {sql_type}' for name, sql_type in _TYPES)}) ON COMMIT DELETE ROWS"
 )
 
-#: the table and columns the claim COPYs a batch's (event id, ts, conversation id) into
+#: the table and columns the claim COPYs a batch's (event key, ts, conversation id) into (the
+#: key: :func:`monitor.ingest.rows.event_key` of the id)
 CLAIM_TABLE = "event_ids"
-CLAIM_COLUMNS: tuple[str, ...] = ("event_id", "ts", "conversation_id")
+CLAIM_COLUMNS: tuple[str, ...] = ("event_key", "ts", "conversation_id")
 
 #: the :data:`~monitor.ingest.rollup_sql.INSERTED` columns that are not columns of
 #: :data:`ROLLUP_TABLE`, computed as the staging path's RETURNING computes them: every event of

@@ -65,7 +65,7 @@ def _stray(source: str) -> str:
 STAGED_STRAY = f"""{_stray("pick")}, refused AS (
   SELECT s.conversation_id, s.agent_id, s.owner, p.kafka_partition, p.kafka_offset, p.body
   FROM stray s JOIN pick p USING (event_id)
-  WHERE s.event_id IN (SELECT event_id FROM ids)
+  WHERE p.event_key IN (SELECT event_key FROM ids)
 )"""
 
 

@@ -44,7 +44,7 @@ from monitor.ingest.decision_sql import DEC, DECISION_COLS, DECISION_VALUES, SAM
 from monitor.ingest.escalation_sql import IMAGE_COLUMNS, upsert_deltas
 from monitor.ingest.owner_sql import MISMATCH, STAGED_STRAY
 from monitor.ingest.rows import EVENT_COLUMNS
-from monitor.store.tables import SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
+from monitor.store.tables import EVENT_KEY, SAMPLING_COLUMNS, SEGMENT_COLUMNS, conversations
 from monitor.store.tables_rollups import DELAY_BASE_S, DELAY_LAST_BUCKET, DELAY_PER_DOUBLING
 
 STAGING_TABLE = "staging_events"
@@ -274,20 +274,22 @@ ROLLUPS: tuple[tuple[str, str], ...] = (
 )
 
 
-#: the CTEs that insert the staged batch (``pick``: one row per event id; ``ids``: the ids
-#: claimed in ``event_ids``, i.e. not stored yet; ``stray``: those of them an agent may not
-#: write, :mod:`monitor.ingest.owner_sql`; ``ins``: the rest, stored)
+#: the CTEs that insert the staged batch (``pick``: one row per event id, with its key;
+#: ``ids``: the keys claimed in ``event_ids``, in key order as the direct path's claim, i.e. not
+#: stored yet; ``stray``: those of them an agent may not write,
+#: :mod:`monitor.ingest.owner_sql`; ``ins``: the rest, stored)
 STAGED_INSERT = f"""pick AS MATERIALIZED (
-  SELECT DISTINCT ON (event_id) {_COLS} FROM {STAGING_TABLE}
+  SELECT DISTINCT ON (event_id) {_COLS}, {EVENT_KEY.format("event_id")} AS event_key
+  FROM {STAGING_TABLE}
   ORDER BY event_id, kafka_partition NULLS FIRST, kafka_offset NULLS FIRST
 ), ids AS (
-  INSERT INTO event_ids (event_id, ts, conversation_id)
-  SELECT event_id, ts, conversation_id FROM pick
-  ON CONFLICT (event_id) DO NOTHING
-  RETURNING event_id
+  INSERT INTO event_ids (event_key, ts, conversation_id)
+  SELECT event_key, ts, conversation_id FROM pick ORDER BY event_key
+  ON CONFLICT (event_key) DO NOTHING
+  RETURNING event_key
 ), {STAGED_STRAY}, ins AS (
   INSERT INTO events ({_COLS})
-  SELECT {_COLS} FROM pick WHERE event_id IN (SELECT event_id FROM ids)
+  SELECT {_COLS} FROM pick WHERE event_key IN (SELECT event_key FROM ids)
     AND event_id NOT IN (SELECT event_id FROM stray)
   RETURNING {", ".join(e if e == n else f"{e} AS {n}" for n, e in INSERTED)}
 )"""

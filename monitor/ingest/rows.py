@@ -9,6 +9,7 @@ DLQ topic's headers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,12 @@ EventRow = tuple[Any, ...]
 BODY, PARTITION, OFFSET = (
     EVENT_COLUMNS.index(c) for c in ("body", "kafka_partition", "kafka_offset")
 )
+
+
+def event_key(event_id: str) -> str:
+    """The key of ``event_id`` in ``event_ids``: its md5 digest as 32 hex digits, the same
+    16 bytes as Postgres's ``md5(event_id)::uuid`` (:data:`monitor.store.tables.EVENT_KEY`)."""
+    return hashlib.md5(event_id.encode(), usedforsecurity=False).hexdigest()
 
 
 def event_row(

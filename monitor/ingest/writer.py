@@ -67,7 +67,7 @@ from monitor.ingest.direct_sql import (
 )
 from monitor.ingest.items_sql import LOCK_CONVERSATIONS, SET_DECISIONS, SYNC_ITEMS, UNDECIDED
 from monitor.ingest.rollup_sql import STAGING_TABLE, WRITE_BATCH
-from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow
+from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, EventRow, event_key
 from monitor.sampling.policy import SamplingPolicy, hash_unit
 from monitor.store.engine import libpq_url
 from monitor.store.partitions import ENSURE_DAYS, days_of
@@ -289,10 +289,10 @@ class EventWriter:
 
     @staticmethod
     async def _claim(conn: asyncpg.Connection, rows: Sequence[EventRow]) -> None:
-        """Claim every event id of ``rows`` (distinct) in ``event_ids``, in id order (see
+        """Claim every event id of ``rows`` (distinct) in ``event_ids``, in key order (see
         :mod:`monitor.ingest.direct_sql`), or raise ``_Claimed`` when one is stored already:
         the COPY has failed the transaction then, which the caller rolls back whole."""
-        claims = sorted((r[_ID], r[_TS], r[_CID]) for r in rows)
+        claims = sorted((event_key(r[_ID]), r[_TS], r[_CID]) for r in rows)
         try:
             await conn.copy_records_to_table(CLAIM_TABLE, records=claims, columns=CLAIM_COLUMNS)
         except asyncpg.UniqueViolationError as exc:

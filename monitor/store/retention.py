@@ -14,7 +14,10 @@
 3. empties (TRUNCATE, a new empty file) the unsampled leaf of every day into which nothing was
    ingested since the unsampled horizon (``retention_unsampled_hours`` before ``now``): the
    events of conversations outside the sample, which no reader needs after the always-sample
-   rules had that long to promote them (migration 0027);
+   rules had that long to promote them (migration 0027), and deletes their keys from
+   ``event_ids`` in the same transaction (migration 0030: an event delivered again after its
+   leaf was emptied is stored again, so the window must cover how far back the topics can be
+   re-delivered);
 4. deletes the rows before their horizon of ``event_ids`` (by ``ts``, and only once the
    event's partition is gone: a kept day stays de-duplicated), the 1-minute sums
    (``calibration_bins`` at ``1m`` by ``window_start``, ``event_minutes`` and

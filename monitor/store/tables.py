@@ -4,8 +4,8 @@
 day (schema ``event_partitions``, see :mod:`monitor.store.partitions`), so that retention drops
 whole days, and each day by list of ``kept`` (a leaf for the sample's events, one for the rest,
 emptied whole after a short window); ``event_ids`` is its de-duplication key (a partitioned
-table's unique key would have to include ``ts``): the writer inserts an event only when its id
-is new there.
+table's unique key would have to include ``ts``; it holds a 16-byte digest of each id): the
+writer inserts an event only when its id is new there.
 ``conversations`` is the per-conversation roll-up maintained in the same transaction as the
 event inserts;
 ``dead_letters`` keeps every invalid input with its reason (idempotent per source offset).
@@ -32,7 +32,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 metadata = MetaData(
     naming_convention={
@@ -134,17 +134,26 @@ events = Table(
     postgresql_partition_by="RANGE (ts)",
 )
 
-# Every stored event's id with where its row is (ts, conversation_id: the conflicting-duplicate
-# check finds the stored body through ix_events_conversation_id_ts in one partition). Kept
-# retention_event_ids_days (by ts), never less than the events.
+# Every stored event's id, as its md5 digest (``md5(event_id)::uuid``, :data:`EVENT_KEY`: a
+# fixed 16 bytes whatever the id's length), with where its row is (ts, conversation_id: the
+# conflicting-duplicate check finds the stored body through ix_events_conversation_id_ts in one
+# partition). Two distinct ids share a digest with probability about n^2 / 2^129 for n keys
+# (5e-18 for 60 days at 10,000 events/s); a chosen collision only lets a producer lose its own
+# event, a second preimage of another producer's id is out of reach. Kept
+# retention_event_ids_days (by ts), never less than the events; the key of an event outside the
+# sample goes with its day's unsampled leaf (migration 0030).
 event_ids = Table(
     "event_ids",
     metadata,
-    Column("event_id", Text, primary_key=True),
+    Column("event_key", UUID(as_uuid=False), primary_key=True),
     Column("ts", TS, nullable=False),
     Column("conversation_id", Text, nullable=False),
     Index(None, "ts"),
 )
+
+#: the SQL of an event's key in ``event_ids`` from its id (the writer computes the same digest
+#: for its COPY: :func:`monitor.ingest.rows.event_key`)
+EVENT_KEY = "md5({})::uuid"
 
 conversations = Table(
     "conversations",

@@ -14,7 +14,7 @@ import pytest
 
 from monitor.contract.events import validate_event
 from monitor.ingest.dead_letter_sql import INSERT_DEAD_LETTER, storable_dead_letter
-from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, event_row
+from monitor.ingest.rows import EVENT_COLUMNS, DeadLetter, event_key, event_row
 from monitor.stack.postgres import EmbeddedPostgres
 from monitor.store.engine import downgrade, ensure_database, libpq_url, upgrade, with_database
 from monitor.store.partitions import ENSURE_DAYS, days_of
@@ -58,7 +58,8 @@ def _big_event(event_id: str, day: datetime) -> dict[str, object]:
 
 def _write(url: str, events: list[dict[str, object]], dead: list[DeadLetter]) -> None:
     """Store ``events`` and ``dead`` at the schema's revision (before 0027 too, which the
-    writer needs: the rows are inserted in the columns every revision here has)."""
+    writer needs: the rows are inserted in the columns every revision here has, the key as
+    the revision stores it)."""
 
     async def go() -> None:
         rows = [event_row(validate_event(e))[: len(EVENT_COLUMNS)] for e in events]
@@ -69,10 +70,15 @@ def _write(url: str, events: list[dict[str, object]], dead: list[DeadLetter]) ->
                 await conn.copy_records_to_table(
                     "events", records=rows, columns=list(EVENT_COLUMNS)
                 )
+                # the id's text before 0030, its digest since
+                digest = await conn.fetchval(
+                    "SELECT 1 FROM information_schema.columns"
+                    " WHERE table_name = 'event_ids' AND column_name = 'event_key'"
+                )
                 await conn.copy_records_to_table(
                     "event_ids",
-                    records=[(r[0], r[3], r[1]) for r in rows],
-                    columns=["event_id", "ts", "conversation_id"],
+                    records=[(event_key(r[0]) if digest else r[0], r[3], r[1]) for r in rows],
+                    columns=["event_key" if digest else "event_id", "ts", "conversation_id"],
                 )
                 for d in dead:
                     await conn.execute(INSERT_DEAD_LETTER, *storable_dead_letter(d))
