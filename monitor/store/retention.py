@@ -15,7 +15,7 @@
    ingested since the unsampled horizon (``retention_unsampled_hours`` before ``now``): the
    events of conversations outside the sample, which no reader needs after the always-sample
    rules had that long to promote them (migration 0027), and deletes their keys from
-   ``event_ids`` in the same transaction (migration 0030: an event delivered again after its
+   ``event_ids`` in the same transaction (migration 0031: an event delivered again after its
    leaf was emptied is stored again, so the window must cover how far back the topics can be
    re-delivered);
 4. deletes the rows before their horizon of ``event_ids`` (by ``ts``, and only once the

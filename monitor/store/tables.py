@@ -141,7 +141,7 @@ events = Table(
 # (5e-18 for 60 days at 10,000 events/s); a chosen collision only lets a producer lose its own
 # event, a second preimage of another producer's id is out of reach. Kept
 # retention_event_ids_days (by ts), never less than the events; the key of an event outside the
-# sample goes with its day's unsampled leaf (migration 0030).
+# sample goes with its day's unsampled leaf (migration 0031).
 event_ids = Table(
     "event_ids",
     metadata,

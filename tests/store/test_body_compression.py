@@ -70,7 +70,7 @@ def _write(url: str, events: list[dict[str, object]], dead: list[DeadLetter]) ->
                 await conn.copy_records_to_table(
                     "events", records=rows, columns=list(EVENT_COLUMNS)
                 )
-                # the id's text before 0030, its digest since
+                # the id's text before 0031, its digest since
                 digest = await conn.fetchval(
                     "SELECT 1 FROM information_schema.columns"
                     " WHERE table_name = 'event_ids' AND column_name = 'event_key'"

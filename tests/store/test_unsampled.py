@@ -365,7 +365,7 @@ async def test_the_key_migration_keeps_every_key_both_ways(database_url: str) ->
     try:
         keys = await conn.fetchval("SELECT count(*) FROM event_ids")
         assert keys == len(events)
-        await asyncio.to_thread(downgrade, database_url, "0029")
+        await asyncio.to_thread(downgrade, database_url, "0030")
         joined = "SELECT count(*) FROM event_ids k JOIN events e USING (event_id, ts)"
         assert await conn.fetchval(joined) == keys  # the text keys again, one per event
         await asyncio.to_thread(upgrade, database_url, "head")

@@ -16,8 +16,8 @@ The downgrade rebuilds the text keys from the stored events (a key whose event i
 stored, an agent-mismatch refusal or a day dropped before its keys, cannot be recovered from
 its digest and is not restored) and restores 0027's function.
 
-Revision ID: 0030
-Revises: 0029
+Revision ID: 0031
+Revises: 0030
 Create Date: 2026-11-27 21:00:00
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0030"
-down_revision: str | None = "0029"
+revision: str = "0031"
+down_revision: str | None = "0030"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
