@@ -28,7 +28,9 @@ Each of ``--repeat`` rounds measures, in this order:
   phase / answers, from /proc).
 
 Every process (client, gate, worker, load producer, broker, Postgres) shares the machine's
-cores; the 1-minute load average is printed per phase (other sessions may share the machine:
+cores, at the same priority unless ``--gate-nice`` gives the gate process a nice value of its
+own (``MONITOR_GATE_NICE``: a deployment's choice, docs/gate.md; both figures are reported
+apart); the 1-minute load average is printed per phase (other sessions may share the machine:
 prefer the ratios, measured in the same round). The summary gives each figure's range over
 the rounds. Run from the repository root::
 
@@ -436,6 +438,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
             gate.env["MONITOR_STATE_DIR"] = worker.env["MONITOR_STATE_DIR"]  # origin key
             if args.no_tune_gc:
                 gate.env["BENCH_NO_TUNE_GC"] = "1"
+            gate.env["MONITOR_GATE_NICE"] = str(args.gate_nice)
             stack.enter_context(running(gate))
             await gate.wait_ready()
             own = f"http://127.0.0.1:{gate.port}/v1/gate"
@@ -446,6 +449,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
                 async with session.post(own, data=bodies.all[0], headers=headers) as r:
                     sample = await r.json()
                 print("sample answer:", json.dumps(sample)[:400])
+                print(f"gate process nice value {os.getpriority(os.PRIO_PROCESS, gate.pid)}")
                 await closed_loop(session, own, bodies, 4, 1.0)  # warm-up (history cached)
                 await closed_loop(session, constant, bodies, 4, 1.0)
                 await asyncio.sleep(2)  # the warm-up's decision events ingested
@@ -477,6 +481,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="Rounds (3).")
     parser.add_argument(
         "--no-tune-gc", action="store_true", help="The gate process keeps the GC defaults."
+    )
+    parser.add_argument(
+        "--gate-nice",
+        type=int,
+        default=0,
+        help="MONITOR_GATE_NICE of the gate process (0: the same priority as the worker, "
+        "broker, Postgres and load; -5: the gate's own lane in CPU, docs/gate.md).",
     )
     parser.add_argument(
         "--conversations",

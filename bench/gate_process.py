@@ -38,7 +38,7 @@ from monitor.gate.decide import decide, decision_event
 from monitor.gate.endpoint import GateReply
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.gate.request import parse_gate_request
-from monitor.gate.server import GateServer
+from monitor.gate.server import GateServer, set_priority
 
 #: a gate answer's shape and size (two findings), constant
 CONSTANT = (
@@ -92,6 +92,7 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    set_priority(settings.gate_nice)  # as monitor.gate.server.serve
     server = BenchGateServer(settings)
     try:
         await server.start()

@@ -4,9 +4,10 @@ No worker, no broker: the bodies of ``bench/gate.py`` (256 conversations in turn
 ``parse_gate_request`` (without and with the history cache), ``decide``, the answer's JSON,
 the decision event (built, serialized for the producer, decoded again as the worker's own
 ingest does) and the authorizer's check with ``decide_gate`` in all; the constant-answer path
-(a wrong token) is the in-handler baseline. ``--repo`` runs the same stages against another
-checkout (e.g. a ``git worktree`` of the commit before a change) to compare, in the same
-minutes::
+(a wrong token) is the in-handler baseline; ``decide_gate`` again with the checks' states
+kept per conversation (``CheckStates``, as the gate process) where the checkout has them.
+``--repo`` runs the same stages against another checkout (e.g. a ``git worktree`` of the
+commit before a change) to compare, in the same minutes::
 
     .venv/bin/python bench/gate_stages.py                       # this checkout, domain retail
     .venv/bin/python bench/gate_stages.py --domain airline      # the airline policy as reference
@@ -52,6 +53,7 @@ def main() -> int:
 
     from monitor.auth.authorizer import Authorizer, Grant
     from monitor.contract.events import decode_event
+    from monitor.gate import checks as gate_checks
     from monitor.gate import request as gate_request
     from monitor.gate.checks import CheckSet
     from monitor.gate.decide import decide, decision_event
@@ -84,6 +86,9 @@ def main() -> int:
             lambda: parse(next_body(), history_cache=cache, **limits),
         )
         extra = {"history_cache": cache_cls()}
+    states_cls = getattr(gate_checks, "CheckStates", None)
+    if states_cls is not None and extra:
+        extra_states = {**extra, "history_cache": cache_cls(), "check_states": states_cls()}
     reqs = itertools.cycle([parse(b, **limits) for b in bodies]).__next__
     timer = time.perf_counter
 
@@ -125,6 +130,9 @@ def main() -> int:
         )
 
     stage("authorize + decide_gate in all", lambda: ask("tok"))
+    if states_cls is not None and extra:
+        extra.update(extra_states)
+        stage("authorize + decide_gate, check states kept", lambda: ask("tok"))
     stage("authorize, wrong token (constant answer)", lambda: ask("no"))
     return 0
 

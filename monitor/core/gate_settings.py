@@ -60,6 +60,14 @@ class GateSettings(BaseModel):
         description="Size cap of the gate's disk buffer; when full the oldest buffered "
         "decision events are dropped (whole segments) and counted.",
     )
+    gate_nice: int = Field(
+        default=0,
+        ge=-20,
+        le=19,
+        description="Scheduling priority (nice value) `monitor gate serve` sets for itself at "
+        "start: below 0 the kernel runs it ahead of the worker, broker and database when they "
+        "compete for the same cores (needs CAP_SYS_NICE; refused -> a warning, left at 0).",
+    )
     gate_spill_after_s: float = positive(
         2.0,
         "A decision event not acknowledged by the broker within this delay is "

@@ -5,6 +5,7 @@ decision (pure) and the state the worker holds in memory (maps, policy, checks; 
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
     "buffer_slot",
+    "checks",
     "decision_outbox",
     "effect",
     "effect_repo",

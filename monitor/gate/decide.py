@@ -40,7 +40,7 @@ from monitor.contract.events import (
 )
 from monitor.core.errors import UnknownAgent
 from monitor.gate.advised import AdvisorCuts, advised_threshold
-from monitor.gate.checks import CheckSet, verdicts_on
+from monitor.gate.checks import CheckSet, CheckStates, verdicts_on
 from monitor.gate.policy import GatePolicy, GateRule
 from monitor.gate.request import GateRequest
 from monitor.judges.base import Conversation
@@ -123,15 +123,24 @@ def proposed_message(req: GateRequest, event_id: str, now: datetime) -> AgentEve
 
 
 def _run_checks(
-    req: GateRequest, rule: GateRule, checks: CheckSet, message: AgentEvent
+    req: GateRequest,
+    rule: GateRule,
+    checks: CheckSet,
+    message: AgentEvent,
+    states: CheckStates | None = None,
 ) -> tuple[list[GateFinding], list[str]]:
     history = [e for e in req.history if e.conversation_id == req.conversation_id]
     conv = Conversation.of([*history, message])
     findings: list[GateFinding] = []
     errors: list[str] = []
     calls = bool(req.tool_calls)
-    for judge in checks.judges(rule.checks, req.domain):
-        for v in verdicts_on(judge, conv, message.event_id, calls):
+    judges = checks.judges(rule.checks, req.domain)
+    if states is None:
+        answers = [verdicts_on(judge, conv, message.event_id, calls) for judge in judges]
+    else:
+        answers = states.verdicts(judges, conv, message.event_id, calls)
+    for verdicts in answers:
+        for v in verdicts:
             if v.status == "error":
                 errors.append(f"{v.judge}: {v.error}")
             elif v.item_id == message.event_id and v.label == 0:
@@ -154,11 +163,14 @@ def decide(
     timer: Callable[[], float],
     started: float | None = None,
     cuts: AdvisorCuts | None = None,
+    check_states: CheckStates | None = None,
 ) -> GateDecision:
     """Decide on ``req`` (see the module docstring). ``started`` is the ``timer()`` value when
     the request arrived (default: now), so ``latency_ms`` covers the parsing too. ``cuts``:
     the advisor's thresholds held in memory, for rules whose threshold is the advisor's
     (:mod:`monitor.gate.advised`; without them such a rule uses its fallback).
+    ``check_states``: the checks' states kept per conversation (:class:`CheckStates`; the
+    same verdicts as without them).
 
     Raises:
         UnknownAgent: no rule of ``policy`` covers the agent/domain/tier.
@@ -170,7 +182,7 @@ def decide(
     calibrated = min(1.0, max(0.0, calibrated))
     message = proposed_message(req, event_id + ":message", now)
     checks_started = timer()  # the deadline is the checks' time, not the queueing before them
-    findings, errors = _run_checks(req, rule, checks, message)
+    findings, errors = _run_checks(req, rule, checks, message, check_states)
     elapsed_ms = (timer() - checks_started) * 1000.0
     actions = ["proceed"]
     if findings:

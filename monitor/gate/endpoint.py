@@ -49,7 +49,7 @@ from monitor.core.errors import (
 from monitor.core.http_body import BodyLimits, ReadChunk, read_body
 from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.gate.advised import AdvisorCuts
-from monitor.gate.checks import CheckSet
+from monitor.gate.checks import CheckSet, CheckStates
 from monitor.gate.decide import Maps, decide, decision_event
 from monitor.gate.inline_llm import LlmJudgeFn, LlmPending, finish_llm
 from monitor.gate.policy import GatePolicy, GateRule
@@ -199,12 +199,15 @@ def decide_gate(
     history_cache: HistoryCache | None = None,
     cuts: AdvisorCuts | None = None,
     grant: Grant | None = None,
+    check_states: CheckStates | None = None,
 ) -> GateReply:
     """Parse and decide one authorized request; never raises. ``body`` None means the body
     was above the limit (413); ``status`` (the maps' freshness) is merged into a decision's
     answer; ``history_cache`` (the worker's) spares re-validating history events already seen
     (the same answer as without it); ``cuts`` are the advisor's thresholds held in memory;
-    ``grant`` (the request's credential) covers only its agents (403 ``out_of_scope``)."""
+    ``grant`` (the request's credential) covers only its agents (403 ``out_of_scope``);
+    ``check_states`` (with ``history_cache``, whose unchanged events it recognises) spares
+    re-running the checks over history already seen (the same verdicts)."""
     if body is None:
         return GateReply(
             413, {"error": f"body above {limits.max_body_bytes} bytes", "reason": "too_large"}
@@ -231,6 +234,7 @@ def decide_gate(
             timer=timer,
             started=started,
             cuts=cuts,
+            check_states=check_states,
         )
     except GateRequestError as exc:
         return GateReply(exc.status, exc.as_dict())

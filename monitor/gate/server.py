@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 import uuid
@@ -46,6 +47,7 @@ from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate.buffer_slot import open_decision_path
+from monitor.gate.checks import CheckStates
 from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.http_server import JsonErrorRunner, handler_args, json_errors
@@ -147,6 +149,7 @@ class GateServer:
         )
         self.guard = gate_guard(settings, time.monotonic)
         self.history = HistoryCache()
+        self.check_states = CheckStates()  # the checks' state per conversation, with history
         self.answer_counters: dict[str, Any] = {}  # result -> its labelled counter
         self.pending: set[asyncio.Task[None]] = set()  # decision events handed to the outbox
         self.tasks: list[asyncio.Task[None]] = []
@@ -182,6 +185,7 @@ class GateServer:
                 new_id=lambda: uuid.uuid4().hex,
                 status=answer_status(state, self.outbox),
                 history_cache=self.history,
+                check_states=self.check_states,
                 cuts=state.cuts,
                 grant=grant,
             )
@@ -302,15 +306,32 @@ async def every(period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
             log.warning("gate: periodic job failed: %s", exc)
 
 
+def set_priority(nice: int) -> bool:
+    """Set this process's nice value to ``nice`` (``gate_nice``; 0 leaves it): a gate below
+    0 is run ahead of the processes it shares cores with, so its answers do not wait for
+    their time slices. False (and a warning) when the kernel refuses (no CAP_SYS_NICE)."""
+    if nice == 0:
+        return True
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as exc:
+        log.warning("gate: could not set the nice value %d (%s); running at 0", nice, exc)
+        return False
+    log.info("gate: nice value %d", nice)
+    return True
+
+
 async def serve(settings: Settings) -> None:
-    """Run one gate process until SIGINT/SIGTERM. Once serving (imports, state and app
-    built), :func:`tune_gc` freezes what is alive and raises the collector's thresholds, as
-    the worker does: fewer, shorter collection pauses in the answers' tail."""
+    """Run one gate process until SIGINT/SIGTERM, at the priority of ``gate_nice``. Once
+    serving (imports, state and app built), :func:`tune_gc` freezes what is alive and raises
+    the collector's thresholds, as the worker does: fewer, shorter collection pauses in the
+    answers' tail."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    set_priority(settings.gate_nice)
     server = GateServer(settings)
     try:
         await server.start()

@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Verdict
+from monitor.judges.truncation import Omitted
 
 VERSION = "3"  # 3: order writes back claims; a read again after a write is no repeat
 #: Tools that only think or do nothing: calling them twice with the same text is not a repeat.
@@ -35,7 +36,30 @@ def call_ref(call: ToolCall) -> dict[str, Any]:
     return {"call_id": call.id, "name": call.name}
 
 
-class DeterministicJudge(ABC):
+class Fold(ABC):
+    """A judge's state over one conversation's events so far, built one event at a time:
+    :meth:`verdicts` on an event from the state before it (the state unchanged), then
+    :meth:`add` to take the event in. A judge's full run is that, event by event, so the state
+    after a conversation's first events can be kept and extended (the gate keeps it per
+    conversation: a request then costs the events it adds and its proposed message)."""
+
+    def __init__(self, judge: DeterministicJudge, conversation_id: str) -> None:
+        self.judge = judge
+        self.conversation_id = conversation_id
+
+    def omitted(self, omitted: Omitted) -> None:  # noqa: B027 (most folds ignore it)
+        """Take in the summary of events left out here (a capped conversation's gap)."""
+
+    @abstractmethod
+    def verdicts(self, event: AgentEvent) -> list[Verdict]:
+        """The verdicts on ``event`` given the events added so far; changes nothing."""
+
+    @abstractmethod
+    def add(self, event: AgentEvent) -> None:
+        """Take ``event`` in (after :meth:`verdicts` on it, if wanted)."""
+
+
+class DeterministicJudge:
     """Shared plumbing: verdict construction and the never-raise wrapper."""
 
     name = "det.base"
@@ -70,14 +94,30 @@ class DeterministicJudge(ABC):
                 )
             ]
 
-    @abstractmethod
+    def fold(self, conversation_id: str) -> Fold | None:
+        """A new :class:`Fold` of this check for a conversation, or None when the check has
+        none (it is then run on whole conversations only)."""
+        return None
+
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         """The verdicts of this check on ``conv`` (may raise; ``judge`` turns that into an
-        error verdict); with ``only``, those on that message alone."""
+        error verdict); with ``only``, those on that message alone. This default runs the
+        check's :meth:`fold` over the events; a check without one overrides it."""
+        fold = self.fold(conv.conversation_id)
+        if fold is None:
+            raise NotImplementedError(f"{self.name} has neither a fold nor its own _judge")
+        out: list[Verdict] = []
+        for i, e in enumerate(conv.events):
+            if i == conv.gap and conv.omitted is not None:
+                fold.omitted(conv.omitted)
+            if only is None or e.event_id == only:
+                out.extend(fold.verdicts(e))
+            fold.add(e)
+        return out
 
     def _verdict(
         self,
-        conv: Conversation,
+        conv: Conversation | str,
         message: AgentEvent,
         ok: bool,
         categories: tuple[str, ...],
@@ -88,7 +128,7 @@ class DeterministicJudge(ABC):
         return Verdict(
             judge=self.name,
             judge_version=self.version,
-            conversation_id=conv.conversation_id,
+            conversation_id=conv if isinstance(conv, str) else conv.conversation_id,
             item_id=message.event_id,
             label=1 if ok else 0,
             score=(1.0 if ok else 0.0) if score is None else score,

@@ -38,7 +38,7 @@ from typing import Any
 
 from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Judge, Verdict
-from monitor.judges.det_base import MODEL_CALL, DeterministicJudge, call_ref
+from monitor.judges.det_base import MODEL_CALL, DeterministicJudge, Fold, call_ref
 from monitor.judges.det_base import NO_OP_TOOLS as NO_OP_TOOLS
 from monitor.judges.det_base import TOOL_USING as TOOL_USING
 from monitor.judges.det_base import VERSION as VERSION
@@ -53,6 +53,7 @@ from monitor.judges.lexicon import (
     is_transient,
     speaks_of_success,
 )
+from monitor.judges.truncation import Omitted
 
 _IGNORED_WHY = (
     "acknowledges the failed tool call",
@@ -79,48 +80,55 @@ class AuthorizationFabricationJudge(DeterministicJudge):
 
     name = "det.authorization"
 
-    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
-        calls: dict[str, ToolCall] = {}
-        backing: dict[str, Bounded[dict[str, Any]]] = {}  # family -> its successful calls
-        out: list[Verdict] = []
+    def fold(self, conversation_id: str) -> Fold:
+        return _AuthorizationFold(self, conversation_id)
 
-        def backs(name: str, ref: dict[str, Any]) -> None:
-            for family in backed_families(name):
-                backing.setdefault(family, Bounded()).append(ref)
 
-        for i, e in enumerate(conv.events):
-            if i == conv.gap and conv.omitted is not None:  # the tools that succeeded in the gap
-                for name, n in conv.omitted.tool_successes.items():
-                    backs(name, {"name": name, "omitted_successes": n})
-            if e.tool_result is not None and e.tool_result.ok:
-                tr = e.tool_result
-                call = calls.get(tr.call_id) or ToolCall(id=tr.call_id, name=tr.name)
-                backs(call.name, {**call_ref(call), "result_event_id": e.event_id})
-            if e.message is None:
-                continue
-            if (
-                e.message.role == "assistant"
-                and (only is None or e.event_id == only)
-                and (claims := find_claims(e.message.content))
-            ):
-                entries, missing = [], []
-                for claim in claims:
-                    found = backing.get(claim.family) or Bounded()
-                    cited = {"family": claim.family, "phrase": claim.phrase}
-                    cited["sentence"] = claim.sentence  # dataclasses.asdict(claim)
-                    entries.append(found.cite("supported_by", cited))
-                    if not found:
-                        missing.append(claim.family)
-                rationale = (
-                    f"claims {', '.join(sorted(set(missing)))} done with no successful matching "
-                    "tool call before it"
-                    if missing
-                    else "every action claim is backed by a successful tool call"
-                )
-                evidence = {"claims": entries, "unsupported_families": missing}
-                out.append(self._verdict(conv, e, not missing, _AUTH, evidence, rationale))
-            calls.update((c.id, c) for c in e.message.tool_calls)
-        return out
+class _AuthorizationFold(Fold):
+    def __init__(self, judge: DeterministicJudge, conversation_id: str) -> None:
+        super().__init__(judge, conversation_id)
+        self.calls: dict[str, ToolCall] = {}
+        self.backing: dict[str, Bounded[dict[str, Any]]] = {}  # family -> its successful calls
+
+    def _backs(self, name: str, ref: dict[str, Any]) -> None:
+        for family in backed_families(name):
+            self.backing.setdefault(family, Bounded()).append(ref)
+
+    def omitted(self, omitted: Omitted) -> None:  # the tools that succeeded in the gap
+        for name, n in omitted.tool_successes.items():
+            self._backs(name, {"name": name, "omitted_successes": n})
+
+    def verdicts(self, e: AgentEvent) -> list[Verdict]:
+        if e.message is None or e.message.role != "assistant":
+            return []
+        claims = find_claims(e.message.content)
+        if not claims:
+            return []
+        entries, missing = [], []
+        for claim in claims:
+            found = self.backing.get(claim.family) or Bounded()
+            cited = {"family": claim.family, "phrase": claim.phrase}
+            cited["sentence"] = claim.sentence  # dataclasses.asdict(claim)
+            entries.append(found.cite("supported_by", cited))
+            if not found:
+                missing.append(claim.family)
+        rationale = (
+            f"claims {', '.join(sorted(set(missing)))} done with no successful matching "
+            "tool call before it"
+            if missing
+            else "every action claim is backed by a successful tool call"
+        )
+        evidence = {"claims": entries, "unsupported_families": missing}
+        verdict = self.judge._verdict
+        return [verdict(self.conversation_id, e, not missing, _AUTH, evidence, rationale)]
+
+    def add(self, e: AgentEvent) -> None:
+        if e.tool_result is not None and e.tool_result.ok:
+            tr = e.tool_result
+            call = self.calls.get(tr.call_id) or ToolCall(id=tr.call_id, name=tr.name)
+            self._backs(call.name, {**call_ref(call), "result_event_id": e.event_id})
+        if e.message is not None:
+            self.calls.update((c.id, c) for c in e.message.tool_calls)
 
 
 class RepeatedToolCallJudge(DeterministicJudge):
@@ -131,64 +139,75 @@ class RepeatedToolCallJudge(DeterministicJudge):
     name = "det.repeated_call"
     judges_calls_only = True
 
-    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
-        results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events
-        seen: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}
-        reads: set[tuple[str, str]] = set()  # the keys of ``seen`` that are read-only calls
-        out: list[Verdict] = []
-        for event in conv.events:
-            tr_now = event.tool_result
-            if tr_now is not None:
-                results[tr_now.call_id] = event
-                if tr_now.ok and reads and not is_read_only(tr_now.name):  # reads may differ now
-                    for k in reads:
-                        seen.pop(k, None)
-                    reads.clear()
-            msg = event.message
-            if msg is None or msg.role != "assistant" or not msg.tool_calls:
-                continue
-            repeats: list[dict[str, Any]] = []
-            retries: list[dict[str, Any]] = []
-            calls = [c for c in msg.tool_calls if c.name.lower() not in NO_OP_TOOLS]
-            if not calls:
-                continue  # only thinking: nothing to repeat
-            keys = [(c.name, canonical_arguments(c.arguments)) for c in calls]
-            reads.update(k for k in keys if is_read_only(k[0]))
-            if only is not None and event.event_id != only:  # remember the calls, no verdict
-                seen.update(zip(keys, ((event, c) for c in calls), strict=True))
-                continue
-            for call, key in zip(calls, keys, strict=True):
-                if key in seen:
-                    prev_msg, prev = seen[key]
-                    result = results.get(prev.id)
-                    tr = result.tool_result if result is not None else None
-                    entry = {
-                        **call_ref(call),
-                        "arguments": call.arguments,
-                        "previous_call_id": prev.id,
-                        "previous_message_event_id": prev_msg.event_id,
-                        "previous_result_event_id": result.event_id if result else None,
-                        "previous_ok": tr.ok if tr else None,
-                    }
-                    transient = (
-                        tr is not None and not tr.ok and is_transient(tr.error or tr.content)
-                    )
-                    (retries if transient else repeats).append(entry)
-                seen[key] = (event, call)
-            rationale = (
-                f"repeats {', '.join(r['name'] for r in repeats)} with identical arguments"
-                if repeats
-                else "no identical repeat (or only retries after a transient error)"
-            )
-            evidence = {
-                "calls": [call_ref(c) for c in calls],
-                "repeats": repeats,
-                "transient_retries": retries,
-            }
-            out.append(
-                self._verdict(conv, event, not repeats, ("wrong_action",), evidence, rationale)
-            )
-        return out
+    def fold(self, conversation_id: str) -> Fold:
+        return _RepeatedCallFold(self, conversation_id)
+
+
+def _calls_of(event: AgentEvent) -> tuple[list[ToolCall], list[tuple[str, str]]]:
+    """The calls of an assistant message but thinking and no-op ones, and their keys (name,
+    canonical arguments); none for any other event."""
+    msg = event.message
+    if msg is None or msg.role != "assistant" or not msg.tool_calls:
+        return [], []
+    calls = [c for c in msg.tool_calls if c.name.lower() not in NO_OP_TOOLS]
+    return calls, [(c.name, canonical_arguments(c.arguments)) for c in calls]
+
+
+class _RepeatedCallFold(Fold):
+    def __init__(self, judge: DeterministicJudge, conversation_id: str) -> None:
+        super().__init__(judge, conversation_id)
+        self.results: dict[str, AgentEvent] = {}  # call id -> its result, among earlier events
+        self.seen: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}
+        self.reads: set[tuple[str, str]] = set()  # the keys of ``seen`` that are read-only calls
+
+    def verdicts(self, event: AgentEvent) -> list[Verdict]:
+        calls, keys = _calls_of(event)
+        if not calls:
+            return []  # no call, or only thinking: nothing to repeat
+        repeats: list[dict[str, Any]] = []
+        retries: list[dict[str, Any]] = []
+        here: dict[tuple[str, str], tuple[AgentEvent, ToolCall]] = {}  # this message's calls
+        for call, key in zip(calls, keys, strict=True):
+            if (before := here.get(key) or self.seen.get(key)) is not None:
+                prev_msg, prev = before
+                result = self.results.get(prev.id)
+                tr = result.tool_result if result is not None else None
+                entry = {
+                    **call_ref(call),
+                    "arguments": call.arguments,
+                    "previous_call_id": prev.id,
+                    "previous_message_event_id": prev_msg.event_id,
+                    "previous_result_event_id": result.event_id if result else None,
+                    "previous_ok": tr.ok if tr else None,
+                }
+                transient = tr is not None and not tr.ok and is_transient(tr.error or tr.content)
+                (retries if transient else repeats).append(entry)
+            here[key] = (event, call)
+        rationale = (
+            f"repeats {', '.join(r['name'] for r in repeats)} with identical arguments"
+            if repeats
+            else "no identical repeat (or only retries after a transient error)"
+        )
+        evidence = {
+            "calls": [call_ref(c) for c in calls],
+            "repeats": repeats,
+            "transient_retries": retries,
+        }
+        verdict = self.judge._verdict
+        ok = not repeats
+        return [verdict(self.conversation_id, event, ok, ("wrong_action",), evidence, rationale)]
+
+    def add(self, event: AgentEvent) -> None:
+        tr_now = event.tool_result
+        if tr_now is not None:
+            self.results[tr_now.call_id] = event
+            if tr_now.ok and self.reads and not is_read_only(tr_now.name):  # reads may differ
+                for k in self.reads:
+                    self.seen.pop(k, None)
+                self.reads.clear()
+        calls, keys = _calls_of(event)
+        self.reads.update(k for k in keys if is_read_only(k[0]))
+        self.seen.update(zip(keys, ((event, c) for c in calls), strict=True))
 
 
 class IgnoredToolErrorJudge(DeterministicJudge):
@@ -196,38 +215,56 @@ class IgnoredToolErrorJudge(DeterministicJudge):
 
     name = "det.ignored_error"
 
-    def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
-        pending: dict[str, AgentEvent] = {}  # failed results not yet answered in text, by id
-        by_tool: dict[str, list[str]] = {}  # tool name -> ids of its pending failures
-        out: list[Verdict] = []
-        for e in conv.events:
-            tr = e.tool_result
-            if tr is not None:
-                if tr.ok:  # a later success of the same tool supersedes its failures
-                    for event_id in by_tool.pop(tr.name, ()):
-                        pending.pop(event_id, None)
-                else:
-                    pending[e.event_id] = e
-                    by_tool.setdefault(tr.name, []).append(e.event_id)
-                continue
-            msg = e.message
-            if msg is not None and msg.role == "assistant":  # the model call succeeded
-                for event_id in by_tool.pop(MODEL_CALL, ()):
-                    pending.pop(event_id, None)
-            if not pending or msg is None or msg.role != "assistant" or not msg.content:
-                continue
-            if only is not None and e.event_id != only:  # answered in text: no verdict wanted
-                pending, by_tool = {}, {}
-                continue
-            acknowledged = acknowledges_problem(msg.content)
-            success = speaks_of_success(msg.content)
-            ok = acknowledged or not success
-            rationale = _IGNORED_WHY[0 if acknowledged else 1 if success else 2]
-            failed = Bounded(items=(_failure(p) for p in pending.values()))
-            evidence = failed.cite("failed_calls", {"acknowledged": acknowledged})
-            out.append(self._verdict(conv, e, ok, ("wrong_information",), evidence, rationale))
-            pending, by_tool = {}, {}
-        return out
+    def fold(self, conversation_id: str) -> Fold:
+        return _IgnoredErrorFold(self, conversation_id)
+
+
+class _IgnoredErrorFold(Fold):
+    def __init__(self, judge: DeterministicJudge, conversation_id: str) -> None:
+        super().__init__(judge, conversation_id)
+        self.pending: dict[str, AgentEvent] = {}  # failed results not yet answered in text
+        self.by_tool: dict[str, list[str]] = {}  # tool name -> ids of its pending failures
+
+    def _open(self, e: AgentEvent) -> list[AgentEvent]:
+        """The failed results that assistant message ``e`` answers (a failed model call is
+        superseded by the message itself); [] for any other event or a message without text."""
+        msg = e.message
+        if msg is None or msg.role != "assistant" or not msg.content or not self.pending:
+            return []
+        answered = set(self.by_tool.get(MODEL_CALL, ()))  # the model call succeeded
+        return [p for event_id, p in self.pending.items() if event_id not in answered]
+
+    def verdicts(self, e: AgentEvent) -> list[Verdict]:
+        pending = self._open(e)
+        if not pending:
+            return []
+        content = e.message.content if e.message is not None else None
+        acknowledged = acknowledges_problem(content)
+        success = speaks_of_success(content)
+        ok = acknowledged or not success
+        rationale = _IGNORED_WHY[0 if acknowledged else 1 if success else 2]
+        failed = Bounded(items=(_failure(p) for p in pending))
+        evidence = failed.cite("failed_calls", {"acknowledged": acknowledged})
+        verdict = self.judge._verdict
+        return [verdict(self.conversation_id, e, ok, ("wrong_information",), evidence, rationale)]
+
+    def add(self, e: AgentEvent) -> None:
+        tr = e.tool_result
+        if tr is not None:
+            if tr.ok:  # a later success of the same tool supersedes its failures
+                for event_id in self.by_tool.pop(tr.name, ()):
+                    self.pending.pop(event_id, None)
+            else:
+                self.pending[e.event_id] = e
+                self.by_tool.setdefault(tr.name, []).append(e.event_id)
+            return
+        answered = bool(self._open(e))  # answered in text: the failures are settled
+        msg = e.message
+        if msg is not None and msg.role == "assistant":  # the model call succeeded
+            for event_id in self.by_tool.pop(MODEL_CALL, ()):
+                self.pending.pop(event_id, None)
+        if answered:
+            self.pending, self.by_tool = {}, {}
 
 
 def deterministic_judges(reference: tuple[str, ...] = ()) -> list[Judge]:

@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Literal
 
 from monitor.contract.events import AgentEvent
+from monitor.judges.lexicon import pattern_key
 
 FigureKind = Literal["amount", "date", "identifier"]
 
@@ -140,9 +141,9 @@ def _dates(text: str, lower: str | None = None) -> list[tuple[tuple[int, int], s
             found.append((m, m.group(3), int(m.group(1)), int(m.group(2))))
     if _may_name_month(text, lower if lower is not None else _ascii_lower(text)):
         for m in _MDY_RE.finditer(text):
-            found.append((m, m.group(3), _MONTHS[m.group(1).lower()], int(m.group(2))))
+            found.append((m, m.group(3), _MONTHS[pattern_key(m.group(1))], int(m.group(2))))
         for m in _DMY_RE.finditer(text):
-            found.append((m, m.group(3), _MONTHS[m.group(2).lower()], int(m.group(1))))
+            found.append((m, m.group(3), _MONTHS[pattern_key(m.group(2))], int(m.group(1))))
     out = []
     for m, year, month, day in found:
         key = _date_key(year, month, day)
@@ -333,18 +334,12 @@ def check_figures(
                 asked[e.message.content] = extract_figures(e.message.content)
         if not any(asked.values()):
             return  # no figure to judge: nothing to index either
-    index = SourceIndex(
-        reference if isinstance(reference, SourceIndex) else reference_index(reference)
-    )
+    sources = FigureSources(reference)
     for e in events:
-        if e.tool_result is not None:
-            index.add(e.tool_result.content, e.event_id)
-            index.add(e.tool_result.error, e.event_id)
         msg = e.message
-        if msg is None:
-            continue
         if (
-            msg.role == "assistant"
+            msg is not None
+            and msg.role == "assistant"
             and (only is None or e.event_id == only)
             and (
                 figures := list(asked[msg.content])
@@ -352,8 +347,34 @@ def check_figures(
                 else extract_figures(msg.content)
             )
         ):
-            yield e, figures, {f.text: index.source_of(f) for f in figures}
+            yield e, figures, sources.of(figures)
+        sources.add(e)
+
+
+class FigureSources:
+    """The sources of :func:`check_figures` over a conversation's events so far: ``reference``
+    texts (or their :func:`reference_index`, read, never changed), then each event given to
+    :meth:`add` in conversation order."""
+
+    def __init__(self, reference: Sequence[str] | SourceIndex = ()) -> None:
+        base = reference if isinstance(reference, SourceIndex) else reference_index(reference)
+        self.index = SourceIndex(base)
+
+    def of(self, figures: Sequence[Figure]) -> dict[str, str | None]:
+        """Each figure's text -> the event id (or ``reference:<i>``) that supports it, or
+        None: from the sources added so far."""
+        return {f.text: self.index.source_of(f) for f in figures}
+
+    def add(self, e: AgentEvent) -> None:
+        """Index what ``e`` supports for later messages: a tool result's content and error,
+        a user or system message's text, the arguments of the tool calls it makes."""
+        if e.tool_result is not None:
+            self.index.add(e.tool_result.content, e.event_id)
+            self.index.add(e.tool_result.error, e.event_id)
+        msg = e.message
+        if msg is None:
+            return
         if msg.role in ("user", "system"):
-            index.add(msg.content, e.event_id)
+            self.index.add(msg.content, e.event_id)
         for call in msg.tool_calls:
-            index.add(_ARGUMENTS_JSON.encode(call.arguments), e.event_id)
+            self.index.add(_ARGUMENTS_JSON.encode(call.arguments), e.event_id)

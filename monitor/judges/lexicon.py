@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
+from string import ascii_lowercase as _ASCII_LOWER
 
 # family -> tool-name patterns whose successful call backs a claim of that family.
 # refund also accepts *cancel*: cancelling a paid booking is how the refund is issued; and an
@@ -211,6 +212,22 @@ class Claim:
     sentence: str
 
 
+@lru_cache(maxsize=256)
+def _ascii_letter(char: str) -> str:
+    return next((a for a in _ASCII_LOWER if re.fullmatch(a, char, re.IGNORECASE)), char)
+
+
+def pattern_key(word: str) -> str:
+    """``word``, matched case-insensitively by a pattern of ASCII letters, as the lower-case
+    ASCII word the pattern spells: the key of the pattern's table. ``str.lower`` is not that
+    key for every match: the long s (U+017F) matches ``s``, the Kelvin sign ``k``, the dotted
+    and dotless capital/small i ``i`` (and ``lower``/``casefold`` keep them, or change the
+    length)."""
+    if word.isascii():
+        return word.lower()
+    return "".join(_ascii_letter(c) if not c.isascii() else c.lower() for c in word)
+
+
 def sentences(text: str) -> list[str]:
     """``text`` split into sentences (on . ! ? and newlines), stripped, empties dropped."""
     return [s.strip() for s in _SENTENCE_RE.findall(text) if s.strip()]
@@ -223,12 +240,14 @@ def _family_of(verb: str, sentence: str, start: int, end: int, passive: bool) ->
     the verb (the subject's head), active ones ("I have issued a refund") the nearest noun after
     (their object); each falls back to the other side.
     """
-    v = verb.lower()
+    v = pattern_key(verb)
     if v in _VERB_FAMILY:
         return _VERB_FAMILY[v]
     clause = max((m.end() for m in _CLAUSE_RE.finditer(sentence, 0, start)), default=0)
-    before = [_NOUN_FAMILY[m.group(1).lower()] for m in _NOUN_RE.finditer(sentence, clause, start)]
-    after = [_NOUN_FAMILY[m.group(1).lower()] for m in _NOUN_RE.finditer(sentence, end)]
+    before = [
+        _NOUN_FAMILY[pattern_key(m.group(1))] for m in _NOUN_RE.finditer(sentence, clause, start)
+    ]
+    after = [_NOUN_FAMILY[pattern_key(m.group(1))] for m in _NOUN_RE.finditer(sentence, end)]
     if v in _CHANGE_VERBS:
         return "address" if "address" in before + after else "modify"
     near = (before[:1], after[:1]) if passive else (after[:1], before[-1:])

@@ -47,6 +47,7 @@ from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
+from monitor.gate.checks import CheckStates
 from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
 from monitor.gate.request import HistoryCache
 from monitor.gate.server import answer_status, count_answer
@@ -229,6 +230,7 @@ def create_app(settings: Settings) -> faust.App:
         loopback_open=not settings.gate_token,
     )
     history_cache = HistoryCache()  # validated history events of recent conversations
+    check_states = CheckStates()  # the inline checks' state over them
     pending: set[asyncio.Task[None]] = set()  # decision events being handed to the producer
 
     async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
@@ -268,6 +270,7 @@ def create_app(settings: Settings) -> faust.App:
                     new_id=lambda: uuid.uuid4().hex,
                     status=gate_status(),
                     history_cache=history_cache,
+                    check_states=check_states,
                     cuts=gate.cuts,
                     grant=grant,
                 )

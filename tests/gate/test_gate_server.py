@@ -6,6 +6,9 @@ deadline, says so, and every decision event is stored exactly once when both are
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -352,3 +355,17 @@ async def test_two_gate_processes_serve_one_port(
         first.stop()
         second.stop()
         worker.stop()
+
+
+def test_the_gate_process_sets_its_nice_value() -> None:
+    """``gate_nice`` is the nice value the process runs at (a child process: the test's own
+    priority stays); 0 leaves it unchanged."""
+    here = os.getpriority(os.PRIO_PROCESS, 0)
+    wanted = min(19, here + 2)
+    code = (
+        "import os; from monitor.gate.server import set_priority; "
+        f"assert set_priority(0) and os.getpriority(os.PRIO_PROCESS, 0) == {here}; "
+        f"assert set_priority({wanted}); print(os.getpriority(os.PRIO_PROCESS, 0))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) == wanted
