@@ -406,7 +406,11 @@ DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
     "fixed-window tests, for: 30m (before)": (DriftSettings(scan=(), min_reference=0.0), 30),
     "+ reference >= 1000, for: 30m": (DriftSettings(scan=()), 30),
     "+ reference >= 1000, for: 10m": (DriftSettings(scan=()), 10),
-    "+ reference >= 1000 + surprise test, for: 10m (shipped)": (DriftSettings(), 10),
+    "+ reference >= 1000 + surprise tilts, for: 10m, sequential fires at once": (
+        DriftSettings(concentrations=()),
+        10,
+    ),
+    "+ reference >= 1000 + tilts and Dirichlet mixture, same (shipped)": (DriftSettings(), 10),
 }
 
 
