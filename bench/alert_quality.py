@@ -407,7 +407,7 @@ DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
     "fixed-window tests, for: 30m (before)": (DriftSettings(scan=(), min_reference=0.0), 30),
     "+ reference >= 1000, for: 30m": (DriftSettings(scan=()), 30),
     "+ reference >= 1000, for: 10m": (DriftSettings(scan=()), 10),
-    "+ reference >= 1000 + surprise tilts, for: 10m (before)": (
+    "+ reference >= 1000 + surprise tilts, sequential pages at once": (
         DriftSettings(thetas=SURPRISE_THETAS, concentrations=()),
         10,
     ),
