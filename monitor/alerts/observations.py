@@ -140,12 +140,14 @@ def evidence_sums(
 def drift_observations(rule: Rule, rows: Iterable[DriftRow], now: datetime) -> list[Observation]:
     """Per segment (agent versions combined): 1.0 if a latest check fired (the rule's test,
     when it names one), else 0.0; ``samples`` = summed recent item counts. ``confirmed`` when
-    a check fired on a sequential test (:data:`monitor.analytics.drift.SEQUENTIAL_TESTS`): its
-    evidence already held over time, so the rule's ``for`` is not waited for."""
+    the test the rule pages on is sequential (:data:`monitor.analytics.drift.SEQUENTIAL_TESTS`;
+    a rule naming no test: any that fired): its evidence already held over time, so the rule's
+    ``for`` is not waited for. A rule on a fixed-window test always waits."""
     per: dict[SegmentTuple, tuple[bool, int, str | None, bool]] = {}
     for r in rows:
         fired = r.fired and (rule.test is None or rule.test in r.fired_tests)
-        sequential = fired and not SEQUENTIAL_TESTS.isdisjoint(r.fired_tests)
+        named = (rule.test,) if rule.test is not None else r.fired_tests
+        sequential = fired and not SEQUENTIAL_TESTS.isdisjoint(named)
         was_fired, n, detail, was_seq = per.get(r.segment, (False, 0, None, False))
         detail = detail or (r.reason if fired else None)
         per[r.segment] = (was_fired or fired, n + r.n_recent, detail, was_seq or sequential)

@@ -340,3 +340,7 @@ def test_drift_observations_confirm_only_a_sequential_test() -> None:
     assert (one(("surprise",)).value, one(("surprise",)).confirmed) == (1.0, True)
     assert (one(("psi", "ks")).value, one(("psi", "ks")).confirmed) == (1.0, False)
     assert (one(()).value, one(()).confirmed) == (0.0, False)
+    # a rule on a fixed-window test waits its for, even when the sequential test fired too
+    r = r.model_copy(update={"test": "accuracy_drop"})
+    both = one(("accuracy_drop", "surprise"))
+    assert (both.value, both.confirmed) == (1.0, False)
