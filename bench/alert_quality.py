@@ -61,6 +61,7 @@ from bench.real_agents import ANSWERS, PER_HOUR, REAL_HOURS, T0, TIER3, real_age
 from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.states import Kind
 from monitor.alerts.timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
+from monitor.analytics.drift_tests import SURPRISE_THETAS
 from monitor.sim.answers import answer_items, parse_pools
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 
@@ -406,7 +407,11 @@ DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
     "fixed-window tests, for: 30m (before)": (DriftSettings(scan=(), min_reference=0.0), 30),
     "+ reference >= 1000, for: 30m": (DriftSettings(scan=()), 30),
     "+ reference >= 1000, for: 10m": (DriftSettings(scan=()), 10),
-    "+ reference >= 1000 + surprise test, for: 10m (shipped)": (DriftSettings(), 10),
+    "+ reference >= 1000 + surprise tilts, sequential pages at once": (
+        DriftSettings(thetas=SURPRISE_THETAS, concentrations=()),
+        10,
+    ),
+    "+ Dirichlet mixture on quartile cells, fires at once (shipped)": (DriftSettings(), 10),
 }
 
 

@@ -12,8 +12,8 @@ Rules of one step (``obs`` = observation, times are aware datetimes):
   evidence. A firing alert still gets its owed/repeat notifications.
 - Breach (``rule.breached(value)``): inactive/resolved -> pending with ``active_since =
   obs.at``; pending -> firing once ``obs.at - active_since >= rule.for_`` (at once when
-  ``for`` is 0). Entering firing starts a new episode (``fired_at = now``, counters reset,
-  ack cleared).
+  ``for`` is 0 or the observation is ``confirmed`` by a sequential test). Entering firing
+  starts a new episode (``fired_at = now``, counters reset, ack cleared).
 - Not breached: pending -> inactive. Firing -> resolved (``resolved_at = now``) only when the
   observation's resolve value is back with the rule's margin (``rule.recovered``) at every
   evaluation with data for ``rule.keep_firing_for`` (timed from ``clear_since``); a value in
@@ -67,8 +67,10 @@ class Observation:
     ``samples`` the (weighted) sample count behind the value, ``value`` None when there is no
     data. ``resolve_value`` is what a firing alert's recovery is judged on (the upper bound of
     a rule on a lower bound); None: ``value``. ``detail`` is optional free text for the
-    notification (e.g. an excerpt); it is redacted like the rest. Raises ValueError for a
-    naive ``at``, negative ``samples`` or a non-finite ``value``.
+    notification (e.g. an excerpt); it is redacted like the rest. ``confirmed``: the breach
+    comes from an always-valid sequential test, whose evidence already accumulated over time
+    under its own false-alarm bound, so it fires at once whatever the rule's ``for``. Raises
+    ValueError for a naive ``at``, negative ``samples`` or a non-finite ``value``.
     """
 
     rule: str
@@ -78,6 +80,7 @@ class Observation:
     at: datetime
     detail: str | None = None
     resolve_value: float | None = None
+    confirmed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", frozen_labels(self.scope))
@@ -241,7 +244,7 @@ def evaluate(
         if (
             cur.status is Status.PENDING
             and since is not None
-            and observation.at - since >= rule.for_
+            and (observation.at - since >= rule.for_ or observation.confirmed)
         ):
             cur = replace(
                 cur,

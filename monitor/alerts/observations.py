@@ -49,6 +49,7 @@ from monitor.analytics import calibration as cal
 from monitor.analytics.alert_bounds import lower_bound, upper_bound
 from monitor.analytics.bins import BinSums
 from monitor.analytics.design_effect import design_effects
+from monitor.analytics.drift import SEQUENTIAL_TESTS
 from monitor.analytics.escalation import ConversationEscalation, inversion_test, time_to_escalation
 from monitor.analytics.repo import Segment, bin_sums
 from monitor.analytics.repo_escalation import escalation_conversations
@@ -138,18 +139,24 @@ def evidence_sums(
 
 def drift_observations(rule: Rule, rows: Iterable[DriftRow], now: datetime) -> list[Observation]:
     """Per segment (agent versions combined): 1.0 if a latest check fired (the rule's test,
-    when it names one), else 0.0; ``samples`` = summed recent item counts."""
-    per: dict[SegmentTuple, tuple[bool, int, str | None]] = {}
+    when it names one), else 0.0; ``samples`` = summed recent item counts. ``confirmed`` when
+    the test the rule pages on is sequential (:data:`monitor.analytics.drift.SEQUENTIAL_TESTS`;
+    a rule naming no test: any that fired): its evidence already held over time, so the rule's
+    ``for`` is not waited for. A rule on a fixed-window test always waits."""
+    per: dict[SegmentTuple, tuple[bool, int, str | None, bool]] = {}
     for r in rows:
         fired = r.fired and (rule.test is None or rule.test in r.fired_tests)
-        was_fired, n, detail = per.get(r.segment, (False, 0, None))
+        named = (rule.test,) if rule.test is not None else r.fired_tests
+        sequential = fired and not SEQUENTIAL_TESTS.isdisjoint(named)
+        was_fired, n, detail, was_seq = per.get(r.segment, (False, 0, None, False))
         detail = detail or (r.reason if fired else None)
-        per[r.segment] = (was_fired or fired, n + r.n_recent, detail)
+        per[r.segment] = (was_fired or fired, n + r.n_recent, detail, was_seq or sequential)
     out = []
-    for seg, (fired, n, detail) in sorted(per.items()):
+    for seg, (fired, n, detail, sequential) in sorted(per.items()):
         scope = segment_scope(seg)
         if rule.scope.matches(scope):
-            out.append(Observation(rule.name, scope, 1.0 if fired else 0.0, n, now, detail))
+            value = 1.0 if fired else 0.0
+            out.append(Observation(rule.name, scope, value, n, now, detail, None, sequential))
     return out
 
 

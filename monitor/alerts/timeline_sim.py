@@ -43,6 +43,10 @@ from monitor.analytics.drift_policy import (
     advance,
     reference_window,
 )
+from monitor.analytics.drift_tests import (
+    SURPRISE_CONCENTRATIONS,
+    SURPRISE_GROUPS,
+)
 from monitor.analytics.escalation import ConversationEscalation
 from monitor.sim.traffic import Simulator
 
@@ -174,6 +178,9 @@ class DriftSettings:
     holm: bool = True  # False: the old decision, any test below alpha
     scan: tuple[timedelta, ...] = SCAN_WINDOWS  # (): no sequential surprise test
     min_reference: float = MIN_REFERENCE  # 0: any reference may fire
+    concentrations: tuple[float, ...] = SURPRISE_CONCENTRATIONS  # (): surprise tilts alone
+    groups: int = SURPRISE_GROUPS  # >= bins: the Dirichlet family on unmerged bins
+    thetas: tuple[float, ...] = ()  # SURPRISE_THETAS: the surprise tilts as well
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,9 @@ def drift_round(
             test_min_samples=TEST_MIN_SAMPLES if cfg.holm else None,
             scan=[stream.sums(seg, at - w, at) for w in cfg.scan],
             min_reference=cfg.min_reference,
+            concentrations=cfg.concentrations,
+            groups=cfg.groups,
+            thetas=cfg.thetas,
         )
         states[seg] = advance(state, ref, rec, check.fired)
         rows.append(DriftRow(seg, check.fired, check.fired_tests, check.n_recent, at, check.reason))

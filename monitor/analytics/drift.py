@@ -43,7 +43,12 @@ from monitor.analytics.bins import DEFAULT_BINS, BinSums
 from monitor.analytics.drift_policy import SURPRISE_MIN_REFERENCE, TEST_MIN_SAMPLES
 from monitor.analytics.drift_policy import holm as holm_reject
 from monitor.analytics.drift_tests import PSI_EPSILON as PSI_EPSILON
-from monitor.analytics.drift_tests import SURPRISE_LOG_THRESHOLD, _vec
+from monitor.analytics.drift_tests import (
+    SURPRISE_CONCENTRATIONS,
+    SURPRISE_GROUPS,
+    SURPRISE_LOG_THRESHOLD,
+    _vec,
+)
 from monitor.analytics.drift_tests import FloatArray as FloatArray
 from monitor.analytics.drift_tests import StatResult as StatResult
 from monitor.analytics.drift_tests import ece_change_bootstrap as ece_change_bootstrap
@@ -58,6 +63,9 @@ from monitor.analytics.drift_tests import surprise_e_detector as surprise_e_dete
 from monitor.analytics.drift_tests import two_proportion_z as two_proportion_z
 
 TEST_NAMES = ("psi", "ks", "accuracy_drop", "ece_increase", "surprise")
+SEQUENTIAL_TESTS = frozenset({"surprise"})
+"""Tests that are always valid over time (e-processes with their own false-alarm bound): a
+rule need not wait its ``for`` for them to persist."""
 
 
 @dataclass(frozen=True)
@@ -270,6 +278,9 @@ def check_drift_sums(
     test_min_samples: Mapping[str, float] | None = TEST_MIN_SAMPLES,
     scan: Sequence[BinSums] = (),
     min_reference: float = 0.0,
+    concentrations: Sequence[float] = SURPRISE_CONCENTRATIONS,
+    groups: int = SURPRISE_GROUPS,
+    thetas: Sequence[float] = (),
 ) -> DriftCheck:
     """Drift check from per-bin sums of the two windows (same number of bins, else
     ValueError): binned KS and the parametric-bootstrap ECE test.
@@ -284,7 +295,9 @@ def check_drift_sums(
     ``scan``: the windows since candidate change points, each ending with ``recent`` (the
     worker's :data:`monitor.analytics.drift_policy.SCAN_WINDOWS`); given and with a baseline of
     n_eff >= :data:`monitor.analytics.drift_policy.SURPRISE_MIN_REFERENCE`, the sequential
-    ``surprise`` test (:func:`surprise_e_detector`) runs too and fires on its own threshold."""
+    ``surprise`` test (:func:`surprise_e_detector`) runs too and fires on its own threshold.
+    ``thetas``, ``concentrations``, ``groups``: its two families (``()``: without that family;
+    ``groups`` >= bins: unmerged bins; kept so benchmarks can measure the change)."""
     n_bins = len(_vec(baseline.weight))
     if len(_vec(recent.weight)) != n_bins:
         raise ValueError("baseline and recent have different numbers of bins")
@@ -296,7 +309,9 @@ def check_drift_sums(
         if min(ne_b, ne_r) >= max(min_samples, ece_min):  # else the test is not used
             ece = ece_change_bootstrap(baseline, recent, n_resamples=n_resamples, seed=seed)
     surprise = (
-        surprise_e_detector(baseline, scan) if scan and ne_b >= SURPRISE_MIN_REFERENCE else None
+        surprise_e_detector(baseline, scan, thetas, concentrations, groups)
+        if scan and ne_b >= SURPRISE_MIN_REFERENCE
+        else None
     )
     return _check(
         "sums",

@@ -315,3 +315,32 @@ def test_resolved_summary_says_what_resolved_it(
     from monitor.alerts.wording import resolved_summary
 
     assert resolved_summary(metric, comparison, 0.08, value, scope, fired_for) == expected
+
+
+def test_a_confirmed_breach_fires_at_once_whatever_for() -> None:
+    r = rule(**{"for": "10m"})
+    state, out = evaluate(r, None, obs(0.09, 0), at(0))
+    assert out == [] and state.status is Status.PENDING  # an ordinary breach waits its for
+    state, out = evaluate(r, None, obs(0.09, 0, confirmed=True), at(0))
+    assert state.status is Status.FIRING and [n.kind for n in out] == [Kind.FIRING]
+
+
+def test_drift_observations_confirm_only_a_sequential_test() -> None:
+    from monitor.alerts.observation_repo import DriftRow
+    from monitor.alerts.observations import drift_observations
+
+    r = rule(name="drift_tier3", metric="drift", comparison=">=", threshold=1, min_samples=0)
+    seg = ("billing", "qa", 3)
+
+    def one(tests: tuple[str, ...]) -> Observation:
+        row = DriftRow(seg, bool(tests), tests, 150, at(0), "why")
+        [o] = drift_observations(r, [row], at(0))
+        return o
+
+    assert (one(("surprise",)).value, one(("surprise",)).confirmed) == (1.0, True)
+    assert (one(("psi", "ks")).value, one(("psi", "ks")).confirmed) == (1.0, False)
+    assert (one(()).value, one(()).confirmed) == (0.0, False)
+    # a rule on a fixed-window test waits its for, even when the sequential test fired too
+    r = r.model_copy(update={"test": "accuracy_drop"})
+    both = one(("accuracy_drop", "surprise"))
+    assert (both.value, both.confirmed) == (1.0, False)
