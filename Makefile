@@ -24,16 +24,20 @@ demo: $(STAMP)
 # `loadgroup` keeps the tests that share an expensive module fixture (marked xdist_group) in one
 # process. The tests that bound a latency (marked `timing`) run after it, alone on the machine;
 # that run collects only the files that hold them.
+# tests/assert_cache.py writes pytest's rewritten test modules first, so that the processes
+# do not each rewrite them.
 TEST_WORKERS ?= 4
 TIMING_FILES = $(shell grep -rl 'mark\.timing' tests)
 
 test: $(STAMP)
+	$(PY) -m tests.assert_cache
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not timing" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m timing $(PYTEST_ARGS) $(TIMING_FILES)
 
 # The inner loop: lint, types and the tests that need no broker or Postgres (marked by
 # tests/conftest.py), slow statistical cases left to `make test`.
 check: lint
+	$(PY) -m tests.assert_cache
 	$(PY) -m pytest -q -n 2 -m "not stack and not slow and not timing" $(PYTEST_ARGS)
 
 lint: $(STAMP)

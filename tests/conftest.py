@@ -123,6 +123,38 @@ async def second_database_url(migrated_template_url: str) -> AsyncIterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+async def dashboard_template_url(
+    migrated_template_url: str, tau2_files: list[Path]
+) -> AsyncIterator[str]:
+    """A copy of the migrated template seeded once per session (per xdist process) with the
+    dashboards' data (tests/dashboards/seed.py: traffic up to the time of seeding, analytics,
+    verdicts, alerts) and never connected to again: the tests' seeded databases copy it. Its
+    data ends when it was seeded; the tests' ranges (at least four hours back from their own
+    now) hold it for an hour after."""
+    from monitor.store.engine import drop_database
+    from tests.dashboards import seed
+    from tests.dashboards.test_dashboard_sql import dead_letters
+    from tests.seeding import copy_database
+
+    url = await copy_database(migrated_template_url, "mon_dash_tmpl")
+    try:
+        await seed.seed(url, tau2_files, dead_letters())
+        yield url
+    finally:
+        await drop_database(url)
+
+
+@pytest.fixture
+async def seeded_dashboard_url(dashboard_template_url: str) -> AsyncIterator[str]:
+    """A fresh copy of ``dashboard_template_url`` (the dashboards' seeded data), dropped after
+    the test."""
+    from tests.seeding import database_copy
+
+    async with database_copy(dashboard_template_url, "mon_test") as url:
+        yield url
+
+
 @pytest.fixture
 async def writer(database_url: str) -> AsyncIterator[EventWriter]:
     """A started ingest writer on ``database_url``, closed after the test."""

@@ -43,7 +43,6 @@ from monitor.contract.events import InvalidEvent, decode_event
 from monitor.ingest.rows import DeadLetter
 from monitor.store.engine import libpq_url
 from tests.dashboards import grafana_sql as g
-from tests.dashboards import seed as dashboard_seed
 from tests.factories import event_dict
 from tests.test_deploy_files import all_panels, dashboard_files, provisioned_datasources
 
@@ -405,19 +404,12 @@ def dead_letters() -> list[DeadLetter]:
     return out
 
 
-async def seed(database_url: str, tau2_files: Sequence[Path]) -> None:
-    """Both tau2 runs, three hours of simulator traffic up to now, dead letters, and the
-    analytics, verdicts and alerts written on top of them (tests/dashboards/seed.py)."""
-    await dashboard_seed.seed(database_url, tau2_files, dead_letters())
-
-
 @asynccontextmanager
-async def seeded_connection(
-    database_url: str, tau2_files: Sequence[Path]
-) -> AsyncIterator[asyncpg.Connection]:
-    """A connection to ``database_url`` once :func:`seed` has filled it; closed on exit."""
-    await seed(database_url, tau2_files)
-    conn = await asyncpg.connect(libpq_url(database_url))
+async def seeded_connection(url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to the seeded database at ``url`` (``seeded_dashboard_url``: both tau2
+    runs, three hours of simulator traffic, dead letters, and the analytics, verdicts and
+    alerts written on top of them, tests/dashboards/seed.py); closed on exit."""
+    conn = await asyncpg.connect(libpq_url(url))
     try:
         yield conn
     finally:
@@ -473,10 +465,10 @@ async def seeded_scenarios(conn: asyncpg.Connection, dashboard: dict[str, Any]) 
 
 @pytest.mark.parametrize("path", dashboard_files(), ids=lambda p: p.name)
 async def test_dashboard_queries_run_on_seeded_postgres(
-    path: Path, database_url: str, tau2_files: list[Path]
+    path: Path, seeded_dashboard_url: str
 ) -> None:
     dashboard = json.loads(path.read_text())
-    async with seeded_connection(database_url, tau2_files) as conn:
+    async with seeded_connection(seeded_dashboard_url) as conn:
         await assert_dashboard_ok(conn, dashboard, await seeded_scenarios(conn, dashboard))
 
 
@@ -554,23 +546,24 @@ def broken_copies(dashboard: dict[str, Any], mutation: Mutation) -> list[tuple[d
 
 
 @pytest.mark.parametrize("path", dashboard_files(), ids=lambda p: p.name)
-async def test_checker_rejects_broken_panels(
-    path: Path, database_url: str, tau2_files: list[Path]
-) -> None:
+async def test_checker_rejects_broken_panels(path: Path, seeded_dashboard_url: str) -> None:
     """The checker above passes a panel and fails a copy of it with one mistake in it."""
     dashboard = json.loads(path.read_text())
-    async with seeded_connection(database_url, tau2_files) as conn:
+    async with seeded_connection(seeded_dashboard_url) as conn:
         scenarios = await seeded_scenarios(conn, dashboard)
+        passed: set[str] = set()  # panels checked clean already (the database is only read)
         for mutation in mutations(dashboard):
             pairs = broken_copies(dashboard, mutation)
             assert pairs or not mutation.required, f"no panel to break with {mutation.what!r}"
             for original, broken in pairs:
                 where = (mutation.what, broken["panels"][0].get("title"))
-                assert await check_dashboard(conn, original, scenarios) == [], where
-                problems = await check_dashboard(conn, broken, scenarios)
-                assert any(re.search(mutation.expected, p) for p in problems), (where, problems)
-                with pytest.raises(AssertionError, match=mutation.expected):
+                if (key := json.dumps(original["panels"], sort_keys=True)) not in passed:
+                    assert await check_dashboard(conn, original, scenarios) == [], where
+                    passed.add(key)
+                with pytest.raises(AssertionError, match=mutation.expected) as caught:
                     await assert_dashboard_ok(conn, broken, scenarios)
+                problems = str(caught.value).splitlines()[1:]  # after the title: one a line
+                assert any(re.search(mutation.expected, p) for p in problems), (where, problems)
         missing_field = copy.deepcopy(next(p for p in all_panels(dashboard) if p.get("targets")))
         missing_field.setdefault("fieldConfig", {}).setdefault("overrides", []).append(
             {"matcher": {"id": "byName", "options": "no such field"}, "properties": []}

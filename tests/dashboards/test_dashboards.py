@@ -27,11 +27,9 @@ from monitor.cli import dashboards as dashboards_cmd
 from monitor.dashboards import push as gp
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
 from tests.dashboards import grafana_sql as g
-from tests.dashboards import seed as dashboard_seed
 from tests.dashboards.test_dashboard_sql import (
     NOTHING,
     Scenario,
-    dead_letters,
     resolve_variables,
     run_sql,
 )
@@ -162,9 +160,9 @@ async def test_views_migrate_down_and_up(database_url: str) -> None:
 
 
 @pytest.fixture
-async def seeded(database_url: str, tau2_files: list[Path]) -> str:
-    await dashboard_seed.seed(database_url, tau2_files, dead_letters())
-    return database_url
+def seeded(seeded_dashboard_url: str) -> str:
+    """A database seeded with the dashboards' data (tests/dashboards/seed.py)."""
+    return seeded_dashboard_url
 
 
 ECE_SQL = """

@@ -17,8 +17,6 @@ import typer
 from typer.testing import CliRunner
 
 from monitor.cli import calibration, escalation, gate, report
-from tests.dashboards import seed as dashboard_seed
-from tests.dashboards.test_dashboard_sql import dead_letters
 
 PNGS = ("reliability.png", "ece_over_time.png", "escalation_by_bin.png", "threshold_curve.png")
 
@@ -35,9 +33,9 @@ def cells(page: str) -> dict[str, float]:
 
 
 @pytest.fixture
-async def seeded(database_url: str, tau2_files: list[Path]) -> str:
-    await dashboard_seed.seed(database_url, tau2_files, dead_letters())
-    return database_url
+def seeded(seeded_dashboard_url: str) -> str:
+    """A database seeded with the dashboards' data (tests/dashboards/seed.py)."""
+    return seeded_dashboard_url
 
 
 def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
