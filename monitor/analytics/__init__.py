@@ -14,6 +14,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "drift",
     "drift_policy",
     "drift_state",
+    "drift_tests",
     "escalation",
     "periodic",
     "recalibration",
