@@ -13,12 +13,15 @@ request (two of them fire). Requests cycle over ``--conversations`` distinct con
 Each of ``--repeat`` rounds measures, in this order:
 
 - open loop at ``--rate`` requests/s (started every 1/rate s whatever the answers) for
-  ``--seconds``, **alone** (once the worker stored nothing new for a second: no backlog of
-  earlier phases): client p50/p99 (goal p99 < 10 ms at 500/s), in-handler ``latency_ms``, CPU
+  ``--seconds``, **alone** (once, over a second, the worker stored no event and neither the
+  worker nor the gate process used more than 5 % of a core: no backlog of earlier phases, no
+  decision events replayed from the gate's disk buffer): client p50/p99 (goal p99 < 10 ms at 500/s), in-handler ``latency_ms``, CPU
   per decision;
 - the same open loop **with ingest load**: a separate process sends simulated events with the
-  SDK (``bench/ingest.py``'s producer) to the worker's topic as fast as it can, from 1 s before
-  the open loop until it ends, and the worker ingests them into Postgres; printed: the same
+  SDK (``bench/ingest.py``'s producer) to the worker's topic at ``--load-rate`` events/s, from
+  1 s before the open loop until it ends, and the worker ingests them into Postgres (unpaced,
+  the producer and broker take both cores and the worker stores almost nothing: the gate would
+  be measured beside a producer, not beside ingest); printed: the same
   figures, the events the worker stored meanwhile, and the **p99 ratio loaded / alone** (goal
   <= 1.5);
 - closed loop (``c`` clients each sending the next request when the previous answer arrived),
@@ -245,9 +248,12 @@ async def open_loop(
     }
 
 
-def ingest_load(bootstrap: str, topic: str, seed: int, ready: Any, stop: Any, sent: Any) -> None:
-    """The load process: simulated events sent with the SDK as fast as the broker takes them
-    (``bench/ingest.py``'s producer), from ``ready`` until ``stop`` is set; ``sent`` counts."""
+def ingest_load(
+    bootstrap: str, topic: str, seed: int, rate: float, ready: Any, stop: Any, sent: Any
+) -> None:
+    """The load process: simulated events sent with the SDK (``bench/ingest.py``'s producer)
+    at ``rate`` events/s (0: as fast as the broker takes them), from ``ready`` until ``stop``
+    is set; ``sent`` counts."""
     from datetime import UTC, datetime, timedelta
 
     from monitor.sdk import EventEmitter
@@ -257,12 +263,14 @@ def ingest_load(bootstrap: str, topic: str, seed: int, ready: Any, stop: Any, se
         events = Simulator(seed=seed, start=datetime.now(UTC) - timedelta(hours=2)).events()
         async with EventEmitter(bootstrap, topic, idempotent=False) as emitter:
             ready.set()
-            n = 0
+            n, t0 = 0, time.monotonic()
             while not stop.is_set():
                 for event in itertools.islice(events, 200):
                     await emitter.send(event)
                 n += 200
                 sent.value = n
+                if rate > 0:  # paced: the worker can store what is sent while it is sent
+                    await asyncio.sleep(max(0.0, t0 + n / rate - time.monotonic()))
             await emitter.flush()
 
     asyncio.run(run())
@@ -277,16 +285,25 @@ async def stored_events(db_url: str) -> int:
         await conn.close()
 
 
-async def settle(db_url: str, timeout_s: float = 60.0) -> None:
-    """Wait until the worker stored nothing new for a second (at most ``timeout_s``): the
-    earlier phases' decision events and load ingested, so the next phase runs alone."""
+async def settle(db_url: str, pids: tuple[int, ...], timeout_s: float = 120.0) -> None:
+    """Wait until, over one second, the worker stored no new event of any type and none of
+    ``pids`` (the gate process, the worker) used more than 5 % of a core (at most
+    ``timeout_s``): the earlier phases' decision events (the closed loops publish tens of
+    thousands, which ``event_minutes`` does not count; the gate may replay some from its disk
+    buffer) and load ingested, so the next phase runs alone."""
     deadline, last = time.monotonic() + timeout_s, -1
-    while time.monotonic() < deadline:
-        now = await stored_events(db_url)
-        if now == last:
-            return
-        last = now
-        await asyncio.sleep(1.0)
+    conn = await asyncpg.connect(db_url)
+    try:
+        while time.monotonic() < deadline:
+            cpu0 = [harness.cpu_seconds(p) for p in pids]
+            await asyncio.sleep(1.0)
+            busy = any(harness.cpu_seconds(p) - c > 0.05 for p, c in zip(pids, cpu0, strict=True))
+            now = int(await conn.fetchval("SELECT count(*) FROM events"))
+            if now == last and not busy:
+                return
+            last = now
+    finally:
+        await conn.close()
 
 
 def with_cpu(pid: int, coro_result: dict[str, Any], cpu0: float, answers_key: str) -> None:
@@ -299,6 +316,7 @@ async def one_round(
     session: aiohttp.ClientSession,
     args: argparse.Namespace,
     gate: Worker,
+    worker: Worker,
     bootstrap: str,
     topic: str,
     db_url: str,
@@ -308,14 +326,17 @@ async def one_round(
     constant = f"http://127.0.0.1:{gate.port}/bench/constant"
     bodies = Bodies(args.conversations)
     out: dict[str, Any] = {"closed": {}}
-    await settle(db_url)  # the previous phases' events ingested: the gate alone
+    await settle(db_url, (gate.pid, worker.pid))  # the previous phases done: the gate alone
     cpu0 = harness.cpu_seconds(gate.pid)
     alone = await open_loop(session, own, bodies, args.rate, args.seconds)
     with_cpu(gate.pid, alone, cpu0, "n")
     print_open(f"[{index}] alone", alone)
     ctx = multiprocessing.get_context("spawn")
     ready, stop, sent = ctx.Event(), ctx.Event(), ctx.Value("q", 0)
-    load = ctx.Process(target=ingest_load, args=(bootstrap, topic, 1000 + index, ready, stop, sent))
+    load = ctx.Process(
+        target=ingest_load,
+        args=(bootstrap, topic, 1000 + index, args.load_rate, ready, stop, sent),
+    )
     load.start()
     try:
         await asyncio.to_thread(ready.wait, 60)
@@ -342,7 +363,7 @@ async def one_round(
         flush=True,
     )
     out["alone"], out["loaded"] = alone, loaded
-    await settle(db_url)  # the load's backlog ingested before the closed loops
+    await settle(db_url, (gate.pid, worker.pid))  # the load's backlog ingested
     for c in args.concurrency:
         cpu0 = harness.cpu_seconds(gate.pid)
         base = await closed_loop(session, constant, bodies, c, args.seconds)
@@ -454,7 +475,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, admin_url: str, workdi
                 await closed_loop(session, constant, bodies, 4, 1.0)
                 await asyncio.sleep(2)  # the warm-up's decision events ingested
                 rounds = [
-                    await one_round(session, args, gate, bootstrap, topic, db_url, i)
+                    await one_round(session, args, gate, worker, bootstrap, topic, db_url, i)
                     for i in range(args.repeat)
                 ]
             gate_log = (workdir / "gate.log").read_text(errors="replace")
@@ -479,6 +500,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rate", type=float, default=500.0, help="Open-loop requests/s.")
     parser.add_argument("--repeat", type=int, default=3, help="Rounds (3).")
+    parser.add_argument(
+        "--load-rate",
+        type=float,
+        default=1500.0,
+        help="Events/s of the ingest load (0: as fast as the broker takes them, which on two "
+        "cores starves the worker: it then stores almost nothing while the gate is measured).",
+    )
     parser.add_argument(
         "--no-tune-gc", action="store_true", help="The gate process keeps the GC defaults."
     )
