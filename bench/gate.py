@@ -15,8 +15,8 @@ Each of ``--repeat`` rounds measures, in this order:
 - open loop at ``--rate`` requests/s (started every 1/rate s whatever the answers) for
   ``--seconds``, **alone** (once, over a second, the worker stored no event and neither the
   worker nor the gate process used more than 5 % of a core: no backlog of earlier phases, no
-  decision events replayed from the gate's disk buffer): client p50/p99 (goal p99 < 10 ms at 500/s), in-handler ``latency_ms``, CPU
-  per decision;
+  decision events replayed from the gate's disk buffer): client p50/p99 (goal p99 < 10 ms at
+  500/s), in-handler ``latency_ms``, CPU per decision;
 - the same open loop **with ingest load**: a separate process sends simulated events with the
   SDK (``bench/ingest.py``'s producer) to the worker's topic at ``--load-rate`` events/s, from
   1 s before the open loop until it ends, and the worker ingests them into Postgres (unpaced,
