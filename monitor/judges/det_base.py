@@ -69,6 +69,13 @@ class DeterministicJudge:
     #: fail on the messages before): asked about a message without a tool call, it has none
     judges_calls_only = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A check defines its :meth:`fold` or its own :meth:`_judge` (or both): one without
+        either is refused when its class is defined, not on its first conversation."""
+        super().__init_subclass__(**kwargs)
+        if cls.fold is DeterministicJudge.fold and cls._judge is DeterministicJudge._judge:
+            raise TypeError(f"{cls.__name__} defines neither fold nor _judge")
+
     def applies(self, conversation: Conversation) -> bool:
         """True when this check has an opinion on ``conversation`` (see ``applies_to``)."""
         return conversation.uses_tools()
@@ -104,8 +111,7 @@ class DeterministicJudge:
         error verdict); with ``only``, those on that message alone. This default runs the
         check's :meth:`fold` over the events; a check without one overrides it."""
         fold = self.fold(conv.conversation_id)
-        if fold is None:
-            raise NotImplementedError(f"{self.name} has neither a fold nor its own _judge")
+        assert fold is not None, f"{self.name}: no fold (checked by __init_subclass__)"
         out: list[Verdict] = []
         for i, e in enumerate(conv.events):
             if i == conv.gap and conv.omitted is not None:

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -22,14 +23,16 @@ from monitor.stack.ports import free_port
 S = TypeVar("S", bound="StartStop")
 
 
-class StartStop:
+class StartStop(ABC):
     """A context manager over ``start()`` (on enter, returning the object) and ``stop()``."""
 
+    @abstractmethod
     def start(self: S) -> S:
-        raise NotImplementedError
+        """Start the process; returns the object once it is ready."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop the process."""
 
     def __enter__(self: S) -> S:
         return self.start()

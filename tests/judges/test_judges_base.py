@@ -34,3 +34,12 @@ def test_verdict_validation():
         Verdict("j", "1", "c", "i", status="error")
     ok = Verdict("j", "1", "c", None, label=0, categories=("fabrication:pricing",))
     assert ok.to_dict()["categories"] == ["fabrication:pricing"]
+
+
+def test_a_check_with_neither_fold_nor_judge_is_refused_when_defined() -> None:
+    from monitor.judges.det_base import DeterministicJudge
+
+    with pytest.raises(TypeError, match="Hollow defines neither fold nor _judge"):
+
+        class Hollow(DeterministicJudge):
+            name = "det.hollow"
