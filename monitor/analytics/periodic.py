@@ -102,29 +102,6 @@ async def drift_against_references(
     return out
 
 
-async def run_drift_tracked(
-    engine: AsyncEngine,
-    now: datetime,
-    recent: timedelta,
-    *,
-    alpha: float,
-    min_samples: int,
-    reference: timedelta = DEFAULT_REFERENCE,
-    min_reference: float = 0.0,
-) -> dict[SegmentKey, DriftCheck]:
-    """One round of tracked drift checks at ``now`` (module docstring); returns the checks."""
-    found = await drift_against_references(
-        engine,
-        now,
-        recent,
-        alpha=alpha,
-        min_samples=min_samples,
-        reference=reference,
-        min_reference=min_reference,
-    )
-    return {key: check for key, (_ref, check) in found.items()}
-
-
 async def drift_once(
     engine: AsyncEngine,
     clock: Clock,
@@ -135,7 +112,7 @@ async def drift_once(
     min_reference: float = 0.0,
 ) -> int:
     """Run and store one round of tracked drift checks; returns how many segments fired."""
-    checks = await run_drift_tracked(
+    found = await drift_against_references(
         engine,
         clock.now(),
         recent,
@@ -144,7 +121,7 @@ async def drift_once(
         reference=reference,
         min_reference=min_reference,
     )
-    fired = [k for k, c in checks.items() if c.fired]
+    fired = [k for k, (_ref, check) in found.items() if check.fired]
     if fired:
         log.info("drift fired for %s", ", ".join(f"{k[0]}/{k[2] or '-'}" for k in fired))
     return len(fired)
