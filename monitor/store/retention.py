@@ -40,8 +40,10 @@ data it reads gives the same answer before and after a run (the retention test s
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import partial
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -55,6 +57,14 @@ RETENTION_LOCK = 0x6D6F6E_0A1E_0013
 """Session-level advisory lock key held by the worker running retention."""
 LOCK_TIMEOUT = "2s"
 
+
+def _by_resolution(table: str, resolution: str, horizon: str) -> tuple[str, str, str]:
+    """The entry of :data:`_DELETES` for one ``resolution`` of a roll-up kept per
+    ``resolution`` and ``window_start``; named ``<table>_<resolution>``."""
+    sql = f"DELETE FROM {table} WHERE resolution = '{resolution}' AND window_start < :cut"
+    return f"{table}_{resolution}", horizon, sql
+
+
 # (name in reports and metrics, horizon attribute, DELETE statement with :cut)
 _DELETES: tuple[tuple[str, str, str], ...] = (
     # an id is forgotten only once its events partition is gone (a kept replayed day stays
@@ -65,39 +75,19 @@ _DELETES: tuple[tuple[str, str, str], ...] = (
         "DELETE FROM event_ids WHERE ts < :cut AND to_regclass('event_partitions.events_'"
         " || to_char(ts AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL",
     ),
-    (
-        "calibration_bins_1m",
-        "minute_sums",
-        "DELETE FROM calibration_bins WHERE resolution = '1m' AND window_start < :cut",
-    ),
+    _by_resolution("calibration_bins", "1m", "minute_sums"),
     ("event_minutes", "minute_sums", "DELETE FROM event_minutes WHERE minute < :cut"),
     ("ingest_delay_bins", "minute_sums", "DELETE FROM ingest_delay_bins WHERE minute < :cut"),
     ("conversation_minutes", "minute_sums", "DELETE FROM conversation_minutes WHERE minute < :cut"),
-    (
-        "calibration_bins_1h",
-        "hourly_sums",
-        "DELETE FROM calibration_bins WHERE resolution = '1h' AND window_start < :cut",
-    ),
-    (
-        "calibration_bins_1d",
-        "daily_sums",
-        "DELETE FROM calibration_bins WHERE resolution = '1d' AND window_start < :cut",
-    ),
+    _by_resolution("calibration_bins", "1h", "hourly_sums"),
+    _by_resolution("calibration_bins", "1d", "daily_sums"),
     ("items", "items", "DELETE FROM items WHERE ts < :cut"),
     # the cut is midnight, so whole hours go with their items
     ("item_hours", "items", "DELETE FROM item_hours WHERE hour < :cut"),
     ("design_hours", "items", "DELETE FROM design_hours WHERE hour < :cut"),
     ("label_hours", "items", "DELETE FROM label_hours WHERE hour < :cut"),
-    (
-        "escalation_bins_1h",
-        "hourly_sums",
-        "DELETE FROM escalation_bins WHERE resolution = '1h' AND window_start < :cut",
-    ),
-    (
-        "escalation_bins_1d",
-        "daily_sums",
-        "DELETE FROM escalation_bins WHERE resolution = '1d' AND window_start < :cut",
-    ),
+    _by_resolution("escalation_bins", "1h", "hourly_sums"),
+    _by_resolution("escalation_bins", "1d", "daily_sums"),
     # by event time, but a conversation written into since the horizon (a replay of old
     # traffic, an agent resuming it) is kept until idle as long
     (
@@ -158,42 +148,53 @@ async def _steps(
 ) -> None:
     h = report.horizons
     assert h is not None
-    today = now.astimezone(UTC).date()
-    try:
-        report.partitions_created = await partitions.ensure(
-            conn, partitions.ahead(today, settings.partitions_ahead_days)
-        )
-        await conn.commit()
-    except Exception as exc:  # the writer still creates what it needs
-        await conn.rollback()
-        _failed(report, "partitions_ahead", exc)
+    days = partitions.ahead(now.astimezone(UTC).date(), settings.partitions_ahead_days)
+    # when this fails, the writer still creates the partitions it needs
+    created = await _step(conn, report, "partitions_ahead", partial(partitions.ensure, conn, days))
+    report.partitions_created = created or 0
     if h.events is not None:
-        try:
-            await conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            report.partitions_dropped = await drop_before(conn, h.events)
-            await conn.commit()
-        except Exception as exc:
-            await conn.rollback()
-            _failed(report, "events_partitions", exc)
+        dropping = partial(drop_before, conn, h.events)
+        dropped = await _step(conn, report, "events_partitions", dropping, lock_timeout=True)
+        report.partitions_dropped = dropped or 0
     if h.unsampled is not None:
-        try:
-            await conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            report.unsampled_emptied = await empty_unsampled(conn, h.unsampled)
-            await conn.commit()
-        except Exception as exc:
-            await conn.rollback()
-            _failed(report, "unsampled_events", exc)
+        emptying = partial(empty_unsampled, conn, h.unsampled)
+        emptied = await _step(conn, report, "unsampled_events", emptying, lock_timeout=True)
+        report.unsampled_emptied = emptied or 0
     for name, attr, sql in _DELETES:
         cut: date | None = getattr(h, attr)
         if cut is None:
             continue
-        try:
-            result = await conn.execute(text(sql), {"cut": midnight(cut)})
-            await conn.commit()
-            report.deleted[name] = int(getattr(result, "rowcount", 0) or 0)
-        except Exception as exc:
-            await conn.rollback()
-            _failed(report, name, exc)
+        deleted = await _step(conn, report, name, partial(_delete, conn, sql, midnight(cut)))
+        if deleted is not None:
+            report.deleted[name] = deleted
+
+
+async def _step(
+    conn: AsyncConnection,
+    report: RetentionReport,
+    name: str,
+    work: Callable[[], Awaitable[int]],
+    *,
+    lock_timeout: bool = False,
+) -> int | None:
+    """Run ``work`` as one transaction (each lock waited for at most :data:`LOCK_TIMEOUT` when
+    ``lock_timeout``); its count, or None when it raised: rolled back and recorded as the failed
+    step ``name``, so the other steps still run."""
+    try:
+        if lock_timeout:
+            await conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        count = await work()
+        await conn.commit()
+    except Exception as exc:
+        await conn.rollback()
+        _failed(report, name, exc)
+        return None
+    return count
+
+
+async def _delete(conn: AsyncConnection, sql: str, cut: datetime) -> int:
+    result = await conn.execute(text(sql), {"cut": cut})
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 async def drop_before(conn: AsyncConnection, day: date) -> int:
