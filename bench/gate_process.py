@@ -4,7 +4,7 @@
 the same event loop as ``POST /v1/gate`` (a :class:`GateServer` with one more route): it checks
 the credential and reads the body the same way (``receive_gate``, the gate's limits), answers a
 constant, pre-serialized JSON of a gate answer's size (200) without deciding, and publishes one
-decision event through the gate's own path (``GateServer._publish``: the decision outbox, the
+decision event through the gate's own path (``GateAnswerer.publish_after``: the decision outbox, the
 producer, the disk buffer when the broker is slow), a fresh ``event_id`` on a decision event
 built once at start. So the gate/baseline ratio is the cost of deciding alone (parse, checks,
 building the decision event), publication being in both. Run by the bench as
@@ -80,9 +80,12 @@ class BenchGateServer(GateServer):
             event = self.template.model_copy(update={"event_id": f"gate:{uuid.uuid4().hex}"})
             return GateReply(200, {}, event=event)
 
-        reply = await self.receive(request, constant)
-        if reply.event is not None:  # as handle_gate: sent after the answer
-            self.publish_after(reply.event)
+        answerer = self.answerer
+        reply = await answerer.receive(
+            request.headers, request.remote, request.content.readany, constant
+        )
+        if reply.event is not None:  # as GateAnswerer.answer: sent after the answer
+            answerer.publish_after(reply.event)
         return web.Response(body=CONSTANT, status=reply.status, content_type="application/json")
 
 

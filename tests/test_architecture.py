@@ -132,6 +132,7 @@ EDGE_MODULES = frozenset(
         "monitor.gate.buffer",
         "monitor.gate.producer",
         "monitor.gate.server",
+        "monitor.gate.answering",
         "monitor.gate.http_server",
         "monitor.gate.buffer_slot",
         "monitor.auth.repo",

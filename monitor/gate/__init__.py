@@ -4,6 +4,7 @@ decision (pure) and the state the worker holds in memory (maps, policy, checks; 
 # The modules other packages may import (besides this package's own names): the
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
+    "answering",
     "buffer_slot",
     "checks",
     "decision_outbox",

@@ -27,7 +27,6 @@ import logging
 import os
 import signal
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,29 +34,24 @@ from aiohttp import web
 from pydantic_core import to_json
 
 from monitor.auth import repo as key_repo
-from monitor.auth.admission import Authorize
-from monitor.auth.authorizer import Grant
 from monitor.auth.cache import KeyCache
 from monitor.auth.keys import Scope
 from monitor.config import Settings
-from monitor.contract.events import AgentEvent
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
 from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
+from monitor.gate.answering import GATE, GateAnswerer
 from monitor.gate.buffer_slot import open_decision_path
-from monitor.gate.checks import CheckStates
 from monitor.gate.decision_outbox import DecisionOutbox
-from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
+from monitor.gate.endpoint import GateLimits
 from monitor.gate.http_server import JsonErrorRunner, handler_args, json_errors
-from monitor.gate.request import HistoryCache
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.store.engine import make_engine
 from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
 
 log = logging.getLogger("monitor.gate.server")
-GATE = "/v1/gate"
 FIRST_LOAD_S = 5.0  # the first load of maps and keys waits this long before serving anyway
 
 
@@ -69,36 +63,6 @@ def gate_guard(settings: Settings, clock: Callable[[], float]) -> Guard:
     )
     rate = Rate(settings.http_gate_rate_per_s, settings.http_gate_rate_burst)
     return Guard(RateLimiter(rate, clock, keys), strangers)
-
-
-def count_answer(
-    metrics: OpsMetrics, reply: GateReply, children: dict[str, Any] | None = None
-) -> None:
-    """Count one answer on /metrics: by decision or refusal reason, and each way it was
-    degraded per rule and agent (``monitor_gate_degraded_answers_total``). ``children``: the
-    labelled counters of ``monitor_gate_answers`` found so far (by result, few), kept by the
-    caller so an answer costs no label lookup."""
-    label = str(reply.body.get("decision") or reply.body.get("reason"))
-    child = children.get(label) if children is not None else None
-    if child is None:
-        child = metrics.gate_answers.labels(label)
-        if children is not None:
-            children[label] = child
-    child.inc()
-    for kind in reply.degraded_kinds():
-        metrics.gate_degraded.labels(str(reply.rule), reply.agent_id or "", kind).inc()
-
-
-def answer_status(state: GateState, outbox: DecisionOutbox) -> dict[str, Any]:
-    """What each answer says about the gate's own condition: the maps' freshness
-    (``maps_loaded_at``, ``maps_stale``) and, while decision events are held on disk,
-    ``decision_events_kept`` / ``decision_events_dropped``."""
-    status = state.status()
-    buffered, dropped = outbox.buffer.pending, sum(outbox.buffer.dropped.values())
-    if buffered or dropped or outbox.buffered_mode:
-        status["decision_events_kept"] = buffered
-        status["decision_events_dropped"] = dropped
-    return status
 
 
 def health_body(state: GateState, outbox: DecisionOutbox) -> dict[str, Any]:
@@ -139,19 +103,22 @@ class GateServer:
             time.monotonic,
             miss_interval_s=settings.keys_miss_refresh_s,
         )
-        self.authorize: Authorize = lambda authorization: self.keys.check(authorization, "gate")
-        self.limits = GateLimits(
+        limits = GateLimits(
             settings.gate_max_body_bytes,
             settings.gate_max_content_chars,
             settings.http_read_timeout_s,
             settings.http_max_inflate_ratio,
             loopback_open=not settings.gate_token,
         )
-        self.guard = gate_guard(settings, time.monotonic)
-        self.history = HistoryCache()
-        self.check_states = CheckStates()  # the checks' state per conversation, with history
-        self.answer_counters: dict[str, Any] = {}  # result -> its labelled counter
-        self.pending: set[asyncio.Task[None]] = set()  # decision events handed to the outbox
+        self.answerer = GateAnswerer(
+            self.state,
+            self.outbox,
+            limits,
+            self.metrics,
+            self.clock,
+            authorize=lambda authorization: self.keys.check(authorization, "gate"),
+            guard=gate_guard(settings, time.monotonic),
+        )
         self.tasks: list[asyncio.Task[None]] = []
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -168,68 +135,13 @@ class GateServer:
         return app
 
     async def handle_gate(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        self.state.asked(started)
-        state = self.state
-
-        def decide_body(body: bytes | None, grant: Grant) -> GateReply:
-            return decide_gate(
-                body,
-                limits=self.limits,
-                policy=state.policy,
-                maps=state.maps,
-                checks=state.checks,
-                now=self.clock.now(),
-                timer=time.perf_counter,
-                started=started,
-                new_id=lambda: uuid.uuid4().hex,
-                status=answer_status(state, self.outbox),
-                history_cache=self.history,
-                check_states=self.check_states,
-                cuts=state.cuts,
-                grant=grant,
-            )
-
-        reply = await self.receive(request, decide_body)
-        if reply.pending is not None:  # a rule with the inline LLM check: awaited
-            reply = await finish_gate(reply, state.llm_judge, time.perf_counter)
-        count_answer(self.metrics, reply, self.answer_counters)
-        if 400 <= reply.status < 500:
-            self.metrics.http_client_errors.labels(GATE, str(reply.status)).inc()
-        if reply.event is not None:
-            self.publish_after(reply.event)
+        reply = await self.answerer.answer(request.headers, request.remote, request.content.readany)
         return web.Response(
             body=to_json(reply.body),
             status=reply.status,
             headers=reply.headers,
             content_type="application/json",
         )
-
-    async def receive(
-        self, request: web.Request, decide_body: Callable[[bytes | None, Grant], GateReply]
-    ) -> GateReply:
-        """``request`` read, authorized and admitted under this process's limits and guard,
-        then answered by ``decide_body`` (:func:`receive_gate`)."""
-        return await receive_gate(
-            headers=request.headers,
-            peer=request.remote,
-            read_chunk=request.content.readany,
-            authorize=self.authorize,
-            limits=self.limits,
-            guard=self.guard,
-            decide_body=decide_body,
-        )
-
-    def publish_after(self, event: AgentEvent) -> None:
-        """Send ``event`` through the decision outbox in a task of its own: after the answer,
-        never awaited by it; the task stays in ``pending`` until it is done."""
-        task = asyncio.ensure_future(self._publish(event))
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
-
-    async def _publish(self, event: AgentEvent) -> None:
-        if not await self.outbox.publish(event):
-            self.metrics.gate_answers.labels("kept").inc()
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response(health_body(self.state, self.outbox))
@@ -288,9 +200,7 @@ class GateServer:
         await asyncio.sleep(0)  # the publications of the last answers reach the outbox
         await self.outbox.close()
         await self.producer.close()
-        for task in list(self.pending):
-            task.cancel()
-        await asyncio.gather(*self.pending, return_exceptions=True)
+        await self.answerer.drop_pending()
         self.buffer.close()
         await self.state.aclose()
         await self.engine.dispose()

@@ -19,7 +19,6 @@ import asyncio
 import logging
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from monitor.analytics.calibration_endpoint import answer_calibration
 from monitor.analytics.write import current_maps
 from monitor.auth import repo as key_repo
 from monitor.auth.admission import Authorize
-from monitor.auth.authorizer import Grant
 from monitor.auth.cache import KeyCache
 from monitor.auth.keys import Scope
 from monitor.config import Settings
@@ -47,10 +45,8 @@ from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
-from monitor.gate.checks import CheckStates
-from monitor.gate.endpoint import GateLimits, GateReply, decide_gate, finish_gate, receive_gate
-from monitor.gate.request import HistoryCache
-from monitor.gate.server import answer_status, count_answer
+from monitor.gate.answering import GATE, GateAnswerer
+from monitor.gate.endpoint import GateLimits
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
@@ -71,7 +67,6 @@ from monitor.worker.services import (
 
 log = logging.getLogger("monitor.worker.app")
 T = TypeVar("T")
-GATE = "/v1/gate"
 PUBLISH_YIELD_EVERY = 500  # events handed to the producer between two yields to the loop
 
 
@@ -229,9 +224,6 @@ def create_app(settings: Settings) -> faust.App:
         settings.http_max_inflate_ratio,
         loopback_open=not settings.gate_token,
     )
-    history_cache = HistoryCache()  # validated history events of recent conversations
-    check_states = CheckStates()  # the inline checks' state over them
-    pending: set[asyncio.Task[None]] = set()  # decision events being handed to the producer
 
     async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
         await gate.refresh(ingest.reads, clock.now())
@@ -244,55 +236,16 @@ def create_app(settings: Settings) -> faust.App:
 
     cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
 
-    async def publish_decision(event: Any) -> None:  # awaits the ack or the disk buffer
-        if not await outbox.publish(event):
-            metrics.gate_answers.labels("kept").inc()
+    answerer = GateAnswerer(
+        gate, outbox, gate_limits, metrics, clock, authorize=gate_scope, guard=guards.gate
+    )
 
-    def gate_status() -> dict[str, Any]:  # the maps' freshness; decision events held back
-        return answer_status(gate, outbox)
-
-    @app.page("/v1/gate")
-    class Gate(View):  # the logic is monitor.gate.endpoint
+    @app.page(GATE)
+    class Gate(View):  # the logic is monitor.gate.answering
         async def post(self, request: Request) -> Response:
-            started = time.perf_counter()
-            gate.asked(started)
-
-            def decide_body(body: bytes | None, grant: Grant) -> GateReply:
-                return decide_gate(
-                    body,
-                    limits=gate_limits,
-                    policy=gate.policy,
-                    maps=gate.maps,
-                    checks=gate.checks,
-                    now=clock.now(),
-                    timer=time.perf_counter,
-                    started=started,
-                    new_id=lambda: uuid.uuid4().hex,
-                    status=gate_status(),
-                    history_cache=history_cache,
-                    check_states=check_states,
-                    cuts=gate.cuts,
-                    grant=grant,
-                )
-
-            reply = await receive_gate(
-                headers=request.headers,
-                peer=peer_of(request),
-                read_chunk=chunks(request),
-                authorize=gate_scope,
-                limits=gate_limits,
-                guard=guards.gate,
-                decide_body=decide_body,
-            )
-            if reply.pending is not None:  # a rule with the inline LLM check: awaited
-                reply = await finish_gate(reply, gate.llm_judge, time.perf_counter)
-            count_answer(metrics, reply)
-            if reply.event is not None:  # queued without waiting for the broker
-                task = asyncio.ensure_future(publish_decision(reply.event))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            body = to_json(reply.body)
-            return respond(self, Reply(reply.status, body, headers=reply.headers), metrics, GATE)
+            reply = await answerer.answer(request.headers, peer_of(request), chunks(request))
+            body = Reply(reply.status, to_json(reply.body), headers=reply.headers)
+            return view_bytes(self, body)
 
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)
@@ -354,6 +307,11 @@ def peer_of(request: Request) -> str | None:
 def respond(view: View, reply: Reply, metrics: OpsMetrics, path: str) -> Response:
     """The framework's response for a neutral reply; 4xx counted per path and status."""
     count_client_error(metrics, path, reply.status)
+    return view_bytes(view, reply)
+
+
+def view_bytes(view: View, reply: Reply) -> Response:
+    """The framework's response for a neutral reply, counted by its caller."""
     return view.bytes(
         reply.body, content_type=reply.content_type, status=reply.status, headers=reply.headers
     )
