@@ -22,6 +22,7 @@ from typing import Any
 
 from monitor.auth.admission import Authorize
 from monitor.auth.authorizer import Grant
+from monitor.config import Settings
 from monitor.contract.events import AgentEvent
 from monitor.core.clock import Clock
 from monitor.core.http_body import ReadChunk
@@ -34,6 +35,18 @@ from monitor.gate.state import GateState
 from monitor.telemetry.ops_metrics import OpsMetrics
 
 GATE = "/v1/gate"
+
+
+def gate_limits(settings: Settings) -> GateLimits:
+    """The gate's request limits from ``settings``: without a ``gate_token``, loopback
+    callers need no credential."""
+    return GateLimits(
+        settings.gate_max_body_bytes,
+        settings.gate_max_content_chars,
+        settings.http_read_timeout_s,
+        settings.http_max_inflate_ratio,
+        loopback_open=not settings.gate_token,
+    )
 
 
 @dataclass

@@ -42,10 +42,9 @@ from monitor.core.errors import MonitorError
 from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
-from monitor.gate.answering import GATE, GateAnswerer
+from monitor.gate.answering import GATE, GateAnswerer, gate_limits
 from monitor.gate.buffer_slot import open_decision_path
 from monitor.gate.decision_outbox import DecisionOutbox
-from monitor.gate.endpoint import GateLimits
 from monitor.gate.http_server import JsonErrorRunner, handler_args, json_errors
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.store.engine import make_engine
@@ -103,13 +102,7 @@ class GateServer:
             time.monotonic,
             miss_interval_s=settings.keys_miss_refresh_s,
         )
-        limits = GateLimits(
-            settings.gate_max_body_bytes,
-            settings.gate_max_content_chars,
-            settings.http_read_timeout_s,
-            settings.http_max_inflate_ratio,
-            loopback_open=not settings.gate_token,
-        )
+        limits = gate_limits(settings)
         self.answerer = GateAnswerer(
             self.state,
             self.outbox,

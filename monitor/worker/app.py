@@ -45,8 +45,7 @@ from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
-from monitor.gate.answering import GATE, GateAnswerer
-from monitor.gate.endpoint import GateLimits
+from monitor.gate.answering import GATE, GateAnswerer, gate_limits
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
@@ -217,14 +216,6 @@ def create_app(settings: Settings) -> faust.App:
             metrics.http_events.labels("rejected").inc(reply.counts.get("rejected", 0))
             return respond(self, reply, metrics, "/v1/events")
 
-    gate_limits = GateLimits(
-        settings.gate_max_body_bytes,
-        settings.gate_max_content_chars,
-        settings.http_read_timeout_s,
-        settings.http_max_inflate_ratio,
-        loopback_open=not settings.gate_token,
-    )
-
     async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
         await gate.refresh(ingest.reads, clock.now())
 
@@ -237,7 +228,7 @@ def create_app(settings: Settings) -> faust.App:
     cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
 
     answerer = GateAnswerer(
-        gate, outbox, gate_limits, metrics, clock, authorize=gate_scope, guard=guards.gate
+        gate, outbox, gate_limits(settings), metrics, clock, authorize=gate_scope, guard=guards.gate
     )
 
     @app.page(GATE)
