@@ -7,7 +7,8 @@ constant, pre-serialized JSON of a gate answer's size (200) without deciding, an
 decision event through the gate's own path (``GateAnswerer.publish_after``: the decision outbox, the
 producer, the disk buffer when the broker is slow), a fresh ``event_id`` on a decision event
 built once at start. So the gate/baseline ratio is the cost of deciding alone (parse, checks,
-building the decision event), publication being in both. Run by the bench as
+building the decision event), publication being in both. ``GET /bench/ping`` answers ``{}``
+and does nothing else (the open-loop client's floor). Run by the bench as
 ``python bench/gate_process.py``; the settings come from the environment like
 ``monitor gate serve``. ``BENCH_NO_TUNE_GC=1`` leaves the collector's defaults (to measure
 what ``tune_gc`` does for the gate process)."""
@@ -73,7 +74,13 @@ class BenchGateServer(GateServer):
     def application(self) -> web.Application:
         app = super().application()
         app.router.add_post("/bench/constant", self.handle_constant)
+        app.router.add_get("/bench/ping", self.handle_ping)
         return app
+
+    async def handle_ping(self, request: web.Request) -> web.Response:
+        """A constant answer, nothing read, checked or published: the floor of the client,
+        the HTTP stack and this process's event loop."""
+        return web.Response(body=b"{}", content_type="application/json")
 
     async def handle_constant(self, request: web.Request) -> web.Response:
         def constant(body: bytes | None, grant: Grant) -> GateReply:

@@ -65,8 +65,11 @@ class GateSettings(BaseModel):
         ge=-20,
         le=19,
         description="Scheduling priority (nice value) `monitor gate serve` sets for itself at "
-        "start: below 0 the kernel runs it ahead of the worker, broker and database when they "
-        "compete for the same cores (needs CAP_SYS_NICE; refused -> a warning, left at 0).",
+        "start, and for its session's autogroup when it leads its own session (as `monitor "
+        "up` starts it): below 0 the kernel runs it ahead of the worker, broker and database "
+        "when they compete for the same cores (needs CAP_SYS_NICE; refused -> a warning, left "
+        "at 0; not a session leader -> a warning: with kernel.sched_autogroup_enabled the "
+        "value then weighs only within its session).",
     )
     gate_spill_after_s: float = positive(
         2.0,

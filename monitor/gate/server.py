@@ -28,6 +28,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -210,17 +211,73 @@ async def every(period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
 
 
 def set_priority(nice: int) -> bool:
-    """Set this process's nice value to ``nice`` (``gate_nice``; 0 leaves it): a gate below
+    """Run this process at the nice value ``nice`` (``gate_nice``; 0 leaves it): a gate below
     0 is run ahead of the processes it shares cores with, so its answers do not wait for
-    their time slices. False (and a warning) when the kernel refuses (no CAP_SYS_NICE)."""
+    their time slices (:func:`apply_nice`). False (and a warning) when the kernel refuses the
+    process's nice value (no CAP_SYS_NICE)."""
     if nice == 0:
         return True
+    return apply_nice(nice)
+
+
+def apply_nice(nice: int, pid: int = 0) -> bool:
+    """Give process ``pid`` (0: this one) the nice value ``nice``, and its session's autogroup
+    the same nice value when it leads a session of its own (:func:`set_autogroup_nice`).
+
+    Why both: with ``kernel.sched_autogroup_enabled`` (``CONFIG_SCHED_AUTOGROUP``) the
+    scheduler shares the CPU between sessions' autogroups first and weighs a process's own
+    nice value only against the processes of its session; the worker, broker and Postgres
+    that ``monitor up`` starts each lead a session of their own, so the process's nice value
+    alone hardly changes what the gate gets beside them. False (and a warning) when the
+    kernel refuses the process's nice value; the autogroup's outcome is logged only."""
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
     except OSError as exc:
-        log.warning("gate: could not set the nice value %d (%s); running at 0", nice, exc)
+        log.warning("gate: could not set the nice value %d (%s); left unchanged", nice, exc)
         return False
     log.info("gate: nice value %d", nice)
+    set_autogroup_nice(nice, pid or os.getpid())
+    return True
+
+
+def set_autogroup_nice(nice: int, pid: int) -> bool:
+    """Write ``nice`` to ``/proc/<pid>/autogroup`` when ``pid`` leads its own session (the
+    autogroup is the session's: written from a process that does not lead it, it would
+    reprioritize every process of the session it was started from, a shell's for one). False,
+    with a log line saying why and what it means, when it is not written: ``pid`` is not a
+    session leader, the kernel has no autogroups, or it refuses the value (EPERM: a negative
+    value needs CAP_SYS_NICE; EAGAIN: changed less than a second ago without CAP_SYS_ADMIN)."""
+    path = Path(f"/proc/{pid}/autogroup")
+    try:
+        leads = os.getsid(pid) == pid
+    except OSError as exc:
+        log.warning("gate: autogroup nice not set: process %d not found (%s)", pid, exc)
+        return False
+    if not leads:
+        log.warning(
+            "gate: autogroup nice not set: the process does not lead its own session (session "
+            "%d), so with kernel.sched_autogroup_enabled its nice value %d weighs only against "
+            "the processes of that session; start it in a session of its own (monitor up does, "
+            "setsid(1) does) to be weighed against the others",
+            os.getsid(pid),
+            nice,
+        )
+        return False
+    if not path.exists():
+        log.info("gate: no %s (a kernel without autogroups): the nice value alone applies", path)
+        return False
+    try:
+        path.write_text(f"{nice}\n")
+    except OSError as exc:
+        log.warning(
+            "gate: could not set the session's autogroup nice value %d in %s (%s): against "
+            "processes of other sessions the gate keeps the autogroup's weight",
+            nice,
+            path,
+            exc,
+        )
+        return False
+    log.info("gate: autogroup nice value %d (%s)", nice, path.read_text().strip())
     return True
 
 
