@@ -30,9 +30,9 @@ DRIFT_RULES = ("drift_tier3", "drift_accuracy_drop")
 @pytest.mark.parametrize(
     ("seed", "agent", "rules"),
     [
-        # tier 2: both drift rules see it; an hour ending near hour 39.5 has accuracy 0.52 (0.64)
+        # tier 2: both drift rules see it; the hour to T0 + 39.5 h: accuracy 0.52 (usually 0.64)
         (5, "sim-airline-calibrated", DRIFT_RULES),
-        # tier 1: only drift_accuracy_drop sees it; an hour ending near 39.2 has 0.44 (0.54)
+        # tier 1: only drift_accuracy_drop sees it; the hour to T0 + 39.2 h: 0.44 (usually 0.54)
         (2, "sim-retail-overconfident", ("drift_accuracy_drop",)),
     ],
 )
