@@ -411,7 +411,8 @@ DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
         DriftSettings(thetas=SURPRISE_THETAS, concentrations=()),
         10,
     ),
-    "+ Dirichlet mixture on quartile cells, fires at once (shipped)": (DriftSettings(), 10),
+    "+ Dirichlet mixture on quartile cells, fires at once, for: 10m": (DriftSettings(), 10),
+    "the same, for: 30m on fixed-window firings (shipped)": (DriftSettings(), 30),
 }
 
 

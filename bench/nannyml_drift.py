@@ -8,8 +8,10 @@
 Per agent and seed: the same answers (150 an hour, 48 h, :mod:`monitor.sim.answers`), NannyML's
 univariate drift calculator on ``confidence`` and ``correct`` with a pinned reference (hours
 0-24) and hourly chunks (its default methods and alert thresholds); an hour is flagged when any
-column alerts. Prints false alarms per day on the stationary agents (hours 24-48) and the share
-of post-change hours flagged for the agents that change at hour 24.
+column alerts. Prints, to set beside ``bench/alert_quality.py --real-only``: alerted hours per
+stationary agent-day (hours 24-48 of the stationary agents), and for each agent that changes at
+hour 24 the minutes from the change to the end of its first flagged chunk (a chunk is judged
+when it is complete) and the share of its post-change chunks (hours 24-48) flagged.
 """
 
 from __future__ import annotations
@@ -55,18 +57,24 @@ def main() -> None:
     agents, _ = real_agents()
     false = hours = 0
     flagged: list[str] = []
+    delays: list[str] = []
     for seed in range(int(lo), int(hi or lo) + 1):
         for name, agent in agents.items():
             items = answer_items(agent, pools, T0, T0 + timedelta(hours=REAL_HOURS), PER_HOUR, seed)
             marks = flagged_hours(items)
             if name.startswith("changed"):
-                flagged.append(f"{name} seed {seed}: {sum(marks[1:]) / len(marks[1:]):.0%}")
+                first = next((i for i, m in enumerate(marks) if m), None)
+                delays.append(
+                    f"{name} seed {seed}: " + ("never" if first is None else f"{(first + 1) * 60}")
+                )
+                flagged.append(f"{name} seed {seed}: {sum(marks) / len(marks):.0%}")
             elif name != "recovers":
                 false += sum(marks)
                 hours += len(marks)
     print(f"NannyML {nml.__version__} univariate drift, pinned reference hours 0-24, hourly")
     print(f"stationary agents: {false} alerted hours in {hours} = {false / hours * 24:.2f} / day")
-    print("post-change hours flagged: " + "; ".join(flagged))
+    print("minutes from the change to the end of the first flagged chunk: " + "; ".join(delays))
+    print("post-change chunks flagged: " + "; ".join(flagged))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import numpy as np
 import numpy.typing as npt
 
 from monitor.analytics.bins import DEFAULT_BINS, BinSums
@@ -48,6 +47,7 @@ from monitor.analytics.drift_tests import (
     SURPRISE_GROUPS,
     SURPRISE_LOG_THRESHOLD,
     _vec,
+    item_weights,
 )
 from monitor.analytics.drift_tests import FloatArray as FloatArray
 from monitor.analytics.drift_tests import StatResult as StatResult
@@ -242,8 +242,7 @@ def check_drift_raw(
 ) -> DriftCheck:
     """Drift check from raw items: confidences in [0, 1], labels y in [0, 1] (normally 0/1),
     optional weights >= 0 (default 1).  Raises ValueError on malformed items."""
-    wb = np.ones(len(_vec(baseline_conf))) if baseline_weight is None else _vec(baseline_weight)
-    wr = np.ones(len(_vec(recent_conf))) if recent_weight is None else _vec(recent_weight)
+    wb, wr = item_weights(baseline_conf, baseline_weight), item_weights(recent_conf, recent_weight)
     base = BinSums.from_items(baseline_conf, baseline_y, wb, n_bins)
     rec = BinSums.from_items(recent_conf, recent_y, wr, n_bins)
     ks = ece = None

@@ -56,6 +56,12 @@ def _vec(x: npt.ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
+def item_weights(conf: npt.ArrayLike, weight: npt.ArrayLike | None) -> FloatArray:
+    """The sampling weights of raw items: ``weight`` as a float vector, or 1 for each of the
+    confidences ``conf`` when it is None (the raw-item entry points' default)."""
+    return np.ones(len(_vec(conf))) if weight is None else _vec(weight)
+
+
 def psi_level(value: float) -> str:
     """Conventional reading of a PSI: ``stable`` (< 0.1), ``moderate`` (<= 0.25), ``major``."""
     return "stable" if value < 0.1 else "moderate" if value <= 0.25 else "major"
@@ -172,8 +178,7 @@ def ece_change_permutation(
 
     Items as in :func:`check_drift_raw`; both windows need a positive total weight."""
     cb, cr = _vec(baseline_conf), _vec(recent_conf)
-    wb = np.ones_like(cb) if baseline_weight is None else _vec(baseline_weight)
-    wr = np.ones_like(cr) if recent_weight is None else _vec(recent_weight)
+    wb, wr = item_weights(cb, baseline_weight), item_weights(cr, recent_weight)
     c, w = np.concatenate([cb, cr]), np.concatenate([wb, wr])
     d = w * (np.concatenate([_vec(baseline_y), _vec(recent_y)]) - c)
     if not (len(c) == len(d) and wb.sum() > 0 and wr.sum() > 0):
