@@ -505,6 +505,8 @@ def summary(
     )
     verdicts = {}
     for nice, got in pairs.items():
+        if not got:  # --pairs 0: closed loops only
+            continue
         ratios = [lo["p99"] / a["p99"] for a, lo in got]
         valid = [r for r, (_, lo) in zip(ratios, got, strict=True) if lo["valid"]]
         alone_p99 = [a["p99"] for a, _ in got]
