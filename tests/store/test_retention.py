@@ -60,10 +60,16 @@ REPLAYED = event(
 )
 
 
+_LIVE = (
+    "LEAST({col} + interval '2 seconds',"
+    " date_trunc('day', {col}, 'UTC') + interval '1 day' - interval '1 millisecond')"
+)
+
+
 async def fill(url: str) -> int:
     """40 days of traffic (about 800 conversations) in batches of 500 events, ingested as if
-    live (``ingested_at`` = ts + 2 s: Postgres's clock cannot be moved), then one event of a
-    day past the horizon replayed now."""
+    live (``ingested_at`` = ts + 2 s within its UTC day: Postgres's clock cannot be moved),
+    then one event of a day past the horizon replayed now."""
     start = NOW - timedelta(days=40)
     sim = Simulator(seed=11, start=start, interval=timedelta(days=40) / 800)
     events = [e for e in sim.events(800) if e.ts <= NOW]
@@ -73,9 +79,12 @@ async def fill(url: str) -> int:
             await writer.write([event_row(e) for e in events[i : i + 500]])
         conn = await asyncpg.connect(libpq_url(url))
         try:
-            await conn.execute("UPDATE events SET ingested_at = ts + interval '2 seconds'")
+            # 2 s later, but never past the end of the event's UTC day: an event of the last
+            # 2 s before the cut's midnight would otherwise count as its day written into
+            # since the horizon, and keep that day (what depends on the time the test runs)
+            await conn.execute(f"UPDATE events SET ingested_at = {_LIVE.format(col='ts')}")
             await conn.execute(
-                "UPDATE conversations SET updated_at = last_ts + interval '2 seconds'"
+                f"UPDATE conversations SET updated_at = {_LIVE.format(col='last_ts')}"
             )
         finally:
             await conn.close()
