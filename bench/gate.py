@@ -682,10 +682,11 @@ def main() -> int:
         "--gate-nice",
         type=int,
         nargs="+",
-        default=[0],
+        default=[-10],
         help="Nice values of the gate process (and its autogroup), each measured in every "
         "pair (e.g. `0 -10`); the first is MONITOR_GATE_NICE at start and is kept for the "
-        "closed loops (0: the same priority as the worker, broker, Postgres and load).",
+        "closed loops (-10: the product's default; 0: the same priority as the worker, "
+        "broker, Postgres and load).",
     )
     parser.add_argument(
         "--client-nice",
