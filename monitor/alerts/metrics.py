@@ -3,7 +3,8 @@
 Metric values, as the evaluator must compute them (units in brackets):
 
 - ``ece``, ``mce``, ``brier`` [0, 1], ``accuracy`` [0, 1], ``overconfidence_gap`` [-1, 1]
-  (mean confidence minus accuracy): DESIGN section 4, over the rule's ``window``.
+  (mean confidence minus accuracy): docs/design.md "Metric definitions", over the rule's
+  ``window``.
 - ``drift``: 1.0 when the drift check fired (only the named ``test`` when one is given), else 0.0.
 - ``escalation_inversion``: 1.0 when a significant inversion was detected, else 0.0.
 - ``time_to_escalation_p90_s`` [seconds]; ``judge_failure_rate`` [0, 1]: share of judged items

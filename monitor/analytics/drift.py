@@ -14,8 +14,8 @@ re-exported here):
 - ``ks``: two-sample Kolmogorov-Smirnov: ``scipy.stats.ks_2samp`` on raw confidences, or the
   conservative binned approximation from sums.
 - ``accuracy_drop``: one-sided pooled two-proportion z-test, H1: recent accuracy < baseline.
-- ``ece_increase``: one-sided test of ΔECE = ECE_recent - ECE_baseline > 0 (ECE as DESIGN §4):
-  a seeded permutation test from raw items, a parametric bootstrap from sums.
+- ``ece_increase``: one-sided test of ΔECE = ECE_recent - ECE_baseline > 0 (ECE as in
+  docs/design.md): a seeded permutation test from raw items, a parametric bootstrap from sums.
 
 Sample sizes: proportions and distributions use the weights (inverse inclusion probabilities);
 tests use Kish's effective size n_eff = (Σw)² / Σw² (the raw count for unit weights).  A check

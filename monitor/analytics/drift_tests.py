@@ -16,11 +16,11 @@ re-exported from :mod:`monitor.analytics.drift`.
 - :func:`two_proportion_z`: one-sided pooled two-proportion z-test, H1: recent accuracy <
   baseline; z = (p_recent - p_base) / sqrt(p(1-p)(1/n1 + 1/n2)), p-value = Φ(z).
 - :func:`ece_change_permutation` / :func:`ece_change_bootstrap`: one-sided test of ΔECE =
-  ECE_recent - ECE_baseline > 0 (ECE as DESIGN §4, :func:`ece_of`).  Raw items: permutation test
-  (items, with their weights, reshuffled between the windows; p = (1 + #{Δ* >= Δ}) / (1 + R),
-  seeded).  Sums: parametric bootstrap under H0 "both windows have the bin's pooled accuracy":
-  per window and bin, acc* = Binomial(n_b, p_pooled_b) / n_b with n_b the bin's effective size
-  (rounded, >= 1), bin weights and mean confidences held fixed.
+  ECE_recent - ECE_baseline > 0 (ECE as in docs/design.md, :func:`ece_of`).  Raw items:
+  permutation test (items, with their weights, reshuffled between the windows;
+  p = (1 + #{Δ* >= Δ}) / (1 + R), seeded).  Sums: parametric bootstrap under H0 "both windows
+  have the bin's pooled accuracy": per window and bin, acc* = Binomial(n_b, p_pooled_b) / n_b
+  with n_b the bin's effective size (rounded, >= 1), bin weights and mean confidences held fixed.
 
 Malformed input raises ValueError.
 """

@@ -138,7 +138,7 @@ async def test_dead_letter_at_a_reused_offset_is_kept(writer: EventWriter, datab
 async def test_outcome_ranks_ground_truth_then_outcomes_then_human_review(
     writer: EventWriter, database_url: str
 ):
-    """DESIGN section 4: outcome > human review (> judges, which label items elsewhere)."""
+    """Labels rank outcome > human review (> judges, which label items elsewhere)."""
     await writer.write([event_row(e) for e in conversation()])
 
     async def outcome(eid: str, at: float, ok: bool, source: str) -> tuple:
