@@ -26,6 +26,28 @@ def test_no_code_reads_beside_the_repository() -> None:
     assert offenders == []
 
 
+# a pointer to a document that is not in the repository (the design lives in docs/design.md) or
+# to the tracker's history instead of a reason: an issue number, "#12"
+NOT_HERE = re.compile(r"\bDESIGN\b(?!_)|\b[Ii]ssues?\s*#?\d+|\(#\d+\)")
+
+
+def test_monitor_points_only_at_documents_in_the_repository_and_cites_no_issue() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}:{no}: {line.strip()}"
+        for path in sorted((REPO / "monitor").rglob("*.py"))
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if NOT_HERE.search(line.replace("docs/design.md", ""))
+    ]
+    assert offenders == []
+
+
+def test_the_outside_pointer_pattern_catches_what_it_is_for() -> None:
+    for line in ("ECE as DESIGN §4", "see DESIGN.md", "(fixes issue 31)", "see #12 (#12)"):
+        assert NOT_HERE.search(line), line
+    for line in ("DESIGN_CTES = ...", "docs/design.md", "a design effect", "tier 3"):
+        assert not NOT_HERE.search(line.replace("docs/design.md", "")), line
+
+
 def test_tau2_data_is_committed_with_its_source_and_licence() -> None:
     folder = REPO / "tests" / "data" / "tau2"
     files = sorted(p.name for p in folder.glob("*.json"))
