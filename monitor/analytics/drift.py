@@ -1,8 +1,9 @@
 """Drift of one segment: a recent window against a baseline window (pure math, no I/O).
 
-Two entry points return the same :class:`DriftCheck`: :func:`check_drift_raw` from labelled
-items (confidence, 0/1 label, sampling weight) and :func:`check_drift_sums` from the per-bin
-additive sums the store keeps (:class:`monitor.analytics.bins.BinSums`).
+Two entry points return the same :class:`DriftCheck`: :func:`check_drift_raw` from two windows
+of raw labelled items (:class:`LabelledItems`: confidence, 0/1 label, sampling weight) and
+:func:`check_drift_sums` from the per-bin additive sums the store keeps
+(:class:`monitor.analytics.bins.BinSums`).
 
 The four tests (defined, documented and each callable alone in :mod:`monitor.analytics.drift_tests`,
 re-exported here):
@@ -36,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import numpy.typing as npt
-
 from monitor.analytics.bins import DEFAULT_BINS, BinSums
 from monitor.analytics.drift_policy import SURPRISE_MIN_REFERENCE, TEST_MIN_SAMPLES
 from monitor.analytics.drift_policy import holm as holm_reject
@@ -47,9 +46,9 @@ from monitor.analytics.drift_tests import (
     SURPRISE_GROUPS,
     SURPRISE_LOG_THRESHOLD,
     _vec,
-    item_weights,
 )
 from monitor.analytics.drift_tests import FloatArray as FloatArray
+from monitor.analytics.drift_tests import LabelledItems as LabelledItems
 from monitor.analytics.drift_tests import StatResult as StatResult
 from monitor.analytics.drift_tests import ece_change_bootstrap as ece_change_bootstrap
 from monitor.analytics.drift_tests import ece_change_permutation as ece_change_permutation
@@ -226,13 +225,9 @@ def _check(
 
 
 def check_drift_raw(
-    baseline_conf: npt.ArrayLike,
-    baseline_y: npt.ArrayLike,
-    recent_conf: npt.ArrayLike,
-    recent_y: npt.ArrayLike,
+    baseline: LabelledItems,
+    recent: LabelledItems,
     *,
-    baseline_weight: npt.ArrayLike | None = None,
-    recent_weight: npt.ArrayLike | None = None,
     n_bins: int = DEFAULT_BINS,
     alpha: float = 0.01,
     min_samples: int = 100,
@@ -240,24 +235,14 @@ def check_drift_raw(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> DriftCheck:
-    """Drift check from raw items: confidences in [0, 1], labels y in [0, 1] (normally 0/1),
-    optional weights >= 0 (default 1).  Raises ValueError on malformed items."""
-    wb, wr = item_weights(baseline_conf, baseline_weight), item_weights(recent_conf, recent_weight)
-    base = BinSums.from_items(baseline_conf, baseline_y, wb, n_bins)
-    rec = BinSums.from_items(recent_conf, recent_y, wr, n_bins)
+    """Drift check from the two windows' raw items (raw KS and the permutation ECE test).
+    Raises ValueError on malformed items."""
+    base, rec = baseline.sums(n_bins), recent.sums(n_bins)
     ks = ece = None
     if base.total_weight > 0 and rec.total_weight > 0:
-        ks = ks_raw(baseline_conf, recent_conf)
+        ks = ks_raw(baseline.conf, recent.conf)
         ece = ece_change_permutation(
-            baseline_conf,
-            baseline_y,
-            recent_conf,
-            recent_y,
-            baseline_weight=wb,
-            recent_weight=wr,
-            n_bins=n_bins,
-            n_resamples=n_resamples,
-            seed=seed,
+            baseline, recent, n_bins=n_bins, n_resamples=n_resamples, seed=seed
         )
     return _check(
         "raw", base, rec, ks, ece, n_bins, alpha, min_samples, psi_threshold, n_resamples, seed

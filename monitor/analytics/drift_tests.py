@@ -56,10 +56,25 @@ def _vec(x: npt.ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
-def item_weights(conf: npt.ArrayLike, weight: npt.ArrayLike | None) -> FloatArray:
-    """The sampling weights of raw items: ``weight`` as a float vector, or 1 for each of the
-    confidences ``conf`` when it is None (the raw-item entry points' default)."""
-    return np.ones(len(_vec(conf))) if weight is None else _vec(weight)
+@dataclass(frozen=True)
+class LabelledItems:
+    """One window's raw labelled items (what :class:`~monitor.analytics.bins.BinSums` sums):
+    confidences in [0, 1], labels ``y`` in [0, 1] (normally 0/1), sampling weights >= 0 (1 each
+    when ``weight`` is None). The raw-item tests take two of them, as the binned ones take two
+    ``BinSums``."""
+
+    conf: npt.ArrayLike
+    y: npt.ArrayLike
+    weight: npt.ArrayLike | None = None
+
+    @property
+    def weights(self) -> FloatArray:
+        """``weight`` as a float vector, or 1 for each item when it is None."""
+        return np.ones(len(_vec(self.conf))) if self.weight is None else _vec(self.weight)
+
+    def sums(self, n_bins: int = DEFAULT_BINS) -> BinSums:
+        """The window's per-bin sums. Raises ValueError on malformed items."""
+        return BinSums.from_items(self.conf, self.y, self.weights, n_bins)
 
 
 def psi_level(value: float) -> str:
@@ -163,24 +178,20 @@ def _n_eff(weight: npt.ArrayLike, sum_w2: npt.ArrayLike) -> FloatArray:
 
 
 def ece_change_permutation(
-    baseline_conf: npt.ArrayLike,
-    baseline_y: npt.ArrayLike,
-    recent_conf: npt.ArrayLike,
-    recent_y: npt.ArrayLike,
+    baseline: LabelledItems,
+    recent: LabelledItems,
     *,
-    baseline_weight: npt.ArrayLike | None = None,
-    recent_weight: npt.ArrayLike | None = None,
     n_bins: int = DEFAULT_BINS,
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> StatResult:
     """Permutation test of ΔECE > 0 from raw items (module docstring); statistic = ΔECE.
 
-    Items as in :func:`check_drift_raw`; both windows need a positive total weight."""
-    cb, cr = _vec(baseline_conf), _vec(recent_conf)
-    wb, wr = item_weights(cb, baseline_weight), item_weights(cr, recent_weight)
+    Both windows need a positive total weight (else ValueError)."""
+    cb, cr = _vec(baseline.conf), _vec(recent.conf)
+    wb, wr = baseline.weights, recent.weights
     c, w = np.concatenate([cb, cr]), np.concatenate([wb, wr])
-    d = w * (np.concatenate([_vec(baseline_y), _vec(recent_y)]) - c)
+    d = w * (np.concatenate([_vec(baseline.y), _vec(recent.y)]) - c)
     if not (len(c) == len(d) and wb.sum() > 0 and wr.sum() > 0):
         raise ValueError("ece_change_permutation needs aligned items and positive weights")
     idx, n1 = bin_index(c, n_bins), len(cb)

@@ -25,6 +25,9 @@ from monitor.analytics.drift import (
     psi_level,
     two_proportion_z,
 )
+from monitor.analytics.drift import (
+    LabelledItems as LI,
+)
 
 
 def _agent(
@@ -142,8 +145,8 @@ def test_ece_change_tests_separate_null_from_overconfidence() -> None:
     cb, yb = _agent(10, 1500)
     cs, ys = _agent(13, 1500)
     co, yo = _agent(12, 1500, overconfidence=0.2)
-    same = ece_change_permutation(cb, yb, cs, ys, n_resamples=500, seed=1)
-    worse = ece_change_permutation(cb, yb, co, yo, n_resamples=500, seed=1)
+    same = ece_change_permutation(LI(cb, yb), LI(cs, ys), n_resamples=500, seed=1)
+    worse = ece_change_permutation(LI(cb, yb), LI(co, yo), n_resamples=500, seed=1)
     assert same.pvalue is not None and same.pvalue > 0.01
     assert worse.pvalue == pytest.approx(1 / 501) and worse.statistic > 0.15
     sb, ss, so = (BinSums.from_items(c, y) for c, y in ((cb, yb), (cs, ys), (co, yo)))
@@ -152,7 +155,7 @@ def test_ece_change_tests_separate_null_from_overconfidence() -> None:
     assert boot_same.pvalue is not None and boot_same.pvalue > 0.01
     assert boot_worse.pvalue == pytest.approx(1 / 501)
     assert boot_worse.statistic == pytest.approx(worse.statistic)
-    again = ece_change_permutation(cb, yb, cs, ys, n_resamples=500, seed=1)
+    again = ece_change_permutation(LI(cb, yb), LI(cs, ys), n_resamples=500, seed=1)
     assert again == same  # seeded
 
 
@@ -161,7 +164,7 @@ def test_ece_change_tests_hold_their_level_under_the_null() -> None:
     perm, boot = [], []
     for s in range(120):
         (cb, yb), (cr, yr) = _agent(1000 + 2 * s, 600), _agent(1001 + 2 * s, 600)
-        perm.append(ece_change_permutation(cb, yb, cr, yr, n_resamples=199, seed=s).pvalue)
+        perm.append(ece_change_permutation(LI(cb, yb), LI(cr, yr), n_resamples=199, seed=s).pvalue)
         boot.append(
             ece_change_bootstrap(
                 BinSums.from_items(cb, yb), BinSums.from_items(cr, yr), n_resamples=199, seed=s
@@ -179,7 +182,7 @@ def _both(
     base: tuple[np.ndarray, np.ndarray],
     recent: tuple[np.ndarray, np.ndarray],
 ) -> tuple[DriftCheck, DriftCheck]:
-    raw = check_drift_raw(*base, *recent, n_resamples=1000, seed=7)
+    raw = check_drift_raw(LI(*base), LI(*recent), n_resamples=1000, seed=7)
     sums = check_drift_sums(
         BinSums.from_items(*base), BinSums.from_items(*recent), n_resamples=1000, seed=7
     )
@@ -198,7 +201,10 @@ def test_false_alarm_rate_of_the_whole_check_under_the_null() -> None:
     p = 0.0099, which is why the test above does not rest on one pair alone.)"""
     fired = [
         check_drift_raw(
-            *_agent(5000 + 2 * s, 1000), *_agent(5001 + 2 * s, 1000), n_resamples=100, seed=s
+            LI(*_agent(5000 + 2 * s, 1000)),
+            LI(*_agent(5001 + 2 * s, 1000)),
+            n_resamples=100,
+            seed=s,
         ).fired
         for s in range(80)
     ]
@@ -226,7 +232,7 @@ def test_raw_and_sums_agree_and_report_sample_sizes() -> None:
     cr, yr = _agent(31, 600, overconfidence=0.1)
     rng = np.random.default_rng(30)
     wb, wr = rng.uniform(1, 3, 800), rng.uniform(1, 3, 600)
-    raw = check_drift_raw(cb, yb, cr, yr, baseline_weight=wb, recent_weight=wr, n_resamples=200)
+    raw = check_drift_raw(LI(cb, yb, wb), LI(cr, yr, wr), n_resamples=200)
     sums = check_drift_sums(
         BinSums.from_items(cb, yb, wb), BinSums.from_items(cr, yr, wr), n_resamples=200
     )
@@ -250,7 +256,9 @@ def test_raw_and_sums_agree_and_report_sample_sizes() -> None:
 
 
 def test_below_min_samples_never_fires_but_reports() -> None:
-    raw = check_drift_raw(*_agent(40, 60), *_agent(41, 60, overconfidence=0.3), n_resamples=200)
+    raw = check_drift_raw(
+        LI(*_agent(40, 60)), LI(*_agent(41, 60, overconfidence=0.3)), n_resamples=200
+    )
     assert not raw.fired and raw.fired_tests == () and "too few samples" in raw.reason
     assert raw.accuracy_pvalue is not None and raw.ece_delta is not None
     empty = check_drift_sums(BinSums.empty(), BinSums.from_items(*_agent(42, 200)))

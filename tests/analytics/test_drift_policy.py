@@ -13,7 +13,7 @@ from monitor.alerts.rules import Rule
 from monitor.analytics import calibration as cal
 from monitor.analytics.alert_bounds import lower_bound
 from monitor.analytics.bins import BinSums
-from monitor.analytics.drift import check_drift_raw, check_drift_sums
+from monitor.analytics.drift import LabelledItems, check_drift_raw, check_drift_sums
 from monitor.analytics.drift_policy import advance, holm, reference_window
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,7 +65,9 @@ def test_no_psi_from_a_tiny_baseline():
     rng = np.random.default_rng(3)
     cb, yb = np.array([0.95, 0.97]), np.array([1.0, 1.0])
     cr, yr = _items(rng, 400, 0.0)
-    check = check_drift_raw(cb, yb, cr, yr, min_samples=1, n_resamples=200)
+    check = check_drift_raw(
+        LabelledItems(cb, yb), LabelledItems(cr, yr), min_samples=1, n_resamples=200
+    )
     assert check.psi is not None and check.psi > 1.0  # huge, and meaningless
     assert "psi" not in check.fired_tests and "ece_increase" not in check.fired_tests
     assert "too few samples for psi" in check.reason
