@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from monitor.contract.events import AgentEvent, ToolCall
 from monitor.judges.base import Conversation, Verdict
@@ -68,13 +68,18 @@ class DeterministicJudge:
     #: True for a check whose verdicts are all on messages that call tools (and that cannot
     #: fail on the messages before): asked about a message without a tool call, it has none
     judges_calls_only = False
+    #: the check's :class:`Fold`, built as ``fold_type(judge, conversation_id)``; None for a
+    #: check that overrides :meth:`fold` or runs on whole conversations only (its own ``_judge``)
+    fold_type: ClassVar[type[Fold] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A check defines its :meth:`fold` or its own :meth:`_judge` (or both): one without
-        either is refused when its class is defined, not on its first conversation."""
+        """A check has a fold (``fold_type`` or its own :meth:`fold`) or its own :meth:`_judge`
+        (or both): one with neither is refused when its class is defined, not on its first
+        conversation."""
         super().__init_subclass__(**kwargs)
-        if cls.fold is DeterministicJudge.fold and cls._judge is DeterministicJudge._judge:
-            raise TypeError(f"{cls.__name__} defines neither fold nor _judge")
+        folds = cls.fold_type is not None or cls.fold is not DeterministicJudge.fold
+        if not folds and cls._judge is DeterministicJudge._judge:
+            raise TypeError(f"{cls.__name__} defines neither a fold nor _judge")
 
     def applies(self, conversation: Conversation) -> bool:
         """True when this check has an opinion on ``conversation`` (see ``applies_to``)."""
@@ -104,7 +109,7 @@ class DeterministicJudge:
     def fold(self, conversation_id: str) -> Fold | None:
         """A new :class:`Fold` of this check for a conversation, or None when the check has
         none (it is then run on whole conversations only)."""
-        return None
+        return None if self.fold_type is None else self.fold_type(self, conversation_id)
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         """The verdicts of this check on ``conv`` (may raise; ``judge`` turns that into an

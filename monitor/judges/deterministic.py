@@ -75,15 +75,6 @@ def _failure(result: AgentEvent) -> dict[str, Any]:
     }
 
 
-class AuthorizationFabricationJudge(DeterministicJudge):
-    """Claims of a done action without a successful matching tool call before the message."""
-
-    name = "det.authorization"
-
-    def fold(self, conversation_id: str) -> Fold:
-        return _AuthorizationFold(self, conversation_id)
-
-
 class _AuthorizationFold(Fold):
     def __init__(self, judge: DeterministicJudge, conversation_id: str) -> None:
         super().__init__(judge, conversation_id)
@@ -131,16 +122,12 @@ class _AuthorizationFold(Fold):
             self.calls.update((c.id, c) for c in e.message.tool_calls)
 
 
-class RepeatedToolCallJudge(DeterministicJudge):
-    """The same tool with identical arguments called again (a transient-error retry is fine,
-    and so is a read-only call made again after a write succeeded: the state it reads may have
-    changed)."""
+class AuthorizationFabricationJudge(DeterministicJudge):
+    """Claims of a done action without a successful matching tool call before the message."""
 
-    name = "det.repeated_call"
-    judges_calls_only = True
+    name = "det.authorization"
 
-    def fold(self, conversation_id: str) -> Fold:
-        return _RepeatedCallFold(self, conversation_id)
+    fold_type = _AuthorizationFold
 
 
 def _calls_of(event: AgentEvent) -> tuple[list[ToolCall], list[tuple[str, str]]]:
@@ -210,13 +197,15 @@ class _RepeatedCallFold(Fold):
         self.seen.update(zip(keys, ((event, c) for c in calls), strict=True))
 
 
-class IgnoredToolErrorJudge(DeterministicJudge):
-    """The next assistant text after a failed tool result talks as if it had worked."""
+class RepeatedToolCallJudge(DeterministicJudge):
+    """The same tool with identical arguments called again (a transient-error retry is fine,
+    and so is a read-only call made again after a write succeeded: the state it reads may have
+    changed)."""
 
-    name = "det.ignored_error"
+    name = "det.repeated_call"
+    judges_calls_only = True
 
-    def fold(self, conversation_id: str) -> Fold:
-        return _IgnoredErrorFold(self, conversation_id)
+    fold_type = _RepeatedCallFold
 
 
 class _IgnoredErrorFold(Fold):
@@ -276,3 +265,11 @@ def deterministic_judges(reference: tuple[str, ...] = ()) -> list[Judge]:
 def run_all(conversation: Conversation, reference: tuple[str, ...] = ()) -> list[Verdict]:
     """The verdicts of every deterministic judge on ``conversation``, judge by judge."""
     return [v for j in deterministic_judges(reference) for v in j.judge(conversation)]
+
+
+class IgnoredToolErrorJudge(DeterministicJudge):
+    """The next assistant text after a failed tool result talks as if it had worked."""
+
+    name = "det.ignored_error"
+
+    fold_type = _IgnoredErrorFold

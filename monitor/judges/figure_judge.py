@@ -27,6 +27,30 @@ from monitor.judges.figures import (
 _FIGURE_TYPES = {"amount": "pricing", "date": "history", "identifier": "account"}
 
 
+class _FigureFold(Fold):
+    """The figure check's state: the sources so far (the reference texts first)."""
+
+    def __init__(self, judge: UnsupportedFigureJudge, conversation_id: str) -> None:
+        super().__init__(judge, conversation_id)
+        self.figure_judge = judge
+        self.sources = FigureSources(judge._index)
+
+    def verdicts(self, e: AgentEvent) -> list[Verdict]:
+        msg = e.message
+        if msg is None or msg.role != "assistant":
+            return []
+        figures = extract_figures(msg.content)
+        if not figures:
+            return []
+        found = self.figure_judge.verdict_on(
+            self.conversation_id, e, figures, self.sources.of(figures)
+        )
+        return [] if found is None else [found]
+
+    def add(self, e: AgentEvent) -> None:
+        self.sources.add(e)
+
+
 class UnsupportedFigureJudge(DeterministicJudge):
     """Amounts, dates and identifiers that no earlier source in the conversation contains.
 
@@ -35,13 +59,11 @@ class UnsupportedFigureJudge(DeterministicJudge):
     """
 
     name = "det.unsupported_figure"
+    fold_type = _FigureFold
 
     def __init__(self, reference: tuple[str, ...] = ()) -> None:
         self.reference = reference
         self._index = reference_index(reference)  # read by every conversation, never changed
-
-    def fold(self, conversation_id: str) -> Fold:
-        return _FigureFold(self, conversation_id)
 
     def _judge(self, conv: Conversation, only: str | None = None) -> list[Verdict]:
         out: list[Verdict] = []
@@ -97,27 +119,3 @@ class UnsupportedFigureJudge(DeterministicJudge):
             )
         score, cats = 1.0 - len(missing) / len(figures), ("fabrication", *sorted(types))
         return self._verdict(conversation_id, e, not missing, cats, evidence, rationale, score)
-
-
-class _FigureFold(Fold):
-    """The figure check's state: the sources so far (the reference texts first)."""
-
-    def __init__(self, judge: UnsupportedFigureJudge, conversation_id: str) -> None:
-        super().__init__(judge, conversation_id)
-        self.figure_judge = judge
-        self.sources = FigureSources(judge._index)
-
-    def verdicts(self, e: AgentEvent) -> list[Verdict]:
-        msg = e.message
-        if msg is None or msg.role != "assistant":
-            return []
-        figures = extract_figures(msg.content)
-        if not figures:
-            return []
-        found = self.figure_judge.verdict_on(
-            self.conversation_id, e, figures, self.sources.of(figures)
-        )
-        return [] if found is None else [found]
-
-    def add(self, e: AgentEvent) -> None:
-        self.sources.add(e)

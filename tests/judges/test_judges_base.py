@@ -39,7 +39,7 @@ def test_verdict_validation():
 def test_a_check_with_neither_fold_nor_judge_is_refused_when_defined() -> None:
     from monitor.judges.det_base import DeterministicJudge
 
-    with pytest.raises(TypeError, match="Hollow defines neither fold nor _judge"):
+    with pytest.raises(TypeError, match="Hollow defines neither a fold nor _judge"):
 
         class Hollow(DeterministicJudge):
             name = "det.hollow"
