@@ -51,7 +51,7 @@ if str(REPO) not in sys.path:
 
 from bench.harness import scratch_database  # noqa: E402
 from monitor.analytics import repo  # noqa: E402
-from monitor.analytics.design_effect import design_effects, design_effects_scan  # noqa: E402
+from monitor.analytics.design_effect import design_effects  # noqa: E402
 from monitor.contract.events import AgentEvent  # noqa: E402
 
 try:  # with the escalation roll-up; before it: one row per conversation
@@ -298,10 +298,15 @@ async def run(args: argparse.Namespace) -> None:
                 esc.append(time.perf_counter() - t0)
             deff: dict[str, list[float]] = {"roll-up": [], "scan": []}
             for _ in range(args.repeat):
-                for way, read in (("roll-up", design_effects), ("scan", design_effects_scan)):
+                for way, scan in (("roll-up", False), ("scan", True)):
                     t0 = time.perf_counter()
-                    await read(
-                        engine, repo.Segment(), now - timedelta(days=7), now, with_total=True
+                    await design_effects(
+                        engine,
+                        repo.Segment(),
+                        now - timedelta(days=7),
+                        now,
+                        with_total=True,
+                        scan=scan,
                     )
                     deff[way].append(time.perf_counter() - t0)
         finally:

@@ -43,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
+from monitor.analytics.calibration import Proportion
 from monitor.contract.events import AgentEvent
 from monitor.judges import airline, retail
 from monitor.judges.base import Conversation
@@ -54,7 +55,6 @@ from monitor.judges.quality import (
     ANY_JUDGE,
     ConversationJudgement,
     JudgeQuality,
-    Proportion,
     judge_quality,
 )
 from monitor.judges.runner import JudgeRunner

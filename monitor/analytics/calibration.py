@@ -17,6 +17,7 @@ Confidence intervals (all two-sided, level ``confidence``, default 0.95):
 - Accuracy, overall and per bin: Wilson score interval with the *effective* sample size
   n_eff = W² / Σw² in place of n (for unit weights n_eff = n and this is the textbook Wilson
   interval; for inverse-probability weights it is Kish's design-effect adjustment).
+  :class:`Proportion` is the unweighted case: ``k`` of ``n`` with its Wilson interval.
 - ECE and Brier from sums (``ci_method="bin-parametric-bootstrap"``,
   :func:`parametric_bootstrap`) or from raw items (``ci_method="item-bootstrap"``,
   :func:`bootstrap_from_items`): percentile bootstrap intervals, described in
@@ -66,6 +67,25 @@ def wilson_interval(p: float, n: float, confidence: float = DEFAULT_CONFIDENCE) 
     centre = (p + z2n / 2.0) / denom
     half = z / denom * math.sqrt(p * (1.0 - p) / n + z2n / (4.0 * n))
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass(frozen=True)
+class Proportion:
+    """``k`` of ``n`` counted (unweighted) trials with its 95 % Wilson interval: ``value`` is
+    ``k / n`` and ``[low, high]`` the interval; all three None when ``n <= 0``."""
+
+    k: int
+    n: int
+    value: float | None
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, k: int, n: int) -> Proportion:
+        if n <= 0:
+            return cls(k, n, None, None, None)
+        lo, hi = wilson_interval(k / n, n)
+        return cls(k, n, k / n, lo, hi)
 
 
 def _div(num: float, den: float) -> float:

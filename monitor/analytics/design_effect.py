@@ -10,8 +10,8 @@ information than ``n`` independent ones; the figure is ``n / m`` (at least 1) pe
   ``multi``: conversations with items in several hours or segments, each counted once), and the
   parts before the first and after the last whole hour from ``items`` (by ``ix_items_ts``);
   tables kept by the items statement (:mod:`monitor.ingest.design_sql`);
-- a shorter window reads its ``items`` (:func:`design_effects_scan`, also the reference the
-  tests compare the roll-up with).
+- a shorter window, or any window read with ``scan=True``, reads its ``items`` rows alone (the
+  reference the tests and ``bench/metrics.py`` compare the roll-up read with).
 
 Both give the same numbers: a conversation whose items fall into ``k`` groups counts once in
 each, and once per group in the ``with_total`` figure (which is its own group when
@@ -41,16 +41,19 @@ async def design_effects(
     group_by: Sequence[str] = ("agent_id",),
     *,
     with_total: bool = False,
+    scan: bool = False,
 ) -> dict[tuple[Any, ...], float]:
     """Per group, labelled items (weight > 0) per conversation in ``[start, end)`` (>= 1); with
     ``with_total`` also the figure over all groups, under the key ``()``. Groups without
-    items are absent. Reads the hourly roll-ups when the window holds a whole hour (module
-    docstring)."""
-    hours = whole_hours(start, end)
+    items are absent.
+
+    Reads the hourly roll-ups when the window holds a whole UTC hour, else the window's
+    ``items`` rows (module docstring). ``scan=True`` reads the ``items`` rows alone whatever
+    the window: the same numbers, at a cost that grows with the window's items; it is the
+    reference the roll-up read is checked against."""
+    hours = None if scan else whole_hours(start, end)
     if hours is None:
-        return await design_effects_scan(
-            engine, segment, start, end, group_by, with_total=with_total
-        )
+        return await _scan(engine, segment, start, end, group_by, with_total)
     cond, params = segment.where()
     kc = "".join(f"{k}, " for k in group_by)
     in_hours = f"hour >= :a AND hour < :b AND {cond}"
@@ -73,14 +76,13 @@ async def design_effects(
     )
 
 
-async def design_effects_scan(
+async def _scan(
     engine: AsyncEngine,
     segment: Segment,
     start: datetime,
     end: datetime,
-    group_by: Sequence[str] = ("agent_id",),
-    *,
-    with_total: bool = False,
+    group_by: Sequence[str],
+    with_total: bool,
 ) -> dict[tuple[Any, ...], float]:
     """:func:`design_effects` counted from the window's ``items`` rows alone."""
     cond, params = segment.where()

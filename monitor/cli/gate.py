@@ -17,16 +17,17 @@ import typer
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.analytics.calibration import Proportion
 from monitor.cli import analytics_common as ac
-from monitor.gate.effect import Effect, GatedConversation, Rate, UngatedCounts, effectiveness
+from monitor.gate.effect import Effect, GatedConversation, UngatedCounts, effectiveness
 from monitor.gate.effect_repo import gated_conversations, ungated_counts
 from monitor.gate.state import load_gate_policy
 
 
-def _rate(r: Rate) -> str:
+def _rate(r: Proportion) -> str:
     if r.value is None or r.low is None or r.high is None:
         return "-"
-    return f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.num}/{r.den})"
+    return f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.k}/{r.n})"
 
 
 def effect_table(effects: list[Effect]) -> Table:

@@ -20,9 +20,10 @@ import typer
 from rich.table import Table
 from sqlalchemy import text
 
+from monitor.analytics.calibration import Proportion
 from monitor.cli import analytics_common as ac
 from monitor.config import load_settings
-from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, JudgeQuality, Proportion
+from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, JudgeQuality
 from monitor.judges.quality import judge_quality as measure
 from monitor.judges.stats import (
     Flag,

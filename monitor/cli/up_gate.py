@@ -10,8 +10,9 @@ import asyncio
 from rich.console import Console
 from rich.table import Table
 
+from monitor.analytics.calibration import Proportion
 from monitor.cli.analytics_common import print_table
-from monitor.gate.effect import Effect, Rate, effectiveness
+from monitor.gate.effect import Effect, effectiveness
 from monitor.sim.gated import Truth, gate_truth
 from monitor.stack.demo import TrafficPlan
 from monitor.stack.demo_gate import GatedRun
@@ -19,7 +20,7 @@ from monitor.stack.summary import gated_conversations
 from monitor.store.engine import make_engine
 
 
-def _rate(r: Rate, truth: float | None = None) -> str:
+def _rate(r: Proportion, truth: float | None = None) -> str:
     if r.value is None or r.low is None or r.high is None:
         return "-"
     shown = f"{100 * r.value:.0f}% [{100 * r.low:.0f}-{100 * r.high:.0f}]"

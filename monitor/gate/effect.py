@@ -32,7 +32,8 @@ Per agent x domain and source (:func:`effectiveness`), over conversations with a
   share of its traffic); when it calls the gate only on some kinds of conversation, the two
   populations differ and the comparison says so only through the numbers.
 
-Rates carry a 95 % Wilson interval (``[low, high]``); counts are plain (unweighted).
+Rates are :class:`~monitor.analytics.calibration.Proportion`: ``k`` of ``n`` with a 95 % Wilson
+interval (``[low, high]``); counts are plain (unweighted).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from monitor.analytics.calibration import wilson_interval
+from monitor.analytics.calibration import Proportion
 
 DECISIONS = ("proceed", "revise", "escalate")
 
@@ -55,24 +56,6 @@ class GatedConversation:
 
 
 @dataclass(frozen=True)
-class Rate:
-    """``num / den`` with its Wilson interval; None values when ``den`` is 0."""
-
-    num: int
-    den: int
-    value: float | None
-    low: float | None
-    high: float | None
-
-    @classmethod
-    def of(cls, num: int, den: int) -> Rate:
-        if den <= 0:
-            return cls(num, den, None, None, None)
-        lo, hi = wilson_interval(num / den, den)
-        return cls(num, den, num / den, lo, hi)
-
-
-@dataclass(frozen=True)
 class Effect:
     """One agent x domain x source (see the module docstring)."""
 
@@ -82,16 +65,16 @@ class Effect:
     conversations: int
     decisions: dict[str, int]
     with_outcome: int
-    failure_rate_all: Rate
-    failure_rate_proceeded: Rate
-    failures_prevented: Rate
+    failure_rate_all: Proportion
+    failure_rate_proceeded: Proportion
+    failures_prevented: Proportion
     relative_reduction: float | None
-    escalation_rate: Rate
-    revise_rate: Rate
-    revise_failure_rate: Rate
+    escalation_rate: Proportion
+    revise_rate: Proportion
+    revise_failure_rate: Proportion
     notes: list[str] = field(default_factory=list)
     ungated_conversations: int = 0
-    failure_rate_ungated: Rate | None = None
+    failure_rate_ungated: Proportion | None = None
     reduction_vs_ungated: float | None = None
 
 
@@ -114,8 +97,8 @@ def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
     failed = [r for r in known if r.success is False]
     proceeded = [r for r in known if r.decision == "proceed"]
     revised = [r for r in known if r.decision == "revise"]
-    all_rate = Rate.of(len(failed), len(known))
-    proceeded_rate = Rate.of(sum(r.success is False for r in proceeded), len(proceeded))
+    all_rate = Proportion.of(len(failed), len(known))
+    proceeded_rate = Proportion.of(sum(r.success is False for r in proceeded), len(proceeded))
     stopped = sum(r.decision != "proceed" for r in failed)
     reduction = None
     if all_rate.value and proceeded_rate.value is not None:
@@ -134,11 +117,11 @@ def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
         with_outcome=len(known),
         failure_rate_all=all_rate,
         failure_rate_proceeded=proceeded_rate,
-        failures_prevented=Rate.of(stopped, len(failed)),
+        failures_prevented=Proportion.of(stopped, len(failed)),
         relative_reduction=reduction,
-        escalation_rate=Rate.of(decisions["escalate"], len(rows)),
-        revise_rate=Rate.of(decisions["revise"], len(rows)),
-        revise_failure_rate=Rate.of(sum(r.success is False for r in revised), len(revised)),
+        escalation_rate=Proportion.of(decisions["escalate"], len(rows)),
+        revise_rate=Proportion.of(decisions["revise"], len(rows)),
+        revise_failure_rate=Proportion.of(sum(r.success is False for r in revised), len(revised)),
         notes=notes,
     )
 
@@ -146,7 +129,7 @@ def _effect(key: tuple[str, str, str], rows: list[GatedConversation]) -> Effect:
 def _with_ungated(e: Effect, u: UngatedCounts | None) -> Effect:
     if e.source != "recorded" or u is None:
         return e
-    rate = Rate.of(u.failures, u.with_outcome)
+    rate = Proportion.of(u.failures, u.with_outcome)
     reduction = None
     if rate.value and e.failure_rate_proceeded.value is not None:
         reduction = 1.0 - e.failure_rate_proceeded.value / rate.value

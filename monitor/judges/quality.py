@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from monitor.analytics.calibration import wilson_interval
+from monitor.analytics.calibration import Proportion
 from monitor.judges.agreement import agreement
 
 DEFAULT_PRECISION_FLOOR = 0.7
@@ -50,24 +50,6 @@ class ConversationJudgement:
     flagged: bool
     categories: frozenset[str]
     failed: bool
-
-
-@dataclass(frozen=True)
-class Proportion:
-    """``k`` of ``n`` with a 95 % Wilson interval (all None when ``n == 0``)."""
-
-    k: int
-    n: int
-    value: float | None
-    low: float | None
-    high: float | None
-
-    @classmethod
-    def of(cls, k: int, n: int) -> Proportion:
-        if n == 0:
-            return cls(k, n, None, None, None)
-        lo, hi = wilson_interval(k / n, n)
-        return cls(k, n, k / n, lo, hi)
 
 
 @dataclass(frozen=True)

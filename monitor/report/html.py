@@ -12,7 +12,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from monitor.gate.effect import Effect, Rate
+from monitor.analytics.calibration import Proportion
+from monitor.gate.effect import Effect
 from monitor.report.health import AgentHealth
 
 if TYPE_CHECKING:
@@ -119,10 +120,10 @@ def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _rate_cells(r: Rate, key: str) -> str:
+def _rate_cells(r: Proportion, key: str) -> str:
     """The rate and its 95 % interval as two cells (``-`` without data)."""
     interval = "-" if r.low is None or r.high is None else f"{r.low:.3f}-{r.high:.3f}"
-    return cell(r.value, key) + f"<td>{interval} ({r.num}/{r.den})</td>"
+    return cell(r.value, key) + f"<td>{interval} ({r.k}/{r.n})</td>"
 
 
 GATE_HEAD = [

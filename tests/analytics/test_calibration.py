@@ -22,6 +22,7 @@ from sklearn.metrics import brier_score_loss
 
 from monitor.analytics.bins import BinSums, bin_edges, bin_index, item_row, sum_all
 from monitor.analytics.calibration import (
+    Proportion,
     bootstrap_from_items,
     brier,
     calibration_report,
@@ -188,6 +189,14 @@ def test_wilson_edge_cases():
     assert all(math.isnan(v) for v in wilson_interval(math.nan, 10))
     with pytest.raises(ValueError):
         wilson_interval(0.5, 10, confidence=1.0)
+
+
+def test_proportion_is_k_of_n_with_its_wilson_interval():
+    p = Proportion.of(3, 10)
+    assert (p.k, p.n, p.value) == (3, 10, 0.3)
+    assert (p.low, p.high) == wilson_interval(0.3, 10)
+    assert Proportion.of(0, 0) == Proportion(0, 0, None, None, None)
+    assert Proportion.of(0, -1).value is None
 
 
 # -- mergeability and subtraction -------------------------------------------------------------

@@ -62,12 +62,14 @@ async def test_design_effects_equal_the_items_counted_in_python(database_url: st
             for keys in (("agent_id",), ("agent_id", "domain")):
                 want = expected(rows, keys)
                 assert max(want.values()) > 1.0  # several items per conversation
-                for read in (design_effect.design_effects, design_effect.design_effects_scan):
-                    total = await read(
-                        engine, repo.Segment(), lo, hi, group_by=keys, with_total=True
+                for scan in (False, True):
+                    total = await design_effect.design_effects(
+                        engine, repo.Segment(), lo, hi, group_by=keys, with_total=True, scan=scan
                     )
                     assert total == want
-                    groups = await read(engine, repo.Segment(), lo, hi, group_by=keys)
+                    groups = await design_effect.design_effects(
+                        engine, repo.Segment(), lo, hi, group_by=keys, scan=scan
+                    )
                     assert groups == {k: v for k, v in want.items() if k != ()}
             alone = await design_effect.design_effects(engine, repo.Segment(), lo, hi, group_by=())
             assert alone == {(): want[()]}
@@ -146,12 +148,13 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
             "SELECT count(DISTINCT conversation_id) FROM item_hours WHERE multi AND n > 0"
         )
         assert multi >= 16  # the correction for conversations across hours is exercised
-        want_total = await design_effect.design_effects_scan(
+        want_total = await design_effect.design_effects(
             engine,
             repo.Segment(),
             NOW - timedelta(hours=8, minutes=13),
             NOW - timedelta(minutes=21),
             with_total=True,
+            scan=True,
         )
         assert len(want_total) >= 2
         checked = sources = 0
@@ -176,8 +179,8 @@ async def test_roll_up_equals_the_scan_of_items(database_url: str) -> None:
             for keys in KEYS:
                 for seg in (repo.Segment(), repo.Segment(agent="other-*")):
                     for total in (False, True):
-                        want = await design_effect.design_effects_scan(
-                            engine, seg, lo, hi, group_by=keys, with_total=total
+                        want = await design_effect.design_effects(
+                            engine, seg, lo, hi, group_by=keys, with_total=total, scan=True
                         )
                         got = await design_effect.design_effects(
                             engine, seg, lo, hi, group_by=keys, with_total=total

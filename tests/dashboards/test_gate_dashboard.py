@@ -290,7 +290,7 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
             continue
         r = base[key]
         assert r["ungated conversations"] == e["ungated_conversations"] > 0
-        assert r["ungated with outcome"] == e["failure_rate_ungated"]["den"]
+        assert r["ungated with outcome"] == e["failure_rate_ungated"]["n"]
         assert r["failure rate ungated"] == pytest.approx(
             e["failure_rate_ungated"]["value"], abs=1e-12
         )
@@ -301,7 +301,7 @@ def test_effectiveness_table_agrees_with_monitor_gate_json(database_url: str) ->
     assert set(table) == set(cli) and len(table) == 6  # 3 agents x (enforced, shadow)
     shadow = [e for k, e in cli.items() if k[2] == "shadow"]
     # the shadow rows carry outcomes: what enforcing would have prevented and cost
-    assert sum(e["failures_prevented"]["num"] for e in shadow) > 0
+    assert sum(e["failures_prevented"]["k"] for e in shadow) > 0
     assert sum(e["decisions"]["escalate"] for e in shadow) > 0
     for key, e in cli.items():
         r = table[key]

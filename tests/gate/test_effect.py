@@ -50,7 +50,7 @@ def test_failures_prevented_and_the_human_cost() -> None:
     (e,) = effectiveness(rows)
     assert e.conversations == 20 and e.with_outcome == 19
     assert e.decisions == {"proceed": 15, "revise": 2, "escalate": 3}
-    assert (e.failures_prevented.num, e.failures_prevented.den) == (4, 5)
+    assert (e.failures_prevented.k, e.failures_prevented.n) == (4, 5)
     assert e.failure_rate_all.value == pytest.approx(5 / 19)
     assert e.failure_rate_proceeded.value == pytest.approx(1 / 14)
     assert e.relative_reduction == pytest.approx(1 - (1 / 14) / (5 / 19))
@@ -149,16 +149,16 @@ def test_monitor_gate_json_on_replayed_and_recorded_data(
         got = replayed[key]
         assert got["decisions"]["escalate"] == w["escalate"], key
         assert got["decisions"]["proceed"] == w["proceed"], key
-        assert got["failures_prevented"]["num"] == w["prevented"], key
-        assert got["failures_prevented"]["den"] == w["failures"], key
-    assert any(e["failures_prevented"]["num"] > 0 for e in replayed.values())
+        assert got["failures_prevented"]["k"] == w["prevented"], key
+        assert got["failures_prevented"]["n"] == w["failures"], key
+    assert any(e["failures_prevented"]["k"] > 0 for e in replayed.values())
 
     rec = [e for k, e in effects.items() if k[2] == "recorded"]
     assert sum(e["conversations"] for e in rec) == 4
     assert sum(e["decisions"]["escalate"] for e in rec) == 1  # the latest decision counts
-    assert sum(e["failures_prevented"]["num"] for e in rec) == 1
-    assert sum(e["failures_prevented"]["den"] for e in rec) == 2
-    assert sum(e["failure_rate_proceeded"]["num"] for e in rec) == 1
+    assert sum(e["failures_prevented"]["k"] for e in rec) == 1
+    assert sum(e["failures_prevented"]["n"] for e in rec) == 2
+    assert sum(e["failure_rate_proceeded"]["k"] for e in rec) == 1
 
 
 def test_the_ungated_baseline_sits_beside_recorded_rows_only() -> None:
@@ -170,7 +170,7 @@ def test_the_ungated_baseline_sits_beside_recorded_rows_only() -> None:
     recorded, replayed = effectiveness(rows, base)
     assert recorded.source == "recorded" and recorded.ungated_conversations == 10
     assert recorded.failure_rate_ungated is not None
-    assert (recorded.failure_rate_ungated.num, recorded.failure_rate_ungated.den) == (4, 8)
+    assert (recorded.failure_rate_ungated.k, recorded.failure_rate_ungated.n) == (4, 8)
     lo, hi = recorded.failure_rate_ungated.low, recorded.failure_rate_ungated.high
     assert lo is not None and hi is not None and lo < 0.5 < hi  # Wilson, n = 8
     assert recorded.reduction_vs_ungated == pytest.approx(1 - 0.25 / 0.5)
@@ -223,11 +223,11 @@ def test_monitor_gate_json_reports_the_ungated_failure_rate(database_url: str) -
     out = gate_json(database_url, "--no-replay", "--from", "2025-12-31", "--to", "2026-01-02")
     (e,) = out["effects"]
     assert (e["agent_id"], e["domain"], e["source"]) == ("gated-bot", "retail", "recorded")
-    assert e["conversations"] == 4 and e["failure_rate_proceeded"]["num"] == 1
-    assert e["failure_rate_proceeded"]["den"] == 3
+    assert e["conversations"] == 4 and e["failure_rate_proceeded"]["k"] == 1
+    assert e["failure_rate_proceeded"]["n"] == 3
     assert e["ungated_conversations"] == 5
     ungated = e["failure_rate_ungated"]
-    assert (ungated["num"], ungated["den"], ungated["value"]) == (2, 4, 0.5)
+    assert (ungated["k"], ungated["n"], ungated["value"]) == (2, 4, 0.5)
     assert ungated["low"] < 0.5 < ungated["high"]
     assert e["reduction_vs_ungated"] == pytest.approx(1 - (1 / 3) / 0.5)
 
@@ -241,6 +241,6 @@ def test_shadow_rows_are_reported_apart_without_the_ungated_baseline() -> None:
     recorded, shadow = effectiveness(rows, [UngatedCounts("a", "d", 10, 8, 4)])
     assert (recorded.source, shadow.source) == ("recorded", "shadow")
     assert shadow.conversations == 2 and shadow.decisions["escalate"] == 1
-    assert (shadow.failures_prevented.num, shadow.failures_prevented.den) == (1, 2)
+    assert (shadow.failures_prevented.k, shadow.failures_prevented.n) == (1, 2)
     assert shadow.failure_rate_ungated is None and recorded.failure_rate_ungated is not None
     assert any("shadow" in n for n in shadow.notes) and not recorded.notes

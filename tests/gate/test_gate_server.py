@@ -300,13 +300,13 @@ async def test_shadow_decisions_are_recorded_answered_proceed_and_reported_apart
             proceeded = [i for i in mine if would[i] == "proceed"]
             assert e["decisions"]["escalate"] == sum(would[i] == "escalate" for i in mine)
             assert e["decisions"]["proceed"] == len(proceeded)
-            assert (e["failures_prevented"]["num"], e["failures_prevented"]["den"]) == (
+            assert (e["failures_prevented"]["k"], e["failures_prevented"]["n"]) == (
                 len(stopped),
                 len(failed),
             )
-            assert e["failure_rate_proceeded"]["num"] == sum(not success[i] for i in proceeded)
-            assert e["escalation_rate"]["num"] == sum(would[i] == "escalate" for i in mine)
-        assert effects["shadow-bot"]["failures_prevented"]["num"] > 0
+            assert e["failure_rate_proceeded"]["k"] == sum(not success[i] for i in proceeded)
+            assert e["escalation_rate"]["k"] == sum(would[i] == "escalate" for i in mine)
+        assert effects["shadow-bot"]["failures_prevented"]["k"] > 0
         table = await asyncio.to_thread(
             CliRunner().invoke,
             app,

@@ -144,10 +144,10 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
         assert e["ungated_conversations"] > 5
         assert got[f"{k}/failure_rate_ungated"] == e["failure_rate_ungated"]["value"]
         r = e["failures_prevented"]
-        assert f"{r['low']:.3f}-{r['high']:.3f} ({r['num']}/{r['den']})" in page
+        assert f"{r['low']:.3f}-{r['high']:.3f} ({r['k']}/{r['n']})" in page
     shadow = [e for e in effects if e["source"] == "shadow"]
     # what enforcing would have prevented and cost, from the shadow conversations' outcomes
-    assert sum(e["failures_prevented"]["num"] for e in shadow) > 0
+    assert sum(e["failures_prevented"]["k"] for e in shadow) > 0
     assert sum(e["decisions"]["escalate"] for e in shadow) > 0
     for agent in (
         "sim-airline-inverted",

@@ -94,10 +94,10 @@ def test_simulated_conversations_match_the_truth() -> None:
         assert within(
             e.failure_rate_proceeded.value or 0,
             t.failure_rate_proceeded,
-            e.failure_rate_proceeded.den,
+            e.failure_rate_proceeded.n,
         )
         assert within(
-            e.failures_prevented.value or 0, t.failures_prevented, e.failures_prevented.den
+            e.failures_prevented.value or 0, t.failures_prevented, e.failures_prevented.n
         ), e.agent_id
         if specs[e.agent_id].obeys:  # the gate helps the agents that obey it
             assert (e.failure_rate_all.high or 1) < t.ungated_failure_rate

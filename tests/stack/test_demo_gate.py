@@ -96,12 +96,12 @@ async def test_demo_gate_figures_match_the_truth(
         mine = [r for r in truth_rows if r["agent_id"] == agent]
         proceeded = [r for r in mine if r["decision"] == "proceed"]
         # (1) conditional truth: failures among all and among proceeded
-        assert e.failure_rate_all.num == sum(not r["success"] for r in mine)
-        assert poisson_binomial_ok(e.failure_rate_all.num, [r["p"] for r in mine]), agent
-        assert poisson_binomial_ok(e.failure_rate_proceeded.num, [r["p"] for r in proceeded])
+        assert e.failure_rate_all.k == sum(not r["success"] for r in mine)
+        assert poisson_binomial_ok(e.failure_rate_all.k, [r["p"] for r in mine]), agent
+        assert poisson_binomial_ok(e.failure_rate_proceeded.k, [r["p"] for r in proceeded])
         stopped = [r for r in mine if r["decision"] != "proceed"]
-        assert e.failures_prevented.num == sum(not r["success"] for r in stopped)
-        assert poisson_binomial_ok(e.failures_prevented.num, [r["p"] for r in stopped]), agent
+        assert e.failures_prevented.k == sum(not r["success"] for r in stopped)
+        assert poisson_binomial_ok(e.failures_prevented.k, [r["p"] for r in stopped]), agent
         # (2) a priori truth of the built-in policy, allowing for fail-open decisions
         t = gate_truth(specs[agent])
         n = e.conversations
