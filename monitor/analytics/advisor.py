@@ -44,7 +44,7 @@ _EPS = 1e-12
 
 
 @dataclass(frozen=True)
-class Rate:
+class WeightedProportion:
     """A weighted proportion with its Wilson interval (``n_eff``: Kish effective size of the
     denominator). ``value`` is None when the denominator is empty."""
 
@@ -62,11 +62,11 @@ class Advice:
     question: str
     threshold: float | None
     reason: str
-    escalated_share: Rate | None = None
-    residual_error: Rate | None = None
-    failures_prevented: Rate | None = None
+    escalated_share: WeightedProportion | None = None
+    residual_error: WeightedProportion | None = None
+    failures_prevented: WeightedProportion | None = None
     error_rate_reduction: float | None = None
-    base_error: Rate | None = None
+    base_error: WeightedProportion | None = None
     n_conversations: int = 0
     n_escalated: int = 0
     n_kept_with_outcome: int = 0
@@ -74,14 +74,14 @@ class Advice:
     escalated_share_with_ties: float | None = None
 
 
-def _rate(num_w: float, den: np.ndarray) -> Rate:
+def _rate(num_w: float, den: np.ndarray) -> WeightedProportion:
     total = float(den.sum())
     if total <= 0:
-        return Rate(None, None, None, 0.0)
+        return WeightedProportion(None, None, None, 0.0)
     n_eff = total**2 / float((den * den).sum())
     p = min(max(num_w / total, 0.0), 1.0)
     lo, hi = wilson_interval(p, n_eff)
-    return Rate(p, lo, hi, n_eff)
+    return WeightedProportion(p, lo, hi, n_eff)
 
 
 def question_text(keep: float | None, budget: float | None, target: float | None) -> str:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from monitor.analytics import reports as fa
-from monitor.analytics.advisor import Advice, Rate
+from monitor.analytics.advisor import Advice, WeightedProportion
 from monitor.cli import analytics_common as ac
 
 
@@ -72,7 +72,7 @@ def rate_by_bin_table(summaries: dict[str, fa.EscalationSummary]) -> Table:
     return t
 
 
-def _rate(r: Rate | None) -> str:
+def _rate(r: WeightedProportion | None) -> str:
     if r is None or r.value is None:
         return "-"
     return f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}]"

@@ -32,7 +32,7 @@ from monitor.core.yaml_config import load_yaml_model
 
 _GLOB_CHARS = frozenset("*?[")
 _MAX_SALT_BYTES = 64  # the BLAKE2b key limit
-Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+UnitInterval = Annotated[float, Field(ge=0.0, le=1.0)]  # a rate or a confidence
 
 
 def hash_unit(conversation_id: str, salt: str = "") -> float:
@@ -73,7 +73,7 @@ class AlwaysSampleRules(_Config):
     """
 
     escalation: bool = Field(default=True, description="Any escalation event.")
-    confidence_floor: Rate | None = Field(
+    confidence_floor: UnitInterval | None = Field(
         default=None, description="An assistant message with confidence below this."
     )
     failed_tool_call: bool = Field(default=True, description="Any tool_result with ok=false.")
@@ -115,7 +115,7 @@ class StratumRule(_Config):
     agent: str = Field(default="*", min_length=1)
     domain: str | None = None
     tier: Literal[1, 2, 3] | None = None
-    rate: Rate
+    rate: UnitInterval
     name: str | None = Field(default=None, min_length=1)
 
     def matches(self, agent_id: str | None, domain: str | None, tier: int | None) -> bool:
@@ -175,7 +175,7 @@ class SamplingPolicy(_Config):
     - ``salt``: keys the hash (at most 64 UTF-8 bytes). Changing it re-draws every decision.
     """
 
-    default_rate: Rate = 1.0
+    default_rate: UnitInterval = 1.0
     strata: tuple[StratumRule, ...] = Field(default=(), strict=False)  # YAML gives a list
     always_sample: AlwaysSampleRules = Field(default_factory=AlwaysSampleRules)
     salt: str = ""
