@@ -40,21 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.core.errors import BufferInUse
+from monitor.gate.decision_outbox import BufferedRecord
 
 HEADER = struct.Struct(">IIQ")  # payload length, crc32(payload), written at (ms since epoch)
 KEYLEN = struct.Struct(">H")
 CURSOR = "cursor"
-
-
-@dataclass(frozen=True)
-class Record:
-    """One buffered decision event: its Kafka key and value, when it was buffered, and where
-    the next record starts (``end``: segment number, byte offset) for :meth:`DiskBuffer.ack`."""
-
-    key: bytes
-    value: bytes
-    written_ms: int
-    end: tuple[int, int]
 
 
 @dataclass
@@ -219,9 +209,9 @@ class DiskBuffer:
         return sum(s.size for s in self._segments)
 
     # --- replaying ----------------------------------------------------------------------
-    def read(self, limit: int) -> list[Record]:
+    def read(self, limit: int) -> list[BufferedRecord]:
         """Up to ``limit`` unacknowledged records, oldest first (nothing is removed)."""
-        out: list[Record] = []
+        out: list[BufferedRecord] = []
         with self._lock:
             for seg in self._segments:
                 if seg.number < self._cursor[0] or len(out) >= limit:
@@ -241,11 +231,11 @@ class DiskBuffer:
                     key = data[at + 2 : at + 2 + klen]
                     value = data[at + 2 + klen : at + length]
                     end = (seg.number, off + HEADER.size + length)
-                    out.append(Record(key, value, written, end))
+                    out.append(BufferedRecord(key, value, written, end))
         return out
 
     def ack(self, end: tuple[int, int]) -> None:
-        """Everything before ``end`` (a :attr:`Record.end`) was acknowledged by the broker:
+        """Everything before ``end`` (a :attr:`BufferedRecord.end`) was acknowledged by the broker:
         move the cursor there (atomically, on disk) and delete the segments behind it."""
         with self._lock:
             if end <= self._cursor:

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from monitor.contract.events import AgentEvent
@@ -39,13 +40,16 @@ log = logging.getLogger("monitor.gate.decision_outbox")
 Deliver = Callable[[bytes, bytes], Awaitable[None]]  # (key, value): returns once acknowledged
 
 
-class BufferedRecord(Protocol):
-    @property
-    def key(self) -> bytes: ...
-    @property
-    def value(self) -> bytes: ...
-    @property
-    def end(self) -> tuple[int, int]: ...
+@dataclass(frozen=True)
+class BufferedRecord:
+    """One buffered decision event as :meth:`Buffer.read` returns it: its Kafka key and value,
+    when it was buffered, and where the next record starts (``end``: segment number, byte
+    offset) for :meth:`Buffer.ack`."""
+
+    key: bytes
+    value: bytes
+    written_ms: int
+    end: tuple[int, int]
 
 
 class Buffer(Protocol):
