@@ -1,6 +1,6 @@
 """an index on ``items.ts`` (issue 13)
 
-The design effect of a window (``analytics.repo.design_effects``: labelled items per
+The design effect of a window (``analytics.design_effect.design_effects``: labelled items per
 conversation, read by every calibration report, drift check and alert evaluation) and the
 retention of items (``DELETE FROM items WHERE ts < cut``) filter ``items`` on ``ts`` alone; with
 only ``(agent_id, ts)`` they scanned the whole table (1M items: 76 ms for a 1-hour window, 1.2 ms
