@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from monitor.alerts.rule_models import RuleSet
 from monitor.alerts.states import Kind, Notification, frozen_labels, require_aware
 
@@ -90,14 +92,9 @@ class Group:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Group:
-        """Inverse of ``to_dict``."""
-        return cls(
-            key=str(data["key"]),
-            labels=dict(data["labels"]),
-            pending=tuple(Notification.from_dict(n) for n in data["pending"]),
-            first_pending_at=_dt(data.get("first_pending_at")),
-            last_flushed_at=_dt(data.get("last_flushed_at")),
-        )
+        """Inverse of ``to_dict`` (members as ``Notification.from_dict``); raises ValueError
+        (pydantic's ValidationError) on a malformed dict."""
+        return _GROUP.validate_python(dict(data))
 
 
 @dataclass(frozen=True)
@@ -146,14 +143,13 @@ class GroupedNotification:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GroupedNotification:
-        """Inverse of ``to_dict``."""
-        return cls(
-            idempotency_key=str(data["idempotency_key"]),
-            group_key=str(data["group_key"]),
-            labels=dict(data["labels"]),
-            notifications=tuple(Notification.from_dict(n) for n in data["notifications"]),
-            created_at=datetime.fromisoformat(data["created_at"]),
-        )
+        """Inverse of ``to_dict`` (members as ``Notification.from_dict``); raises ValueError
+        (pydantic's ValidationError) on a malformed dict."""
+        return _GROUPED.validate_python(dict(data))
+
+
+_GROUP = TypeAdapter(Group)
+_GROUPED = TypeAdapter(GroupedNotification)
 
 
 @dataclass(frozen=True)
@@ -167,10 +163,6 @@ class GroupingResult:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
-
-
-def _dt(value: Any) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(str(value))
 
 
 def _merge(

@@ -27,12 +27,7 @@ from monitor.alerts.grouping import Group
 from monitor.alerts.lifecycle import acknowledge
 from monitor.alerts.silences import Ack, Matcher, Silence
 from monitor.alerts.states import AlertState, Notification, Status
-from monitor.store.tables_alerts import (
-    alert_groups,
-    alert_history,
-    alert_silences,
-    alert_states,
-)
+from monitor.store.tables_alerts import alert_groups, alert_history, alert_silences, alert_states
 
 # --- lifecycle states -----------------------------------------------------------------------
 

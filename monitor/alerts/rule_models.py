@@ -19,27 +19,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from monitor.alerts.durations import Duration
 from monitor.alerts.durations import format_duration as _span
-from monitor.alerts.metrics import (
-    _BOUNDED as _BOUNDED,
-)
-from monitor.alerts.metrics import (
-    _UNBOUNDED as _UNBOUNDED,
-)
-from monitor.alerts.metrics import (
-    CALIBRATION_METRICS as CALIBRATION_METRICS,
-)
-from monitor.alerts.metrics import (
-    DEFAULT_MIN_SAMPLES as DEFAULT_MIN_SAMPLES,
-)
-from monitor.alerts.metrics import (
-    GATE_METRICS as GATE_METRICS,
-)
-from monitor.alerts.metrics import (
-    VALUE_RANGE as VALUE_RANGE,
-)
-from monitor.alerts.metrics import (
-    Metric as Metric,
-)
+from monitor.alerts.metrics import _BOUNDED as _BOUNDED
+from monitor.alerts.metrics import _UNBOUNDED as _UNBOUNDED
+from monitor.alerts.metrics import CALIBRATION_METRICS as CALIBRATION_METRICS
+from monitor.alerts.metrics import DEFAULT_MIN_SAMPLES as DEFAULT_MIN_SAMPLES
+from monitor.alerts.metrics import GATE_METRICS as GATE_METRICS
+from monitor.alerts.metrics import VALUE_RANGE as VALUE_RANGE
+from monitor.alerts.metrics import Metric as Metric
 from monitor.core.errors import FieldProblem
 
 DriftTest = Literal["psi", "ks", "accuracy_drop", "ece_increase", "surprise"]

@@ -15,6 +15,8 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from monitor.alerts.states import require_aware
 
 
@@ -117,15 +119,9 @@ class Silence:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Silence:
-        """Inverse of ``to_dict``; raises KeyError/ValueError on a malformed dict."""
-        return cls(
-            id=str(data["id"]),
-            matchers=tuple(Matcher(str(m["label"]), str(m["pattern"])) for m in data["matchers"]),
-            starts_at=datetime.fromisoformat(data["starts_at"]),
-            ends_at=datetime.fromisoformat(data["ends_at"]),
-            reason=str(data["reason"]),
-            created_by=str(data["created_by"]),
-        )
+        """Inverse of ``to_dict``; raises ValueError (pydantic's ValidationError) on a malformed
+        dict or one ``__post_init__`` rejects."""
+        return _SILENCE.validate_python(dict(data))
 
 
 def silenced_by(
@@ -164,10 +160,10 @@ class Ack:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Ack:
-        """Inverse of ``to_dict``."""
-        return cls(
-            str(data["fingerprint"]),
-            str(data["created_by"]),
-            datetime.fromisoformat(data["at"]),
-            str(data.get("comment", "")),
-        )
+        """Inverse of ``to_dict``; a missing ``comment`` is ``""``. Raises ValueError (pydantic's
+        ValidationError) on a malformed dict or one ``__post_init__`` rejects."""
+        return _ACK.validate_python(dict(data))
+
+
+_SILENCE = TypeAdapter(Silence)
+_ACK = TypeAdapter(Ack)

@@ -3,7 +3,9 @@
 Pure. Every value is a frozen dataclass with ``to_dict`` (JSON-ready: datetimes as ISO 8601
 strings with offset, enums as their string values, mappings as plain dicts) and ``from_dict``
 (its exact inverse: ``X.from_dict(x.to_dict()) == x``), so a store can keep them in a JSONB
-column and an outbox can carry a notification verbatim.
+column and an outbox can carry a notification verbatim. ``from_dict`` validates with a pydantic
+``TypeAdapter`` of the dataclass (``__post_init__`` runs; a time keeps its offset, as pydantic's
+fixed-offset tzinfo, so it is equal and formats the same).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
+
+from pydantic import TypeAdapter
 
 
 def fingerprint(rule: str, scope: Mapping[str, object]) -> str:
@@ -38,10 +42,6 @@ def frozen_labels(labels: Mapping[str, object]) -> Mapping[str, str]:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
-
-
-def _dt(value: Any) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(str(value))
 
 
 def require_aware(value: datetime, name: str) -> None:
@@ -130,29 +130,10 @@ class AlertState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AlertState:
-        """Inverse of ``to_dict``; raises KeyError/ValueError on a malformed dict."""
-        return cls(
-            fingerprint=str(data["fingerprint"]),
-            rule=str(data["rule"]),
-            scope=dict(data["scope"]),
-            status=Status(data["status"]),
-            active_since=_dt(data.get("active_since")),
-            fired_at=_dt(data.get("fired_at")),
-            resolved_at=_dt(data.get("resolved_at")),
-            last_notified_at=_dt(data.get("last_notified_at")),
-            notified=int(data.get("notified", 0)),
-            silenced=bool(data.get("silenced", False)),
-            acked_by=data.get("acked_by"),
-            acked_at=_dt(data.get("acked_at")),
-            last_value=None if data.get("last_value") is None else float(data["last_value"]),
-            last_samples=float(data.get("last_samples", 0.0)),
-            last_observed_at=_dt(data.get("last_observed_at")),
-            clear_since=_dt(data.get("clear_since")),
-            changes=tuple(datetime.fromisoformat(str(c)) for c in data.get("changes") or ()),
-            flapping=bool(data.get("flapping", False)),
-            flap_share=float(data.get("flap_share", 0.0)),
-            version=int(data.get("version", 0)),
-        )
+        """Inverse of ``to_dict``; a missing optional key takes the field's default (a dict
+        stored before the field existed). Raises ValueError (pydantic's ValidationError) on a
+        malformed dict."""
+        return _STATE.validate_python(dict(data))
 
 
 @dataclass(frozen=True)
@@ -230,36 +211,13 @@ class Notification:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Notification:
-        """Inverse of ``to_dict``; raises KeyError/ValueError on a malformed dict."""
-        fired_at = _dt(data["fired_at"])
-        created_at = _dt(data["created_at"])
-        if fired_at is None or created_at is None:
-            raise ValueError("fired_at and created_at are required")
-        value = data.get("value")
-        return cls(
-            idempotency_key=str(data["idempotency_key"]),
-            kind=Kind(data["kind"]),
-            sequence=int(data["sequence"]),
-            fingerprint=str(data["fingerprint"]),
-            rule=str(data["rule"]),
-            metric=str(data["metric"]),
-            severity=str(data["severity"]),
-            scope=dict(data["scope"]),
-            labels=dict(data["labels"]),
-            summary=str(data["summary"]),
-            description=str(data.get("description", "")),
-            runbook_url=data.get("runbook_url"),
-            value=None if value is None else float(value),
-            threshold=float(data["threshold"]),
-            comparison=str(data["comparison"]),
-            samples=float(data["samples"]),
-            window=str(data["window"]),
-            fired_at=fired_at,
-            resolved_at=_dt(data.get("resolved_at")),
-            created_at=created_at,
-            acked_by=data.get("acked_by"),
-            detail=data.get("detail"),
-        )
+        """Inverse of ``to_dict``; a missing ``acked_by`` or ``detail`` is None. Raises
+        ValueError (pydantic's ValidationError) on a malformed dict."""
+        return _NOTIFICATION.validate_python(dict(data))
+
+
+_STATE = TypeAdapter(AlertState)
+_NOTIFICATION = TypeAdapter(Notification)
 
 
 def _plain(value: object) -> object:

@@ -43,10 +43,7 @@ from monitor.analytics.drift_policy import (
     advance,
     reference_window,
 )
-from monitor.analytics.drift_tests import (
-    SURPRISE_CONCENTRATIONS,
-    SURPRISE_GROUPS,
-)
+from monitor.analytics.drift_tests import SURPRISE_CONCENTRATIONS, SURPRISE_GROUPS
 from monitor.analytics.escalation import ConversationEscalation
 from monitor.sim.traffic import Simulator
 

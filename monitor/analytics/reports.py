@@ -33,13 +33,7 @@ from monitor.analytics.escalation import (
 from monitor.analytics.passk import PassK as PassK
 from monitor.analytics.passk import pass_k
 from monitor.analytics.recalibration import RecalibrationResult, fit_isotonic
-from monitor.analytics.repo import (
-    Segment,
-    bin_range,
-    bin_sums,
-    labelled_items,
-    trials,
-)
+from monitor.analytics.repo import Segment, bin_range, bin_sums, labelled_items, trials
 from monitor.analytics.repo_escalation import escalation_conversations
 from monitor.analytics.thresholds import Recommendation, ThresholdTable, threshold_table
 from monitor.analytics.write import SegmentKey, save_drift, save_map

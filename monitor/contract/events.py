@@ -43,51 +43,21 @@ from monitor.contract.limits import (
     may_hold_nul,
     parse_json,
 )
-from monitor.contract.payloads import (
-    GATE_DECISIONS as GATE_DECISIONS,
-)
-from monitor.contract.payloads import (
-    SEGMENT_FIELDS as SEGMENT_FIELDS,
-)
-from monitor.contract.payloads import (
-    Agent as Agent,
-)
-from monitor.contract.payloads import (
-    Context as Context,
-)
-from monitor.contract.payloads import (
-    EscalationPayload as EscalationPayload,
-)
-from monitor.contract.payloads import (
-    FeedbackPayload as FeedbackPayload,
-)
-from monitor.contract.payloads import (
-    GateFinding as GateFinding,
-)
-from monitor.contract.payloads import (
-    GatePayload as GatePayload,
-)
-from monitor.contract.payloads import (
-    Id as Id,
-)
-from monitor.contract.payloads import (
-    MessagePayload as MessagePayload,
-)
-from monitor.contract.payloads import (
-    OutcomePayload as OutcomePayload,
-)
-from monitor.contract.payloads import (
-    Probability as Probability,
-)
-from monitor.contract.payloads import (
-    ToolCall as ToolCall,
-)
-from monitor.contract.payloads import (
-    ToolResultPayload as ToolResultPayload,
-)
-from monitor.contract.payloads import (
-    _Strict as _Strict,
-)
+from monitor.contract.payloads import GATE_DECISIONS as GATE_DECISIONS
+from monitor.contract.payloads import SEGMENT_FIELDS as SEGMENT_FIELDS
+from monitor.contract.payloads import Agent as Agent
+from monitor.contract.payloads import Context as Context
+from monitor.contract.payloads import EscalationPayload as EscalationPayload
+from monitor.contract.payloads import FeedbackPayload as FeedbackPayload
+from monitor.contract.payloads import GateFinding as GateFinding
+from monitor.contract.payloads import GatePayload as GatePayload
+from monitor.contract.payloads import Id as Id
+from monitor.contract.payloads import MessagePayload as MessagePayload
+from monitor.contract.payloads import OutcomePayload as OutcomePayload
+from monitor.contract.payloads import Probability as Probability
+from monitor.contract.payloads import ToolCall as ToolCall
+from monitor.contract.payloads import ToolResultPayload as ToolResultPayload
+from monitor.contract.payloads import _Strict as _Strict
 from monitor.contract.validation_errors import reason_for
 from monitor.core.errors import InvalidEvent
 

@@ -31,13 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.analytics.recalibration import IsotonicMap
-from monitor.contract.events import (
-    AgentEvent,
-    Context,
-    GateFinding,
-    GatePayload,
-    MessagePayload,
-)
+from monitor.contract.events import AgentEvent, Context, GateFinding, GatePayload, MessagePayload
 from monitor.core.errors import UnknownAgent
 from monitor.gate.advised import AdvisorCuts, advised_threshold
 from monitor.gate.checks import CheckSet, CheckStates, verdicts_on

@@ -26,13 +26,7 @@ from datetime import datetime, timedelta
 from monitor.auth.admission import Authorize, admit
 from monitor.auth.authorizer import Grant
 from monitor.contract.events import Publish
-from monitor.core.errors import (
-    BadBody,
-    BadEncoding,
-    BodyTimeout,
-    BodyTooLarge,
-    Busy,
-)
+from monitor.core.errors import BadBody, BadEncoding, BodyTimeout, BodyTooLarge, Busy
 from monitor.core.http_body import BodyLimits, ReadChunk, body_slot, declared_too_large, read_body
 from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.core.http_reply import Offload, Reply, error_reply, json_reply

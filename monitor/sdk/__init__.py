@@ -38,12 +38,7 @@ from monitor.core.errors import (
 from monitor.sdk.base import EventHelpers, new_event_id
 from monitor.sdk.emitter_async import EventEmitter
 from monitor.sdk.emitter_sync import SyncEventEmitter
-from monitor.sdk.gate_client import (
-    Finding,
-    GateAnswer,
-    GateClient,
-    SyncGateClient,
-)
+from monitor.sdk.gate_client import Finding, GateAnswer, GateClient, SyncGateClient
 
 __all__ = [
     "Agent",

@@ -18,15 +18,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    Column,
-    Double,
-    Index,
-    Integer,
-    Table,
-    Text,
-    UniqueConstraint,
-)
+from sqlalchemy import Column, Double, Index, Integer, Table, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 
 from monitor.store.tables import TS, inserted_at, key, metadata, required, serial_id

@@ -11,13 +11,7 @@ from typing import Any
 import httpx
 
 from monitor.alerts.grouping import GroupedNotification
-from monitor.alerts.sinks.base import (
-    USER_AGENT,
-    DeliveryContext,
-    DeliveryResult,
-    malformed,
-    post,
-)
+from monitor.alerts.sinks.base import USER_AGENT, DeliveryContext, DeliveryResult, malformed, post
 from monitor.alerts.sinks.slack_blocks import (
     customer_content_allowed,
     dashboard_link,

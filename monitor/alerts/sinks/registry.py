@@ -6,9 +6,7 @@ import time
 from collections.abc import Callable
 
 from monitor.alerts.sinks.alertmanager import AlertmanagerSink
-from monitor.alerts.sinks.base import (
-    Sink,
-)
+from monitor.alerts.sinks.base import Sink
 from monitor.alerts.sinks.slack import SlackSink, SlackWebhookSink
 from monitor.alerts.sinks.webhook import WebhookSink
 from monitor.config import Settings

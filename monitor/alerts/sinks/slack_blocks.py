@@ -61,7 +61,7 @@ AnyNotification = Notification | GroupedNotification
 
 
 def parse_payload(payload: Mapping[str, Any]) -> AnyNotification:
-    """The notification an outbox payload carries; raises KeyError/ValueError when malformed."""
+    """The notification an outbox payload carries; raises ValueError when malformed."""
     if "notifications" in payload:
         return GroupedNotification.from_dict(payload)
     return Notification.from_dict(payload)
@@ -268,7 +268,7 @@ def _mrkdwn(text: str) -> dict[str, Any]:
 def render_message(payload: Mapping[str, Any], dashboard_url: str) -> dict[str, Any]:
     """The Slack message for an outbox payload (see the module docstring for its shape).
 
-    Raises KeyError/ValueError when the payload is not a (grouped) notification.
+    Raises ValueError when the payload is not a (grouped) notification.
     """
     n = parse_payload(payload)
     allow = customer_content_allowed(payload)

@@ -10,16 +10,8 @@ from typing import Any
 import httpx
 
 from monitor.alerts.signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, encode_body, sign
-from monitor.alerts.sinks.base import (
-    USER_AGENT,
-    DeliveryContext,
-    DeliveryResult,
-    malformed,
-    post,
-)
-from monitor.alerts.sinks.slack_blocks import (
-    scrub_payload,
-)
+from monitor.alerts.sinks.base import USER_AGENT, DeliveryContext, DeliveryResult, malformed, post
+from monitor.alerts.sinks.slack_blocks import scrub_payload
 
 
 class WebhookSink:
