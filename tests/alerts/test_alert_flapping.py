@@ -170,6 +170,7 @@ def test_evidence_windows_grow_until_the_effective_size_is_reached() -> None:
         )
 
 
+@pytest.mark.slow  # 48 h of evaluations (~5 s): make test, not make check
 def test_a_real_answer_agent_at_the_threshold_is_paged_once_not_every_hour() -> None:
     """Real answers (tests/data/answers) resampled into an agent whose ECE is 0.13 against tier 3's
     0.05: its hourly 99 % lower bound on 150 answers hovers at the threshold. 48 h through the

@@ -27,6 +27,7 @@ STEP = timedelta(minutes=5)  # the worker's drift checks and rule evaluations
 DRIFT_RULES = ("drift_tier3", "drift_accuracy_drop")
 
 
+@pytest.mark.slow  # days of simulated checks per case (~5 s): make test, not make check
 @pytest.mark.parametrize(
     ("seed", "agent", "rules"),
     [

@@ -52,6 +52,7 @@ def _dicts(answers: list[list[Verdict]]) -> list[list[dict[str, Any]]]:
     return [[v.to_dict() for v in vs] for vs in answers]
 
 
+@pytest.mark.slow  # ~5 s of orderings: make test, not make check
 def test_kept_states_answer_as_the_whole_run_in_any_order(
     asks: list[tuple[Conversation, str, bool]],
 ) -> None:

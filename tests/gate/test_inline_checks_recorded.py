@@ -23,6 +23,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.policy_recall import load
 from monitor.contract.events import AgentEvent
 from monitor.gate.checks import CheckSet, verdicts_on
@@ -124,6 +126,7 @@ def digest() -> dict[str, list[Any]]:
     return d.result()
 
 
+@pytest.mark.slow  # replays every recorded conversation (~10 s): make test, not make check
 def test_the_inline_checks_give_the_recorded_verdicts() -> None:
     recorded = json.loads(RECORDED.read_text())
     got = digest()

@@ -125,6 +125,7 @@ def test_decisions_agree_across_processes_with_different_hash_seeds() -> None:
 rates = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0, allow_nan=False))
 
 
+@pytest.mark.slow  # a statistical property over 40 examples (~4 s): make test, not make check
 @settings(max_examples=40, deadline=None)
 @given(r1=rates, r2=rates, r3=rates, salt=st.text(max_size=8), prefix=st.text(max_size=12))
 def test_observed_rate_per_stratum_is_binomial(
