@@ -309,10 +309,3 @@ def acknowledge(state: AlertState, ack: Ack) -> AlertState:
     if state.status is not Status.FIRING:
         raise ValueError(f"alert {state.fingerprint} is {state.status.value}, not firing")
     return replace(state, acked_by=ack.created_by, acked_at=ack.at, version=state.version + 1)
-
-
-def unacknowledge(state: AlertState) -> AlertState:
-    """Remove an ack (repeats resume, timed from the last notification); no-op if not acked."""
-    if state.acked_by is None:
-        return state
-    return replace(state, acked_by=None, acked_at=None, version=state.version + 1)

@@ -349,7 +349,3 @@ class RuleSet(_Model):
             if r.name == name:
                 return r
         raise KeyError(name)
-
-    def for_metric(self, metric: Metric) -> tuple[Rule, ...]:
-        """The rules watching ``metric``, in file order."""
-        return tuple(r for r in self.rules if r.metric is metric)

@@ -230,10 +230,6 @@ class BinSums:
             rows.append(row)
         return rows
 
-    def to_tuples(self, include_empty: bool = False) -> list[tuple[float | int, ...]]:
-        """Like :meth:`to_rows` but tuples in :data:`ROW_FIELDS` order."""
-        return [tuple(r[f] for f in ROW_FIELDS) for r in self.to_rows(include_empty)]
-
     # -- algebra ------------------------------------------------------------------------------
     def _check_same(self, other: object) -> BinSums:
         if not isinstance(other, BinSums):
@@ -286,13 +282,3 @@ def sum_all(parts: Iterable[BinSums], n_bins: int = DEFAULT_BINS) -> BinSums:
     for p in parts:
         total = total + p
     return total
-
-
-def item_row(
-    conf: float, y: float, weight: float = 1.0, n_bins: int = DEFAULT_BINS
-) -> dict[str, float | int]:
-    """The single-item delta row (keys :data:`ROW_FIELDS`) for an upsert such as
-    ``SET weight = t.weight + excluded.weight, ...``; negate the float fields and count to
-    remove the item again.  Validates like :meth:`BinSums.from_items`."""
-    rows = BinSums.from_items([conf], [y], [weight], n_bins).to_rows(include_empty=False)
-    return rows[0]

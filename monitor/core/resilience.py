@@ -143,11 +143,6 @@ class CircuitBreaker:
             self._probe_in_flight = False
         return self._state
 
-    @property
-    def consecutive_failures(self) -> int:
-        """Failures since the last success (reset when the breaker closes)."""
-        return self._failures
-
     def allow(self) -> bool:
         """Whether a call may go to the endpoint now. In ``half_open`` this claims the single
         trial slot, so the caller must then report the call's result."""

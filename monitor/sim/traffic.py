@@ -114,12 +114,6 @@ class Simulator:
         """When conversation ``index`` (>= 0) starts: ``start + index * interval``."""
         return self.start + index * self.interval
 
-    def count_within(self, duration: timedelta) -> int:
-        """How many conversations start within ``[start, start + duration)``."""
-        if duration <= timedelta(0):
-            return 0
-        return -(-duration // self.interval)
-
     def conversations(self, n: int | None = None) -> Iterator[list[AgentEvent]]:
         """Conversations ``0 .. n-1`` in order, each as its events in ts order (None: endless)."""
         index = 0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.alerts.lifecycle import Observation, acknowledge, evaluate, unacknowledge
+from monitor.alerts.lifecycle import Observation, acknowledge, evaluate
 from monitor.alerts.rules import Rule
 from monitor.alerts.silences import Ack, Silence
 from monitor.alerts.states import AlertState, Kind, Notification, Status, fingerprint
@@ -188,17 +188,6 @@ def test_ack_stops_repeats_until_resolved() -> None:
     # next episode is not acked
     assert run.feed(0.2, 210)[0].kind is Kind.FIRING
     assert run.feed(0.2, 270)[0].kind is Kind.REPEAT
-
-
-def test_unack_resumes_repeats() -> None:
-    run = Run(rule(**{"for": "0s"}))
-    [n] = run.feed(0.2, 0)
-    assert run.state is not None
-    run.state = acknowledge(run.state, Ack(n.fingerprint, "bob", at(1)))
-    assert run.feed(0.2, 90) == []
-    run.state = unacknowledge(run.state)
-    assert unacknowledge(run.state) is run.state
-    assert run.feed(0.2, 91)[0].kind is Kind.REPEAT
 
 
 def test_redaction_applies_unless_the_rule_opts_in() -> None:

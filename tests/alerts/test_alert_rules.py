@@ -201,7 +201,7 @@ def test_duplicate_yaml_key_and_syntax_errors_and_top_level() -> None:
 def test_default_rules_load_and_encode_tier_thresholds() -> None:
     rs = default_rules()
     by_name = {r.name: r for r in rs.rules}
-    ece = {r.scope.tier: r.threshold for r in rs.for_metric(Metric.ECE)}
+    ece = {r.scope.tier: r.threshold for r in rs.rules if r.metric is Metric.ECE}
     assert ece == {"3": 0.05, "2": 0.08, "1": 0.12}
     assert by_name["ece_tier3"].severity is Severity.CRITICAL
     assert by_name["authorization_fabrication"].category == "fabrication:authorization"
