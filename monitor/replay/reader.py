@@ -8,7 +8,7 @@ Two formats are read:
   detail. Blank (whitespace-only) lines are skipped.
 - ``tau2``: a tau2-bench results JSON file, mapped by :mod:`monitor.replay.tau2`.
 
-Detection (:func:`detect_format`): a ``.jsonl`` / ``.ndjson`` suffix means JSON Lines. Otherwise
+Detection (:func:`open_source`): a ``.jsonl`` / ``.ndjson`` suffix means JSON Lines. Otherwise
 the first non-blank line is parsed: a tau2 results object -> ``tau2`` (a one-line file), any
 other JSON object -> ``jsonl``. If it does not parse alone, the whole file is parsed: tau2
 results -> ``tau2``; other valid JSON -> :class:`ReplayError`; invalid JSON whose first
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -81,23 +81,6 @@ class ReplayCounts:
         return out
 
 
-def count_items(items: Iterable[ReplayItem]) -> ReplayCounts:
-    """Totals per type of ``items`` (consumes an iterator)."""
-    counts = ReplayCounts()
-    for item in items:
-        counts.add(item)
-    return counts
-
-
-def detect_format(path: Path) -> Format:
-    """Which format ``path`` holds (rules in the module docstring).
-
-    Raises:
-        ReplayError: the file is missing, unreadable, not UTF-8 or of an unknown format.
-    """
-    return _detect(path)[0]
-
-
 def _detect(path: Path) -> tuple[Format, object]:
     """The format, plus the parsed tau2 results object when the whole file was parsed."""
     if path.suffix.lower() in _JSONL_SUFFIXES:
@@ -147,7 +130,8 @@ def open_source(path: Path) -> ReplaySource:
     """Detect the format and prepare iteration (tau2 files are mapped eagerly, JSONL lazily).
 
     Raises:
-        ReplayError: see :func:`detect_format`; for tau2, a malformed results file.
+        ReplayError: the file is missing, unreadable, not UTF-8 or of an unknown format (module
+            docstring); for tau2, a malformed results file.
     """
     fmt, parsed = _detect(path)
     if fmt == "tau2":
@@ -157,11 +141,6 @@ def open_source(path: Path) -> ReplaySource:
             raise ReplayError(f"{path}: {exc}") from exc
         return ReplaySource(path, fmt, len(events), events)
     return ReplaySource(path, fmt, _count_nonblank_lines(path))
-
-
-def iter_items(path: Path) -> Iterator[ReplayItem]:
-    """Yield the items of ``path`` whatever its format (see :func:`open_source`)."""
-    return iter(open_source(path))
 
 
 def iter_jsonl(path: Path) -> Iterator[ReplayItem]:

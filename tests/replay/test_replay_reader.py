@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,14 +13,20 @@ from monitor.contract.events import Agent, AgentEvent, MessagePayload, OutcomePa
 from monitor.core.errors import ReplayError
 from monitor.replay.reader import (
     LineError,
+    ReplayCounts,
     ReplayItem,
-    count_items,
-    detect_format,
-    iter_items,
     iter_jsonl,
     open_source,
 )
 from monitor.replay.send import run_replay
+
+
+def _counts(items: Iterable[ReplayItem]) -> ReplayCounts:
+    counts = ReplayCounts()
+    for item in items:
+        counts.add(item)
+    return counts
+
 
 TS = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -83,7 +90,7 @@ def test_jsonl_yields_events_and_errors_with_line_numbers(mixed_jsonl: Path) -> 
     ]
     assert errors[0].location == f"{mixed_jsonl}:3"
     assert str(errors[2]).startswith(f"{mixed_jsonl}:7: out_of_range: ")
-    counts = count_items(items)
+    counts = _counts(items)
     assert counts.as_dict() == {
         "message": 2,
         "tool_result": 0,
@@ -108,37 +115,39 @@ def test_crlf_bom_and_invalid_utf8_lines(tmp_path: Path) -> None:
     path.write_bytes(
         b"\xef\xbb\xbf" + _message(1).to_json() + b"\r\n\xff\xfe{}\r\n" + _message(2).to_json()
     )
-    items = list(iter_items(path))
+    items = list(iter(open_source(path)))
     assert isinstance(items[0], AgentEvent) and isinstance(items[2], AgentEvent)
     assert isinstance(items[1], LineError) and (items[1].line, items[1].reason) == (2, "not_json")
 
 
 def test_detects_tau2_files(tau2_files: list[Path], tmp_path: Path) -> None:
     for path in tau2_files:
-        assert detect_format(path) == "tau2"
+        assert open_source(path).format == "tau2"
         assert open_source(path).total == {"airline_gemini2_5_flash_10tasks_2t.json": 415}.get(
             path.name, 424
         )
     compact = tmp_path / "compact.json"  # a tau2 results file written on one line
     compact.write_text(json.dumps(json.loads(tau2_files[0].read_text())))
-    assert detect_format(compact) == "tau2"
-    assert count_items(iter_items(compact)).as_dict()["outcome"] == 20
+    assert open_source(compact).format == "tau2"
+    assert _counts(open_source(compact)).as_dict()["outcome"] == 20
 
 
 def test_detects_jsonl_whatever_the_suffix(tmp_path: Path) -> None:
     path = tmp_path / "events.json"
     path.write_text(_line(_message(1)) + "\n" + _line(_message(2)) + "\n")
-    assert detect_format(path) == "jsonl"
+    assert open_source(path).format == "jsonl"
     broken_first = tmp_path / "broken.log"
     broken_first.write_text('{"schema": \n' + _line(_message(1)) + "\n")
-    assert detect_format(broken_first) == "jsonl"
-    assert [type(i) for i in iter_items(broken_first)] == [LineError, AgentEvent]
+    assert open_source(broken_first).format == "jsonl"
+    assert [type(i) for i in iter(open_source(broken_first))] == [LineError, AgentEvent]
     empty = tmp_path / "empty.json"
     empty.write_text("\n\n")
-    assert detect_format(empty) == "jsonl" and list(iter_items(empty)) == []
+    assert open_source(empty).format == "jsonl" and list(iter(open_source(empty))) == []
     garbage = tmp_path / "garbage.jsonl"  # the suffix wins: every line becomes an error
     garbage.write_text("hello\n")
-    assert [i.reason for i in iter_items(garbage) if isinstance(i, LineError)] == ["not_json"]
+    assert [i.reason for i in iter(open_source(garbage)) if isinstance(i, LineError)] == [
+        "not_json"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -159,7 +168,7 @@ def test_unknown_files_raise(tmp_path: Path, content: bytes, match: str) -> None
 
 def test_missing_file_or_directory_raises(tmp_path: Path) -> None:
     with pytest.raises(ReplayError, match="no such file"):
-        detect_format(tmp_path / "missing.jsonl")
+        open_source(tmp_path / "missing.jsonl")
     with pytest.raises(ReplayError, match="is a directory"):
         open_source(tmp_path)
 
@@ -187,7 +196,7 @@ async def test_flow_sends_in_order_and_collects_errors(mixed_jsonl: Path) -> Non
         sent.append(event.event_id)
 
     seen: list[ReplayItem] = []
-    report = await run_replay(iter_items(mixed_jsonl), send, on_item=seen.append)
+    report = await run_replay(iter(open_source(mixed_jsonl)), send, on_item=seen.append)
     assert sent == ["e1", "o1", "e2"] and report.sent == 3
     assert [e.line for e in report.errors] == [3, 6, 7, 8]
     assert report.ok and report.aborted is None and len(seen) == 7
@@ -200,14 +209,14 @@ async def test_flow_strict_stops_at_first_bad_line(mixed_jsonl: Path) -> None:
     async def send(event: AgentEvent) -> None:
         sent.append(event.event_id)
 
-    report = await run_replay(iter_items(mixed_jsonl), send, strict=True)
+    report = await run_replay(iter(open_source(mixed_jsonl)), send, strict=True)
     assert sent == ["e1"]
     assert report.aborted is not None and report.aborted.line == 3 and not report.ok
     assert report.counts.errors == 1
 
 
 async def test_flow_dry_run_counts_without_sending(mixed_jsonl: Path) -> None:
-    report = await run_replay(iter_items(mixed_jsonl), None)
+    report = await run_replay(iter(open_source(mixed_jsonl)), None)
     assert report.sent == 0 and report.counts.events == 3 and report.counts.errors == 4
 
 
