@@ -48,4 +48,5 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "receiver",
     "sweeper",
     "topic",
+    "traces",
 )

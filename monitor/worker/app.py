@@ -46,6 +46,7 @@ from monitor.core.http_reply import Reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
 from monitor.gate.answering import GATE, GateAnswerer, gate_limits
+from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
@@ -53,6 +54,7 @@ from monitor.otel.pending import trace_assembler
 from monitor.otel.receiver import receive_traces
 from monitor.otel.sweeper import TraceSweepService
 from monitor.otel.topic import TraceTopicService
+from monitor.otel.traces import TraceAssembler
 from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker.services import (
     AlertingService,
@@ -70,11 +72,21 @@ PUBLISH_YIELD_EVERY = 500  # events handed to the producer between two yields to
 
 
 def create_app(settings: Settings) -> faust.App:
-    """The faust App for ``settings`` (broker and database must be configured)."""
+    """The faust App for ``settings`` (broker and database must be configured): its services
+    (:mod:`monitor.worker.services`) and its HTTP endpoints, whose logic lives in their packages.
+    Builds only: nothing connects before the worker starts."""
     if not settings.kafka_bootstrap or not settings.database_url:
         raise MonitorError("the worker needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL")
-    metrics = OpsMetrics()
-    clock = SystemClock()
+    metrics, clock = OpsMetrics(), SystemClock()
+    app = _faust_app(settings)
+    wired = _add_services(app, settings, metrics, clock)
+    access = _add_key_cache(app, settings, wired.ingest, clock)
+    _add_routes(app, settings, metrics, clock, wired, access)
+    return app
+
+
+def _faust_app(settings: Settings) -> faust.App:
+    assert settings.kafka_bootstrap  # checked by create_app
     datadir = settings.state_dir / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -99,6 +111,117 @@ def create_app(settings: Settings) -> faust.App:
     app.producer_only = True
     # the web server's runner answers aiohttp's own parser errors as JSON (http_server.py)
     cast(Any, app).on_webserver_init = http_server.install
+    return app
+
+
+@dataclass(frozen=True)
+class _Wired:
+    """What the HTTP endpoints use of the services."""
+
+    ingest: IngestService  # its health, its read engine
+    gate: GateState
+    outbox: DecisionOutbox  # the gate's decision events
+    assembler: TraceAssembler  # whole traces across requests (docs/otel.md)
+    publish: Callable[[list[Any]], Awaitable[None]]  # events onto the events topic
+
+
+def _add_services(
+    app: faust.App, settings: Settings, metrics: OpsMetrics, clock: SystemClock
+) -> _Wired:
+    """Registers the worker's services (each starts and stops with the worker) and the gate's
+    map refreshes."""
+
+    def add(service: Any) -> None:  # an instance is accepted at runtime
+        app.service(service)
+
+    on = {"loop": app.loop, "beacon": app.beacon}
+    ingest = IngestService(settings, metrics, **on)
+    emitter = ingest.emitter
+    gate = GateState.from_settings(settings)
+    gate_outbox = GateOutboxService(settings, closing=[gate.aclose], **on)
+    add(gate_outbox)
+    add(LoopLagService(metrics, **on))
+    assembler = trace_assembler(settings)
+    add(ingest)
+    if settings.topic_traces:
+        add(TraceTopicService(settings, metrics, emitter, assembler, **on))
+    add(AnalyticsService(settings, **on))
+    add(RetentionService(settings, metrics, **on))
+    if settings.alerting_enabled:
+        add(AlertingService(settings, metrics, ingest.loop_.health.stalled_seconds, **on))
+    if settings.judge_enabled:
+        add(JudgeService(settings, metrics, **on))
+
+    async def publish(events: list[Any]) -> None:  # /v1/events, /v1/traces and the sweeper
+        for i, event in enumerate(events, 1):
+            await emitter.send(event)
+            if i % PUBLISH_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a large batch does not hold the loop
+        await emitter.flush()
+
+    add(TraceSweepService(settings, metrics, assembler, publish, **on))  # roots that never came
+
+    async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
+        await gate.refresh(ingest.reads, clock.now())
+
+    async def check_gate_maps() -> None:  # a newly fitted map: refreshed at once (state.py)
+        await gate.check_new_map(ingest.reads, clock.now(), time.perf_counter())
+
+    cast(Any, app).task(refresh_gate_maps)
+    cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
+    cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
+    return _Wired(ingest, gate, gate_outbox.outbox, assembler, publish)
+
+
+@dataclass(frozen=True)
+class _Access:
+    """The key cache's answer for each action (monitor.auth.cache)."""
+
+    write: Authorize
+    gate: Authorize
+    read: Authorize
+
+
+def _add_key_cache(
+    app: faust.App, settings: Settings, ingest: IngestService, clock: SystemClock
+) -> _Access:
+    """The API keys (the settings' tokens, then the stored keys), refreshed at start and every
+    ``keys_refresh_s``."""
+
+    async def load_keys() -> Any:
+        async with ingest.reads.connect() as conn:
+            return await key_repo.load_keys(conn)
+
+    tokens: dict[Scope, str | None] = {
+        "write": settings.ingest_token,
+        "gate": settings.gate_token,
+        "read": settings.api_token,
+    }
+    keys = KeyCache(
+        load_keys, tokens, clock.now, time.monotonic, miss_interval_s=settings.keys_miss_refresh_s
+    )
+
+    async def refresh_keys() -> None:
+        await keys.refresh()
+
+    cast(Any, app).task(refresh_keys)
+    cast(Any, app).timer(settings.keys_refresh_s)(refresh_keys)
+
+    def authorizer(action: Scope) -> Authorize:
+        return lambda authorization: keys.check(authorization, action)
+
+    return _Access(authorizer("write"), authorizer("gate"), authorizer("read"))
+
+
+def _add_routes(
+    app: faust.App,
+    settings: Settings,
+    metrics: OpsMetrics,
+    clock: SystemClock,
+    wired: _Wired,
+    access: _Access,
+) -> None:
+    """The HTTP endpoints: each view reads the request and hands it to its package's logic."""
     guards = make_guards(settings, time.monotonic)
     parse_pool = ThreadPoolExecutor(settings.http_parse_threads, thread_name_prefix="http-parse")
     body_slots = asyncio.Semaphore(settings.http_max_bodies_in_flight)  # events and traces
@@ -115,63 +238,22 @@ def create_app(settings: Settings) -> faust.App:
         timedelta(seconds=settings.max_future_skew_s),
         settings.http_inline_parse_bytes,
     )
-    ingest = IngestService(settings, metrics, loop=app.loop, beacon=app.beacon)
-    emitter = ingest.emitter
-    gate = GateState.from_settings(settings)
-    gate_outbox = GateOutboxService(
-        settings, closing=[gate.aclose], loop=app.loop, beacon=app.beacon
-    )
-    outbox = gate_outbox.outbox  # decision events: disk buffer when the broker does not ack
-    app.service(cast(Any, gate_outbox))
-    app.service(cast(Any, LoopLagService(metrics, loop=app.loop, beacon=app.beacon)))
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
-    assembler = trace_assembler(settings)  # whole traces across requests (docs/otel.md)
-    app.service(cast(Any, ingest))  # an instance is accepted at runtime; starts with the worker
-
-    if settings.topic_traces:
-        traces = TraceTopicService(
-            settings, metrics, emitter, assembler, loop=app.loop, beacon=app.beacon
-        )
-        app.service(cast(Any, traces))
-    app.service(cast(Any, AnalyticsService(settings, loop=app.loop, beacon=app.beacon)))
-    retention = RetentionService(settings, metrics, loop=app.loop, beacon=app.beacon)
-    app.service(cast(Any, retention))
-    if settings.alerting_enabled:
-        alerting = AlertingService(
-            settings, metrics, ingest.loop_.health.stalled_seconds, loop=app.loop, beacon=app.beacon
-        )
-        app.service(cast(Any, alerting))
-    if settings.judge_enabled:
-        app.service(cast(Any, JudgeService(settings, metrics, loop=app.loop, beacon=app.beacon)))
-
-    async def load_keys() -> Any:
-        async with ingest.reads.connect() as conn:
-            return await key_repo.load_keys(conn)
-
-    tokens: dict[Scope, str | None] = {
-        "write": settings.ingest_token,
-        "gate": settings.gate_token,
-        "read": settings.api_token,
-    }
-    keys = KeyCache(
-        load_keys, tokens, clock.now, time.monotonic, miss_interval_s=settings.keys_miss_refresh_s
+    health, outbox, publish = wired.ingest.loop_.health, wired.outbox, wired.publish
+    answerer = GateAnswerer(
+        wired.gate,
+        outbox,
+        gate_limits(settings),
+        metrics,
+        clock,
+        authorize=access.gate,
+        guard=guards.gate,
     )
-
-    async def refresh_keys() -> None:  # at start, then every keys_refresh_s (monitor.auth.cache)
-        await keys.refresh()
-
-    cast(Any, app).task(refresh_keys)
-    cast(Any, app).timer(settings.keys_refresh_s)(refresh_keys)
-
-    def authorizer(action: Scope) -> Authorize:  # the key cache's answer for one action
-        return lambda authorization: keys.check(authorization, action)
-
-    write, gate_scope, read = authorizer("write"), authorizer("gate"), authorizer("read")
 
     @app.page("/health")
     class Health(View):
         async def get(self, request: Request) -> Response:
-            healthy, state, reason = ingest.loop_.health.status()
+            healthy, state, reason = health.status()
             body = {
                 "status": state,
                 **({"reason": reason} if reason else {}),
@@ -185,18 +267,6 @@ def create_app(settings: Settings) -> faust.App:
             metrics.set_gate_outbox(outbox.status())
             return self.bytes(metrics.render(), content_type=CONTENT_TYPE.split(";")[0])
 
-    async def publish(events: list[Any]) -> None:  # /v1/events and /v1/traces
-        for i, event in enumerate(events, 1):
-            await emitter.send(event)
-            if i % PUBLISH_YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # a large batch does not hold the loop
-        await emitter.flush()
-
-    sweeper = TraceSweepService(  # traces whose root never came, past the deadline
-        settings, metrics, assembler, publish, loop=app.loop, beacon=app.beacon
-    )
-    app.service(cast(Any, sweeper))
-
     @app.page("/v1/events")
     class Events(View):  # the logic is monitor.ingest.endpoint
         async def post(self, request: Request) -> Response:
@@ -205,7 +275,7 @@ def create_app(settings: Settings) -> faust.App:
                 peer=peer_of(request),
                 read_chunk=chunks(request),
                 publish=publish,
-                authorize=write,
+                authorize=access.write,
                 limits=ingest_limits,
                 guard=guards.ingest,
                 now=clock.now,
@@ -215,21 +285,6 @@ def create_app(settings: Settings) -> faust.App:
             metrics.http_events.labels("accepted").inc(reply.counts.get("accepted", 0))
             metrics.http_events.labels("rejected").inc(reply.counts.get("rejected", 0))
             return respond(self, reply, metrics, "/v1/events")
-
-    async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
-        await gate.refresh(ingest.reads, clock.now())
-
-    cast(Any, app).task(refresh_gate_maps)
-    cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
-
-    async def check_gate_maps() -> None:  # a newly fitted map: refreshed at once (state.py)
-        await gate.check_new_map(ingest.reads, clock.now(), time.perf_counter())
-
-    cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
-
-    answerer = GateAnswerer(
-        gate, outbox, gate_limits(settings), metrics, clock, authorize=gate_scope, guard=guards.gate
-    )
 
     @app.page(GATE)
     class Gate(View):  # the logic is monitor.gate.answering
@@ -249,23 +304,25 @@ def create_app(settings: Settings) -> faust.App:
                 content_length=h.get("Content-Length"),
                 read_chunk=chunks(request),
                 publish=publish,
-                authorize=write,
+                authorize=access.write,
                 limits=otel_limits,
                 config=otel_config,
                 guard=guards.ingest,
                 peer=peer_of(request),
                 offload=offload,
                 slots=body_slots,
-                assembler=assembler,
+                assembler=wired.assembler,
             )
             for result, n in answer.counts.items():
                 metrics.otlp_spans.labels(result).inc(n)
             metrics.otlp(answer.failures, answer.traces)
             return respond(self, answer, metrics, "/v1/traces")
 
+    reads = wired.ingest.reads
+
     async def load_maps(agent_id: str) -> list[Any]:
         try:
-            return list(await current_maps(ingest.reads, agent_id))
+            return list(await current_maps(reads, agent_id))
         except (OSError, SQLAlchemyError) as exc:
             log.error("calibration maps unavailable: %s", exc)
             raise StoreUnavailable(type(exc).__name__) from exc
@@ -277,13 +334,11 @@ def create_app(settings: Settings) -> faust.App:
                 agent_id,
                 headers=request.headers,
                 peer=peer_of(request),
-                authorize=read,
+                authorize=access.read,
                 guard=guards.read,
                 load_maps=load_maps,
             )
             return respond(self, reply, metrics, "/v1/calibration")
-
-    return app
 
 
 def chunks(request: Request) -> ReadChunk:
