@@ -173,9 +173,19 @@ STACK_FIXTURES = frozenset({"broker", "pg_admin_url"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that starts or reaches a real broker or Postgres ``stack``, so that
-    ``make check`` can run the pure core alone (``-m "not stack and not slow"``)."""
+    ``make check`` can run the pure core alone (``-m "not stack and not slow"``).
+
+    Then put the files holding the longest tests first (tests/stack, each test a whole stack,
+    then files with a test marked ``slow``), whole, keeping the order otherwise: pytest-xdist
+    hands tests out in this order, so a long test left to the end would run alone while the
+    other workers idle, and a file kept whole keeps its module fixtures set up once."""
     stack_dir = REPO / "tests" / "stack"  # `monitor up` and the demo: a whole stack each
+    rank: dict[Path, int] = {}  # 0: tests/stack, 1: a file with a slow test, 2: the rest
     for item in items:
-        in_stack_dir = stack_dir in Path(str(item.fspath)).parents
+        path = Path(str(item.fspath))
+        in_stack_dir = stack_dir in path.parents
         if in_stack_dir or STACK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.stack)
+        slow = item.get_closest_marker("slow") is not None
+        rank[path] = min(rank.get(path, 2), 0 if in_stack_dir else 1 if slow else 2)
+    items.sort(key=lambda item: rank[Path(str(item.fspath))])  # stable: files stay whole

@@ -52,6 +52,7 @@ class LossyIngest:
         self.broker.stop()
 
 
+@pytest.mark.slow  # a broker that lost its data (~20 s)
 async def test_broker_data_loss_is_detected_and_ingest_resumes(
     tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -78,6 +79,7 @@ async def test_broker_data_loss_is_detected_and_ingest_resumes(
     assert "earliest offset" in lost[0].getMessage()
 
 
+@pytest.mark.slow  # a broker recreated mid-run (~20 s)
 async def test_a_recreated_partition_that_keeps_receiving_is_not_read_again(
     tmp_path: Path, database_url: str
 ) -> None:

@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.servers.llm_server import ChatServer, Recorded, Reply, verdicts_json
 from tests.servers.worker import WorkerProcess, count, create_topic
 from tests.worker.test_e2e_worker import expected_from_tau2, replay_cli
@@ -34,6 +36,7 @@ async def judged(url: str) -> int:
     return await count(url, "SELECT count(*) FROM judge_requests WHERE judged_at IS NOT NULL")
 
 
+@pytest.mark.slow  # a worker restart mid-judging (~40 s)
 async def test_restart_mid_judging_judges_nothing_twice(
     broker, topic_name: str, database_url: str, tau2_files: list[Path], tmp_path: Path
 ):

@@ -197,6 +197,7 @@ async def test_every_conversation_stored_exactly_across_split_and_repeated_expor
     assert gauge(worker, "monitor_otlp_pending_spans") == 0
 
 
+@pytest.mark.slow  # a worker restart between the halves of traces (~20 s)
 async def test_traces_split_across_a_worker_restart_over_http_and_the_traces_topic(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path, capture: None
 ):

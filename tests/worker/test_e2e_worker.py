@@ -88,6 +88,7 @@ async def db_snapshot(url: str) -> tuple[Counter[str], dict[str, tuple[float, bo
     return types, convs
 
 
+@pytest.mark.slow  # two replays through the broker (~17 s)
 async def test_tau2_replay_twice_through_kafka(
     broker, topic_name: str, database_url: str, tau2_files: list[Path], tmp_path: Path
 ):
