@@ -256,6 +256,14 @@ class _IgnoredErrorFold(Fold):
             self.pending, self.by_tool = {}, {}
 
 
+class IgnoredToolErrorJudge(DeterministicJudge):
+    """The next assistant text after a failed tool result talks as if it had worked."""
+
+    name = "det.ignored_error"
+
+    fold_type = _IgnoredErrorFold
+
+
 def deterministic_judges(reference: tuple[str, ...] = ()) -> list[Judge]:
     """One instance of each deterministic judge; ``reference`` goes to the figure judge."""
     checks = (AuthorizationFabricationJudge(), RepeatedToolCallJudge(), IgnoredToolErrorJudge())
@@ -265,11 +273,3 @@ def deterministic_judges(reference: tuple[str, ...] = ()) -> list[Judge]:
 def run_all(conversation: Conversation, reference: tuple[str, ...] = ()) -> list[Verdict]:
     """The verdicts of every deterministic judge on ``conversation``, judge by judge."""
     return [v for j in deterministic_judges(reference) for v in j.judge(conversation)]
-
-
-class IgnoredToolErrorJudge(DeterministicJudge):
-    """The next assistant text after a failed tool result talks as if it had worked."""
-
-    name = "det.ignored_error"
-
-    fold_type = _IgnoredErrorFold
