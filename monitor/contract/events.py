@@ -83,6 +83,16 @@ Payload = (
     | GatePayload
 )
 
+PAYLOAD_TYPES: dict[type, EventType] = {
+    MessagePayload: "message",
+    ToolResultPayload: "tool_result",
+    EscalationPayload: "escalation",
+    OutcomePayload: "outcome",
+    FeedbackPayload: "feedback",
+    GatePayload: "gate",
+}
+"""The event type of each payload class (the field of :class:`AgentEvent` that holds it)."""
+
 
 class AgentEvent(_Strict):
     """One agent event. Exactly one payload is set: the one named by ``type``."""
@@ -131,6 +141,15 @@ class AgentEvent(_Strict):
         if present[0] != self.type:
             raise ValueError(f"payload_mismatch: type is {self.type!r} but payload is {present[0]}")
         return self
+
+    @classmethod
+    def of(cls, payload: Payload, **fields: Any) -> AgentEvent:
+        """The event carrying ``payload`` under the field its class names (``type`` follows
+        from it); ``fields`` are the others (``event_id``, ``ts``, ``conversation_id``,
+        ``agent``, ...). Validates like the constructor."""
+        kind = PAYLOAD_TYPES[type(payload)]
+        carried: dict[str, Any] = {kind: payload}
+        return cls(type=kind, **carried, **fields)
 
     @property
     def payload(self) -> Payload:

@@ -148,28 +148,18 @@ class _Builder:
     events: list[AgentEvent] = field(default_factory=list)
 
     def add(self, ts: datetime, turn: int | None, payload: Any, **extra: Any) -> None:
-        kind = _PAYLOAD_TYPES[type(payload)]
         self.events.append(
-            AgentEvent(
+            AgentEvent.of(
+                payload,
                 event_id=f"{self.cid}:{len(self.events)}",
-                type=kind,
                 ts=ts,
                 conversation_id=self.cid,
                 agent=self.run.agent,
                 context=self.context,
                 turn=turn,
-                **{kind: payload},
                 **extra,
             )
         )
-
-
-_PAYLOAD_TYPES: dict[type, Any] = {
-    MessagePayload: "message",
-    ToolResultPayload: "tool_result",
-    EscalationPayload: "escalation",
-    OutcomePayload: "outcome",
-}
 
 
 def simulation_events(sim: Mapping[str, Any], run: Tau2Run) -> list[AgentEvent]:

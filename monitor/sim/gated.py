@@ -37,13 +37,13 @@ from monitor.contract.events import (
     EscalationPayload,
     MessagePayload,
     OutcomePayload,
+    Payload,
     ToolCall,
     ToolResultPayload,
 )
 from monitor.sim.traffic import EventLog
 
 DECISIONS = ("proceed", "revise", "escalate")
-EventType = Literal["message", "tool_result", "escalation", "outcome"]
 THRESHOLD = 0.5  # the built-in gate policy's threshold (monitor.gate.policy.DEFAULT_POLICY)
 
 
@@ -179,10 +179,9 @@ class GatedTraffic:
         call = ToolCall(id=f"{cid}-call", name="cancel_reservation", arguments={"id": ref})
         failed = fabricated or rng.random() < 0.1
         ev = _Events(cid, spec, t0)
-        ev.add("message", MessagePayload(role="user", content="Please cancel my reservation."))
-        ev.add("message", MessagePayload(role="assistant", content=None, tool_calls=[call]))
+        ev.add(MessagePayload(role="user", content="Please cancel my reservation."))
+        ev.add(MessagePayload(role="assistant", content=None, tool_calls=[call]))
         ev.add(
-            "tool_result",
             ToolResultPayload(
                 call_id=call.id,
                 name=call.name,
@@ -205,7 +204,6 @@ class GatedTraffic:
         ev = _Events(draft.conversation_id, spec, draft.history[-1].ts, list(draft.history))
         if spec.obeys and decision == "escalate":
             ev.add(
-                "escalation",
                 EscalationPayload(
                     trigger="threshold",
                     confidence=draft.confidence,
@@ -220,7 +218,6 @@ class GatedTraffic:
                 else draft.content
             )
             ev.add(
-                "message",
                 MessagePayload(
                     role="assistant",
                     content=content,
@@ -232,7 +229,6 @@ class GatedTraffic:
         success = rng.random() < p
         ev.ts += timedelta(seconds=round(rng.uniform(30.0, 120.0), 3))
         ev.add(
-            "outcome",
             OutcomePayload(success=success, reward=float(success), source="ground_truth"),
             {
                 "simulated": True,
@@ -255,8 +251,8 @@ class _Events(EventLog):
         context = Context(domain=spec.domain, tier=spec.tier, channel="chat")
         super().__init__(cid, ts, agent, context, events)
 
-    def add(self, kind: EventType, payload: Any, attributes: dict[str, Any] | None = None) -> None:
+    def add(self, payload: Payload, attributes: dict[str, Any] | None = None) -> None:
         if self.events:
             self.ts += timedelta(seconds=1.5)
-        turn = len(self.events) if kind in ("message", "tool_result") else None
-        self.append(kind, payload, turn, attributes)
+        turned = isinstance(payload, MessagePayload | ToolResultPayload)
+        self.append(payload, len(self.events) if turned else None, attributes)

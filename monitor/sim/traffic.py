@@ -33,10 +33,10 @@ from monitor.contract.events import (
     AgentEvent,
     Context,
     EscalationPayload,
-    EventType,
     FeedbackPayload,
     MessagePayload,
     OutcomePayload,
+    Payload,
     ToolCall,
     ToolResultPayload,
 )
@@ -165,20 +165,19 @@ class EventLog:
         self.events = events or []
 
     def append(
-        self, kind: EventType, payload: Any, turn: int | None, attributes: dict[str, Any] | None
+        self, payload: Payload, turn: int | None, attributes: dict[str, Any] | None = None
     ) -> None:
-        """Add the next event: ``kind`` with ``payload`` as its ``kind`` field."""
+        """Add the next event: the one carrying ``payload``."""
         self.events.append(
-            AgentEvent(
+            AgentEvent.of(
+                payload,
                 event_id=f"{self.cid}:{len(self.events)}",
-                type=kind,
                 ts=self.ts,
                 conversation_id=self.cid,
                 agent=self.agent,
                 context=self.context,
                 turn=turn,
                 attributes=attributes,
-                **{kind: payload},
             )
         )
 
@@ -200,14 +199,11 @@ class _Conversation(EventLog):
         )
         super().__init__(self.cid, self.t0, agent, context)
 
-    def add(self, payload: Any, turn: int | None, attributes: dict[str, Any] | None = None) -> None:
-        self.append(_KINDS[type(payload)], payload, turn, attributes)
-
     def later(self, lo: float, hi: float) -> None:
         self.ts += timedelta(seconds=round(self.rng.uniform(lo, hi), 3))
 
     def message(self, role: Literal["assistant", "user"], **fields: Any) -> None:
-        self.add(MessagePayload(role=role, **fields), self.turn)
+        self.append(MessagePayload(role=role, **fields), self.turn)
         self.turn += 1
 
     def build(self) -> list[AgentEvent]:
@@ -240,7 +236,7 @@ class _Conversation(EventLog):
             trigger: Literal["agent", "threshold"] = (
                 "threshold" if base < 0.5 and spec.behaviour != "inverted" else "agent"
             )
-            self.add(
+            self.append(
                 EscalationPayload(
                     trigger=trigger, reason="handing over to a human agent", confidence=base
                 ),
@@ -252,10 +248,10 @@ class _Conversation(EventLog):
         if rng.random() < self.sim.feedback_rate:
             self.later(5.0, 25.0)
             score = rng.uniform(0.2, 1.0) if success else rng.uniform(-1.0, 0.0)
-            self.add(FeedbackPayload(score=round(score, 2), source="thumbs"), None)
+            self.append(FeedbackPayload(score=round(score, 2), source="thumbs"), None)
         self.ts = last
         self.later(30.0, 600.0)
-        self.add(
+        self.append(
             OutcomePayload(success=success, reward=1.0 if success else 0.0, source="ground_truth"),
             None,
             {"simulated": True, "p_success": round(p, 4), "behaviour": spec.behaviour},
@@ -275,7 +271,7 @@ class _Conversation(EventLog):
         self.later(0.05, 0.5)
         ok = rng.random() >= self.spec.tool_failure_rate
         error = None if ok else rng.choice(_TOOL_ERRORS)
-        self.add(
+        self.append(
             ToolResultPayload(
                 call_id=call.id,
                 name=call.name,
@@ -286,12 +282,3 @@ class _Conversation(EventLog):
             self.turn,
         )
         self.turn += 1
-
-
-_KINDS: dict[type, Any] = {
-    MessagePayload: "message",
-    ToolResultPayload: "tool_result",
-    EscalationPayload: "escalation",
-    OutcomePayload: "outcome",
-    FeedbackPayload: "feedback",
-}

@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from monitor.cli.schema import render_schema
-from monitor.contract.events import MAX_EVENT_BYTES, decode_event
+from monitor.contract.events import (
+    EVENT_TYPES,
+    MAX_EVENT_BYTES,
+    PAYLOAD_TYPES,
+    AgentEvent,
+    decode_event,
+)
 from monitor.core.errors import InvalidEvent
 from tests.factories import event_dict
 
@@ -131,3 +137,14 @@ def test_schema_describes_the_contract():
         "feedback",
         "gate",
     ]
+
+
+def test_of_takes_the_type_from_the_payload_for_every_type():
+    assert sorted(PAYLOAD_TYPES.values()) == sorted(EVENT_TYPES)
+    made = {t: decode_event(json.dumps(event_dict("e1", etype=t))) for t in EVENT_TYPES}
+    for etype, event in made.items():
+        fields = {"event_id": "e2", "ts": event.ts, "conversation_id": "c", "agent": event.agent}
+        again = AgentEvent.of(event.payload, **fields)
+        assert again.type == etype and again.payload == event.payload
+    with pytest.raises(ValueError, match="multiple_payloads"):  # validated like the constructor
+        AgentEvent.of(made["message"].payload, **fields, outcome=made["outcome"].payload)
