@@ -21,27 +21,16 @@ from rich.table import Table
 from monitor.alerts import repo
 from monitor.alerts.destinations import NO_DESTINATION, destinations
 from monitor.alerts.lifecycle import alert_labels
-from monitor.alerts.rules import RuleSet, load_alert_rules, rules_to_dict
+from monitor.alerts.rules import RuleSet, rules_to_dict
 from monitor.alerts.silences import Ack, Silence, parse_matchers, silenced_by
 from monitor.alerts.states import AlertState, Status
 from monitor.cli import analytics_common as ac
+from monitor.cli.alert_rules import load_rule_set
+from monitor.cli.alert_rules import rules_or_exit as _rules_or_exit
 from monitor.config import load_settings
 from monitor.core.errors import ConfigError
 
 FILE = typer.Option(None, "--file", "-f", help="Rules file (default: settings, else built-in).")
-
-
-def load_rule_set(path: Path | None = None) -> tuple[RuleSet, str]:
-    """The rule set and where it came from (see :func:`monitor.alerts.rules.load_alert_rules`)."""
-    return load_alert_rules(load_settings(), path)
-
-
-def _rules_or_exit(path: Path | None) -> RuleSet:
-    try:
-        return load_rule_set(path)[0]
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
 
 
 def alert_row(

@@ -70,10 +70,10 @@ def add_backtest_command(group: typer.Typer) -> None:
     ) -> None:
         """Replay stored history through the drift checks and rules; live state untouched."""
         from monitor.alerts.backtest import Change, DriftJob, backtest, only_agent, summarize
-        from monitor.cli.alerts import _rules_or_exit
+        from monitor.cli.alert_rules import rules_or_exit
         from monitor.config import load_settings
 
-        rules = _rules_or_exit(rules_file)
+        rules = rules_or_exit(rules_file)
         if agent is not None:
             rules = only_agent(rules, agent)
         lo, hi = ac.when(start, "--from"), ac.when(end, "--to")
