@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test check lint typecheck bench schema clean
+.PHONY: install demo test check lint typecheck bench schema config-docs clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
@@ -47,6 +47,10 @@ lint: $(STAMP)
 
 schema: $(STAMP)
 	$(VENV)/bin/monitor schema --output docs/agent-event-v1.schema.json
+
+# docs/configuration.md from the declarations of Settings (tests/cli/test_config.py: not stale)
+config-docs: $(STAMP)
+	$(VENV)/bin/monitor config --markdown --output docs/configuration.md
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from monitor.ingest.writer import EventWriter
 
 REPO = Path(__file__).resolve().parent.parent
+# a developer's .env (compose's settings, next to docker-compose.yml) must not reach the tests:
+# the settings read no dotenv file in this process or in the processes it starts
+os.environ["MONITOR_ENV_FILE"] = ""
 TAU2_DIR = REPO / "tests" / "data" / "tau2"  # committed copy (see tests/data/README.md)
 
 

@@ -79,6 +79,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("alerts", "Alerts: list, silence, unsilence, ack, rules, test."),
     "dashboards": ("dashboards", "Grafana dashboards: upload them to a running Grafana."),
     "keys": ("keys", "API keys: issue, list, revoke (scoped to agents and actions)."),
+    "config": (
+        "config",
+        "The effective settings of this environment (secrets masked) and where each value "
+        "came from: default, environment or .env. With --markdown, the settings reference.",
+    ),
     "report": (
         "report",
         "A self-contained HTML report (PNG charts too): health per agent, "
@@ -163,7 +168,8 @@ app = typer.Typer(
 
 @app.callback()
 def main() -> None:
-    """Agent reliability monitor. Configure with MONITOR_* environment variables (see README)."""
+    """Agent reliability monitor. Configure with MONITOR_* environment variables or .env
+    (docs/configuration.md; `monitor config` shows the effective settings)."""
 
 
 if __name__ == "__main__":  # pragma: no cover

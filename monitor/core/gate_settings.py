@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from monitor.core.fields import positive, unset
+from monitor.core.fields import positive, secret, unset
 
 
 class GateSettings(BaseModel):
@@ -27,11 +27,9 @@ class GateSettings(BaseModel):
         description="Port of `monitor gate serve` (bound with SO_REUSEPORT: several gate "
         "processes may serve one port).",
     )
-    gate_token: str | None = Field(
-        default=None,
-        repr=False,
-        description="Bearer token required by POST /v1/gate (separate from the ingest token). "
-        "Unset: the gate answers only requests from the loopback address.",
+    gate_token: str | None = secret(
+        "Shared bearer token of POST /v1/gate (separate from the ingest token). Unset: API keys "
+        "with the gate scope, and requests from the loopback address."
     )
     gate_policy_file: Path | None = unset(
         "YAML gate policy (thresholds, inline checks, fail open/closed per "
@@ -39,14 +37,18 @@ class GateSettings(BaseModel):
         "check, fail open)."
     )
     gate_max_content_chars: int = Field(
-        default=32_000, ge=1, description="Longest message content the gate checks (413 above)."
+        default=32_000,
+        ge=1,
+        description="Longest message content the gate checks, in characters (413 above).",
     )
     gate_max_body_bytes: int = Field(
-        default=1024 * 1024, ge=1024, description="Largest POST /v1/gate body (413 above)."
+        default=1024 * 1024,
+        ge=1024,
+        description="Largest POST /v1/gate body in bytes (413 above; 1 MiB).",
     )
     gate_refresh_s: float = positive(
         30.0,
-        "How often the gate reloads the calibration maps it "
+        "Seconds between the gate's reloads of the calibration maps it "
         "holds in memory (a newly fitted map is used within this delay).",
     )
     gate_buffer_dir: Path | None = unset(
@@ -57,8 +59,8 @@ class GateSettings(BaseModel):
     gate_buffer_max_bytes: int = Field(
         default=512 * 1024 * 1024,
         ge=1024 * 1024,
-        description="Size cap of the gate's disk buffer; when full the oldest buffered "
-        "decision events are dropped (whole segments) and counted.",
+        description="Size cap of the gate's disk buffer in bytes (512 MiB); when full the "
+        "oldest buffered decision events are dropped (whole segments) and counted.",
     )
     gate_nice: int = Field(
         default=-10,
@@ -75,6 +77,6 @@ class GateSettings(BaseModel):
     )
     gate_spill_after_s: float = positive(
         2.0,
-        "A decision event not acknowledged by the broker within this delay is "
+        "A decision event not acknowledged by the broker within this delay (seconds) is "
         "written to the disk buffer (a killed worker can lose at most this window).",
     )

@@ -59,7 +59,9 @@ class RetentionSettings(BaseModel):
         400, "Days of daily sums kept (calibration_bins and escalation_bins at 1d)."
     )
     retention_items_days: int = non_negative(
-        90, "Days of items (scored assistant messages) kept, by ts."
+        90,
+        "Days of items (scored assistant messages) kept, by ts, with their hourly roll-ups "
+        "(item_hours, design_hours, label_hours).",
     )
     retention_conversations_days: int = non_negative(
         90,
@@ -78,7 +80,7 @@ class RetentionSettings(BaseModel):
     )
     retention_interval_s: float = positive(
         3600.0,
-        "Seconds between the worker's retention runs (also run at start): "
+        "Seconds between the worker's retention runs (also run at start; one worker at a time): "
         "partitions created ahead, old ones dropped, old sums and items deleted.",
     )
     partitions_ahead_days: int = Field(

@@ -281,6 +281,7 @@ async def _spawn(
     database_url: str, receiver: WebhookReceiver, log: Path
 ) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
+    env["MONITOR_ENV_FILE"] = ""  # no dotenv file either
     env |= {
         "DATABASE_URL": database_url,
         "MONITOR_WEBHOOK_URL": receiver.url,

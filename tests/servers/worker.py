@@ -41,6 +41,7 @@ class WorkerProcess:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")},
+            "MONITOR_ENV_FILE": "",  # no dotenv file either
             "MONITOR_KAFKA_BOOTSTRAP": bootstrap,
             "DATABASE_URL": database_url,
             "MONITOR_KAFKA_IDEMPOTENT": "false",

@@ -36,6 +36,7 @@ def test_bad_config_file_stops_the_worker_with_line_and_field(
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
+    env["MONITOR_ENV_FILE"] = ""  # no dotenv file either
     env.update(
         {
             "MONITOR_KAFKA_BOOTSTRAP": "127.0.0.1:1",
