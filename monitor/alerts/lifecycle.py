@@ -41,7 +41,6 @@ from datetime import UTC, datetime
 
 from monitor.alerts.durations import format_duration
 from monitor.alerts.flapping import changed_slots, flap_share
-from monitor.alerts.redact import redact, redact_secrets
 from monitor.alerts.rule_models import Rule
 from monitor.alerts.silences import Ack, Silence, silenced_by
 from monitor.alerts.states import (
@@ -54,6 +53,7 @@ from monitor.alerts.states import (
     require_aware,
 )
 from monitor.alerts.wording import flapping_summary, resolved_summary
+from monitor.core.redact import redact, redact_secrets
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from monitor.config import Settings, load_settings
 from monitor.core.errors import ConfigError
+from monitor.core.log_redaction import install_log_redaction
 from monitor.stack import endpoints
 
 err = Console(stderr=True)
@@ -19,8 +20,9 @@ err = Console(stderr=True)
 
 def run_process(run: Callable[[Settings], None], loglevel: str) -> None:
     """Run a long-lived process (the worker, the gate) as ``run(settings)``, logging at
-    ``loglevel``, on the configured broker and database or a running ``monitor up``'s. Exits
-    with 2 when neither is configured or the configuration is invalid."""
+    ``loglevel``, on the configured broker and database or a running ``monitor up``'s. Every
+    line it logs is redacted first (:func:`install_log_redaction`: the servers' lines can quote
+    a request). Exits with 2 when neither is configured or the configuration is invalid."""
     settings = endpoints.resolve(load_settings())
     if not settings.kafka_bootstrap or not settings.database_url:
         err.print(
@@ -28,6 +30,7 @@ def run_process(run: Callable[[Settings], None], loglevel: str) -> None:
             "DATABASE_URL, or run `monitor up` for the embedded stack."
         )
         raise typer.Exit(2)
+    install_log_redaction()
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

@@ -46,7 +46,7 @@ from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate.answering import GATE, GateAnswerer, gate_limits
 from monitor.gate.buffer_slot import open_decision_path
 from monitor.gate.decision_outbox import DecisionOutbox
-from monitor.gate.http_server import JsonErrorRunner, handler_args, json_errors
+from monitor.gate.http_server import Refusals, RefusingRunner, handler_args, json_errors
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.store.engine import make_engine
 from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
@@ -164,7 +164,8 @@ class GateServer:
             await asyncio.wait_for(asyncio.shield(first), FIRST_LOAD_S)
         except TimeoutError:
             log.warning("gate: the store did not answer within %ss; serving anyway", FIRST_LOAD_S)
-        self.runner = JsonErrorRunner(self.application(), access_log=None)
+        refusals = Refusals(self.metrics)
+        self.runner = RefusingRunner(self.application(), refusals, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(
             self.runner, self.settings.gate_host, self.settings.gate_port, reuse_port=True

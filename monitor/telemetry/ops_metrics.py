@@ -104,6 +104,13 @@ class OpsMetrics:
             "path",
             "status",
         )
+        self.http_refused = counter(
+            "monitor_http_refused",
+            "Requests answered before any endpoint saw them, by reason: aiohttp's parser "
+            "refused them (bad_header, bad_chunked, data_after_close...), their body was cut "
+            "short, or a view raised (internal_error)",
+            "reason",
+        )
         self.gate_answers = counter(
             "monitor_gate_answers",
             "POST /v1/gate answers: the decision, the error reason, or 'kept' (a decision event "

@@ -78,14 +78,14 @@ def create_app(settings: Settings) -> faust.App:
     if not settings.kafka_bootstrap or not settings.database_url:
         raise MonitorError("the worker needs MONITOR_KAFKA_BOOTSTRAP and DATABASE_URL")
     metrics, clock = OpsMetrics(), SystemClock()
-    app = _faust_app(settings)
+    app = _faust_app(settings, metrics)
     wired = _add_services(app, settings, metrics, clock)
     access = _add_key_cache(app, settings, wired.ingest, clock)
     _add_routes(app, settings, metrics, clock, wired, access)
     return app
 
 
-def _faust_app(settings: Settings) -> faust.App:
+def _faust_app(settings: Settings, metrics: OpsMetrics) -> faust.App:
     assert settings.kafka_bootstrap  # checked by create_app
     datadir = settings.state_dir / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
@@ -109,8 +109,10 @@ def _faust_app(settings: Settings) -> faust.App:
     # (seconds of a broker's initial rebalance delay before the web server and the services
     # start); the streams are the services' own consumers.
     app.producer_only = True
-    # the web server's runner answers aiohttp's own parser errors as JSON (http_server.py)
-    cast(Any, app).on_webserver_init = http_server.install
+    # the web server's runner answers aiohttp's own parser errors as JSON, counted, never
+    # quoting the request (http_server.py)
+    refusals = http_server.Refusals(metrics)
+    cast(Any, app).on_webserver_init = lambda web: http_server.install(web, refusals)
     return app
 
 

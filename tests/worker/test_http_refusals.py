@@ -272,17 +272,21 @@ async def test_protocol_limits_answer_json_and_close_slow_connections(
 
 async def protocol_limits(w: WorkerProcess) -> None:
     loop = asyncio.get_running_loop()
-    # a malformed request line and a malformed header: aiohttp's parser answers, in JSON
-    for raw in (
-        b"GARBAGE\r\n\r\n",
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    # a malformed request line and a malformed header: aiohttp's parser refuses, answered in
+    # JSON with a reason (tests/gate/test_refused_requests.py sends every refusal path)
+    for raw, reason in (
+        (b"GARBAGE\r\n\r\n", "bad_method"),
+        (b"POST /v1/events HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", "bad_header"),
+        (
+            b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+            "bad_content_length",
+        ),
     ):
         status, headers, body = split_response(
             await loop.run_in_executor(None, raw_exchange, w.port, raw)
         )
         assert status == 400 and headers["content-type"].startswith("application/json"), raw
-        assert json.loads(body)["reason"] == "bad_request"
+        assert json.loads(body)["reason"] == reason
     async with httpx.AsyncClient(timeout=30) as client:
         # the router's own errors: JSON too
         r = await client.get(f"{w.url}/nowhere")

@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from monitor.alerts.redact import redact_secrets
+from monitor.core.redact import redact_secrets
 from monitor.core.resilience import parse_retry_after
 
 Outcome = Literal["delivered", "retry", "permanent"]

@@ -7,8 +7,8 @@ level too, for all its members).
 
 Text contract: every text taken from a payload (summary, description, detail, scope, label
 values, group key, the scope inside dashboard links) passes through :func:`scrub` before it
-leaves the process: secrets are always replaced (:func:`monitor.alerts.redact.redact_secrets`);
-emails, phone numbers and card numbers too (:func:`monitor.alerts.redact.redact`) unless the
+leaves the process: secrets are always replaced (:func:`monitor.core.redact.redact_secrets`);
+emails, phone numbers and card numbers too (:func:`monitor.core.redact.redact`) unless the
 payload opted out. Every Slack mrkdwn text (blocks, ``text`` and ``attachments.fallback``) is
 also escaped (``&``, ``<``, ``>``), so ``<!channel>`` or ``<@U123>`` in a value never mentions
 anyone.
@@ -27,8 +27,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from monitor.alerts.grouping import GroupedNotification
-from monitor.alerts.redact import redact, redact_secrets
 from monitor.alerts.states import Kind, Notification
+from monitor.core.redact import redact, redact_secrets
 
 DASHBOARD_PATH = "/d/monitor-calibration"
 """Grafana dashboard the links open by default; the scope is preselected as ``var-<name>``."""

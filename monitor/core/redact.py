@@ -1,9 +1,12 @@
-"""Redaction of customer content and secrets in alert text. Pure, regex only.
+"""Redaction of customer content and secrets: in alert text (the sinks), and in the log lines
+of the HTTP servers (:mod:`monitor.core.log_redaction`). Pure, regex only.
 
 ``redact`` replaces, in this order:
 
 - secrets -> ``[secret]``: Slack tokens (``xoxb-...``), ``Bearer <token>``, ``sk-...`` API
-  keys, AWS access key ids (``AKIA...``), ``password=...``/``token=...``/``secret=...`` values;
+  keys, the monitor's own API keys (``mk_...``), AWS access key ids (``AKIA...``),
+  ``password=...``/``token=...``/``secret=...``/``api_key=...`` values and an
+  ``Authorization:`` header's value (with its scheme, however short the credential);
 - card numbers -> ``[card]``: 13 to 19 digits, optionally grouped by single spaces or dashes,
   that pass the Luhn check (a digit run that fails it is left alone, so order ids and amounts
   mostly survive; a 13-19 digit id that happens to pass Luhn is redacted: false positives are
@@ -15,7 +18,8 @@
   that grouping are not phones (order ids, amounts, timestamps stay).
 
 ``redact_secrets`` applies only the first step; it is used when a rule opts in to customer
-content (``redact_customer_content: false``): secrets are never sent. The result of either
+content (``redact_customer_content: false``): secrets are never sent; and on log lines that
+come from no HTTP server. The result of either
 function contains no match of its patterns, and redacting twice changes nothing more.
 """
 
@@ -23,12 +27,14 @@ from __future__ import annotations
 
 import re
 
+_KEYS = r"password|passwd|token|secret|api[_-]?key|authorization"
 _SECRET = re.compile(
     r"\bxox[abposr]-[A-Za-z0-9-]{10,}"
     r"|\bBearer\s+[A-Za-z0-9._~+/=-]{16,}"
     r"|\bsk-[A-Za-z0-9_-]{20,}"
+    r"|\bmk_[A-Za-z0-9_-]{20,}"
     r"|\bAKIA[0-9A-Z]{16}\b"
-    r"|(?i:\b(?:password|passwd|token|secret|api[_-]?key)\b\s*[=:]\s*)[^\s,;\"']+"
+    rf"|(?i:\b(?:{_KEYS})\b\s*[=:]\s*(?:(?:bearer|basic|token)\s+)?)[^\s,;\"']+"
 )
 _CARD = re.compile(r"(?<![\w.,])\d(?:[ -]?\d){12,18}(?![\w]|[.,]\d)")
 _EMAIL = re.compile(
@@ -59,7 +65,7 @@ def _card(match: re.Match[str]) -> str:
 
 def _secret(match: re.Match[str]) -> str:
     text = match.group(0)
-    key = re.match(r"(?i)(?:password|passwd|token|secret|api[_-]?key)\s*[=:]\s*", text)
+    key = re.match(rf"(?i)(?:{_KEYS})\s*[=:]\s*", text)
     return f"{key.group(0)}[secret]" if key else "[secret]"
 
 
