@@ -360,9 +360,9 @@ def test_compose_refuses_to_start_without_its_secrets(services: dict[str, Any]) 
 
 
 def test_worker_gets_every_setting(services: dict[str, Any]) -> None:
-    """Every setting of the README reaches the worker: fixed by compose, baked into the image,
-    or passed through by name from the shell / .env (Slack, webhook, Alertmanager, LLM judge,
-    dashboard URL, API token... were once silently dropped)."""
+    """Every setting (docs/configuration.md) reaches the worker: fixed by compose, baked into
+    the image, or passed through by name from the shell / .env (Slack, webhook, Alertmanager,
+    LLM judge, dashboard URL, API token... were once silently dropped)."""
     prefix = Settings.model_config["env_prefix"]
     image_env = {
         word.split("=", 1)[0]
