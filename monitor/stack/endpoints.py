@@ -1,13 +1,24 @@
-"""Where the embedded stack of ``monitor up`` listens, so other commands can find it.
+"""Where the embedded stack of ``monitor up`` listens, so other commands and scripts can find
+it.
 
-``monitor up`` writes ``<state_dir>/endpoints.json``; ``resolve`` fills unset broker and
-database settings from it while the stack is running (both ports accept connections).
+``monitor up`` writes ``<state_dir>/endpoints.json`` before it starts the worker and removes it
+when it stops: the broker, the database, the worker's web address (``/v1/events``,
+``/v1/traces``, ``/metrics``), the gate process's (``/v1/gate``) and ``ports``, every port the
+stack listens on by what listens there (``broker`` and ``postgres`` only when ``monitor up``
+started them; ``worker`` and ``gate`` always). For example::
+
+    {"kafka_bootstrap": "127.0.0.1:9092", "database_url": "postgresql://...@127.0.0.1:5433/monitor",
+     "web_url": "http://127.0.0.1:6066", "gate_url": "http://127.0.0.1:6067",
+     "ports": {"broker": 9092, "postgres": 5433, "worker": 6066, "gate": 6067}}
+
+``resolve`` fills unset broker and database settings from it while the stack is running (the
+broker's port accepts connections).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from monitor.config import Settings
@@ -16,9 +27,23 @@ from monitor.stack.ports import wait_for_port
 
 @dataclass(frozen=True)
 class Endpoints:
+    """What ``endpoints.json`` holds (module docstring); ``ports`` by what listens there."""
+
     kafka_bootstrap: str
     database_url: str
     web_url: str
+    gate_url: str = ""
+    ports: dict[str, int] = field(default_factory=dict)
+
+
+def read(settings: Settings) -> Endpoints | None:
+    """The endpoints a ``monitor up`` on ``settings.state_dir`` wrote; None when there is no
+    file or it cannot be read as one."""
+    path = path_for(settings)
+    try:
+        return Endpoints(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def path_for(settings: Settings) -> Path:
@@ -45,14 +70,8 @@ def resolve(settings: Settings) -> Settings:
     """``settings`` with unset broker/database taken from a running ``monitor up``, if any."""
     if settings.kafka_bootstrap and settings.database_url:
         return settings
-    path = path_for(settings)
-    if not path.exists():
-        return settings
-    try:
-        ep = Endpoints(**json.loads(path.read_text()))
-    except (ValueError, TypeError):
-        return settings
-    if not _alive(ep.kafka_bootstrap):
+    ep = read(settings)
+    if ep is None or not _alive(ep.kafka_bootstrap):
         return settings
     return settings.model_copy(
         update={

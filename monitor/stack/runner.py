@@ -8,7 +8,9 @@ Contract of :class:`Stack`:
   and ``say`` tells so; it stays after a run for exploring). Configured pieces are used as
   they are (a configured database keeps its data, and ``say`` tells that too).
 - ``start()`` then migrates, creates the topics, writes ``state_dir/endpoints.json`` (so
-  ``monitor replay/simulate/worker`` in another terminal find the stack) and runs
+  ``monitor replay/simulate/worker`` and scripts in another terminal find the stack: broker,
+  database, worker and gate URLs, every port it listens on; :mod:`monitor.stack.endpoints`)
+  and runs
   ``monitor worker`` (log: ``state_dir/worker.log``) and the gate, ``monitor gate serve``, on
   a port of its own (log: ``state_dir/gate.log``), as subprocesses, each until its
   ``GET /health`` answers 200. It raises :class:`WorkerFailed` if either dies or never gets
@@ -146,14 +148,21 @@ class Stack:
         )
         asyncio.run(create_topics(settings))
         token = settings.ingest_token or secrets.token_urlsafe(18)
-        web_url = f"http://127.0.0.1:{pick_port(self.ports[2])}"
-        endpoints.write(settings, endpoints.Endpoints(bootstrap, url, web_url))
+        web_port = pick_port(self.ports[2])
+        gate_port = pick_port(self.gate_port)
+        web_url, gate_url = f"http://127.0.0.1:{web_port}", f"http://127.0.0.1:{gate_port}"
+        endpoints.write(
+            settings,
+            endpoints.Endpoints(
+                bootstrap, url, web_url, gate_url, self._ports(bootstrap, web_port, gate_port)
+            ),
+        )
         self.running = Running(
             settings=settings.model_copy(update={"ingest_token": token}),
             kafka_bootstrap=bootstrap,
             database_url=url,
             web_url=web_url,
-            gate_url=f"http://127.0.0.1:{pick_port(self.gate_port)}",
+            gate_url=gate_url,
             ingest_token=token,
             token_generated=not settings.ingest_token,
             embedded_broker=self.broker is not None,
@@ -162,6 +171,16 @@ class Stack:
         self._start_worker(self.running)
         self._start_gate(self.running)
         return self.running
+
+    def _ports(self, bootstrap: str, web_port: int, gate_port: int) -> dict[str, int]:
+        """Every port this stack listens on, by what listens there: the broker and Postgres
+        only when this stack started them."""
+        ports: dict[str, int] = {}
+        if self.broker is not None:
+            ports["broker"] = int(bootstrap.rpartition(":")[2])
+        if self.pg is not None:
+            ports["postgres"] = self.pg.port
+        return {**ports, "worker": web_port, "gate": gate_port}
 
     def _take_lock(self) -> None:
         fh = open(self.state_dir / "up.lock", "a+")  # noqa: SIM115 - held until stop()

@@ -8,6 +8,8 @@ environment, which is how the tests find anything left running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import re
 import signal
@@ -17,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from monitor.contract.events import EVENT_TYPES
@@ -221,7 +224,7 @@ def test_ctrl_c_during_the_simulation_stops_everything_with_130(
     proc = _up(state_dir, out, "--duration", "60", "--rate", "100")
     try:
         _wait_for(out, "Sending", proc, 120)
-        assert (state_dir / "endpoints.json").exists()
+        _check_endpoints(state_dir)
         # a second stack on the same state dir refuses and leaves the first one alone
         second = subprocess.run(
             [sys.executable, "-m", "monitor.cli", "up", "--state-dir", str(state_dir)],
@@ -247,6 +250,42 @@ def test_ctrl_c_during_the_simulation_stops_everything_with_130(
     assert "interrupted" in output and "Traceback" not in output
     assert _wait_gone(state_dir) == []
     assert not (state_dir / "endpoints.json").exists()
+
+
+def _listening_ports(pids: list[int]) -> set[int]:
+    """The TCP ports the processes ``pids`` listen on (their socket inodes in /proc/net/tcp*
+    in state LISTEN)."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _check_endpoints(state_dir: Path) -> None:
+    """endpoints.json names the worker and the gate (each answers /health as itself) and
+    every port the stack's processes listen on, by what listens there."""
+    ep = json.loads((state_dir / "endpoints.json").read_text())
+    ports = ep["ports"]
+    assert set(ports) == {"broker", "postgres", "worker", "gate"}, ep
+    assert ep["web_url"] == f"http://127.0.0.1:{ports['worker']}", ep
+    assert ep["gate_url"] == f"http://127.0.0.1:{ports['gate']}", ep
+    assert ep["kafka_bootstrap"] == f"127.0.0.1:{ports['broker']}", ep
+    assert f":{ports['postgres']}/" in ep["database_url"], ep
+    assert "gate_decision_events" in httpx.get(f"{ep['web_url']}/health", timeout=5).json()
+    assert "maps" in httpx.get(f"{ep['gate_url']}/health", timeout=5).json()  # the gate's own
+    pids = [int(line.split(":")[0]) for line in _leftovers(state_dir)]
+    assert _listening_ports(pids) == set(ports.values()), (ep, _leftovers(state_dir))
 
 
 def test_rerun_after_a_killed_run_cleans_up_its_leftovers(state_dir: Path, tmp_path: Path) -> None:
