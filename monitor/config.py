@@ -281,7 +281,23 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default="monitor-judges", description="Kafka consumer group of the judge workers."
     )
     judge_idle_s: float = non_negative(
-        30.0, "Judge a conversation once it had no event for this long, in seconds."
+        30.0,
+        "Judge a conversation once its latest event's timestamp is this many seconds old "
+        "(event time), and judge_arrival_idle_s holds too.",
+    )
+    judge_arrival_idle_s: float = non_negative(
+        30.0,
+        "Judge a conversation once none of its events arrived (was stored) for this many "
+        "seconds, by the store's clock: a replay or backfill of old events is not judged while "
+        "it is still arriving.",
+    )
+    judge_rejudge_most: int = non_negative(
+        5,
+        "How many times a judged conversation that stored more events since is judged again "
+        "once idle (its verdicts replaced by the new ones); 0: judged once.",
+    )
+    judge_rejudge_gap_s: float = non_negative(
+        60.0, "Least time, in seconds, between two judgements of one conversation."
     )
     judge_schedule_interval_s: float = positive(
         5.0, "Seconds between the judge scheduler's passes over idle sampled conversations."

@@ -125,8 +125,8 @@ class Conversation:
         if not tail:
             return cls.of(ordered, agent_uses_tools)
         kept, rest = ordered[:head] + ordered[-tail:], ordered[head:-tail]
-        resume_at = ordered[-tail].event_id
-        omitted = summarise(rest, len(ordered), max_events, resume_at)
+        resume_at, after = ordered[-tail].event_id, ordered[head - 1].event_id
+        omitted = summarise(rest, len(ordered), max_events, resume_at, after)
         return cls.of(kept, agent_uses_tools, omitted)
 
     def domain(self) -> str | None:

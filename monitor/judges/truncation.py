@@ -2,10 +2,12 @@
 the ones left out.
 
 A conversation longer than ``max_events`` is judged on its first ``head`` and its last ``tail``
-events (``head + tail = max_events``, the head taking the odd one); the events between them are
-not loaded, only summarised (:class:`Omitted`: how many, their time span, their count per type
-and the tool results in them by tool name and outcome). Every verdict on such a conversation
-carries the summary's :meth:`~Omitted.details` under ``evidence["truncated"]``.
+events (``head + tail = max_events``, the head taking the odd one) in the store's order (``ts``,
+then ``event_id``); the events between them are not loaded, only summarised (:class:`Omitted`:
+how many, their time span, their count per type and the tool results in them by tool name and
+outcome). Every verdict on such a conversation carries the summary's :meth:`~Omitted.details`
+under ``evidence["truncated"]``: exactly which events were left out (those strictly between
+``omitted_after`` and ``resume_at`` in that order) and what they were.
 
 What the judges do with the gap:
 
@@ -30,6 +32,8 @@ from monitor.contract.events import AgentEvent
 DEFAULT_MAX_EVENTS = 2000
 #: tool names kept in a summary (the most frequent; the others are only counted)
 MAX_TOOL_NAMES = 100
+#: tool names a verdict's ``evidence["truncated"]`` lists per outcome (the totals count all)
+EVIDENCE_TOOL_NAMES = 10
 
 
 def split(total: int, max_events: int) -> tuple[int, int]:
@@ -47,9 +51,10 @@ def split(total: int, max_events: int) -> tuple[int, int]:
 class Omitted:
     """The events of a conversation left out of judging by the cap, summarised.
 
-    ``resume_at`` is the event id of the first kept event after the gap. ``tool_successes`` /
-    ``tool_failures``: tool results in the gap per tool name (the :data:`MAX_TOOL_NAMES` most
-    frequent names).
+    ``after`` is the event id of the last kept event before the gap, ``resume_at`` the one of
+    the first kept event after it. ``tool_successes`` / ``tool_failures``: tool results in the
+    gap per tool name (the :data:`MAX_TOOL_NAMES` most frequent names); ``failed_results``:
+    how many of the gap's tool results failed (all names).
     """
 
     events: int
@@ -61,19 +66,38 @@ class Omitted:
     by_type: Mapping[str, int] = field(default_factory=dict)
     tool_successes: Mapping[str, int] = field(default_factory=dict)
     tool_failures: Mapping[str, int] = field(default_factory=dict)
+    after: str = ""
+    failed_results: int = 0
 
     def details(self) -> dict[str, Any]:
-        """What a verdict states about the cap (JSON-ready, bounded)."""
+        """What a verdict states about the cap (JSON-ready, bounded): ``events`` stored when
+        judged, ``judged`` and ``omitted`` of them; the omitted ones are those strictly between
+        ``omitted_after`` and ``resume_at`` (store order: ts, then event id), from
+        ``omitted_from`` to ``omitted_to``, counted per type, and their tool results per
+        outcome (totals, and the :data:`EVIDENCE_TOOL_NAMES` most frequent tool names)."""
+        results = self.by_type.get("tool_result", 0)
         return {
             "max_events": self.max_events,
             "events": self.total,
             "judged": self.total - self.events,
             "omitted": self.events,
+            "omitted_after": self.after,
+            "resume_at": self.resume_at,
             "omitted_from": self.first_ts.isoformat() if self.first_ts else None,
             "omitted_to": self.last_ts.isoformat() if self.last_ts else None,
             "omitted_by_type": dict(self.by_type),
-            "resume_at": self.resume_at,
+            "omitted_tool_results": {
+                "ok": results - self.failed_results,
+                "failed": self.failed_results,
+                "ok_by_tool": _first(self.tool_successes, EVIDENCE_TOOL_NAMES),
+                "failed_by_tool": _first(self.tool_failures, EVIDENCE_TOOL_NAMES),
+            },
         }
+
+
+def _first(counts: Mapping[str, int], n: int) -> dict[str, int]:
+    """The ``n`` largest of ``counts`` (ties by name), largest first."""
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n])
 
 
 def _top(counts: Counter[str]) -> dict[str, int]:
@@ -81,10 +105,11 @@ def _top(counts: Counter[str]) -> dict[str, int]:
 
 
 def summarise(
-    omitted: Sequence[AgentEvent], total: int, max_events: int, resume_at: str
+    omitted: Sequence[AgentEvent], total: int, max_events: int, resume_at: str, after: str = ""
 ) -> Omitted:
-    """The :class:`Omitted` of the events ``omitted`` (what the store computes in SQL for a
-    conversation it does not load; this is the same for events already in memory)."""
+    """The :class:`Omitted` of the events ``omitted`` between the kept events ``after`` and
+    ``resume_at`` (what the store computes in SQL for a conversation it does not load; this is
+    the same for events already in memory)."""
     ok: Counter[str] = Counter()
     failed: Counter[str] = Counter()
     for e in omitted:
@@ -100,4 +125,6 @@ def summarise(
         by_type=dict(Counter(e.type for e in omitted)),
         tool_successes=_top(ok),
         tool_failures=_top(failed),
+        after=after,
+        failed_results=sum(failed.values()),
     )

@@ -3,9 +3,12 @@
 Two tasks, both framework-free (``app.py`` runs them inside the worker):
 
 - the **scheduler** (:meth:`JudgeLoop.schedule_forever`) every ``schedule_interval_s`` claims
-  conversations idle for ``idle_s`` that are in the sample (rate or always-sample rule) and not
-  yet requested, and publishes one request per conversation to the ``judge-requests`` topic
-  (key = conversation id), recording it in ``judge_requests`` in the same transaction;
+  conversations idle (no event timestamped in the last ``idle_s`` and none arrived in the last
+  ``arrival_idle_s``: :mod:`.rejudge`) that are in the sample (rate or always-sample rule) and
+  not yet requested, and judged conversations that stored more events since their verdicts,
+  idle again (at most ``rejudge_most`` times each, ``rejudge_gap_s`` apart), and publishes one
+  request per conversation to the ``judge-requests`` topic (key = conversation id), recording
+  it in ``judge_requests`` in the same transaction;
 - the **consumer** (:meth:`JudgeLoop.consume_forever`, its own consumer group) reads requests in
   batches, judges up to ``concurrency`` conversations at once, writes the verdicts of all the
   batch's conversations (and the relabelled items) in one transaction, and commits the batch's
@@ -15,8 +18,11 @@ Two tasks, both framework-free (``app.py`` runs them inside the worker):
 Guarantees: ingestion never waits for a judge (separate topic and consumer group); a judge
 that fails yields ``status='error'`` verdicts (the judges never raise); a request delivered
 twice, or re-delivered after a crash, runs only the judges that have no verdict on the
-conversation yet, and verdicts are unique per (item, judge, version): nothing is judged twice.
-A store outage is retried with backoff; the batch stays uncommitted meanwhile.
+conversation yet, and verdicts are unique per (item, judge, version): nothing is judged twice
+on the same events. A conversation that stored events since its verdicts is judged afresh by
+every judge and its verdicts are replaced (:func:`~.rejudge.replaces`), in the transaction
+that relabels its items. A store outage is retried with backoff; the batch stays uncommitted
+meanwhile.
 
 Bounded work per conversation: at most ``max_events`` events of a conversation are loaded and
 judged (the first and last ones; the rest is summarised by Postgres, :mod:`.truncation`), and
@@ -43,6 +49,7 @@ from monitor.core.clock import Clock, SystemClock
 from monitor.judges import repo as judge_repo
 from monitor.judges.base import Conversation, Verdict
 from monitor.judges.quality_repo import FloorChange, refresh_judge_quality
+from monitor.judges.rejudge import JudgeTiming, replaces, watch
 from monitor.judges.runner import JudgeRunner as JudgeRunner
 from monitor.judges.runner import mark_truncated
 from monitor.judges.truncation import DEFAULT_MAX_EVENTS
@@ -64,6 +71,7 @@ class _Judged:
     agent_id: str
     verdicts: list[Verdict]
     started: float  # clock.monotonic() when its judging started (the latency metric)
+    judgement: judge_repo.Judgement | None = None  # what it covered (None: nothing stored)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,10 @@ class JudgeConfig:
     database_url: str
     topic: str = "judge-requests"
     group_id: str = "monitor-judges"
-    idle_s: float = 30.0
+    idle_s: float = 30.0  # by event time (the scheduler's clock)
+    arrival_idle_s: float = 30.0  # by arrival (the store's clock)
+    rejudge_most: int = 5  # judged again at most this many times when it grew
+    rejudge_gap_s: float = 60.0  # and not sooner than this after its last judgement
     schedule_interval_s: float = 5.0
     schedule_batch: int = 200
     concurrency: int = 8
@@ -86,6 +97,11 @@ class JudgeConfig:
     threads: int = 1  # worker threads of the CPU-bound judging (parse, judges, serialise)
     resend_after_s: float = 3600.0  # a request without verdicts this long after it was sent
     resend_most: int = 2  # is published again at most this many times
+
+    @property
+    def timing(self) -> JudgeTiming:
+        """When conversations are judged and judged again (:mod:`monitor.judges.rejudge`)."""
+        return JudgeTiming(self.idle_s, self.arrival_idle_s, self.rejudge_most, self.rejudge_gap_s)
 
 
 class JudgeLoop:
@@ -143,8 +159,10 @@ class JudgeLoop:
 
     # -- scheduler ------------------------------------------------------------------------
     async def schedule_once(self) -> int:
-        """Claim and publish one round of judge requests, and publish again the requests lost
-        since (:func:`~monitor.judges.repo.resend_lost`); returns how many were sent."""
+        """Claim and publish one round of judge requests (conversations never judged, then
+        conversations judged that grew since: :func:`~monitor.judges.repo.claim_rejudges`),
+        and publish again the requests lost since (:func:`~monitor.judges.repo.resend_lost`);
+        returns how many were sent."""
         assert self._pool is not None and self._producer is not None
         producer, topic = self._producer, self.config.topic
 
@@ -157,9 +175,14 @@ class JudgeLoop:
 
         cfg, now = self.config, self.clock.now()
         done = await judge_repo.claim_candidates(
-            self._pool, self.rules, now, _seconds(cfg.idle_s), cfg.schedule_batch, publish
+            self._pool, self.rules, now, cfg.timing, cfg.schedule_batch, publish
         )
         self.metrics.judge_requests.inc(len(done))
+        again = await judge_repo.claim_rejudges(
+            self._pool, now, cfg.timing, max(cfg.schedule_batch - len(done), 0), publish
+        )
+        self.metrics.judge_requests.inc(len(again))
+        self.metrics.judge_rejudges.inc(len(again))
         resent = await judge_repo.resend_lost(
             self._pool,
             now,
@@ -175,7 +198,7 @@ class JudgeLoop:
                 cfg.resend_after_s,
             )
             self.metrics.judge_requests_resent.inc(len(resent))
-        return len(done) + len(resent)
+        return len(done) + len(again) + len(resent)
 
     async def refresh_quality(self) -> list[FloorChange]:
         """Measure the judges against outcomes and apply the precision floor
@@ -260,9 +283,10 @@ class JudgeLoop:
         pool, done = self._pool, [j for j in judged if j is not None]
         agents = {j.conversation_id: j.agent_id for j in done}
         verdicts = [v for j in done for v in j.verdicts]
+        judgements = [j.judgement for j in done if j.judgement is not None]
         cols = await self._off_loop(lambda: judge_repo.verdict_columns(agents, verdicts))
         write = judge_repo.write_verdict_columns
-        if await self._store(lambda: write(pool, list(agents), cols)) is None:
+        if await self._store(lambda: write(pool, list(agents), cols, judgements)) is None:
             return False
         now = self.clock.monotonic()
         if self.verdict_sink is not None and verdicts:
@@ -286,12 +310,19 @@ class JudgeLoop:
             stored = await self._store(lambda: judge_repo.load_for_judging(pool, cid, cap))
             if stored is None:
                 return None
-            done = await self._store(lambda: judge_repo.judged_by(pool, cid))
+            afresh = replaces(stored.events, stored.judged_events)
+            done = set() if afresh else await self._store(lambda: judge_repo.judged_by(pool, cid))
             tools = await self._uses_tools(request.agent_id)
             if done is None or tools is None:
                 return None
+            covered = judge_repo.Judgement(
+                cid,
+                stored.events,
+                afresh,
+                watch(stored.events, stored.rejudges, self.config.timing),
+            )
             if not stored.bodies:
-                return _Judged(cid, request.agent_id, [], started)
+                return _Judged(cid, request.agent_id, [], started, covered)
             budget, runner, now = self.config.time_budget_s, self.runner, self.clock.monotonic
 
             def judge() -> tuple[Conversation, list[Verdict]]:  # in the judge thread
@@ -302,7 +333,7 @@ class JudgeLoop:
 
             conv, verdicts = await self._off_loop(judge)
             verdicts += await runner.llm_verdicts(conv, done)
-            return _Judged(cid, request.agent_id, mark_truncated(conv, verdicts), started)
+            return _Judged(cid, request.agent_id, mark_truncated(conv, verdicts), started, covered)
 
     async def _off_loop(self, work: Callable[[], T]) -> T:
         """``work()`` in the judge thread(s): CPU-bound work never holds the event loop that

@@ -73,6 +73,7 @@ SAMPLING_COLUMNS = (
     "sample_weight",
     "sample_policy",
     "judge_requested_at",
+    "judge_watch",
 )
 
 # Columns shared by events and conversations: who and which segment.
@@ -183,6 +184,8 @@ conversations = Table(
     Column("outcome_reward", Double),
     Column("outcome_source", Text),
     Column("outcome_at", TS),
+    # the store's now() of the newest write that stored one of its events: its last arrival
+    # (the judges wait until it is idle by arrival as well as by event time)
     Column("updated_at", TS, nullable=False, server_default=func.now()),
     # the sampling decision (monitor.sampling.policy), made once when the conversation is
     # first written
@@ -193,8 +196,12 @@ conversations = Table(
     Column("sampled_by_rate", Boolean),
     Column("sample_weight", Double),
     Column("sample_policy", Text),
-    # when the judge scheduler sent the conversation to the judges (NULL: not yet)
+    # when the judge scheduler last sent the conversation to the judges (NULL: not yet)
     Column("judge_requested_at", TS),
+    # the stored events its verdicts cover while it may be judged again when it grows
+    # (monitor.judges.rejudge.watch); NULL: not judged yet, a request pending, or its
+    # re-judgements spent
+    Column("judge_watch", Integer),
     Index(None, "agent_id", "first_ts"),
     # the escalation reads' partial-hour edges (monitor.analytics.repo_escalation)
     Index(None, "first_ts"),
@@ -208,6 +215,10 @@ conversations = Table(
             "judge_requested_at IS NULL AND (sampled_by_rate OR escalated OR tool_errors > 0"
             " OR feedback_count > 0)"
         ),
+    ),
+    # the judge scheduler's re-judge candidates: judged, and grown since (a handful of rows)
+    Index(
+        "ix_conversations_rejudge", "updated_at", postgresql_where=text("event_count > judge_watch")
     ),
 )
 

@@ -12,9 +12,12 @@
     floor on enough flagged conversations: a muted judge's verdicts stay stored and shown but
     no longer label items (:data:`monitor.ingest.items_sql.SYNC_ITEMS`).
 ``judge_requests``
-    One row per conversation sent to the judges: when and why (the sampling reasons), so the
-    scheduler never sends a conversation twice and the dashboards can show the judged sample;
-    ``resends``/``resent_at`` count the times a request without verdicts was sent again.
+    One row per conversation sent to the judges: when (last) and why (the sampling reasons), so
+    the scheduler never sends a conversation twice for the same events and the dashboards can
+    show the judged sample; ``resends``/``resent_at`` count the times a request without
+    verdicts was sent again; ``judged_events`` is how many stored events the conversation's
+    verdicts cover (the count in the snapshot the judges read) and ``rejudges`` how many times
+    it was sent again because it grew after it was judged (:mod:`monitor.judges.rejudge`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ judge_requests = Table(
     Column("judged_at", TS),
     required("resends", Integer, server_default="0"),
     Column("resent_at", TS),
+    Column("judged_events", Integer),
+    required("rejudges", Integer, server_default="0"),
     Index(None, "requested_at"),
     Index(
         "ix_judge_requests_pending",

@@ -170,6 +170,11 @@ class OpsMetrics:
         )
         # judging
         self.judge_requests = counter("monitor_judge_requests", "Conversations sent to the judges")
+        self.judge_rejudges = counter(
+            "monitor_judge_rejudges",
+            "Conversations sent to the judges again: they stored events after they were judged "
+            "(included in monitor_judge_requests_total)",
+        )
         self.judged = counter("monitor_judged_conversations", "Judge requests completed")
         self.judge_requests_resent = counter(
             "monitor_judge_requests_resent",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 
 import asyncpg
 from typer.testing import CliRunner
@@ -61,6 +62,19 @@ def test_a_conversation_above_the_cap_is_judged_on_cap_events_and_every_verdict_
         assert cap["omitted_from"] == events[500].ts.isoformat()
         assert cap["omitted_to"] == events[-501].ts.isoformat()
         assert sum(cap["omitted_by_type"].values()) == 5000
+        # exactly which events: those strictly between the two kept ones
+        assert (cap["omitted_after"], cap["resume_at"]) == (
+            events[499].event_id,
+            events[-500].event_id,
+        )
+        results = [e.tool_result for e in events[500:-500] if e.tool_result is not None]
+        tools = cap["omitted_tool_results"]
+        assert (tools["ok"], tools["failed"]) == (
+            sum(r.ok for r in results),
+            sum(not r.ok for r in results),
+        )
+        assert tools["ok"] + tools["failed"] == cap["omitted_by_type"]["tool_result"]
+        assert tools["ok_by_tool"] == dict(Counter(r.name for r in results if r.ok))
     # what an LLM judge reads: one line for the gap, between the head and the tail
     text = render_conversation(conv)
     assert text.count("[... 5000 events omitted (judged: the first and last 1000 of 6000)") == 1
@@ -130,8 +144,9 @@ async def test_the_store_loads_cap_events_and_summarises_the_rest(database_url: 
     assert len(stored.bodies) == 1000  # the other 4000 are never loaded
     ids = [json.loads(b)["event_id"] for b in stored.bodies]
     assert ids == [e.event_id for e in events[:500] + events[-500:]]
-    expected = summarise(events[500:-500], 5000, 1000, events[-500].event_id)
+    expected = summarise(events[500:-500], 5000, 1000, events[-500].event_id, events[499].event_id)
     assert stored.omitted == expected
+    assert (stored.events, stored.judged_events, stored.rejudges) == (5000, None, 0)
     successes = {"get_reservation_details": 363, "cancel_reservation": 363}
     assert stored.omitted.tool_successes == successes
     assert (len(small.bodies), small.omitted) == (5000, None)

@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
+from monitor.judges.repo import JudgeRequest
 from monitor.judges.worker import JudgeConfig, JudgeLoop, JudgeRunner
 from monitor.sampling.policy import SamplingPolicy
 from monitor.store.engine import libpq_url
@@ -82,15 +84,18 @@ def judge_loop(
     llm: LLMJudge | None = None,
     always_sample: Any = None,
     minutes: int = 10,
+    arrival_idle_s: float = 0,
 ) -> JudgeLoop:
     """A judge loop on ``topic`` (its own group) with the deterministic judges and ``llm``, at
-    ``minutes`` after the conversations' start."""
+    ``minutes`` after the conversations' start (event time; the arrival of the events just
+    written counts as idle after ``arrival_idle_s`` of real time)."""
     config = JudgeConfig(
         bootstrap,
         database_url,
         topic=topic,
         group_id=f"g-{topic}",
         idle_s=idle_s,
+        arrival_idle_s=arrival_idle_s,
         idempotent_producer=False,
     )
     return JudgeLoop(
@@ -367,3 +372,103 @@ async def test_a_lost_request_is_sent_again_a_bounded_number_of_times(broker, da
     assert sent == [3, 3, 0, 3, 0, 0]
     rows = await fetch(database_url, "SELECT resends FROM judge_requests")
     assert [r["resends"] for r in rows] == [2, 2, 2]
+
+
+def corrected_answer(req: Recorded) -> Reply:
+    """The LLM judge's view: an answer the user later says was wrong is wrong (label 0), every
+    other item right; the judge can only know it when it reads the correction."""
+    text = req.body["messages"][-1]["content"]
+    ids = sorted(set(re.findall(r"\[item ([^\]]+)\]", text)))
+    corrected = "that was wrong" in text.lower()
+    items = [
+        {"item_id": i, "label": 0, "correctness": 0.1, "categories": ["wrong_information"]}
+        if corrected and i == "g-a1"
+        else {"item_id": i}
+        for i in ids
+    ]
+    return Reply(verdicts_json(*items))
+
+
+async def test_a_conversation_that_grew_after_it_was_judged_is_judged_again(broker, database_url):
+    """Judged on its first two events; two more arrive (the user corrects the agent): the
+    scheduler sends it again, every judge runs on the four events, its verdicts are replaced
+    (one per item and judge, none left from the first judgement), its items relabelled and the
+    calibration sums moved, not added; a request delivered again changes nothing, and beyond
+    ``rejudge_most`` it is no longer judged again."""
+    topic = f"judge-{uuid.uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    first = [
+        event("g-u1", "c-grow", at=0, role="user", content="when do you close?", confidence=None),
+        event("g-a1", "c-grow", at=1, content="We close at 9 tonight.", confidence=0.8),
+    ]
+    more = [
+        event("g-u2", "c-grow", at=20, role="user", content="That was wrong: 8.", confidence=None),
+        event("g-a2", "c-grow", at=21, content="Sorry, we close at 8.", confidence=0.7),
+    ]
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in first])
+    async with ChatServer(default=corrected_answer) as server:
+        llm = LLMJudge(LLMJudgeConfig(base_url=server.base_url, model="judge-m"))
+        loop = judge_loop(broker.bootstrap, database_url, topic, llm=llm)
+        loop.config = replace(loop.config, rejudge_most=1, rejudge_gap_s=0)
+        try:
+            async with consuming(loop):
+                assert await loop.schedule_once() == 1
+                await wait_for(lambda: judged(database_url), 1)
+                assert await items(database_url) == {"g-a1": (1, "judge:llm")}
+                assert await loop.schedule_once() == 0  # judged on every stored event
+                await writer.write([event_row(e) for e in more])
+                assert await loop.schedule_once() == 1  # grew: sent again
+                assert await loop.schedule_once() == 0  # pending: not twice
+                await wait_for(lambda: judged(database_url), 1)
+                assert len(server.requests) == 2
+                assert "That was wrong" in server.requests[-1].body["messages"][-1]["content"]
+                verdicts = await fetch(
+                    database_url,
+                    "SELECT item_id, label FROM verdicts WHERE judge = 'llm' ORDER BY item_id",
+                )
+                assert [(v["item_id"], v["label"]) for v in verdicts] == [("g-a1", 0), ("g-a2", 1)]
+                dupes = await fetch(
+                    database_url,
+                    "SELECT count(*) AS n FROM (SELECT 1 FROM verdicts"
+                    " GROUP BY item_id, judge, judge_version HAVING count(*) > 1) d",
+                )
+                assert dupes[0]["n"] == 0
+                assert await items(database_url) == {
+                    "g-a1": (0, "judge:llm"),
+                    "g-a2": (1, "judge:llm"),
+                }
+                bins = await fetch(
+                    database_url,
+                    "SELECT sum(count) AS n, sum(sum_y) AS y FROM calibration_bins"
+                    " WHERE resolution = '1d'",
+                )
+                assert (bins[0]["n"], bins[0]["y"]) == (2, 1.0)  # a1 moved 1 -> 0, a2 added
+                request = await fetch(
+                    database_url,
+                    "SELECT r.judged_events, r.rejudges, c.event_count, c.judge_watch"
+                    " FROM judge_requests r JOIN conversations c USING (conversation_id)",
+                )
+                assert dict(request[0]) == {
+                    "judged_events": 4,
+                    "rejudges": 1,
+                    "event_count": 4,
+                    "judge_watch": None,  # rejudge_most = 1: spent
+                }
+                text = loop.metrics.render().decode()
+                assert "monitor_judge_rejudges_total 1.0" in text, text
+
+                # the same request delivered again: the verdicts cover every event, nothing runs
+                again = JudgeRequest("c-grow", "agent-a", ("rate",), T0, rejudge=1)
+                await loop._producer.send_and_wait(  # type: ignore[union-attr]
+                    topic, again.to_json(), key=b"c-grow"
+                )
+                await asyncio.sleep(2)
+                assert len(server.requests) == 2
+                # grows again beyond the bound: its last verdicts stay
+                await writer.write(
+                    [event_row(event("g-u3", "c-grow", at=40, role="user", content="ok"))]
+                )
+                assert await loop.schedule_once() == 0
+        finally:
+            await writer.close()

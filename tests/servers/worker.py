@@ -54,6 +54,7 @@ class WorkerProcess:
             "MONITOR_TOPIC_JUDGE_REQUESTS": f"{topic}.judge",
             "MONITOR_JUDGE_CONSUMER_GROUP": f"gj-{topic}",
             "MONITOR_JUDGE_IDLE_S": "1",
+            "MONITOR_JUDGE_ARRIVAL_IDLE_S": "1",
             "MONITOR_JUDGE_SCHEDULE_INTERVAL_S": "1",
             "MONITOR_STORE_RETRY_MAX_S": "2",
             **extra_env,

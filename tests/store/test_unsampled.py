@@ -37,6 +37,7 @@ from monitor.alerts.observation_repo import dlq_counts
 from monitor.core.retention_settings import RetentionSettings
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
+from monitor.judges.rejudge import JudgeTiming
 from monitor.judges.repo import claim_candidates, load_for_judging
 from monitor.sampling.policy import SamplingPolicy
 from monitor.sampling.rules import AlwaysSampleRules
@@ -278,7 +279,7 @@ async def test_promotion_keeps_the_whole_transcript_for_the_judges(
             pool,
             SamplingPolicy().always_sample,
             NOW + timedelta(hours=49),
-            timedelta(0),
+            JudgeTiming(idle_s=0, arrival_idle_s=0),
             10,
             publish,
         )
