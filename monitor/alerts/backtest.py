@@ -44,6 +44,7 @@ SHADOWED = (
     "alert_states",
     "alert_history",
     "alert_groups",
+    "alert_incidents",
     "alert_silences",
     "notification_outbox",
     "drift_checks",
