@@ -340,8 +340,6 @@ class RuleSet(_Model):
             raise FieldProblem(("evaluation_interval",), "must be longer than 0s")
         if self.group_interval <= timedelta(0):
             raise FieldProblem(("group_interval",), "must be longer than 0s")
-        if self.incident_window < timedelta(0):
-            raise FieldProblem(("incident_window",), "must not be negative")
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
             if rule.name in first:
