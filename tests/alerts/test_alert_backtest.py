@@ -102,7 +102,7 @@ DRIFT = DriftJob(every=STEP)
 async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     db: tuple[str, AsyncEngine],
 ) -> None:
-    _, engine = db
+    url, engine = db
     rules = default_rules()
     steps, identities, incidents = await backtest(engine, rules, FROM, TO, STEP, DRIFT)
     assert set((await live_rows(engine)).values()) == {0}  # nothing written live
@@ -110,6 +110,7 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     ours = [(n.created_at, n.idempotency_key) for s in steps for n in s.notifications]
 
     # the worker's walk over the same history, writing the live tables
+    metrics = OpsMetrics()
     await replay_alert_timeline(
         engine,
         rules,
@@ -124,6 +125,9 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
         drift_reference=DRIFT.reference,
         drift_min_reference=DRIFT.min_reference,
         not_after=TO,  # the same ticks: no flush tick after the walk
+        on_tick=lambda t: metrics.incidents(
+            t.report.open_incidents, [n.severity for n in t.report.pages], t.report.incident_updates
+        ),
     )
     worker = [
         (at, key)
@@ -146,6 +150,24 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     assert summary["agent=stable"].pages == 1 and summary["agent=changed"].pages == 1
     assert "drift_tier3" in summary["agent=changed"].alerts
     assert len(summary["agent=changed"].alerts) >= 2
+    # shown: /metrics, v_alerts (the dashboards' alert tables) and `alerts list`
+    exposed = metrics.render()
+    open_now = sum(1 for i in stored if i.resolved_at is None)
+    assert f"monitor_incidents_open {open_now:.1f}".encode() in exposed
+    assert b'monitor_incident_pages_total{severity="critical"} 2.0' in exposed
+    updates = sum(i.updates for i in stored)
+    assert f"monitor_incident_updates_total {updates:.1f}".encode() in exposed
+    holder = {m.fingerprint: i.id for i in stored for m in i.members}
+    shown = await q(engine, "SELECT fingerprint, incident_id FROM v_alerts")
+    assert shown and all(inc == holder[fp] for fp, inc in shown)
+    args = ["alerts", "list", "--all", "--json"]
+    out = await asyncio.to_thread(CliRunner().invoke, app, args, env={"MONITOR_DATABASE_URL": url})
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.output)
+    assert {i["id"]: i["alerts"] for i in listed["incidents"]} == {
+        i.id: [m.rule for m in i.members] for i in stored
+    }
+    assert all(a["incident"] == holder.get(a["fingerprint"]) for a in listed["alerts"])
 
     figures = {
         (r.rule, r.scope["agent"]): r
