@@ -22,7 +22,11 @@
    alone on the same streams under each drift design measured (fixed-window tests with or
    without the minimum reference, ``for:`` 30 or 10 min, with the sequential surprise test):
    per seed, drift pages on stationary agents, minutes to page and share of post-change checks
-   flagged per change.
+   flagged per change. Pages per problem: per agent, the alerts that fired (each one a page
+   without incidents) against the pages of its incidents (monitor.alerts.incidents: an
+   agent's alerts open together page once), for the agents that change once, the recovering
+   one, the ones miscalibrated all along (over and at the edge of each threshold) and the
+   calibrated ones.
 
 Two parts, each in one run with the shipped code (monitor.alerts.timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
@@ -312,6 +316,35 @@ def _firing_share(tl: Timeline, agent: str, rule: str, change: datetime, end: da
     return firing / total
 
 
+PROBLEMS = {
+    "changes once": ("changed:overconfident", "changed:ece"),
+    "changes, recovers": ("recovers",),
+    "miscalibrated all along": tuple(f"{r}:{k}" for r in TIER3 for k in ("over", "edge")),
+    "calibrated": tuple(f"{r}:under" for r in TIER3),
+}
+
+
+def per_problem(tl: Timeline, agent: str) -> tuple[int, int, int]:
+    """``agent``'s alerts that fired (firing notifications), incidents and pages."""
+    fired = sum(1 for p in tl.pages if p.agent == agent and p.kind is Kind.FIRING)
+    incidents = sum(1 for i in tl.incidents.values() if i["labels"].get("agent") == agent)
+    pages = sum(1 for p in tl.pages if p.agent == agent and p.pages)
+    return fired, incidents, pages
+
+
+def report_problems(runs: list[dict[str, Timeline]], name: str) -> None:
+    """Pages per problem (module docstring), per group of agents, each seed's figures."""
+    print("| agents | alerts fired (a page each without incidents) | incidents | pages |")
+    print("|---|---|---|---|")
+    for label, agents in PROBLEMS.items():
+        cells: list[list[str]] = [[], [], []]
+        for agent in agents:
+            figs = [per_problem(r[name], agent) for r in runs]
+            for k in range(3):
+                cells[k].append("/".join(str(f[k]) for f in figs))
+        print(f"| {label} ({len(agents)}) | " + " | ".join("; ".join(c) for c in cells) + " |")
+
+
 def report_real(seeds: list[int], jobs: int) -> None:
     agents, facts = real_agents()
     stationary = [k for k in agents if not k.startswith(("changed", "recovers"))]
@@ -401,6 +434,8 @@ def report_real(seeds: list[int], jobs: int) -> None:
             "resolved after the recovery (min, per seed): "
             + "; ".join(f"{rule} {resolve[rule]}" for rule in resolve)
         )
+        print("pages per problem, per agent (seeds separated by /):")
+        report_problems(runs, name)
 
 
 DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {

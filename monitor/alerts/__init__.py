@@ -7,6 +7,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "destinations",
     "durations",
     "evaluate",
+    "incidents",
     "lifecycle",
     "notifier",
     "repo",

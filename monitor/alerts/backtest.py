@@ -15,9 +15,13 @@ written, and the schema is dropped at the end (also on error). The evaluations t
 transaction-level advisory lock as the worker's, so each step briefly queues behind a live
 evaluation (and the other way round); they never share state.
 
-:func:`summarize` (pure) turns the steps into per rule and segment figures: pages (``firing``
-notifications), episodes (times it started firing, announced or not), time firing, flaps
-(``flapping`` notifications) and the first page after each marked change.
+:func:`summarize` (pure) turns the steps into per rule and segment figures: alerts fired
+(``firing`` notifications), pages among them (the ones that opened or re-paged an incident,
+:mod:`monitor.alerts.incidents`; the others joined an open one), episodes (times it started
+firing, announced or not), time firing, flaps (``flapping`` notifications) and the first firing
+after each marked change. :func:`summarize_incidents` (pure) lists the incidents the walk
+opened with their alerts, pages and updates: the same incidents the worker stores on the same
+history, since the walk runs the worker's evaluation.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from monitor.alerts.evaluate import evaluate_once
+from monitor.alerts.incidents import Incident, Role
 from monitor.alerts.rule_models import RuleSet, Scope
 from monitor.alerts.states import Kind, Notification
 from monitor.analytics.drift_policy import MIN_REFERENCE
@@ -44,6 +49,7 @@ SHADOWED = (
     "alert_states",
     "alert_history",
     "alert_groups",
+    "alert_incidents",
     "alert_silences",
     "notification_outbox",
     "drift_checks",
@@ -73,28 +79,80 @@ class Change:
 
 @dataclass
 class RuleSegment:
-    """Figures of one rule on one segment (``scope``) over the walk."""
+    """Figures of one rule on one segment (``scope``) over the walk: ``fired`` firing
+    notifications, ``pages`` of them paged (opened or re-paged an incident, or belonged to
+    none), ``first_fired_after``: minutes from each change to the first firing notification."""
 
     rule: str
     scope: dict[str, str]
+    fired: int = 0
     pages: int = 0
     episodes: int = 0
     firing_s: float = 0.0
     flaps: int = 0
-    page_times: list[datetime] = field(default_factory=list)
-    first_page_after: dict[str, float | None] = field(default_factory=dict)
+    fired_times: list[datetime] = field(default_factory=list)
+    first_fired_after: dict[str, float | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready figures (first page after a change: minutes, None when none came)."""
+        """JSON-ready figures (first firing after a change: minutes, None when none came)."""
         return {
             "rule": self.rule,
             "scope": self.scope,
+            "fired": self.fired,
             "pages": self.pages,
             "episodes": self.episodes,
             "firing_minutes": round(self.firing_s / 60, 1),
             "flaps": self.flaps,
-            "first_page_after_change_min": self.first_page_after,
+            "first_fired_after_change_min": self.first_fired_after,
         }
+
+
+@dataclass(frozen=True)
+class IncidentSummary:
+    """One incident of the walk: its alerts (rules, in the order they joined), pages
+    (1, 2 after a re-page) and updates."""
+
+    id: str
+    key: str
+    opened_at: datetime
+    resolved_at: datetime | None
+    severity: str
+    alerts: tuple[str, ...]
+    pages: int
+    updates: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "id": self.id,
+            "key": self.key,
+            "opened_at": self.opened_at.isoformat(),
+            "resolved_at": None if self.resolved_at is None else self.resolved_at.isoformat(),
+            "severity": self.severity,
+            "alerts": list(self.alerts),
+            "pages": self.pages,
+            "updates": self.updates,
+        }
+
+
+def summarize_incidents(incidents: Iterable[Incident]) -> list[IncidentSummary]:
+    """The incidents (as stored at the end of the walk), by opening time then key."""
+    return sorted(
+        (
+            IncidentSummary(
+                i.id,
+                i.key,
+                i.opened_at,
+                i.resolved_at,
+                i.severity,
+                tuple(m.rule for m in i.members),
+                i.pages,
+                i.updates,
+            )
+            for i in incidents
+        ),
+        key=lambda s: (s.opened_at, s.key),
+    )
 
 
 def only_agent(rules: RuleSet, agent: str) -> RuleSet:
@@ -134,19 +192,23 @@ def summarize(
         for n in s.notifications:
             r = row(n.fingerprint)
             if n.kind is Kind.FIRING:
-                r.pages += 1
-                r.page_times.append(n.created_at)
+                r.fired += 1
+                r.fired_times.append(n.created_at)
             elif n.kind is Kind.FLAPPING:
                 r.flaps += 1
+            if n.incident_role is None:
+                r.pages += n.kind is Kind.FIRING
+            else:
+                r.pages += Role(n.incident_role).pages
         before = s.firing
     for fp in identities:
         row(fp)
     for r in out.values():
         for c in changes:
             if fnmatchcase(r.scope.get("agent", ""), c.agent):
-                after = [t for t in r.page_times if t >= c.at]
+                after = [t for t in r.fired_times if t >= c.at]
                 key = f"{c.agent}@{c.at.isoformat()}"
-                r.first_page_after[key] = (
+                r.first_fired_after[key] = (
                     round((min(after) - c.at) / timedelta(minutes=1), 1) if after else None
                 )
     return sorted(out.values(), key=lambda r: (r.rule, sorted(r.scope.items())))
@@ -222,10 +284,11 @@ async def backtest(
     end: datetime,
     step: timedelta,
     drift: DriftJob = DriftJob(),
-) -> tuple[list[Step], dict[str, tuple[str, dict[str, str]]]]:
+) -> tuple[list[Step], dict[str, tuple[str, dict[str, str]]], list[Incident]]:
     """Walk ``[start, end]`` (module docstring): drift rounds at ``start`` and every
-    ``drift.every``, an evaluation at every ``step``. Returns the steps and, per fingerprint
-    seen, its rule and scope. Raises ValueError for a non-positive step or ``end < start``."""
+    ``drift.every``, an evaluation at every ``step``. Returns the steps, per fingerprint seen
+    its rule and scope, and the incidents as stored at the end. Raises ValueError for a
+    non-positive step or ``end < start``."""
     if step <= timedelta(0) or drift.every <= timedelta(0) or end < start:
         raise ValueError("need step > 0, a drift interval > 0 and end >= start")
     steps: list[Step] = []
@@ -254,4 +317,8 @@ async def backtest(
                 str(fp): (str(r), {str(k): str(v) for k, v in (sc or {}).items()})
                 for fp, r, sc in found
             }
-    return steps, identities
+            stored: list[Any] = list(
+                (await conn.execute(text("SELECT state FROM alert_incidents"))).scalars()
+            )
+            incidents = [Incident.from_dict(state) for state in stored]
+    return steps, identities, incidents

@@ -12,10 +12,14 @@
    happen), saves every changed state with compare-and-swap on its version (a lost race, e.g.
    against a concurrent ``alerts ack``, drops that fingerprint's notifications: whoever won
    owns them; it is re-evaluated next time);
-4. records the accepted notifications in ``alert_history``, passes them through grouping
+4. passes the accepted notifications through the incident step
+   (:func:`monitor.alerts.incidents.step`, state in ``alert_incidents``: an agent's alerts that
+   are open together page once; each notification gets its incident and role), records them in
+   ``alert_history``, passes them through grouping
    (:func:`monitor.alerts.grouping.step`, state in ``alert_groups``), and inserts one outbox
    row per flushed batch and configured sink;
-5. commits: the state changes, history, grouping state and outbox rows become visible together
+5. commits: the state changes, incidents, history, grouping state and outbox rows become
+   visible together
    or not at all. The notifier delivers from the outbox afterwards.
 
 :func:`run` is the timer loop with leader election: several workers may call it; each first
@@ -43,7 +47,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from monitor.alerts import grouping
+from monitor.alerts import grouping, incidents
 from monitor.alerts import repo as alerts_repo
 from monitor.alerts.lifecycle import Observation, evaluate
 from monitor.alerts.observations import LagSource, observe
@@ -70,7 +74,9 @@ class EvaluationReport:
     notifications flushed; ``outbox_rows``: rows inserted; ``firing``/``pending``: fingerprints
     in that status afterwards; ``flapping``: fingerprint -> rule of the alerts marked flapping
     afterwards (notifications held); ``next_due_at``: when a held notification group becomes
-    due.
+    due. ``pages``: the accepted notifications that page (open an incident or re-page it);
+    ``open_incidents``: incidents open afterwards; ``incident_updates``: accepted
+    notifications that were updates of an incident.
     """
 
     at: datetime
@@ -85,6 +91,9 @@ class EvaluationReport:
     pending: list[str] = field(default_factory=list)
     flapping: dict[str, str] = field(default_factory=dict)
     next_due_at: datetime | None = None
+    pages: list[Notification] = field(default_factory=list)
+    open_incidents: int = 0
+    incident_updates: int = 0
 
 
 async def evaluate_once(
@@ -106,6 +115,7 @@ async def evaluate_once(
     observations = await observe(engine, rules, now, lag=lag, stall=stall)
     by_name = {r.name: r for r in rules.rules}
     policy = grouping.GroupingPolicy.from_rules(rules)
+    incident_policy = incidents.IncidentPolicy.from_rules(rules)
     async with engine.begin() as conn:
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": WRITE_LOCK})
         obs = {o.fingerprint: o for o in observations}
@@ -119,18 +129,27 @@ async def evaluate_once(
         accepted: list[Notification] = []
         changed = conflicts = 0
         after: dict[str, AlertState] = {}
+        firing: set[str] = set()
         for fp, o in obs.items():
             old = stored.get(fp)
             new, notes = evaluate(by_name[o.rule], old, o, now, silences)
             after[fp] = new
+            kept: AlertState | None = new
             if new is old or (old is None and new.version == 0):
-                continue
-            if await alerts_repo.save_state(conn, new, None if old is None else old.version):
+                pass
+            elif await alerts_repo.save_state(conn, new, None if old is None else old.version):
                 changed += 1
                 accepted.extend(notes)
             else:
+                kept = old
                 conflicts += 1
                 log.info("alert %s changed concurrently; its notifications are skipped", fp)
+            if kept is not None and kept.status is Status.FIRING:
+                firing.add(fp)
+        live = await alerts_repo.load_live_incidents(conn, now, incident_policy.window)
+        joined = incidents.step(live, accepted, firing, incident_policy, now)
+        accepted = list(joined.notifications)
+        await alerts_repo.save_incidents(conn, [joined.incidents[i] for i in joined.changed])
         await alerts_repo.record_history(conn, accepted)
         groups = await alerts_repo.load_groups(conn, lock=True)
         result = grouping.step(groups, accepted, policy, now)
@@ -150,6 +169,9 @@ async def evaluate_once(
         pending=sorted(fp for fp, s in after.items() if s.status is Status.PENDING),
         flapping={fp: s.rule for fp, s in sorted(after.items()) if s.flapping},
         next_due_at=min(dues, default=None),
+        pages=list(joined.pages),
+        open_incidents=sum(1 for i in joined.incidents.values() if i.resolved_at is None),
+        incident_updates=sum(1 for n in accepted if n.incident_role in ("update", "close")),
     )
 
 

@@ -1,7 +1,9 @@
 """Batch notifications that fire together into one grouped notification. Pure, ``now`` passed in.
 
 Notifications with equal values of the ``group_by`` labels (default ``severity`` and ``agent``;
-a missing label counts as ``""``) share a group. A group holds its pending notifications and
+a missing label counts as ``""``) share a group; a notification of an incident (label
+``incident``, :mod:`monitor.alerts.incidents`) is grouped only with its incident's, so a batch
+never speaks for two incidents. A group holds its pending notifications and
 flushes them as one :class:`GroupedNotification`:
 
 - the first batch of a group waits ``group_wait`` after its first pending notification (so
@@ -54,8 +56,11 @@ class GroupingPolicy:
         return cls(rules.group_by, rules.group_wait, rules.group_interval)
 
     def key(self, labels: Mapping[str, str]) -> tuple[str, dict[str, str]]:
-        """``("severity=critical,agent=billing", {...})``: the group key and its labels."""
+        """``("severity=critical,agent=billing", {...})``: the group key and its labels
+        (``incident`` appended when the labels name one and ``group_by`` does not)."""
         values = {name: labels.get(name, "") for name in self.group_by}
+        if "incident" in labels and "incident" not in values:
+            values["incident"] = labels["incident"]
         return ",".join(f"{k}={v}" for k, v in values.items()), values
 
 
@@ -131,20 +136,41 @@ class GroupedNotification:
         """Members announcing a recovery."""
         return tuple(n for n in self.notifications if n.kind is Kind.RESOLVED)
 
+    @property
+    def incident_id(self) -> str | None:
+        """The incident the members belong to; None when none (or, never from
+        :func:`step`, several) does."""
+        ids = {n.incident_id for n in self.notifications}
+        return ids.pop() if len(ids) == 1 else None
+
+    @property
+    def incident_role(self) -> str | None:
+        """What the batch is to its incident: ``open`` or ``repage`` when a member pages
+        (:class:`monitor.alerts.incidents.Role`), else ``close`` when a member closes it, else
+        ``update``; None without an incident."""
+        if self.incident_id is None:
+            return None
+        roles = {n.incident_role for n in self.notifications}
+        return next((r for r in ("open", "repage", "close") if r in roles), "update")
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (members as ``Notification.to_dict``)."""
+        """JSON-ready dict (members as ``Notification.to_dict``), with the batch's
+        ``incident_id`` and ``incident_role`` (None without an incident)."""
         return {
             "idempotency_key": self.idempotency_key,
             "group_key": self.group_key,
             "labels": dict(self.labels),
             "notifications": [n.to_dict() for n in self.notifications],
             "created_at": self.created_at.isoformat(),
+            "incident_id": self.incident_id,
+            "incident_role": self.incident_role,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GroupedNotification:
-        """Inverse of ``to_dict`` (members as ``Notification.from_dict``); raises ValueError
-        (pydantic's ValidationError) on a malformed dict."""
+        """Inverse of ``to_dict`` (members as ``Notification.from_dict``; ``incident_id`` and
+        ``incident_role`` are derived from them); raises ValueError (pydantic's
+        ValidationError) on a malformed dict."""
         return _GROUPED.validate_python(dict(data))
 
 

@@ -4,14 +4,16 @@ Protocol (several notifiers may run at once against one database):
 
 1. Claim (short transaction): due rows (``status = 'pending' AND next_attempt_at <= now``) of
    the configured sinks, ``FOR UPDATE SKIP LOCKED``, skipping a row while an earlier row of the
-   same sink and fingerprint (``group_key`` for a grouped payload) is still pending, so each
-   fingerprint's messages arrive in order. The claim bumps ``attempts`` and moves
-   ``next_attempt_at`` to ``now + lease``, then commits.
+   same sink and incident (else fingerprint, ``group_key`` for a grouped payload) is still
+   pending, so each incident's (fingerprint's) messages arrive in order. The claim bumps
+   ``attempts`` and moves ``next_attempt_at`` to ``now + lease``, then commits.
 2. Send, outside any transaction, bounded by half the lease. A notifier killed here leaves the
    row pending; another (or the restarted one) sends it again once the lease expires: at most
    one duplicate per crash, with the same ``Idempotency-Key``.
 3. Record: ``delivered`` (+ ``delivered_at`` and the sink's ``response``, plus the ``episodes``
-   a firing message opened, so a resolved message can thread under it); or a retry at
+   a firing message opened, so a resolved message can thread under it, and ``incident`` when
+   it is the first message of its incident on that sink, the thread its updates go to); or a
+   retry at
    ``now + RetryPolicy.delay`` (full jitter, or the server's ``Retry-After``, capped); or
    ``failed`` with the reason after ``max_attempts`` or a permanent error.
 
@@ -24,6 +26,7 @@ delivering on time. Rows of a sink the notifier does not know stay pending.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -189,13 +192,17 @@ class Notifier:
         return sorted(rows, key=lambda r: r.id)
 
     async def _thread(self, row: Claimed) -> dict[str, Any] | None:
-        try:
-            keys = episodes(row.payload, (Kind.RESOLVED,))
-        except (KeyError, TypeError, ValueError):
-            return None
+        """The stored response of the message ``row`` replies to: its incident's first
+        message on the sink (any message of an incident but its opening page), else the
+        firing message of the episode it resolves; None when there is none."""
+        incident = row.payload.get("incident_id")
+        probes: list[dict[str, Any]] = []
+        if isinstance(incident, str) and row.payload.get("incident_role") != "open":
+            probes.append({"incident": incident})
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            probes.extend({"episodes": [key]} for key in episodes(row.payload, (Kind.RESOLVED,)))
         async with self._engine.connect() as conn:
-            for key in keys:
-                probe = {"episodes": [key]}
+            for probe in probes:
                 found = await conn.execute(
                     THREAD_SQL, {"sink": row.sink, "probe": json.dumps(probe)}
                 )
@@ -213,10 +220,11 @@ class Notifier:
                 timeout = self._lease.total_seconds() / 2
                 result = await asyncio.wait_for(sink.deliver(row.payload, ctx), timeout)
             except Exception as exc:
+                thread = None
                 result = classify_exception(exc, row.sink)
-            await self._record(row, result)
+            await self._record(row, result, threaded=thread is not None)
 
-    async def _record(self, row: Claimed, result: DeliveryResult) -> None:
+    async def _record(self, row: Claimed, result: DeliveryResult, threaded: bool = False) -> None:
         now = self._clock()
         if result.ok:
             response = dict(result.response)
@@ -226,6 +234,9 @@ class Notifier:
                 opened = []
             if opened:
                 response["episodes"] = opened
+            incident = row.payload.get("incident_id")
+            if isinstance(incident, str) and not threaded:
+                response["incident"] = incident
             values: dict[str, Any] = {"status": "delivered", "delivered_at": now}
             values |= {"response": response, "last_error": None}
             where = notification_outbox.c.status == "pending"

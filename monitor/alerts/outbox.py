@@ -1,8 +1,9 @@
 """The notification outbox in SQL: :func:`enqueue` (used inside the evaluator's transaction)
 and the statements the notifier runs (see :mod:`monitor.alerts.notifier` for the protocol).
 
-Rows of one sink are delivered in id order per ordering key: the payload's ``fingerprint``, or
-``group_key`` for a grouped notification.
+Rows of one sink are delivered in id order per ordering key: the payload's ``incident_id``
+(so an incident's page reaches a sink before its updates, which thread under it), else its
+``fingerprint``, or ``group_key`` for a grouped notification.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ WITH due AS (
     AND NOT EXISTS (
       SELECT 1 FROM notification_outbox p
       WHERE p.sink = o.sink AND p.status = 'pending' AND p.id < o.id
-        AND COALESCE(p.payload->>'fingerprint', p.payload->>'group_key')
-          = COALESCE(o.payload->>'fingerprint', o.payload->>'group_key'))
+        AND COALESCE(p.payload->>'incident_id', p.payload->>'fingerprint',
+                     p.payload->>'group_key')
+          = COALESCE(o.payload->>'incident_id', o.payload->>'fingerprint',
+                     o.payload->>'group_key'))
   ORDER BY o.id LIMIT :limit
   FOR UPDATE OF o SKIP LOCKED)
 UPDATE notification_outbox t SET attempts = t.attempts + 1, next_attempt_at = :lease_until

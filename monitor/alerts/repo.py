@@ -1,5 +1,6 @@
-"""Alert state in Postgres: lifecycle states (compare-and-swap), silences, acks, grouping state
-and the alert history (the outbox rows are inserted by :func:`monitor.alerts.outbox.enqueue`).
+"""Alert state in Postgres: lifecycle states (compare-and-swap), silences, acks, grouping state,
+incidents and the alert history (the outbox rows are inserted by
+:func:`monitor.alerts.outbox.enqueue`).
 
 Every function takes an open ``AsyncConnection`` and never commits: the caller owns the
 transaction, so a state change, its history rows, the grouping state and the outbox rows it
@@ -16,7 +17,7 @@ transaction and then re-checks the version, so exactly one of two racers wins.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -24,10 +25,17 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from monitor.alerts.grouping import Group
+from monitor.alerts.incidents import Incident
 from monitor.alerts.lifecycle import acknowledge
 from monitor.alerts.silences import Ack, Matcher, Silence
 from monitor.alerts.states import AlertState, Notification, Status
-from monitor.store.tables_alerts import alert_groups, alert_history, alert_silences, alert_states
+from monitor.store.tables_alerts import (
+    alert_groups,
+    alert_history,
+    alert_incidents,
+    alert_silences,
+    alert_states,
+)
 
 # --- lifecycle states -----------------------------------------------------------------------
 
@@ -261,6 +269,7 @@ async def record_history(conn: AsyncConnection, notifications: Sequence[Notifica
             "summary": n.summary,
             "at": n.created_at,
             "idempotency_key": n.idempotency_key,
+            "incident_id": n.incident_id,
         }
         for n in notifications
     ]
@@ -280,3 +289,55 @@ async def history(conn: AsyncConnection, fingerprint: str | None = None) -> list
     if fingerprint is not None:
         q = q.where(alert_history.c.fingerprint == fingerprint)
     return [dict(r) for r in (await conn.execute(q)).mappings().all()]
+
+
+# --- incidents ------------------------------------------------------------------------------
+
+
+async def load_live_incidents(
+    conn: AsyncConnection, now: datetime, window: timedelta
+) -> list[Incident]:
+    """Incidents a new alert may join at ``now``: open, or resolved at most ``window`` ago."""
+    q = select(alert_incidents.c.state).where(
+        (alert_incidents.c.status == "open") | (alert_incidents.c.resolved_at >= now - window)
+    )
+    rows: Sequence[Any] = (await conn.execute(q)).scalars().all()
+    return [Incident.from_dict(r) for r in rows]
+
+
+async def save_incidents(conn: AsyncConnection, incidents: Iterable[Incident]) -> None:
+    """Insert or update each incident (by id). The caller serializes writers (the
+    evaluation's write lock), so the last write is the current one."""
+    for inc in incidents:
+        values: dict[str, Any] = {
+            "incident_key": inc.key,
+            "labels": dict(inc.labels),
+            "status": inc.status,
+            "severity": inc.severity,
+            "opened_at": inc.opened_at,
+            "resolved_at": inc.resolved_at,
+            "members": [m.fingerprint for m in inc.members],
+            "pages": inc.pages,
+            "state": inc.to_dict(),
+            "version": inc.version,
+        }
+        stmt = insert(alert_incidents).values(id=inc.id, **values)
+        await conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["id"], set_={**values, "updated_at": func.now()}
+            )
+        )
+
+
+async def list_incidents(
+    conn: AsyncConnection, include_resolved: bool = False, limit: int = 200
+) -> list[Incident]:
+    """Incidents, open ones first, then by opening time, newest first (resolved ones only when
+    asked; at most ``limit``)."""
+    q = select(alert_incidents.c.state).order_by(
+        (alert_incidents.c.status == "open").desc(), alert_incidents.c.opened_at.desc()
+    )
+    if not include_resolved:
+        q = q.where(alert_incidents.c.status == "open")
+    rows: Sequence[Any] = (await conn.execute(q.limit(limit))).scalars().all()
+    return [Incident.from_dict(r) for r in rows]

@@ -300,6 +300,12 @@ class RuleSet(_Model):
     ``repeat_interval`` at the top is the default of every rule that omits its own (applied
     when validating a mapping). ``group_by`` names the notification labels whose values form a
     group key (see :mod:`monitor.alerts.grouping`). Rule names are unique.
+
+    Incidents (:mod:`monitor.alerts.incidents`): ``incident_by`` names the labels whose values
+    make alerts one incident (default ``agent``: an agent's alerts that fire while another of
+    its alerts is open page once); ``incident_window`` is how long after an incident resolved
+    a new alert of its key still joins (reopens) it instead of paging; ``incident_repage``:
+    a higher severity joining an open incident pages once more.
     """
 
     evaluation_interval: Duration = timedelta(seconds=30)
@@ -307,6 +313,9 @@ class RuleSet(_Model):
     group_interval: Duration = timedelta(minutes=5)
     repeat_interval: Duration = timedelta(hours=4)
     group_by: tuple[Annotated[str, Field(min_length=1, strict=True)], ...] = ("severity", "agent")
+    incident_by: tuple[Annotated[str, Field(min_length=1, strict=True)], ...] = ("agent",)
+    incident_window: Duration = timedelta(minutes=30)
+    incident_repage: Annotated[bool, Field(strict=True)] = True
     rules: tuple[Rule, ...] = ()
 
     @model_validator(mode="before")

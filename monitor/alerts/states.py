@@ -147,6 +147,12 @@ class Notification:
     the scope and the rule's labels (rule labels never override those). Text fields are
     rendered and, unless the rule opted out, redacted. ``value`` is None only for resolved
     notifications without data. Times are aware datetimes.
+
+    ``incident_id`` / ``incident_role``: the incident the alert belongs to and what this
+    notification is to it (``open``, ``repage``, ``update``, ``close``;
+    :mod:`monitor.alerts.incidents`), set by the evaluation after the lifecycle step (None
+    before it, and for an alert that joined no incident); the incident id is then also the
+    label ``incident``.
     """
 
     idempotency_key: str
@@ -171,6 +177,8 @@ class Notification:
     created_at: datetime
     acked_by: str | None = None
     detail: str | None = None
+    incident_id: str | None = None
+    incident_role: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", frozen_labels(self.scope))
@@ -207,11 +215,14 @@ class Notification:
             "created_at": self.created_at.isoformat(),
             "acked_by": self.acked_by,
             "detail": self.detail,
+            "incident_id": self.incident_id,
+            "incident_role": self.incident_role,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Notification:
-        """Inverse of ``to_dict``; a missing ``acked_by`` or ``detail`` is None. Raises
+        """Inverse of ``to_dict``; a missing ``acked_by``, ``detail``, ``incident_id`` or
+        ``incident_role`` is None. Raises
         ValueError (pydantic's ValidationError) on a malformed dict."""
         return _NOTIFICATION.validate_python(dict(data))
 

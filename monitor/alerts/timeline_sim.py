@@ -5,7 +5,9 @@
 checks of every segment (:func:`monitor.analytics.drift.check_drift_sums` against the reference of
 :mod:`monitor.analytics.drift_policy`), every ``eval_step`` it builds the rules' observations with
 the functions of :mod:`monitor.alerts.observations` and steps each alert with
-:func:`monitor.alerts.lifecycle.evaluate`. Only the storage is replaced: per-minute bin sums kept
+:func:`monitor.alerts.lifecycle.evaluate`, then passes each evaluation's notifications through
+the incident step (:func:`monitor.alerts.incidents.step`) as the worker does. Only the storage
+is replaced: per-minute bin sums kept
 in numpy cumulative arrays instead of ``calibration_bins``, the design effect as labelled items
 per conversation (items dated by their message, as the store does). Labels are known at once (no
 outcome latency), like a replay of traffic that has fully landed. Metrics the simulator does
@@ -21,9 +23,12 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 
+from monitor.alerts.incidents import Incident, IncidentPolicy
+from monitor.alerts.incidents import step as incident_step
 from monitor.alerts.lifecycle import Observation, evaluate
 from monitor.alerts.observation_repo import DriftRow, SegmentTuple
 from monitor.alerts.observations import (
@@ -32,7 +37,7 @@ from monitor.alerts.observations import (
     escalation_observation,
 )
 from monitor.alerts.rule_models import CALIBRATION_METRICS, Metric, Rule, RuleSet
-from monitor.alerts.states import AlertState, Kind
+from monitor.alerts.states import AlertState, Kind, Notification, Status
 from monitor.analytics.bins import DEFAULT_BINS, BinSums, bin_index
 from monitor.analytics.drift import check_drift_sums
 from monitor.analytics.drift_policy import (
@@ -182,20 +187,33 @@ class DriftSettings:
 
 @dataclass(frozen=True)
 class Page:
-    """A notification of the replay: rule, scope's agent, kind, time."""
+    """A notification of the replay (firing, resolved or flapping): rule, scope's agent, kind,
+    time, and its incident and role there (:mod:`monitor.alerts.incidents`; None: none)."""
 
     rule: str
     agent: str
     kind: Kind
     at: datetime
+    incident: str | None = None
+    role: str | None = None
+
+    @property
+    def pages(self) -> bool:
+        """True when it paged: it opened or re-paged an incident (or, of no incident, fired)."""
+        if self.role is None:
+            return self.kind is Kind.FIRING
+        return self.role in ("open", "repage")
 
 
 @dataclass
 class Timeline:
-    """What a replay produced: pages, and every drift check per segment (time, fired)."""
+    """What a replay produced: notifications, every drift check per segment (time, fired),
+    and every incident as it stood at the end (``Incident.to_dict()``, plain values that
+    cross process boundaries) by id."""
 
     pages: list[Page] = field(default_factory=list)
     checks: dict[SegmentTuple, list[tuple[datetime, bool]]] = field(default_factory=dict)
+    incidents: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def drift_round(
@@ -269,13 +287,17 @@ def alert_timeline(
     """Replay ``[start, end]``: drift rounds every ``drift_step``, rule evaluations every
     ``eval_step`` (both from ``start``); escalation rules (a day of conversations each) every
     ``escalation_step`` if given (a multiple of ``eval_step``; long replays), else with the
-    others; ``only`` limits the rules evaluated by name."""
+    others; ``only`` limits the rules evaluated by name. Each evaluation's notifications go
+    through the incident step of ``rules`` (``incident_by``, ``incident_window``,
+    ``incident_repage``) like the worker's."""
     names = set(only) if only is not None else None
     chosen = [r for r in rules.rules if names is None or r.name in names]
     out = Timeline()
     states: dict[SegmentTuple, Reference] = {}
     alerts: dict[str, AlertState] = {}
     latest: dict[SegmentTuple, DriftRow] = {}
+    policy = IncidentPolicy.from_rules(rules)
+    live: dict[str, Incident] = {}
     next_drift, at = start, start
     while at <= end:
         while next_drift <= at:
@@ -283,6 +305,7 @@ def alert_timeline(
                 latest[row.segment] = row
                 out.checks.setdefault(row.segment, []).append((next_drift, row.fired))
             next_drift += drift_step
+        emitted: list[Notification] = []
         for rule in chosen:
             if (
                 escalation_step is not None
@@ -293,10 +316,15 @@ def alert_timeline(
             for obs in _observations(rule, stream, at, latest):
                 new, notes = evaluate(rule, alerts.get(obs.fingerprint), obs, at)
                 alerts[obs.fingerprint] = new
-                out.pages.extend(
-                    Page(n.rule, n.scope.get("agent", ""), n.kind, at)
-                    for n in notes
-                    if n.kind in (Kind.FIRING, Kind.RESOLVED)
-                )
+                emitted.extend(notes)
+        firing = {fp for fp, st in alerts.items() if st.status is Status.FIRING}
+        joined = incident_step(live.values(), emitted, firing, policy, at)
+        live = {i: inc for i, inc in joined.incidents.items() if inc.joinable(at, policy.window)}
+        out.incidents.update({i: joined.incidents[i].to_dict() for i in joined.changed})
+        out.pages.extend(
+            Page(n.rule, n.scope.get("agent", ""), n.kind, at, n.incident_id, n.incident_role)
+            for n in joined.notifications
+            if n.kind in (Kind.FIRING, Kind.RESOLVED, Kind.FLAPPING)
+        )
         at += eval_step
     return out

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from monitor.alerts import repo
 from monitor.alerts.destinations import NO_DESTINATION, destinations
+from monitor.alerts.incidents import Incident
 from monitor.alerts.lifecycle import alert_labels
 from monitor.alerts.rules import RuleSet, rules_to_dict
 from monitor.alerts.silences import Ack, Silence, parse_matchers, silenced_by
@@ -34,9 +35,14 @@ FILE = typer.Option(None, "--file", "-f", help="Rules file (default: settings, e
 
 
 def alert_row(
-    state: AlertState, rules: RuleSet, silences: list[Silence], now: datetime
+    state: AlertState,
+    rules: RuleSet,
+    silences: list[Silence],
+    now: datetime,
+    incident: str | None = None,
 ) -> dict[str, Any]:
-    """One alert as shown by ``alerts list`` (JSON-ready)."""
+    """One alert as shown by ``alerts list`` (JSON-ready); ``incident``: the id of the
+    incident it belongs to."""
     try:
         rule = rules.rule(state.rule)
     except KeyError:
@@ -66,7 +72,54 @@ def alert_row(
         "acked_at": state.acked_at,
         "flapping": state.flapping,
         "flap_share": state.flap_share,
+        "incident": incident,
     }
+
+
+def incident_row(incident: Incident) -> dict[str, Any]:
+    """One incident as shown by ``alerts list`` (JSON-ready)."""
+    return {
+        "id": incident.id,
+        "key": incident.key,
+        "status": incident.status,
+        "severity": incident.severity,
+        "opened_at": incident.opened_at,
+        "resolved_at": incident.resolved_at,
+        "alerts": [m.rule for m in incident.members],
+        "firing": len(incident.firing),
+        "pages": incident.pages,
+        "updates": incident.updates,
+    }
+
+
+def incidents_table(rows: list[dict[str, Any]]) -> Table:
+    """Incidents: key, status, severity, when opened and resolved, alerts, pages."""
+    t = ac.titled_table(
+        "incidents",
+        (
+            "incident",
+            "key",
+            "status",
+            "severity",
+            "opened (UTC)",
+            "resolved (UTC)",
+            "alerts",
+            "pages",
+        ),
+    )
+    for r in rows:
+        resolved = r["resolved_at"]
+        t.add_row(
+            r["id"],
+            escape(r["key"]),
+            r["status"],
+            r["severity"],
+            r["opened_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            resolved.strftime("%Y-%m-%d %H:%M:%S") if resolved else "-",
+            escape(", ".join(r["alerts"])) + f" ({r['firing']} firing)",
+            f"{r['pages']} (+{r['updates']} updates)",
+        )
+    return t
 
 
 def alerts_table(rows: list[dict[str, Any]]) -> Table:
@@ -84,6 +137,7 @@ def alerts_table(rows: list[dict[str, Any]]) -> Table:
             "silenced",
             "acked",
             "flapping",
+            "incident",
         ),
     )
     for r in rows:
@@ -102,6 +156,7 @@ def alerts_table(rows: list[dict[str, Any]]) -> Table:
             r["silence_id"] or ("yes" if r["silenced"] else "no"),
             r["acked_by"] or "-",
             f"yes ({r.get('flap_share', 0):.2f}): held" if r.get("flapping") else "no",
+            r.get("incident") or "-",
         )
     return t
 
@@ -118,26 +173,34 @@ def register(app: typer.Typer) -> None:
         as_json: bool = ac.JSON,
     ) -> None:
         """Firing, pending and flapping alerts: value against threshold, since, silenced,
-        acked, flapping (notifications held)."""
+        acked, flapping (notifications held), incident; then the open incidents (``--all``:
+        also resolved ones) with their alerts and pages."""
         rules = _rules_or_exit(rules_file)
         now = datetime.now(UTC)
 
-        async def go(eng: ac.AsyncEngine) -> list[dict[str, Any]]:
+        async def go(eng: ac.AsyncEngine) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             async with eng.connect() as conn:
                 states = await repo.list_states(conn)
                 silences = await repo.active_silences(conn, now)
+                found = await repo.list_incidents(conn, include_resolved=show_all)
+            holder: dict[str, str] = {}
+            for inc in reversed(found):  # open ones, then the newest, win
+                holder |= {m.fingerprint: inc.id for m in inc.members}
             kept = [s for s in states if show_all or s.flapping or s.status is not Status.RESOLVED]
-            return [alert_row(s, rules, silences, now) for s in kept]
+            rows = [alert_row(s, rules, silences, now, holder.get(s.fingerprint)) for s in kept]
+            return rows, [incident_row(i) for i in found]
 
-        rows = ac.run_with_engine(ac.console(), go, reads=True)
+        rows, incidents = ac.run_with_engine(ac.console(), go, reads=True)
         sinks = destinations(load_settings())
         if as_json:
-            ac.print_json({"alerts": rows, "destinations": sinks})
+            ac.print_json({"alerts": rows, "incidents": incidents, "destinations": sinks})
             return
         if not rows:
             typer.echo("no alerts" if show_all else "no firing or pending alerts")
         else:
             ac.print_table(ac.console(), alerts_table(rows))
+        if incidents:
+            ac.print_table(ac.console(), incidents_table(incidents))
         typer.echo(f"destinations: {', '.join(sinks)}" if sinks else NO_DESTINATION)
 
     @group.command("silence")

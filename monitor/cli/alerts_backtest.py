@@ -2,9 +2,10 @@
 
 Walks ``--from`` .. ``--to`` with the worker's drift checks and rule evaluation in a scratch
 schema (:mod:`monitor.alerts.backtest`): live alert state, drift references and the outbox
-are left alone and nothing is delivered. Prints per rule and segment: pages, episodes, time
-firing, flaps, and the first page after each ``--change AGENT@T``. Exit codes: 0 done, 2 bad
-options, an invalid rules file, or no database.
+are left alone and nothing is delivered. Prints per rule and segment: alerts fired, pages
+among them, episodes, time firing, flaps, and the first firing after each ``--change
+AGENT@T``; then the incidents (an agent's alerts that paged once) with their alerts, pages
+and updates. Exit codes: 0 done, 2 bad options, an invalid rules file, or no database.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def _parse_change(text: str) -> tuple[str, datetime]:
 def backtest_table(rows: list[dict[str, Any]], changes: list[str]) -> Table:
     """One row per rule and segment."""
     t = ac.titled_table(
-        "backtest", ("rule", "segment", "pages", "episodes", "firing (h)", "flaps", *changes)
+        "backtest",
+        ("rule", "segment", "fired", "pages", "episodes", "firing (h)", "flaps", *changes),
     )
     for r in rows:
         scope = escape(",".join(f"{k}={v}" for k, v in r["scope"].items()) or "global")
-        after = r["first_page_after_change_min"]
+        after = r["first_fired_after_change_min"]
         cells = [
             "-" if c not in after else ("none" if after[c] is None else f"{after[c]:g} min")
             for c in changes
@@ -42,11 +44,31 @@ def backtest_table(rows: list[dict[str, Any]], changes: list[str]) -> Table:
         t.add_row(
             r["rule"],
             scope,
+            str(r["fired"]),
             str(r["pages"]),
             str(r["episodes"]),
             f"{r['firing_minutes'] / 60:.1f}",
             str(r["flaps"]),
             *cells,
+        )
+    return t
+
+
+def incidents_table(incidents: list[dict[str, Any]]) -> Table:
+    """One row per incident: its key, when it opened and resolved, its alerts, pages."""
+    t = ac.titled_table(
+        "incidents",
+        ("incident", "key", "opened (UTC)", "resolved (UTC)", "severity", "alerts", "pages"),
+    )
+    for i in incidents:
+        t.add_row(
+            i["id"],
+            escape(i["key"]),
+            i["opened_at"][:16].replace("T", " "),
+            "-" if i["resolved_at"] is None else i["resolved_at"][:16].replace("T", " "),
+            i["severity"],
+            escape(", ".join(i["alerts"])),
+            f"{i['pages']} (+{i['updates']} updates)",
         )
     return t
 
@@ -69,7 +91,14 @@ def add_backtest_command(group: typer.Typer) -> None:
         as_json: bool = ac.JSON,
     ) -> None:
         """Replay stored history through the drift checks and rules; live state untouched."""
-        from monitor.alerts.backtest import Change, DriftJob, backtest, only_agent, summarize
+        from monitor.alerts.backtest import (
+            Change,
+            DriftJob,
+            backtest,
+            only_agent,
+            summarize,
+            summarize_incidents,
+        )
         from monitor.cli.alert_rules import rules_or_exit
         from monitor.config import load_settings
 
@@ -93,19 +122,27 @@ def add_backtest_command(group: typer.Typer) -> None:
             s.drift_min_reference,
         )
 
-        async def go(eng: ac.AsyncEngine) -> list[dict[str, Any]]:
-            steps, identities = await backtest(eng, rules, lo, hi, every, drift)
-            return [r.to_dict() for r in summarize(steps, identities, every, marks)]
+        async def go(eng: ac.AsyncEngine) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            steps, identities, found = await backtest(eng, rules, lo, hi, every, drift)
+            rows = [r.to_dict() for r in summarize(steps, identities, every, marks)]
+            return rows, [i.to_dict() for i in summarize_incidents(found)]
 
-        rows = ac.run_with_engine(ac.console(), go, reads=True)
+        rows, incidents = ac.run_with_engine(ac.console(), go, reads=True)
         keys = [f"{c.agent}@{c.at.isoformat()}" for c in marks]
         if as_json:
-            ac.print_json({"from": lo, "to": hi, "step": step, "rules": rows})
+            out = {"from": lo, "to": hi, "step": step, "rules": rows, "incidents": incidents}
+            ac.print_json(out)
             return
         if not rows:
             typer.echo("no rule had data in the range")
             return
         ac.print_table(ac.console(), backtest_table(rows, keys))
+        if incidents:
+            ac.print_table(ac.console(), incidents_table(incidents))
         pages = sum(r["pages"] for r in rows)
+        fired = sum(r["fired"] for r in rows)
         flaps = sum(r["flaps"] for r in rows)
-        typer.echo(f"{pages} pages, {flaps} flapping notifications, {len(rows)} rule x segment")
+        typer.echo(
+            f"{pages} pages in {len(incidents)} incidents ({fired} alerts fired), "
+            f"{flaps} flapping notifications, {len(rows)} rule x segment"
+        )

@@ -13,7 +13,12 @@
     as the state change that caused it; the notifier claims due rows (``FOR UPDATE SKIP
     LOCKED``), delivers, and records the answer. Unique on (idempotency key, sink).
 ``alert_history``
-    Every firing / repeat / resolved transition, for dashboard annotations and ``alerts list``.
+    Every firing / repeat / resolved transition, for dashboard annotations and ``alerts list``;
+    ``incident_id``: the incident the notification belonged to, if any.
+``alert_incidents``
+    Incidents (:class:`monitor.alerts.incidents.Incident` as JSON plus the columns dashboards
+    and listings filter on): one per group of an agent's alerts that paged once, kept as long as
+    the alert history. ``members`` is the JSON array of the member fingerprints.
 """
 
 from __future__ import annotations
@@ -90,6 +95,28 @@ alert_history = Table(
     required("summary", Text),
     required("at", TS),
     required("idempotency_key", Text, unique=True),
+    Column("incident_id", Text),
     Index(None, "at"),
     Index(None, "fingerprint", "at"),
+    Index(None, "incident_id"),
+)
+
+alert_incidents = Table(
+    "alert_incidents",
+    metadata,
+    key("id", Text),
+    required("incident_key", Text),
+    required("labels", JSONB),
+    required("status", Text),
+    required("severity", Text),
+    required("opened_at", TS),
+    Column("resolved_at", TS),
+    required("members", JSONB),
+    required("pages", Integer),
+    required("state", JSONB),
+    required("version", Integer),
+    inserted_at("updated_at"),
+    Index(None, "status"),
+    Index(None, "incident_key", "opened_at"),
+    Index(None, "opened_at"),
 )

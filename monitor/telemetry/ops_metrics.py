@@ -6,7 +6,7 @@ process never share counters. Units: counts are events, latency is seconds, lag 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -70,6 +70,19 @@ class OpsMetrics:
             "rule",
         )
         self._flapping_rules: set[str] = set()
+        self.incidents_open = gauge(
+            "monitor_incidents_open",
+            "Alert incidents open at the last evaluation (an agent's alerts that page once)",
+        )
+        self.incident_pages = counter(
+            "monitor_incident_pages",
+            "Pages sent: alert incidents opened, and re-paged on a higher severity",
+            "severity",
+        )
+        self.incident_updates = counter(
+            "monitor_incident_updates",
+            "Notifications sent as updates of an open incident instead of pages",
+        )
         self.consumer_lag = gauge(
             "monitor_consumer_lag", "High watermark minus position", "partition"
         )
@@ -268,6 +281,16 @@ class OpsMetrics:
         self._flapping_rules |= counts.keys()
         for rule, n in counts.items():
             self.alerts_flapping.labels(rule=rule).set(n)
+
+    def incidents(self, open_now: int, page_severities: Sequence[str], updates: int) -> None:
+        """Record an evaluation's incidents: how many are open (``monitor_incidents_open``),
+        the severity of each page it sent (``monitor_incident_pages_total{severity}``) and
+        its updates (``monitor_incident_updates_total``)."""
+        self.incidents_open.set(open_now)
+        for severity in page_severities:
+            self.incident_pages.labels(severity=severity).inc()
+        if updates:
+            self.incident_updates.inc(updates)
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""

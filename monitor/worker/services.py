@@ -248,6 +248,9 @@ class AlertingService(Service):
 
     def _on_report(self, report: EvaluationReport) -> None:
         self.metrics.alerts(report.flapping)
+        self.metrics.incidents(
+            report.open_incidents, [n.severity for n in report.pages], report.incident_updates
+        )
         if report.outbox_rows:
             self.outbox_written.set()
 

@@ -18,8 +18,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
-from monitor.alerts.backtest import SHADOWED, Change, DriftJob, backtest, summarize
+from monitor.alerts.backtest import (
+    SHADOWED,
+    Change,
+    DriftJob,
+    backtest,
+    summarize,
+    summarize_incidents,
+)
 from monitor.alerts.evaluate import evaluate_once
+from monitor.alerts.incidents import Incident
 from monitor.alerts.observations import observe
 from monitor.alerts.rules import RuleSet, default_rules, load_rules
 from monitor.alerts.timeline import replay_alert_timeline
@@ -94,14 +102,15 @@ DRIFT = DriftJob(every=STEP)
 async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     db: tuple[str, AsyncEngine],
 ) -> None:
-    _, engine = db
+    url, engine = db
     rules = default_rules()
-    steps, identities = await backtest(engine, rules, FROM, TO, STEP, DRIFT)
+    steps, identities, incidents = await backtest(engine, rules, FROM, TO, STEP, DRIFT)
     assert set((await live_rows(engine)).values()) == {0}  # nothing written live
     assert await q(engine, "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'backtest_%'") == []
     ours = [(n.created_at, n.idempotency_key) for s in steps for n in s.notifications]
 
     # the worker's walk over the same history, writing the live tables
+    metrics = OpsMetrics()
     await replay_alert_timeline(
         engine,
         rules,
@@ -115,6 +124,10 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
         drift_min_samples=DRIFT.min_samples,
         drift_reference=DRIFT.reference,
         drift_min_reference=DRIFT.min_reference,
+        not_after=TO,  # the same ticks: no flush tick after the walk
+        on_tick=lambda t: metrics.incidents(
+            t.report.open_incidents, [n.severity for n in t.report.pages], t.report.incident_updates
+        ),
     )
     worker = [
         (at, key)
@@ -123,6 +136,38 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     ]
     assert ours == worker
     assert len(ours) >= 3
+    # the same incidents, ids, members, pages and updates as the worker stored
+    stored = [
+        Incident.from_dict(r[0]) for r in await q(engine, "SELECT state FROM alert_incidents")
+    ]
+    assert sorted(incidents, key=lambda i: i.id) == sorted(stored, key=lambda i: i.id)
+    history = await q(engine, "SELECT incident_id FROM alert_history WHERE kind = 'firing'")
+    assert {i for (i,) in history} == {i.id for i in stored}
+    # one incident per agent, each paging once: the stable agent's ECE (it stays firing);
+    # the changed agent's drift and calibration alerts page once together
+    summary = {s.key: s for s in summarize_incidents(incidents)}
+    assert set(summary) == {"agent=stable", "agent=changed"}
+    assert summary["agent=stable"].pages == 1 and summary["agent=changed"].pages == 1
+    assert "drift_tier3" in summary["agent=changed"].alerts
+    assert len(summary["agent=changed"].alerts) >= 2
+    # shown: /metrics, v_alerts (the dashboards' alert tables) and `alerts list`
+    exposed = metrics.render()
+    open_now = sum(1 for i in stored if i.resolved_at is None)
+    assert f"monitor_incidents_open {open_now:.1f}".encode() in exposed
+    assert b'monitor_incident_pages_total{severity="critical"} 2.0' in exposed
+    updates = sum(i.updates for i in stored)
+    assert f"monitor_incident_updates_total {updates:.1f}".encode() in exposed
+    holder = {m.fingerprint: i.id for i in stored for m in i.members}
+    shown = await q(engine, "SELECT fingerprint, incident_id FROM v_alerts")
+    assert shown and all(inc == holder[fp] for fp, inc in shown)
+    args = ["alerts", "list", "--all", "--json"]
+    out = await asyncio.to_thread(CliRunner().invoke, app, args, env={"MONITOR_DATABASE_URL": url})
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.output)
+    assert {i["id"]: i["alerts"] for i in listed["incidents"]} == {
+        i.id: [m.rule for m in i.members] for i in stored
+    }
+    assert all(a["incident"] == holder.get(a["fingerprint"]) for a in listed["alerts"])
 
     figures = {
         (r.rule, r.scope["agent"]): r
@@ -130,16 +175,19 @@ async def test_backtest_agrees_with_the_worker_and_leaves_live_state_alone(
     }
     # the stable agent sits at the ECE threshold's edge: one page, it stays firing
     assert figures[("ece_tier3", "stable")].pages == 1
+    assert figures[("ece_tier3", "stable")].fired == 1
     assert figures[("ece_tier3", "stable")].flaps == 0
     assert not any(
-        r.rule.startswith("drift") and r.pages for (_, a), r in figures.items() if a == "stable"
+        r.rule.startswith("drift") and r.fired for (_, a), r in figures.items() if a == "stable"
     )
-    # the changed agent: drift paged once, within the recent hour plus for: 10m at this
+    # the changed agent: drift fired once, within the recent hour plus for: 10m at this
     # 15-minute step (bench/alert_quality.py measures the delay at the worker's 5 minutes)
     drift = figures[("drift_tier3", "changed")]
-    assert drift.pages == 1
-    delay = drift.first_page_after[f"changed@{CHANGE.isoformat()}"]
+    assert drift.fired == 1
+    delay = drift.first_fired_after[f"changed@{CHANGE.isoformat()}"]
     assert delay is not None and delay <= 90
+    changed = [r for (_, a), r in figures.items() if a == "changed"]
+    assert sum(r.pages for r in changed) == 1 < sum(r.fired for r in changed)
     # the worker's stored checks ran the sequential test once the reference reached its
     # minimum size, and it flagged the change
     checks = await q(
@@ -173,11 +221,16 @@ async def test_backtest_command_prints_figures_per_rule_and_segment(
     env = {"MONITOR_DATABASE_URL": url, "MONITOR_DRIFT_INTERVAL_S": "900"}
     out = await asyncio.to_thread(CliRunner().invoke, app, args, env=env)
     assert out.exit_code == 0, out.output
-    rows = json.loads(out.output)["rules"]
+    shown = json.loads(out.output)
+    rows = shown["rules"]
     assert {r["scope"]["agent"] for r in rows} == {"changed"}
     drift = next(r for r in rows if r["rule"] == "drift_tier3")
-    assert drift["pages"] == 1 and drift["episodes"] == 1 and drift["firing_minutes"] > 0
-    assert 0 <= drift["first_page_after_change_min"][f"changed@{CHANGE.isoformat()}"] <= 90
+    assert drift["fired"] == 1 and drift["episodes"] == 1 and drift["firing_minutes"] > 0
+    assert 0 <= drift["first_fired_after_change_min"][f"changed@{CHANGE.isoformat()}"] <= 90
+    [incident] = shown["incidents"]
+    assert incident["key"] == "agent=changed" and incident["pages"] == 1
+    assert "drift_tier3" in incident["alerts"] and incident["updates"] >= 1
+    assert sum(r["pages"] for r in rows) == 1
     assert set((await live_rows(engine)).values()) == {0}
 
 

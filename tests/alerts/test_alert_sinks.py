@@ -7,7 +7,7 @@ import asyncio
 import json
 import subprocess
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -16,6 +16,8 @@ import typer
 from typer.testing import CliRunner
 
 from monitor.alerts.grouping import GroupedNotification
+from monitor.alerts.incidents import IncidentPolicy
+from monitor.alerts.incidents import step as incident_step
 from monitor.alerts.sinks.alertmanager import AlertmanagerSink
 from monitor.alerts.sinks.base import DeliveryContext
 from monitor.alerts.sinks.slack import SlackSink, SlackWebhookSink
@@ -35,6 +37,7 @@ from tests.servers.alert_servers import (
 DASH = "http://grafana.example:3000/"
 SECRET = "whsec-test-0123456789"
 AM_BIN = Path("/usr/bin/prometheus-alertmanager")
+T_AM = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def ctx(key: str, thread: dict[str, str] | None = None) -> DeliveryContext:
@@ -230,7 +233,10 @@ async def alertmanager(tmp_path: Path) -> AsyncIterator[str]:
     if not AM_BIN.exists():
         pytest.skip(f"{AM_BIN} missing: apt-get install prometheus-alertmanager (see .ci/run)")
     config = tmp_path / "alertmanager.yml"
-    config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
+    # grouped by the incident label, as docs/runbooks.md tells Alertmanager users to do
+    config.write_text(
+        'route:\n  receiver: "null"\n  group_by: [incident]\nreceivers:\n  - name: "null"\n'
+    )
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -297,6 +303,40 @@ async def test_alertmanager_receives_and_shows_the_alerts(alertmanager: str) -> 
             firing.to_dict(), ctx("k")
         )
         assert bad.outcome == "permanent" and bad.status == 404
+    await sink.aclose()
+
+
+async def test_alertmanager_groups_an_incident_into_one_notification(alertmanager: str) -> None:
+    policy = IncidentPolicy(("agent",), timedelta(minutes=30))
+    ece = notification(fired_at=datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+    drift = notification(rule="drift-tier3", fired_at=datetime(2026, 3, 1, 12, 20, tzinfo=UTC))
+    other = notification(agent="support", fired_at=ece.fired_at)
+    first = incident_step([], [ece, other], {ece.fingerprint, other.fingerprint}, policy, T_AM)
+    firing = {ece.fingerprint, drift.fingerprint, other.fingerprint}
+    later = incident_step(
+        first.incidents.values(), [drift], firing, policy, T_AM + timedelta(minutes=20)
+    )
+    notes = [*first.notifications, *later.notifications]
+    billing = notes[0].incident_id
+    assert billing is not None and notes[2].incident_id == billing != notes[1].incident_id
+    sink = AlertmanagerSink(alertmanager, DASH)
+    for n in notes:
+        assert (await sink.deliver(n.to_dict(), ctx(n.idempotency_key))).ok
+    async with httpx.AsyncClient() as client:
+        shown = (await client.get(f"{alertmanager}/api/v2/alerts")).json()
+        assert sorted((a["labels"]["alertname"], a["labels"]["incident"]) for a in shown) == sorted(
+            (n.rule, n.incident_id) for n in notes
+        )
+        groups = (await client.get(f"{alertmanager}/api/v2/alerts/groups")).json()
+    by_incident = {
+        g["labels"]["incident"]: sorted(a["labels"]["alertname"] for a in g["alerts"])
+        for g in groups
+    }
+    # Alertmanager's own grouping: one group (one notification) per incident
+    assert by_incident == {
+        billing: ["drift-tier3", "ece-tier3"],
+        notes[1].incident_id: ["ece-tier3"],
+    }
     await sink.aclose()
 
 

@@ -5,6 +5,7 @@ unaffected), concurrent notifiers, and a SIGKILL between sending and recording."
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -17,10 +18,15 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.alerts.grouping import Group, GroupingPolicy
+from monitor.alerts.grouping import step as group_step
+from monitor.alerts.incidents import Incident, IncidentPolicy
+from monitor.alerts.incidents import step as incident_step
 from monitor.alerts.notifier import Notifier, enqueue
 from monitor.alerts.sinks.base import Sink
-from monitor.alerts.sinks.slack import SlackSink
+from monitor.alerts.sinks.slack import SKIPPED_UPDATE, SlackSink, SlackWebhookSink
 from monitor.alerts.sinks.webhook import WebhookSink
+from monitor.alerts.states import Notification
 from monitor.core.resilience import RetryPolicy
 from monitor.store.engine import make_engine
 from monitor.store.tables_alerts import notification_outbox as outbox
@@ -350,3 +356,83 @@ async def test_sigkill_between_sending_and_recording(
     stored = await rows(engine)
     assert sorted(r["attempts"] for r in stored) == [1, 1, 1, 2, 2, 2]
     assert {r["idempotency_key"] for r in stored if r["attempts"] == 2} == held
+
+
+def incident_payloads() -> list[dict[str, Any]]:
+    """One incident as the evaluator hands it to the outbox, through the real incident and
+    grouping steps: a warning opens it (the page), a critical alert joins (the one re-page),
+    the critical one resolves (an update), the warning resolves (the close)."""
+    policy = IncidentPolicy(("agent",), timedelta(minutes=30), repage=True)
+    grouping = GroupingPolicy(("severity", "agent"), timedelta(0), timedelta(seconds=1))
+    warn = notification(rule="brier-tier3", severity="warning", fired_at=T0)
+    crit = notification(rule="ece-tier3", fired_at=T0 + timedelta(minutes=5))
+    crit_done = notification(rule="ece-tier3", kind="resolved", fired_at=crit.fired_at)
+    warn_done = Notification.from_dict(
+        {
+            **notification(rule="brier-tier3", kind="resolved", fired_at=T0).to_dict(),
+            "severity": "warning",
+        }
+    )
+    incidents: list[Incident] = []
+    groups: dict[str, Group] = {}
+    firing: set[str] = set()
+    out: list[dict[str, Any]] = []
+    steps = ((0, warn, True), (5, crit, True), (50, crit_done, False), (60, warn_done, False))
+    for minute, note, on in steps:
+        now = T0 + timedelta(minutes=minute)
+        (firing.add if on else firing.discard)(note.fingerprint)
+        joined = incident_step(incidents, [note], firing, policy, now)
+        incidents = list(joined.incidents.values())
+        result = group_step(groups, joined.notifications, grouping, now)
+        groups = result.groups
+        out += [b.to_dict() for b in result.ready]
+    return out
+
+
+async def test_an_incident_is_one_slack_thread_one_webhook_message_and_keyed_json(
+    engine: AsyncEngine, slack: SlackServer
+) -> None:
+    payloads = incident_payloads()
+    assert [p["incident_role"] for p in payloads] == ["open", "repage", "update", "close"]
+    incident = payloads[0]["incident_id"]
+    assert incident.startswith("inc-") and {p["incident_id"] for p in payloads} == {incident}
+    hook = SlackWebhookSink(f"{slack.base_url}/services/T0/B0/x", DASH)
+    async with WebhookReceiver(SECRET) as receiver:
+        assert isinstance(receiver, WebhookReceiver)
+        sinks: dict[str, Sink] = {
+            "slack": slack_sink(slack),
+            "slack_webhook": hook,
+            "webhook": WebhookSink(receiver.url, SECRET),
+        }
+        assert await enqueue(engine, payloads, sinks, now=T0) == 12
+        assert await notifier(engine, sinks, Clock()).run_once(T0) == 12
+    bot = [m for m in slack.messages if "channel" in m]
+    posted = [m for m in slack.messages if "channel" not in m]
+    # the bot: one thread; updates quiet in it, the re-page and the close also in the channel
+    root = bot[0]
+    assert root.get("thread_ts") is None
+    assert [m.get("thread_ts") for m in bot[1:]] == [root["ts"]] * 3
+    assert [m.get("reply_broadcast") for m in bot[1:]] == [True, None, True]
+    assert f"New incident `{incident}`" in json.dumps(root["blocks"])
+    assert f"Incident `{incident}` resolved" in json.dumps(bot[3]["blocks"])
+    # the incoming webhook cannot thread: the pages only (the opening one and the re-page)
+    assert [m["blocks"][0]["text"]["text"] for m in posted] == [
+        ":warning: 1 firing, 0 resolved · warning",
+        ":rotating_light: 1 firing, 0 resolved · critical",
+    ]
+    # the signed webhook: every message, each naming the incident and what it is to it
+    bodies = [r.body for r in receiver.accepted]
+    assert [(b["incident_id"], b["incident_role"]) for b in bodies] == [
+        (incident, "open"),
+        (incident, "repage"),
+        (incident, "update"),
+        (incident, "close"),
+    ]
+    assert all(b["labels"]["incident"] == incident for b in bodies)
+    assert all(n["incident_id"] == incident for b in bodies for n in b["notifications"])
+    stored = await rows(engine)
+    assert all(r["status"] == "delivered" for r in stored)
+    first_slack = next(r for r in stored if r["sink"] == "slack")
+    assert first_slack["response"]["incident"] == incident
+    skipped = [r["response"] for r in stored if r["sink"] == "slack_webhook"][2:]
+    assert skipped == [{"skipped": SKIPPED_UPDATE}] * 2

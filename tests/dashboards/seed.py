@@ -6,8 +6,8 @@ with their decision events (``seed_gate``) (``EventWriter``: events, conversatio
 calibration bins), dead letters from real validation failures, drift checks
 (``flows.analytics.run_drift``), recalibration maps (``flows.analytics.fit_maps``), judge
 verdicts (the deterministic judges on real conversations plus rubric-judge verdicts, some of
-them errors, through ``judge_repo.write_verdicts``) and alert states and history (rows as the
-alert lifecycle stores them: no alert writer exists yet).
+them errors, through ``judge_repo.write_verdicts``) and alert states, history and incidents
+(rows as the alert evaluation stores them).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import asyncpg
 
+from monitor.alerts.incidents import Incident, Member, incident_id
 from monitor.alerts.states import AlertState, Status, fingerprint
 from monitor.analytics import reports as fa
 from monitor.analytics.repo import Segment
@@ -164,11 +165,46 @@ ALERTS = (  # (rule, scope, severity, minutes ago it fired, minutes ago it resol
 )
 
 
+def incident_of(rule: str, scope: dict[str, str], severity: str, now: datetime) -> Incident:
+    """The incident a seeded alert opened (one per alert: each agent has one alert)."""
+    row = next(a for a in ALERTS if a[0] == rule)
+    at = now - timedelta(minutes=row[3])
+    end = None if row[4] is None else now - timedelta(minutes=row[4])
+    key = f"agent={scope['agent']}"
+    fp = fingerprint(rule, scope)
+    return Incident(
+        incident_id(key, at),
+        key,
+        {"agent": scope["agent"]},
+        at,
+        severity,
+        severity,
+        (Member(fp, rule, severity, at),),
+        () if end else (fp,),
+        end,
+    )
+
+
 async def seed_alerts(database_url: str, now: datetime) -> None:
-    """Two firing alerts and one resolved one, with their history."""
+    """Two firing alerts and one resolved one, with their history; each opened an incident."""
     conn = await asyncpg.connect(libpq_url(database_url))
     try:
         for rule, scope, severity, fired, resolved in ALERTS:
+            inc = incident_of(rule, scope, severity, now)
+            await conn.execute(
+                "INSERT INTO alert_incidents (id, incident_key, labels, status, severity,"
+                " opened_at, resolved_at, members, pages, state, version)"
+                " VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8::jsonb, 1, $9::jsonb, 0)",
+                inc.id,
+                inc.key,
+                json.dumps(dict(inc.labels)),
+                inc.status,
+                severity,
+                inc.opened_at,
+                inc.resolved_at,
+                json.dumps([m.fingerprint for m in inc.members]),
+                json.dumps(inc.to_dict()),
+            )
             fp = fingerprint(rule, scope)
             at = now - timedelta(minutes=fired)
             end = now - timedelta(minutes=resolved) if resolved is not None else None
@@ -201,8 +237,8 @@ async def seed_alerts(database_url: str, now: datetime) -> None:
             for kind, when in kinds:
                 await conn.execute(
                     "INSERT INTO alert_history (fingerprint, rule, kind, severity, scope, value,"
-                    " threshold, summary, at, idempotency_key)"
-                    " VALUES ($1, $2, $3, $4, $5::jsonb, 0.31, 0.15, $6, $7, $8)",
+                    " threshold, summary, at, idempotency_key, incident_id)"
+                    " VALUES ($1, $2, $3, $4, $5::jsonb, 0.31, 0.15, $6, $7, $8, $9)",
                     fp,
                     rule,
                     kind,
@@ -211,6 +247,7 @@ async def seed_alerts(database_url: str, now: datetime) -> None:
                     f"{rule} for {scope['agent']}: 0.31 above 0.15",
                     when,
                     f"{fp}:{kind}",
+                    inc.id,
                 )
     finally:
         await conn.close()

@@ -254,6 +254,50 @@ async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None
     assert stat.rows[0][0] == pytest.approx(tp / flagged, abs=1e-12)
 
 
+async def test_alert_tables_name_the_incident_of_each_alert(seeded: str) -> None:
+    """Every dashboard's "Firing alerts" table shows which incident each alert joined."""
+    conn = await asyncpg.connect(libpq_url(seeded))
+    try:
+        now = await conn.fetchval("SELECT clock_timestamp()")
+        want = {
+            str(r["fingerprint"]): str(r["id"])
+            for r in await conn.fetch(
+                "SELECT i.id, m.value #>> '{}' AS fingerprint FROM alert_incidents i,"
+                " jsonb_array_elements(i.members) m"
+            )
+        }
+        for uid, d in dashboards().items():
+            [panel] = [p for p in all_panels(d) if p["title"] == "Firing alerts"] or [None]
+            if panel is None:
+                continue
+            scenario = Scenario("everything", g.TimeRange(now - timedelta(days=1), now))
+            problems: list[str] = []
+            variables = await resolve_variables(conn, d, scenario, problems)
+            assert not problems, problems
+            sql = g.interpolate(
+                panel["targets"][0]["rawSql"],
+                time_range=scenario.time_range,
+                interval_ms=60000,
+                variables=variables,
+            )
+            result = await run_sql(conn, sql)
+            rows = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+            assert {(r["rule"], r["agent"]) for r in rows} == {
+                ("ece_tier1", "sim-retail-overconfident"),
+                ("escalation_inverted", "sim-airline-inverted"),
+            }, uid
+            fps = {
+                r["rule"]: await conn.fetchval(
+                    "SELECT fingerprint FROM v_alerts WHERE rule = $1", r["rule"]
+                )
+                for r in rows
+            }
+            assert all(r["incident"] == want[fps[r["rule"]]] for r in rows), uid
+            assert all(r["incident"].startswith("inc-") for r in rows), uid
+    finally:
+        await conn.close()
+
+
 async def run_annotations(
     url: str, dashboard: dict[str, Any], selection: dict[str, tuple[str, ...]]
 ) -> dict[str, Any]:

@@ -64,11 +64,14 @@ def classify_api_error(exc: SlackApiError, now: datetime) -> DeliveryResult:
 class SlackSink:
     """``chat.postMessage`` with a bot token (scope ``chat:write``) to one channel.
 
-    A payload that resolves an episode whose firing message this sink delivered
-    (``context.thread`` holds its ``channel`` and ``ts``) is posted as a reply in that thread,
-    also broadcast to the channel (``reply_broadcast``) so the recovery is seen. The stored
-    response is ``{"channel": <id>, "ts": <message ts>}``. ``base_url`` is the Web API root
-    (tests point it at a local server).
+    Incidents (:mod:`monitor.alerts.incidents`): the page that opens an incident is a new
+    message, the thread of the incident; every later message of the incident (``context.thread``
+    holds the thread's ``channel`` and ``ts``) is a reply in that thread: updates quietly, a
+    re-page and the incident's resolution also broadcast to the channel (``reply_broadcast``).
+    Without an incident, a payload that resolves an episode whose firing message this sink
+    delivered is a broadcast reply under it. The stored response is ``{"channel": <id>, "ts":
+    <message ts>}`` (+ ``thread_ts`` for a reply). ``base_url`` is the Web API root (tests
+    point it at a local server).
     """
 
     def __init__(
@@ -102,7 +105,7 @@ class SlackSink:
                 blocks=message["blocks"],
                 attachments=message["attachments"],
                 thread_ts=thread_ts,
-                reply_broadcast=True if thread_ts else None,
+                reply_broadcast=True if thread_ts and broadcast(payload) else None,
                 unfurl_links=False,
             )
         except SlackApiError as exc:
@@ -118,12 +121,25 @@ class SlackSink:
         """Nothing to release: slack-sdk opens a session per request."""
 
 
+def broadcast(payload: Mapping[str, Any]) -> bool:
+    """Whether a threaded reply is also shown in the channel: not for an incident's updates
+    (``incident_role`` ``update``), for anything else (a re-page, an incident's close, an
+    episode's resolution)."""
+    return payload.get("incident_role") != "update"
+
+
+SKIPPED_UPDATE = "incident update: an incoming webhook cannot thread"
+
+
 class SlackWebhookSink:
     """An incoming webhook (``https://hooks.slack.com/services/...``).
 
-    Incoming webhooks answer ``ok`` and return no message ``ts``, so a resolved message cannot
-    be threaded under its firing one: it is posted as a new message in the webhook's channel.
-    Use a bot token (:class:`SlackSink`) to get threads. The URL itself is a secret and never
+    Incoming webhooks answer ``ok`` and return no message ``ts``, so nothing can be threaded:
+    an incident is ONE message, its page (and a re-page, which is a page too); its updates and
+    its close are not posted (each is recorded as delivered with the response ``{"skipped":
+    SKIPPED_UPDATE}``; ``monitor alerts list`` and the dashboards show them). A notification of
+    no incident is posted as before, a resolution as a new message. Use a bot token
+    (:class:`SlackSink`) to get the incident's thread. The URL itself is a secret and never
     appears in an error.
     """
 
@@ -133,6 +149,8 @@ class SlackWebhookSink:
 
     async def deliver(self, payload: dict[str, Any], context: DeliveryContext) -> DeliveryResult:
         """Post once (see the class docstring)."""
+        if payload.get("incident_id") and payload.get("incident_role") in ("update", "close"):
+            return DeliveryResult("delivered", None, {"skipped": SKIPPED_UPDATE})
         try:
             message = render_message(payload, self._dashboard_url)
         except (KeyError, TypeError, ValueError) as exc:

@@ -265,8 +265,28 @@ def _mrkdwn(text: str) -> dict[str, Any]:
     return {"type": "mrkdwn", "text": _cut(text, 3000)}
 
 
+_INCIDENT_TEXT = {
+    "open": "New incident `{id}`: alerts that join it follow in this thread",
+    "repage": "Incident `{id}` raised to {severity}",
+    "update": "Update to incident `{id}`",
+    "close": "Incident `{id}` resolved: its last alert resolved",
+}
+
+
+def incident_text(n: AnyNotification) -> str | None:
+    """One line on the incident a notification (or batch) belongs to and what it is to it,
+    e.g. ``Update to incident `inc-...```; None without an incident."""
+    if n.incident_id is None:
+        return None
+    role = n.incident_role or "update"
+    template = _INCIDENT_TEXT.get(role, _INCIDENT_TEXT["update"])
+    return template.format(id=_esc(n.incident_id), severity=_esc(_severity(n)))
+
+
 def render_message(payload: Mapping[str, Any], dashboard_url: str) -> dict[str, Any]:
-    """The Slack message for an outbox payload (see the module docstring for its shape).
+    """The Slack message for an outbox payload (see the module docstring for its shape; a
+    notification of an incident ends with a context line saying which and what it is to it,
+    :func:`incident_text`).
 
     Raises ValueError when the payload is not a (grouped) notification.
     """
@@ -277,6 +297,9 @@ def render_message(payload: Mapping[str, Any], dashboard_url: str) -> dict[str, 
         if isinstance(n, Notification)
         else _group_blocks(n, dashboard_url, allow)
     )
+    incident = incident_text(n)
+    if incident is not None:
+        blocks.append({"type": "context", "elements": [_mrkdwn(incident)]})
     text = _cut(_esc(fallback_text(n, allow)), 3000)
     _, colour = _style(n)
     return {"text": text, "blocks": blocks, "attachments": [{"color": colour, "fallback": text}]}
