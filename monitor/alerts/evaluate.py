@@ -12,9 +12,11 @@
    happen), saves every changed state with compare-and-swap on its version (a lost race, e.g.
    against a concurrent ``alerts ack``, drops that fingerprint's notifications: whoever won
    owns them; it is re-evaluated next time);
-4. records the accepted notifications in ``alert_history``, passes them through grouping
+4. records the accepted notifications in ``alert_history``, stores the exemplars of the alerts
+   that fired and promotes their conversations into the kept sample
+   (:func:`monitor.alerts.exemplar_repo.record`), passes the notifications through grouping
    (:func:`monitor.alerts.grouping.step`, state in ``alert_groups``), and inserts one outbox
-   row per flushed batch and configured sink;
+   row per flushed batch and configured sink (with its members' exemplars);
 5. commits: the state changes, history, grouping state and outbox rows become visible together
    or not at all. The notifier delivers from the outbox afterwards.
 
@@ -43,8 +45,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from monitor.alerts import grouping
+from monitor.alerts import exemplar_repo, grouping
 from monitor.alerts import repo as alerts_repo
+from monitor.alerts.exemplars import DEFAULT_LIMIT
 from monitor.alerts.lifecycle import Observation, evaluate
 from monitor.alerts.observations import LagSource, observe
 from monitor.alerts.outbox import enqueue
@@ -70,7 +73,7 @@ class EvaluationReport:
     notifications flushed; ``outbox_rows``: rows inserted; ``firing``/``pending``: fingerprints
     in that status afterwards; ``flapping``: fingerprint -> rule of the alerts marked flapping
     afterwards (notifications held); ``next_due_at``: when a held notification group becomes
-    due.
+    due; ``exemplars``: exemplar rows stored for the alerts that fired.
     """
 
     at: datetime
@@ -85,6 +88,7 @@ class EvaluationReport:
     pending: list[str] = field(default_factory=list)
     flapping: dict[str, str] = field(default_factory=dict)
     next_due_at: datetime | None = None
+    exemplars: int = 0
 
 
 async def evaluate_once(
@@ -95,13 +99,15 @@ async def evaluate_once(
     *,
     lag: LagSource | None = None,
     stall: LagSource | None = None,
+    exemplars: int = DEFAULT_LIMIT,
 ) -> EvaluationReport:
     """Evaluate every rule at ``now`` (aware) and commit the results (module docstring).
 
     ``sinks`` names the configured sinks: each flushed batch gets one outbox row per name (no
     sinks: states and history are still kept, nothing is queued). ``lag`` feeds the
-    ``consumer_lag`` rules, ``stall`` the ``ingest_stall_s`` rules. Database errors propagate;
-    nothing is committed then.
+    ``consumer_lag`` rules, ``stall`` the ``ingest_stall_s`` rules. ``exemplars``: at most that
+    many exemplars per alert that fires (0: none chosen, nothing promoted). Database errors
+    propagate; nothing is committed then.
     """
     observations = await observe(engine, rules, now, lag=lag, stall=stall)
     by_name = {r.name: r for r in rules.rules}
@@ -119,6 +125,7 @@ async def evaluate_once(
         accepted: list[Notification] = []
         changed = conflicts = 0
         after: dict[str, AlertState] = {}
+        fired: list[AlertState] = []
         for fp, o in obs.items():
             old = stored.get(fp)
             new, notes = evaluate(by_name[o.rule], old, o, now, silences)
@@ -128,14 +135,18 @@ async def evaluate_once(
             if await alerts_repo.save_state(conn, new, None if old is None else old.version):
                 changed += 1
                 accepted.extend(notes)
+                if new.status is Status.FIRING and (old is None or old.fired_at != new.fired_at):
+                    fired.append(new)
             else:
                 conflicts += 1
                 log.info("alert %s changed concurrently; its notifications are skipped", fp)
         await alerts_repo.record_history(conn, accepted)
+        chosen = await exemplar_repo.record(conn, by_name, fired, now, exemplars)
         groups = await alerts_repo.load_groups(conn, lock=True)
         result = grouping.step(groups, accepted, policy, now)
         await alerts_repo.save_groups(conn, groups, result.groups)
-        rows = await enqueue(conn, [_payload(b, rules) for b in result.ready], sinks, now)
+        payloads = await exemplar_repo.attach(conn, [_payload(b, rules) for b in result.ready])
+        rows = await enqueue(conn, payloads, sinks, now)
     dues = [d for g in result.groups.values() if (d := g.due_at(policy)) is not None]
     return EvaluationReport(
         at=now,
@@ -150,6 +161,7 @@ async def evaluate_once(
         pending=sorted(fp for fp, s in after.items() if s.status is Status.PENDING),
         flapping={fp: s.rule for fp, s in sorted(after.items()) if s.flapping},
         next_due_at=min(dues, default=None),
+        exemplars=chosen,
     )
 
 
@@ -215,10 +227,12 @@ async def run(
     lag: LagSource | None = None,
     stall: LagSource | None = None,
     on_report: Callable[[EvaluationReport], None] | None = None,
+    exemplars: int = DEFAULT_LIMIT,
 ) -> None:
     """Evaluate on a timer while leader, until ``stop`` is set (module docstring).
 
-    Each cycle: ``evaluate_once(engine, rules, clock.now(), sinks, lag=lag)``, then
+    Each cycle: ``evaluate_once(engine, rules, clock.now(), sinks, lag=lag, stall=stall,
+    exemplars=exemplars)``, then
     ``on_report(report)``; the next cycle starts ``interval_s`` later, or when the earliest
     notification group is due if sooner. An evaluation that fails is logged and retried next
     cycle (never fatal). Returns after releasing the leader lock.
@@ -240,7 +254,7 @@ async def run(
             wait = interval_s
             try:
                 report = await evaluate_once(
-                    engine, rules, clock.now(), sinks, lag=lag, stall=stall
+                    engine, rules, clock.now(), sinks, lag=lag, stall=stall, exemplars=exemplars
                 )
             except Exception:  # an evaluation failure must never kill the loop
                 log.exception("alert evaluation failed")
