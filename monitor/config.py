@@ -372,6 +372,11 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default=True, description="Evaluate alert rules and deliver notifications in the worker."
     )
     alert_rules_file: Path | None = unset("YAML alert rules. Unset: the bundled default rule set.")
+    alert_exemplars: int = non_negative(
+        3,
+        "Conversations stored per alert that fires as its exemplars (picked by the rule of "
+        "its signal, docs/runbooks.md) and promoted into the kept sample; 0: none.",
+    )
     slack_bot_token: str | None = secret(
         "Slack bot token (xoxb-...) for chat.postMessage (with slack_channel; resolutions are "
         "threaded under their alert)."

@@ -7,6 +7,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "destinations",
     "durations",
     "evaluate",
+    "exemplar_repo",
+    "exemplars",
     "incidents",
     "lifecycle",
     "notifier",

@@ -4,7 +4,8 @@
 drift checks every ``drift_every`` (:func:`monitor.analytics.periodic.drift_once`, pinned
 references evolving as in the worker) and the rule evaluation at every step
 (:func:`monitor.alerts.evaluate.evaluate_once`: observations, lifecycle with hysteresis and
-flap detection, grouping, outbox). Nothing is delivered.
+flap detection, grouping, outbox). Nothing is delivered, and no exemplars are chosen (choosing
+them promotes live events into the kept sample).
 
 Isolation: the run gets a scratch schema holding empty copies (same columns, defaults, keys and
 constraint names, its own sequences) of the tables those functions write, :data:`SHADOWED`,
@@ -52,6 +53,7 @@ SHADOWED = (
     "alert_incidents",
     "alert_silences",
     "notification_outbox",
+    "alert_exemplars",
     "drift_checks",
     "drift_references",
 )
@@ -307,7 +309,7 @@ async def backtest(
                     drift.min_reference,
                 )
                 next_drift += drift.every
-            report = await evaluate_once(eng, rules, at, [SINK])
+            report = await evaluate_once(eng, rules, at, [SINK], exemplars=0)
             steps.append(Step(at, tuple(report.notifications), frozenset(report.firing)))
             at += step
         async with eng.connect() as conn:

@@ -15,11 +15,13 @@
 4. passes the accepted notifications through the incident step
    (:func:`monitor.alerts.incidents.step`, state in ``alert_incidents``: an agent's alerts that
    are open together page once; each notification gets its incident and role), records them in
-   ``alert_history``, passes them through grouping
-   (:func:`monitor.alerts.grouping.step`, state in ``alert_groups``), and inserts one outbox
-   row per flushed batch and configured sink;
-5. commits: the state changes, incidents, history, grouping state and outbox rows become
-   visible together
+   ``alert_history``, stores the exemplars of the alerts that fired and promotes their
+   conversations into the kept sample (:func:`monitor.alerts.exemplar_repo.record`), passes the
+   notifications through grouping (:func:`monitor.alerts.grouping.step`, state in
+   ``alert_groups``), and inserts one outbox row per flushed batch and configured sink (with its
+   members' exemplars);
+5. commits: the state changes, incidents, history, exemplars, grouping state and outbox rows
+   become visible together
    or not at all. The notifier delivers from the outbox afterwards.
 
 :func:`run` is the timer loop with leader election: several workers may call it; each first
@@ -47,8 +49,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from monitor.alerts import grouping, incidents
+from monitor.alerts import exemplar_repo, grouping, incidents
 from monitor.alerts import repo as alerts_repo
+from monitor.alerts.exemplars import DEFAULT_LIMIT
 from monitor.alerts.lifecycle import Observation, evaluate
 from monitor.alerts.observations import LagSource, observe
 from monitor.alerts.outbox import enqueue
@@ -76,7 +79,8 @@ class EvaluationReport:
     afterwards (notifications held); ``next_due_at``: when a held notification group becomes
     due. ``pages``: the accepted notifications that page (open an incident or re-page it);
     ``open_incidents``: incidents open afterwards; ``incident_updates``: accepted
-    notifications that were updates of an incident.
+    notifications that were updates of an incident; ``exemplars``: exemplar rows stored for
+    the alerts that fired.
     """
 
     at: datetime
@@ -94,6 +98,7 @@ class EvaluationReport:
     pages: list[Notification] = field(default_factory=list)
     open_incidents: int = 0
     incident_updates: int = 0
+    exemplars: int = 0
 
 
 async def evaluate_once(
@@ -104,13 +109,15 @@ async def evaluate_once(
     *,
     lag: LagSource | None = None,
     stall: LagSource | None = None,
+    exemplars: int = DEFAULT_LIMIT,
 ) -> EvaluationReport:
     """Evaluate every rule at ``now`` (aware) and commit the results (module docstring).
 
     ``sinks`` names the configured sinks: each flushed batch gets one outbox row per name (no
     sinks: states and history are still kept, nothing is queued). ``lag`` feeds the
-    ``consumer_lag`` rules, ``stall`` the ``ingest_stall_s`` rules. Database errors propagate;
-    nothing is committed then.
+    ``consumer_lag`` rules, ``stall`` the ``ingest_stall_s`` rules. ``exemplars``: at most that
+    many exemplars per alert that fires (0: none chosen, nothing promoted). Database errors
+    propagate; nothing is committed then.
     """
     observations = await observe(engine, rules, now, lag=lag, stall=stall)
     by_name = {r.name: r for r in rules.rules}
@@ -130,6 +137,7 @@ async def evaluate_once(
         changed = conflicts = 0
         after: dict[str, AlertState] = {}
         firing: set[str] = set()
+        fired: list[AlertState] = []
         for fp, o in obs.items():
             old = stored.get(fp)
             new, notes = evaluate(by_name[o.rule], old, o, now, silences)
@@ -140,6 +148,8 @@ async def evaluate_once(
             elif await alerts_repo.save_state(conn, new, None if old is None else old.version):
                 changed += 1
                 accepted.extend(notes)
+                if new.status is Status.FIRING and (old is None or old.fired_at != new.fired_at):
+                    fired.append(new)
             else:
                 kept = old
                 conflicts += 1
@@ -151,10 +161,12 @@ async def evaluate_once(
         accepted = list(joined.notifications)
         await alerts_repo.save_incidents(conn, [joined.incidents[i] for i in joined.changed])
         await alerts_repo.record_history(conn, accepted)
+        chosen = await exemplar_repo.record(conn, by_name, fired, now, exemplars)
         groups = await alerts_repo.load_groups(conn, lock=True)
         result = grouping.step(groups, accepted, policy, now)
         await alerts_repo.save_groups(conn, groups, result.groups)
-        rows = await enqueue(conn, [_payload(b, rules) for b in result.ready], sinks, now)
+        payloads = await exemplar_repo.attach(conn, [_payload(b, rules) for b in result.ready])
+        rows = await enqueue(conn, payloads, sinks, now)
     dues = [d for g in result.groups.values() if (d := g.due_at(policy)) is not None]
     return EvaluationReport(
         at=now,
@@ -172,6 +184,7 @@ async def evaluate_once(
         pages=list(joined.pages),
         open_incidents=sum(1 for i in joined.incidents.values() if i.resolved_at is None),
         incident_updates=sum(1 for n in accepted if n.incident_role in ("update", "close")),
+        exemplars=chosen,
     )
 
 
@@ -237,10 +250,12 @@ async def run(
     lag: LagSource | None = None,
     stall: LagSource | None = None,
     on_report: Callable[[EvaluationReport], None] | None = None,
+    exemplars: int = DEFAULT_LIMIT,
 ) -> None:
     """Evaluate on a timer while leader, until ``stop`` is set (module docstring).
 
-    Each cycle: ``evaluate_once(engine, rules, clock.now(), sinks, lag=lag)``, then
+    Each cycle: ``evaluate_once(engine, rules, clock.now(), sinks, lag=lag, stall=stall,
+    exemplars=exemplars)``, then
     ``on_report(report)``; the next cycle starts ``interval_s`` later, or when the earliest
     notification group is due if sooner. An evaluation that fails is logged and retried next
     cycle (never fatal). Returns after releasing the leader lock.
@@ -262,7 +277,7 @@ async def run(
             wait = interval_s
             try:
                 report = await evaluate_once(
-                    engine, rules, clock.now(), sinks, lag=lag, stall=stall
+                    engine, rules, clock.now(), sinks, lag=lag, stall=stall, exemplars=exemplars
                 )
             except Exception:  # an evaluation failure must never kill the loop
                 log.exception("alert evaluation failed")

@@ -128,14 +128,17 @@ async def dlq_counts(engine: AsyncEngine, start: datetime, end: datetime) -> tup
     return int(row[0]), int(row[1])
 
 
-_GATE_DECISIONS = text("""
+#: a ``gate`` event's decision let the message through unchecked, enforced
+#: (``metrics.Metric.GATE_FAIL_OPEN_RATE``)
+GATE_FAIL_OPEN = """body->'gate'->>'enforced' IS DISTINCT FROM 'false' AND (
+         body->'gate'->>'degraded' LIKE 'fail open%'
+         OR body->'gate'->>'degraded' LIKE 'llm %: on_llm_timeout proceed')"""
+_GATE_DECISIONS = text(f"""
 SELECT agent_id, coalesce(domain, ''), coalesce(tier, 0), count(*),
        count(*) FILTER (WHERE body->'gate'->>'decision' = 'escalate'),
        count(*) FILTER (WHERE body->'gate'->>'degraded' IS NOT NULL),
        count(*) FILTER (WHERE body->'gate'->>'enforced' IS DISTINCT FROM 'false'),
-       count(*) FILTER (WHERE body->'gate'->>'enforced' IS DISTINCT FROM 'false' AND (
-         body->'gate'->>'degraded' LIKE 'fail open%'
-         OR body->'gate'->>'degraded' LIKE 'llm %: on_llm_timeout proceed'))
+       count(*) FILTER (WHERE {GATE_FAIL_OPEN})
 FROM events WHERE type = 'gate' AND ts >= :lo AND ts < :hi GROUP BY 1, 2, 3
 """)
 _GATE_PROCEEDED = text("""

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from monitor.alerts.exemplars import payload_exemplars
 from monitor.alerts.rules import load_alert_rules
 from monitor.alerts.sinks.registry import configured_sinks
 from monitor.alerts.timeline import flush_delay
@@ -63,6 +64,14 @@ def print_alerts(console: Console, database_url: str, plan: TrafficPlan) -> list
         for n in message.get("notifications", []):
             delivered.append(n)
             console.print(_line(n), soft_wrap=True, highlight=False)
+            episode = f"{n['fingerprint']}:{n['fired_at']}"
+            for x in payload_exemplars(message, episode) if n["kind"] == "firing" else []:
+                how = x.get("command") or ""
+                console.print(
+                    f"      [dim]e.g.[/] {escape(how)}  [dim]{escape(x['reason'])}[/]",
+                    soft_wrap=True,
+                    highlight=False,
+                )
 
     asyncio.run(
         run_demo_alerts(
@@ -76,6 +85,7 @@ def print_alerts(console: Console, database_url: str, plan: TrafficPlan) -> list
             extra_sinks=dict(extra),
             on_message=on_message,
             clock=lambda: wall,
+            dashboard_url=settings.dashboard_url,
         )
     )
     if not delivered:

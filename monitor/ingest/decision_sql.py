@@ -51,7 +51,8 @@ DECISION_VALUES = ", ".join(f"CASE WHEN k.ok THEN {value} END" for _, value in _
 #: is now kept -- sampled by rate, or a fact an enabled always-sample rule looks at: an
 #: assistant confidence below ``$2`` (the floor, NULL: none), escalated (``$3``: the rule is
 #: on), a failed tool result (``$4``), a feedback (``$5``; any score: the rule's threshold is
-#: applied where the conversation is judged) -- moves to the kept leaves (an UPDATE of the
+#: applied where the conversation is judged), or an exemplar of an alert (``alert_exemplars``,
+#: whose evaluator promoted its earlier events) -- moves to the kept leaves (an UPDATE of the
 #: partition key moves the row). ``$1``: the batch's conversations not sampled by rate in the
 #: writer's decision (a stored decision made under another policy is read here). Returns how
 #: many events moved.
@@ -59,7 +60,9 @@ KEPT_STORED = """
 SELECT conversation_id FROM conversations
 WHERE conversation_id = ANY($1::text[])
   AND (sampled_by_rate OR min_confidence < $2::float8 OR ($3::bool AND escalated)
-       OR ($4::bool AND tool_errors > 0) OR ($5::bool AND feedback_count > 0))
+       OR ($4::bool AND tool_errors > 0) OR ($5::bool AND feedback_count > 0)
+       OR EXISTS (SELECT 1 FROM alert_exemplars x
+                  WHERE x.conversation_id = conversations.conversation_id))
 """
 PROMOTE = f"""
 WITH promoted AS ({KEPT_STORED}), moved AS (

@@ -92,18 +92,21 @@ async def run_demo_alerts(
     on_message: Callable[[dict[str, Any]], None] | None = None,
     on_tick: Callable[[Tick], None] | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    dashboard_url: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[Tick]]:
     """Replay ``[start, end]`` and deliver to a local receiver (plus ``extra_sinks``).
 
     No tick is later than ``clock()`` (the wall clock) at the start of the replay: alert
     history and outbox rows are never stamped in the future, and a row is never delivered
     before it was created. Returns (messages the receiver accepted, ticks). The sinks are
-    closed afterwards.
+    closed afterwards. ``dashboard_url``: the Grafana the receiver's exemplar links open.
     """
     wall = clock()
     engine = make_engine(database_url)
     async with WebhookReceiver(on_message) as receiver:
-        sinks: dict[str, Sink] = {"webhook": WebhookSink(receiver.url, receiver.secret)}
+        sinks: dict[str, Sink] = {
+            "webhook": WebhookSink(receiver.url, receiver.secret, dashboard_url=dashboard_url)
+        }
         sinks.update(extra_sinks or {})
         notifier = Notifier(engine, sinks, default_retry(3), lease_s=30)
         try:

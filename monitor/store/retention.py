@@ -28,7 +28,10 @@
    ``conversations`` (by ``last_ts``, the conversation's last event, once nothing was written
    into the row since the horizon either: replayed old traffic is kept), ``dead_letters`` (by
    ``received_at``), ``verdicts`` and ``judge_requests`` (by ``created_at`` /
-   ``requested_at``).
+   ``requested_at``). The conversation row and verdicts of an alert's exemplar
+   (``alert_exemplars``) are kept; the exemplars themselves, like the alert history, are never
+   deleted (their events: promoted into the kept sample when chosen, they go with their day's
+   partition at the events horizon).
 
 Every step is its own transaction and idempotent (running it twice removes nothing more), so a
 step that fails leaves the others done. One worker runs it at a time: the run holds the
@@ -65,6 +68,12 @@ def _by_resolution(table: str, resolution: str, horizon: str) -> tuple[str, str,
     return f"{table}_{resolution}", horizon, sql
 
 
+# an exemplar's conversation row and verdicts stay as long as its alert_exemplars row, which,
+# like the alert history, retention never deletes
+_NOT_EXEMPLAR = (
+    "NOT EXISTS (SELECT 1 FROM alert_exemplars x WHERE x.conversation_id = {t}.conversation_id)"
+)
+
 # (name in reports and metrics, horizon attribute, DELETE statement with :cut)
 _DELETES: tuple[tuple[str, str, str], ...] = (
     # an id is forgotten only once its events partition is gone (a kept replayed day stays
@@ -93,10 +102,15 @@ _DELETES: tuple[tuple[str, str, str], ...] = (
     (
         "conversations",
         "conversations",
-        "DELETE FROM conversations WHERE last_ts < :cut AND updated_at < :cut",
+        "DELETE FROM conversations WHERE last_ts < :cut AND updated_at < :cut"
+        f" AND {_NOT_EXEMPLAR.format(t='conversations')}",
     ),
     ("dead_letters", "dead_letters", "DELETE FROM dead_letters WHERE received_at < :cut"),
-    ("verdicts", "verdicts", "DELETE FROM verdicts WHERE created_at < :cut"),
+    (
+        "verdicts",
+        "verdicts",
+        f"DELETE FROM verdicts WHERE created_at < :cut AND {_NOT_EXEMPLAR.format(t='verdicts')}",
+    ),
     ("judge_requests", "verdicts", "DELETE FROM judge_requests WHERE requested_at < :cut"),
 )
 

@@ -19,11 +19,27 @@
     Incidents (:class:`monitor.alerts.incidents.Incident` as JSON plus the columns dashboards
     and listings filter on): one per group of an agent's alerts that paged once, kept as long as
     the alert history. ``members`` is the JSON array of the member fingerprints.
+``alert_exemplars``
+    The conversations that show an alert, chosen when it fired (:mod:`monitor.alerts.exemplars`):
+    per episode (fingerprint, ``fired_at``) up to N rows by ``rank``, each with a one-line
+    ``reason`` and the facts behind it (``detail``). ``conversation_id`` is NULL for an exemplar
+    that is not a conversation (a dead letter). Kept as long as the alert history (retention
+    never deletes them); indexed by conversation for the ingest writer, which keeps an exemplar's
+    later events, and for retention, which keeps its conversation row and verdicts.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Double, Index, Integer, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    Column,
+    Double,
+    Index,
+    Integer,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 
 from monitor.store.tables import TS, inserted_at, key, metadata, required, serial_id
@@ -119,4 +135,18 @@ alert_incidents = Table(
     Index(None, "status"),
     Index(None, "incident_key", "opened_at"),
     Index(None, "opened_at"),
+)
+
+alert_exemplars = Table(
+    "alert_exemplars",
+    metadata,
+    key("fingerprint", Text),
+    key("fired_at", TS),
+    key("rank", SmallInteger),
+    required("rule", Text),
+    Column("conversation_id", Text),
+    required("reason", Text),
+    required("detail", JSONB, server_default="{}"),
+    inserted_at("chosen_at"),
+    Index(None, "conversation_id"),
 )

@@ -218,6 +218,7 @@ class AlertingService(Service):
         super().__init__(**kwargs)
         assert settings.database_url
         self.stall = stall  # the local ingest loop's stall seconds (ingest_stall_s rules)
+        self.exemplars = settings.alert_exemplars
         self.rules, _ = load_alert_rules(settings)  # ConfigError at startup, naming the line
         self.engine = make_engine(settings.database_url, pool_size=4)
         self.sinks = configured_sinks(settings)
@@ -244,6 +245,7 @@ class AlertingService(Service):
             lag=self._lag,
             stall=self.stall,
             on_report=self._on_report,
+            exemplars=self.exemplars,
         )
 
     def _on_report(self, report: EvaluationReport) -> None:

@@ -10,11 +10,13 @@ from typing import Any
 
 import httpx
 
+from monitor.alerts.exemplars import conversation_command, conversation_link
 from monitor.alerts.grouping import GroupedNotification
 from monitor.alerts.sinks.base import USER_AGENT, DeliveryContext, DeliveryResult, malformed, post
 from monitor.alerts.sinks.slack_blocks import (
     customer_content_allowed,
     dashboard_link,
+    examples_of,
     parse_payload,
     scrub,
     scrub_scope,
@@ -37,7 +39,9 @@ def alertmanager_alerts(
 
     Labels: the notification's labels (``alertname`` = rule, ``severity``, ``metric``, scope,
     rule labels; names sanitised to ``[A-Za-z_][A-Za-z0-9_]*``). Annotations: ``summary``,
-    ``description``, ``runbook_url`` (when set), ``value``. ``startsAt`` = ``fired_at``;
+    ``description``, ``runbook_url`` (when set), ``value``, and ``exemplars`` when the alert has
+    some: one line each, ``<conversation>: <why> | <Conversation dashboard link> | <command>``
+    (scrubbed like the rest). ``startsAt`` = ``fired_at``;
     ``endsAt`` = ``resolved_at`` for resolved, else ``now + firing_ttl`` (Alertmanager resolves
     an alert nobody re-sends; repeats re-send it, so keep the ttl above the repeat interval).
     ``generatorURL`` = the dashboard link with the (scrubbed) scope preselected.
@@ -52,6 +56,11 @@ def alertmanager_alerts(
             annotations["description"] = scrub(m.description, allow)
         if m.runbook_url:
             annotations["runbook_url"] = m.runbook_url
+        examples = examples_of(payload, m)
+        if examples:
+            annotations["exemplars"] = "\n".join(
+                _exemplar_line(x, dashboard_url, allow) for x in examples
+            )
         ends = (m.resolved_at or now) if m.kind is Kind.RESOLVED else now + firing_ttl
         scope = scrub_scope(m.scope, allow)
         out.append(
@@ -64,6 +73,16 @@ def alertmanager_alerts(
             }
         )
     return out
+
+
+def _exemplar_line(x: Mapping[str, Any], dashboard_url: str, allow: bool) -> str:
+    reason = scrub(str(x.get("reason", "")), allow)
+    cid = x.get("conversation_id")
+    if not isinstance(cid, str) or not cid:
+        return reason
+    shown = scrub(cid, allow)
+    link = conversation_link(dashboard_url, shown)
+    return f"{shown}: {reason} | {link} | {conversation_command(shown)}"
 
 
 class AlertmanagerSink:

@@ -32,7 +32,12 @@ def configured_sinks(settings: Settings, clock: Callable[[], float] = time.time)
     elif settings.slack_webhook_url:
         sinks["slack"] = SlackWebhookSink(settings.slack_webhook_url, settings.dashboard_url)
     if settings.webhook_url:
-        sinks["webhook"] = WebhookSink(settings.webhook_url, settings.webhook_secret, clock=clock)
+        sinks["webhook"] = WebhookSink(
+            settings.webhook_url,
+            settings.webhook_secret,
+            clock=clock,
+            dashboard_url=settings.dashboard_url,
+        )
     if settings.alertmanager_url:
         sinks["alertmanager"] = AlertmanagerSink(settings.alertmanager_url, settings.dashboard_url)
     return sinks

@@ -6,26 +6,29 @@ at its top level when the rule opted in to customer content (a group carries it 
 level too, for all its members).
 
 Text contract: every text taken from a payload (summary, description, detail, scope, label
-values, group key, the scope inside dashboard links) passes through :func:`scrub` before it
-leaves the process: secrets are always replaced (:func:`monitor.core.redact.redact_secrets`);
-emails, phone numbers and card numbers too (:func:`monitor.core.redact.redact`) unless the
-payload opted out. Every Slack mrkdwn text (blocks, ``text`` and ``attachments.fallback``) is
-also escaped (``&``, ``<``, ``>``), so ``<!channel>`` or ``<@U123>`` in a value never mentions
-anyone.
+values, group key, exemplars, the scope inside dashboard links) passes through :func:`scrub`
+before it leaves the process: secrets are always replaced
+(:func:`monitor.core.redact.redact_secrets`); emails, phone numbers and card numbers too
+(:func:`monitor.core.redact.redact`) unless the payload opted out. Every Slack mrkdwn text
+(blocks, ``text`` and ``attachments.fallback``) is also escaped (``&``, ``<``, ``>``), so
+``<!channel>`` or ``<@U123>`` in a value never mentions anyone.
 
 :func:`render_message` returns ``{"text": fallback, "blocks": [...], "attachments": [...]}``
 ready for ``chat.postMessage`` or an incoming webhook: ``text`` is the plain-text fallback
 (notifications, screen readers), ``blocks`` the Block Kit body, ``attachments`` one colour bar
 (severity colour, green when resolved). Block Kit limits are respected (header <= 150 chars,
-section text <= 3000, at most 10 members listed in a grouped message).
+section text <= 3000, at most 10 members listed in a grouped message). A firing or repeated
+alert lists its exemplars (:mod:`monitor.alerts.exemplars`): the conversation, why, a link to the
+Conversation dashboard and the command that prints it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from monitor.alerts.exemplars import conversation_command, conversation_link, payload_exemplars
 from monitor.alerts.grouping import GroupedNotification
 from monitor.alerts.states import Kind, Notification
 from monitor.core.redact import redact, redact_secrets
@@ -191,7 +194,28 @@ def _links(n: Notification, dashboard_url: str, allow: bool) -> list[tuple[str, 
     return links
 
 
-def _single_blocks(n: Notification, dashboard_url: str, allow: bool) -> list[dict[str, Any]]:
+def exemplar_lines(
+    examples: Sequence[Mapping[str, Any]], dashboard_url: str, allow: bool
+) -> list[str]:
+    """One mrkdwn line per exemplar: the conversation, why, the Conversation dashboard link
+    and the command (every text scrubbed and escaped; the link built from the scrubbed id)."""
+    lines = []
+    for x in examples:
+        reason = _esc(scrub(str(x.get("reason", "")), allow))
+        cid = x.get("conversation_id")
+        if not isinstance(cid, str) or not cid:
+            lines.append(f"• {reason}")
+            continue
+        shown = scrub(cid, allow)
+        link = conversation_link(dashboard_url, shown)
+        command = _esc(conversation_command(shown))
+        lines.append(f"• `{_esc(shown)}` {reason} · <{link}|Conversation> · `{command}`")
+    return lines
+
+
+def _single_blocks(
+    n: Notification, dashboard_url: str, allow: bool, examples: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
     emoji, _ = _style(n)
     title = f"{emoji} [{_KIND_TITLE[n.kind]}] {n.rule}"
     fields = [
@@ -217,6 +241,9 @@ def _single_blocks(n: Notification, dashboard_url: str, allow: bool) -> list[dic
     for text in (n.description, n.detail):
         if text:
             blocks.append({"type": "section", "text": _mrkdwn(_esc(scrub(text, allow)))})
+    if examples:
+        lines = exemplar_lines(examples, dashboard_url, allow)
+        blocks.append({"type": "section", "text": _mrkdwn("*Examples*\n" + "\n".join(lines))})
     blocks.append(
         {
             "type": "actions",
@@ -235,17 +262,22 @@ def _single_blocks(n: Notification, dashboard_url: str, allow: bool) -> list[dic
     return blocks
 
 
-def _member_line(n: Notification, dashboard_url: str, allow: bool) -> str:
+def _member_line(
+    n: Notification, dashboard_url: str, allow: bool, examples: Sequence[Mapping[str, Any]] = ()
+) -> str:
     emoji, _ = _style(n)
     links = " · ".join(f"<{url}|{label}>" for label, url in _links(n, dashboard_url, allow))
     text = (
         f"{emoji} *{_KIND_TITLE[n.kind]}* {_esc(n.rule)} · {_esc(scope_text(n.scope))}\n"
         f"{_esc(n.summary)}\nvalue {_esc(value_text(n))} · n={n.samples:g} · window {n.window}"
     )
-    return _cut(scrub(text, allow) + f"\n{links}", 3000)
+    extra = "".join("\n" + line for line in exemplar_lines(examples, dashboard_url, allow))
+    return _cut(scrub(text, allow) + f"\n{links}" + extra, 3000)
 
 
-def _group_blocks(g: GroupedNotification, dashboard_url: str, allow: bool) -> list[dict[str, Any]]:
+def _group_blocks(
+    g: GroupedNotification, dashboard_url: str, allow: bool, payload: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     emoji, _ = _style(g)
     title = f"{emoji} {len(g.firing)} firing, {len(g.resolved)} resolved · {_severity(g)}"
     blocks: list[dict[str, Any]] = [
@@ -254,11 +286,17 @@ def _group_blocks(g: GroupedNotification, dashboard_url: str, allow: bool) -> li
     ]
     members = g.notifications[:MAX_GROUP_MEMBERS]
     for m in members:
-        blocks.append({"type": "section", "text": _mrkdwn(_member_line(m, dashboard_url, allow))})
+        line = _member_line(m, dashboard_url, allow, examples_of(payload, m))
+        blocks.append({"type": "section", "text": _mrkdwn(line)})
     if len(g.notifications) > len(members):
         more = len(g.notifications) - len(members)
         blocks.append({"type": "context", "elements": [_mrkdwn(f"…and {more} more")]})
     return blocks
+
+
+def examples_of(payload: Mapping[str, Any], n: Notification) -> list[dict[str, Any]]:
+    """The exemplars ``payload`` carries for ``n``'s episode (none for a resolution)."""
+    return [] if n.kind is Kind.RESOLVED else payload_exemplars(payload, n.episode)
 
 
 def _mrkdwn(text: str) -> dict[str, Any]:
@@ -293,9 +331,9 @@ def render_message(payload: Mapping[str, Any], dashboard_url: str) -> dict[str, 
     n = parse_payload(payload)
     allow = customer_content_allowed(payload)
     blocks = (
-        _single_blocks(n, dashboard_url, allow)
+        _single_blocks(n, dashboard_url, allow, examples_of(payload, n))
         if isinstance(n, Notification)
-        else _group_blocks(n, dashboard_url, allow)
+        else _group_blocks(n, dashboard_url, allow, payload)
     )
     incident = incident_text(n)
     if incident is not None:
