@@ -9,6 +9,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "evaluate",
     "lifecycle",
     "notifier",
+    "redact",
     "repo",
     "rules",
     "signing",
