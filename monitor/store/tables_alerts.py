@@ -13,7 +13,10 @@
     as the state change that caused it; the notifier claims due rows (``FOR UPDATE SKIP
     LOCKED``), delivers, and records the answer. Unique on (idempotency key, sink).
 ``alert_history``
-    Every firing / repeat / resolved transition, for dashboard annotations and ``alerts list``.
+    Every firing / repeat / resolved transition, for dashboard annotations and ``alerts list``:
+    ``value`` is what the rule compared with ``threshold`` (a bound, for a rule on one, and
+    then ``estimate`` the point estimate behind it), ``samples`` the sample size behind it,
+    ``summary`` the text rendered from them.
 """
 
 from __future__ import annotations
@@ -90,6 +93,10 @@ alert_history = Table(
     required("summary", Text),
     required("at", TS),
     required("idempotency_key", Text, unique=True),
+    # the point estimate behind ``value`` when the rule compares a bound (else NULL), and the
+    # sample size behind it
+    Column("estimate", Double),
+    Column("samples", Double),
     Index(None, "at"),
     Index(None, "fingerprint", "at"),
 )
