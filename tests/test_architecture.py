@@ -95,6 +95,7 @@ EDGE_MODULES = frozenset(
         "monitor.judges.worker",
         "monitor.judges.assembly",
         "monitor.judges.quality_repo",
+        "monitor.judges.transcript_repo",
         "monitor.judges.runner",
         "monitor.analytics.repo",
         "monitor.analytics.write",

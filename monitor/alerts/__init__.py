@@ -12,6 +12,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "incidents",
     "lifecycle",
     "notifier",
+    "redact",
     "repo",
     "rules",
     "signing",

@@ -65,12 +65,14 @@ class Observation:
 
     ``scope`` is the concrete segment (``agent``, ``domain``, ``tier``; None values dropped),
     ``samples`` the (weighted) sample count behind the value, ``value`` None when there is no
-    data. ``resolve_value`` is what a firing alert's recovery is judged on (the upper bound of
-    a rule on a lower bound); None: ``value``. ``detail`` is optional free text for the
-    notification (e.g. an excerpt); it is redacted like the rest. ``confirmed``: the breach
-    comes from an always-valid sequential test, whose evidence already accumulated over time
-    under its own false-alarm bound, so it fires at once whatever the rule's ``for``. Raises
-    ValueError for a naive ``at``, negative ``samples`` or a non-finite ``value``.
+    data. ``estimate`` is the point estimate behind ``value`` when ``value`` is a bound (a rule
+    with ``estimate: lower_bound``), else None. ``resolve_value`` is what a firing alert's
+    recovery is judged on (the upper bound of a rule on a lower bound); None: ``value``.
+    ``detail`` is optional free text for the notification (e.g. an excerpt); it is redacted
+    like the rest. ``confirmed``: the breach comes from an always-valid sequential test, whose
+    evidence already accumulated over time under its own false-alarm bound, so it fires at
+    once whatever the rule's ``for``. Raises ValueError for a naive ``at``, negative
+    ``samples`` or a non-finite ``value``.
     """
 
     rule: str
@@ -81,13 +83,14 @@ class Observation:
     detail: str | None = None
     resolve_value: float | None = None
     confirmed: bool = False
+    estimate: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", frozen_labels(self.scope))
         require_aware(self.at, "Observation.at")
         if not self.samples >= 0:
             raise ValueError(f"samples must be >= 0, got {self.samples}")
-        for name in ("value", "resolve_value"):
+        for name in ("value", "resolve_value", "estimate"):
             got = getattr(self, name)
             if got is not None and not math.isfinite(got):
                 raise ValueError(f"{name} must be finite or None, got {got}")
@@ -121,9 +124,12 @@ def _notification(
     fired_at = state.fired_at
     assert fired_at is not None  # only called for an episode
     value = state.last_value
+    estimate = state.last_estimate if value is not None else None
+    shown = estimate if estimate is not None else value
     context = {
         "rule": rule.name,
         "value": "n/a" if value is None else f"{value:.4g}",
+        "estimate": "n/a" if shown is None else f"{shown:.4g}",
         "threshold": f"{rule.threshold:g}",
         "samples": f"{state.last_samples:g}",
         **{k: state.scope.get(k, "all") for k in ("agent", "domain", "tier")},
@@ -175,6 +181,7 @@ def _notification(
         created_at=now,
         acked_by=state.acked_by,
         detail=None if detail is None else clean(detail),
+        estimate=estimate,
     )
 
 
@@ -233,7 +240,11 @@ def evaluate(
     cur = state
     if has_data:
         cur = replace(
-            cur, last_value=value, last_samples=observation.samples, last_observed_at=observation.at
+            cur,
+            last_value=value,
+            last_estimate=observation.estimate,
+            last_samples=observation.samples,
+            last_observed_at=observation.at,
         )
     out: list[Notification] = []
     resolved_now = False

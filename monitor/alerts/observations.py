@@ -13,7 +13,8 @@ Metric definitions (see :mod:`monitor.alerts.rule_models`):
   (W^2 / sum w^2) divided by the design effect (labelled items per conversation: items of a
   conversation share its label).
   A rule with ``estimate: lower_bound`` gets the metric's one-sided 99 % lower bound
-  (:mod:`monitor.analytics.alert_bounds`) as its value and the 99 % upper bound as its resolve
+  (:mod:`monitor.analytics.alert_bounds`) as its value, the point estimate as its
+  ``estimate`` and the 99 % upper bound as its resolve
   value, the latter over the rule's evidence window when it has ``evidence`` (the shortest of
   its windows with enough effective items, :func:`evidence_sums`).
 - ``drift``: 1 when the latest stored drift check of the scope (``recent_to`` in
@@ -107,6 +108,7 @@ def calibration_observations(
             value = calibration_value(rule.metric, s)
             detail = None
             resolve = None
+            point = None
             if rule.estimate == "lower_bound" and value is not None:
                 point, value = value, _finite(lower_bound(rule.metric.value, s))
                 e = wide.get(seg, s)
@@ -117,7 +119,11 @@ def calibration_observations(
                     f"effective items, upper bound {'n/a' if resolve is None else f'{resolve:.4g}'}"
                     f" on {e.total_n_eff():.0f}"
                 )
-            out.append(Observation(rule.name, scope, value, s.total_n_eff(), now, detail, resolve))
+            out.append(
+                Observation(
+                    rule.name, scope, value, s.total_n_eff(), now, detail, resolve, estimate=point
+                )
+            )
     return out
 
 

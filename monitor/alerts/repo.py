@@ -265,6 +265,8 @@ async def record_history(conn: AsyncConnection, notifications: Sequence[Notifica
             "severity": n.severity,
             "scope": dict(n.scope),
             "value": n.value,
+            "estimate": n.estimate,
+            "samples": n.samples,
             "threshold": n.threshold,
             "summary": n.summary,
             "at": n.created_at,

@@ -97,9 +97,11 @@ class Scope(_Model):
 
 
 class Annotations(_Model):
-    """Human text of a notification. ``summary`` and ``description`` may use ``{value}``,
-    ``{threshold}``, ``{samples}``, ``{agent}``, ``{domain}``, ``{tier}``, ``{rule}``; unknown
-    placeholders are left as written."""
+    """Human text of a notification. ``summary`` and ``description`` may use ``{value}`` (what
+    the rule compares: the bound, for a rule on one), ``{estimate}`` (the point estimate behind
+    a bound; the value itself for a rule without one), ``{threshold}``, ``{samples}``,
+    ``{agent}``, ``{domain}``, ``{tier}``, ``{rule}``; unknown placeholders are left as
+    written."""
 
     summary: Annotated[str, Field(min_length=1, strict=True)]
     description: Annotated[str, Field(strict=True)] = ""

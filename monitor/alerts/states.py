@@ -85,6 +85,9 @@ class AlertState:
     - ``changes``: when the alert started or stopped firing, within the flap window.
     - ``flapping``: marked flapping (notifications held); ``flap_share``: the weighted share of
       changed slots at the last evaluation.
+    - ``last_value`` / ``last_estimate`` / ``last_samples``: the last evaluation with data: the
+      value the rule compares, the point estimate behind it when that value is a bound (else
+      None), the sample size.
     - ``version``: incremented on every change, for compare-and-swap in a shared store.
     """
 
@@ -101,6 +104,7 @@ class AlertState:
     acked_by: str | None = None
     acked_at: datetime | None = None
     last_value: float | None = None
+    last_estimate: float | None = None
     last_samples: float = 0.0
     last_observed_at: datetime | None = None
     clear_since: datetime | None = None
@@ -146,7 +150,9 @@ class Notification:
     ``resolved`` has sequence 0. ``labels`` holds ``alertname``, ``severity``, ``metric``,
     the scope and the rule's labels (rule labels never override those). Text fields are
     rendered and, unless the rule opted out, redacted. ``value`` is None only for resolved
-    notifications without data. Times are aware datetimes.
+    notifications without data; it is what the rule compares with ``threshold``: for a rule on
+    a bound (``estimate: lower_bound``) the bound, and then ``estimate`` is the point estimate
+    behind it (None for a rule that compares the estimate itself). Times are aware datetimes.
 
     ``incident_id`` / ``incident_role``: the incident the alert belongs to and what this
     notification is to it (``open``, ``repage``, ``update``, ``close``;
@@ -179,6 +185,7 @@ class Notification:
     detail: str | None = None
     incident_id: str | None = None
     incident_role: str | None = None
+    estimate: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", frozen_labels(self.scope))
@@ -217,13 +224,14 @@ class Notification:
             "detail": self.detail,
             "incident_id": self.incident_id,
             "incident_role": self.incident_role,
+            "estimate": self.estimate,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Notification:
-        """Inverse of ``to_dict``; a missing ``acked_by``, ``detail``, ``incident_id`` or
-        ``incident_role`` is None. Raises
-        ValueError (pydantic's ValidationError) on a malformed dict."""
+        """Inverse of ``to_dict``; a missing ``acked_by``, ``detail``, ``incident_id``,
+        ``incident_role`` or ``estimate`` is None. Raises ValueError (pydantic's
+        ValidationError) on a malformed dict."""
         return _NOTIFICATION.validate_python(dict(data))
 
 

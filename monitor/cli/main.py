@@ -76,6 +76,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Gate effectiveness per agent x domain: decisions by kind, failures "
         "among proceeded vs all, failures prevented, escalation rate.",
     ),
+    "conversation": (
+        "conversation",
+        "One conversation, redacted: its events in order, its verdicts with their evidence, "
+        "its gate decisions and its sampling decision.",
+    ),
     "alerts": ("alerts", "Alerts: list, silence, unsilence, ack, rules, test."),
     "dashboards": ("dashboards", "Grafana dashboards: upload them to a running Grafana."),
     "keys": ("keys", "API keys: issue, list, revoke (scoped to agents and actions)."),

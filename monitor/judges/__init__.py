@@ -12,4 +12,6 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "llm",
     "quality",
     "stats",
+    "transcript",
+    "transcript_repo",
 )

@@ -105,19 +105,60 @@ def health_cards(found: Sequence[AgentHealth]) -> str:
     return f'<p class="summary">{head} ({line}).</p><div class="cards">{cards}</div>'
 
 
-def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
-    rows = [
-        f"<tr><td>{a['time']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(a['severity']))}</td>"
-        f"<td>{html.escape(str(a['rule']))}</td><td>{html.escape(str(a['agent_id']))}</td>"
-        + cell(a["value"])
-        + f"<td>{html.escape(str(a['summary']))}</td></tr>"
-        for a in alerts
-    ]
-    return table(
-        ["fired at", "severity", "rule", "agent", "value", "summary"],
-        rows,
-        empty="no alert is firing",
+def alert_numbers(a: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """``(estimate, bound)`` of a firing alert row (:func:`monitor.report.write.firing_alerts`):
+    for a rule on a bound, the point estimate and the bound it compared; for any other rule,
+    the value it compared and no bound."""
+    if a.get("estimate") is not None:
+        return a["estimate"], a["value"]
+    return a.get("value"), None
+
+
+def _alert_cell(value: float | None, key: str, form: str = ".4g") -> str:
+    """A number as the alert's summary writes it (``{value}``/``{estimate}``: 4 significant
+    digits; ``{threshold}``: ``g``), exact under ``key``."""
+    if value is None:
+        return "<td>-</td>"
+    return (
+        f'<td class="num" data-key="{html.escape(key)}" data-value="{value!r}">{value:{form}}</td>'
     )
+
+
+ALERT_HEAD = [
+    "fired at",
+    "severity",
+    "rule",
+    "agent",
+    "estimate",
+    "99% bound",
+    "threshold",
+    "items",
+    "as of",
+    "summary",
+]
+
+
+def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
+    """The firing alerts: each one's estimate, the bound its rule compared (rules on a bound),
+    the threshold and the summary, all from the same notification (``as of`` its time); the
+    exact numbers under ``alerts/<fingerprint>/<column>``."""
+    rows = []
+    for a in alerts:
+        estimate, bound = alert_numbers(a)
+        k = f"alerts/{a['fingerprint']}"
+        notified = a.get("notified_at")
+        rows.append(
+            f"<tr><td>{a['time']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(a['severity']))}</td>"
+            f"<td>{html.escape(str(a['rule']))}</td><td>{html.escape(str(a['agent_id']))}</td>"
+            + _alert_cell(estimate, f"{k}/estimate")
+            + _alert_cell(bound, f"{k}/bound")
+            + _alert_cell(a.get("threshold"), f"{k}/threshold", "g")
+            + _alert_cell(a.get("samples"), f"{k}/samples", "g")
+            + f"<td>{'-' if notified is None else f'{notified:%Y-%m-%d %H:%M}'}</td>"
+            + f"<td>{html.escape(str(a['summary'] or 'not notified yet (silenced or flapping)'))}"
+            "</td></tr>"
+        )
+    return table(ALERT_HEAD, rows, empty="no alert is firing")
 
 
 def _rate_cells(r: Proportion, key: str) -> str:

@@ -77,14 +77,33 @@ async def ece_over_time(
     return out
 
 
+#: each firing alert with the numbers of the notification its summary was rendered from (the
+#: latest firing or repeat of the episode: an ack's or an earlier episode's row is not it)
+_FIRING = """
+SELECT (s.state->>'fired_at')::timestamptz AS time, s.fingerprint, s.rule,
+  s.scope->>'agent' AS agent_id, s.scope->>'domain' AS domain,
+  (s.scope->>'tier')::smallint AS tier,
+  coalesce(n.severity, k.severity) AS severity, n.summary, n.value, n.estimate, n.threshold,
+  n.samples, n.at AS notified_at
+FROM alert_states s
+LEFT JOIN LATERAL (SELECT severity, summary, value, estimate, threshold, samples, at
+  FROM alert_history a
+  WHERE a.fingerprint = s.fingerprint AND a.kind IN ('firing', 'repeat')
+    AND a.at >= (s.state->>'fired_at')::timestamptz
+  ORDER BY a.at DESC, a.id DESC LIMIT 1) n ON TRUE
+LEFT JOIN LATERAL (SELECT severity FROM alert_history a WHERE a.fingerprint = s.fingerprint
+  ORDER BY a.at DESC, a.id DESC LIMIT 1) k ON TRUE
+WHERE s.status = 'firing'"""
+
+
 async def firing_alerts(engine: AsyncEngine, segment: Segment) -> list[dict[str, Any]]:
-    """Firing alerts (view ``v_alerts``) of the agents matched by ``segment``."""
+    """Firing alerts of the agents matched by ``segment`` (and those of no agent), newest
+    first, each with the numbers of the notification its ``summary`` says: ``value`` (what the
+    rule compared: the bound, for a rule on one), ``estimate`` (the point estimate behind a
+    bound, else None), ``threshold``, ``samples``, ``notified_at``. An alert not notified in
+    its episode yet (held by a silence or as flapping) has None there."""
     cond, params = Segment(segment.agent).where()
-    sql = text(
-        f"SELECT time, severity, rule, agent_id, domain, tier, value, threshold, summary"
-        f" FROM v_alerts WHERE status = 'firing' AND (agent_id IS NULL OR ({cond}))"
-        f" ORDER BY time DESC"
-    )
+    sql = text(f"SELECT * FROM ({_FIRING}) f WHERE agent_id IS NULL OR ({cond}) ORDER BY time DESC")
     async with engine.connect() as conn:
         return [dict(r) for r in (await conn.execute(sql, params)).mappings().all()]
 

@@ -13,8 +13,11 @@
     as the state change that caused it; the notifier claims due rows (``FOR UPDATE SKIP
     LOCKED``), delivers, and records the answer. Unique on (idempotency key, sink).
 ``alert_history``
-    Every firing / repeat / resolved transition, for dashboard annotations and ``alerts list``;
-    ``incident_id``: the incident the notification belonged to, if any.
+    Every firing / repeat / resolved transition, for dashboard annotations and ``alerts list``:
+    ``value`` is what the rule compared with ``threshold`` (a bound, for a rule on one, and
+    then ``estimate`` the point estimate behind it), ``samples`` the sample size behind it,
+    ``summary`` the text rendered from them; ``incident_id``: the incident the notification
+    belonged to, if any.
 ``alert_incidents``
     Incidents (:class:`monitor.alerts.incidents.Incident` as JSON plus the columns dashboards
     and listings filter on): one per group of an agent's alerts that paged once, kept as long as
@@ -112,6 +115,10 @@ alert_history = Table(
     required("at", TS),
     required("idempotency_key", Text, unique=True),
     Column("incident_id", Text),
+    # the point estimate behind ``value`` when the rule compares a bound (else NULL), and the
+    # sample size behind it
+    Column("estimate", Double),
+    Column("samples", Double),
     Index(None, "at"),
     Index(None, "fingerprint", "at"),
     Index(None, "incident_id"),

@@ -111,7 +111,10 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     tail = page[order[3] :]
     gate_at = page.index("<h2>Runtime trust gate</h2>")
     assert order[1] < gate_at < order[2]  # after the alerts: what the gate prevents and costs
-    assert tail.count("<details>") == 5 and "data-key=" not in page[:gate_at]
+    assert tail.count("<details>") == 5 and "data-key=" not in page[: order[1]]
+    # before the gate section only the alert table's numbers carry exact values
+    keys = re.findall(r'data-key="([^"]+)"', page[:gate_at])
+    assert keys and all(k.startswith("alerts/") for k in keys)
     assert "data-key=" not in page[page.index("<h2>Charts per agent</h2>") : order[3]]
     # the gate section: `monitor gate --json --no-replay`, per agent x domain
     effects = json.loads(cli(seeded, "gate", *rng, "--json", "--no-replay").output)["effects"]
