@@ -91,7 +91,7 @@ def any_rows(
     js: list[ConversationJudgement], muted: frozenset[str] = frozenset()
 ) -> dict[str, JudgeQuality]:
     """The "any judge" row of ``js`` and the same row over the policy rules alone; with
-    ``muted`` (the judges below the floor on all conversations), those judges count as not
+    ``muted`` (the judges that do not label on all conversations), those judges count as not
     flagging and no other is muted (a half is too small to measure the floor on)."""
     out = {}
     js = [j for j in js if j.judge not in muted]
@@ -219,7 +219,7 @@ def main() -> None:
         failed = sum(1 for e in mine if any(x.outcome and not x.outcome.success for x in e))
         gate = refusals(mine, domains[name].judges)
         halves: dict[str, dict[str, JudgeQuality]] = {}
-        muted = frozenset(r.judge for r in rows if r.category is None and r.below_floor)
+        muted = frozenset(r.judge for r in rows if r.category is None and not r.labels)
         for h in ("tuning", "check"):
             ids = {e[0].conversation_id for e in mine if half(e) == h}
             halves[h] = any_rows([j for j in js if j.conversation_id in ids], muted)

@@ -335,14 +335,16 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         default=0.7,
         ge=0,
         le=1,
-        description="A judge whose precision against ground truth is below this (measured on "
-        "at least judge_floor_min_pairs flagged conversations) stops labelling items.",
+        description="A judge labels the items of an agent x domain only when the lower end of "
+        "the 95 % Wilson interval of its precision against ground truth (a share, 0-1) is at "
+        "least this.",
     )
     judge_floor_min_pairs: int = Field(
         default=30,
         ge=1,
-        description="Flagged conversations with ground truth a judge needs before its precision "
-        "is held against judge_precision_floor.",
+        description="Flagged conversations with an outcome an agent x domain needs before its "
+        "own precision interval decides whether a judge labels it; below, the judge's pooled "
+        "interval over every scope decides.",
     )
     judge_max_events: int = Field(
         default=2000,

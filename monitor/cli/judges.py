@@ -5,8 +5,12 @@ latency p50/p90, failure categories, conversations judged on capped events (abov
 ``MONITOR_JUDGE_MAX_EVENTS``); then the **quality report** at the conversation level
 (:mod:`monitor.judges.quality`): per judge and per category, precision and recall of
 "the judge flagged the conversation" against "the conversation failed" with Wilson intervals and
-the number of pairs, the confusion counts and Cohen's kappa, and whether the judge labels items
-or is below the precision floor (then it stops labelling items; its verdicts stay shown). With
+the number of pairs, the confusion counts and Cohen's kappa; then the **labelling** per judge and
+scope (agent x domain): the precision's interval there, the flagged conversations behind it,
+whether the scope's own interval or the judge's pooled one decides, and whether the judge labels
+the scope's items (the lower end clears the floor), as measured on the range and as the
+worker last applied it (``judge_quality``). A judge that does not label keeps its verdicts
+shown. With
 ``--flags N``, the N latest failures (``--flags-of``: of which judges) with what was wrong and
 the events they rest on: for a domain policy rule, the tool call, the reason, the clause and the
 tool results / user turns cited.
@@ -14,46 +18,56 @@ tool results / user turns cited.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import typer
 from rich.table import Table
-from sqlalchemy import text
 
 from monitor.analytics.calibration import Proportion
 from monitor.cli import analytics_common as ac
 from monitor.config import load_settings
-from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, JudgeQuality
+from monitor.judges.quality import (
+    ANY_DETERMINISTIC,
+    ANY_JUDGE,
+    POOLED,
+    JudgeQuality,
+    ScopeLabelling,
+    labelling,
+)
 from monitor.judges.quality import judge_quality as measure
 from monitor.judges.stats import (
     Flag,
     JudgeVolume,
+    StoredLabelling,
     conversation_judgements,
     judge_volumes,
     recent_flags,
+    stored_labelling,
 )
+
+
+@dataclass
+class _Collected:
+    volumes: list[JudgeVolume]
+    quality: list[JudgeQuality]
+    labelling: list[ScopeLabelling]
+    stored: list[StoredLabelling]
+    flags: list[Flag]
 
 
 async def _collect(
     engine: ac.AsyncEngine, q: ac.Query, floor: float, min_pairs: int, flags: int, like: str
-) -> tuple[list[JudgeVolume], list[JudgeQuality], list[dict[str, Any]], list[Flag]]:
+) -> _Collected:
     volumes = await judge_volumes(engine, q.segment, q.start, q.end)
     found = await recent_flags(engine, q.segment, q.start, q.end, flags, like) if flags else []
     judgements = await conversation_judgements(engine, q.segment, q.start, q.end)
-    async with engine.connect() as conn:
-        stored = (
-            (
-                await conn.execute(
-                    text(
-                        "SELECT judge, judge_version, muted, precision, flagged, computed_at"
-                        " FROM judge_quality ORDER BY 1, 2"
-                    )
-                )
-            )
-            .mappings()
-            .all()
-        )
-    return volumes, measure(judgements, floor, min_pairs), [dict(r) for r in stored], found
+    return _Collected(
+        volumes,
+        measure(judgements, floor, min_pairs),
+        labelling(judgements, floor, min_pairs),
+        await stored_labelling(engine, q.segment),
+        found,
+    )
 
 
 def _p(p: Proportion) -> str:
@@ -62,16 +76,53 @@ def _p(p: Proportion) -> str:
     return f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}] ({p.k}/{p.n})"
 
 
-def _status(row: JudgeQuality, muted: set[tuple[str, str]], floor: float, min_pairs: int) -> str:
+def _status(row: JudgeQuality, floor: float) -> str:
+    """The pooled decision of a judge row (per scope: the labelling table)."""
     if row.category is not None or row.judge in (ANY_DETERMINISTIC, ANY_JUDGE):
         return ""
-    if row.below_floor or row.key in muted:
-        return f"[red]precision below the floor {floor:g}: stops labelling items[/]" + (
-            " (applied by the worker)" if row.key in muted else ""
+    if row.labels:
+        return f"labels items (pooled lower end {row.precision.low:.2f} >= {floor:g})"
+    if row.precision.low is None:
+        return "[red]labels nothing: no flagged conversation with an outcome[/]"
+    return f"[red]labels nothing: pooled lower end {row.precision.low:.2f} < {floor:g}[/]"
+
+
+def _labels(labels: bool | None) -> str:
+    if labels is None:
+        return "-"
+    return "yes" if labels else "[red]no[/]"
+
+
+def _labelling_table(
+    computed: list[ScopeLabelling], stored: list[StoredLabelling], floor: float, min_pairs: int
+) -> Table:
+    """Per judge and scope: interval, flagged conversations, what decides, and whether the
+    judge labels (on the range; and as the worker applied it)."""
+    applied = {(r.judge, r.judge_version, r.agent_id, r.domain): r.labels for r in stored}
+    pooled = {(r.judge, r.judge_version): r.labels for r in stored if r.agent_id == POOLED}
+    t = Table(
+        title=f"labelling per scope: a judge labels a scope's items when the lower end of its "
+        f"precision's interval clears {floor:g} (the scope's own once it has {min_pairs} "
+        "flagged conversations, else the judge's pooled one)",
+        title_justify="left",
+    )
+    for col in ("judge", "agent", "domain", "pairs", "precision", "decided by", "labels"):
+        t.add_column(col, justify="right" if col == "pairs" else "left", no_wrap=True)
+    t.add_column("applied by the worker", justify="left", no_wrap=True)
+    for d in computed:
+        key = (d.judge, d.judge_version, d.agent_id, d.domain)
+        worker = applied.get(key, pooled.get((d.judge, d.judge_version)))
+        t.add_row(
+            f"{d.judge} {d.judge_version}".strip(),
+            "(pooled)" if d.agent_id == POOLED else d.agent_id,
+            "" if d.agent_id == POOLED else d.domain or "-",
+            str(d.pairs),
+            _p(d.precision),
+            d.decided_by,
+            _labels(d.labels),
+            _labels(worker),
         )
-    if row.precision.n < min_pairs:
-        return f"labels items (floor not tested: {row.precision.n} < {min_pairs} flagged)"
-    return "labels items"
+    return t
 
 
 def register(app: typer.Typer) -> None:
@@ -80,13 +131,17 @@ def register(app: typer.Typer) -> None:
     def judges(
         scope: ac.Scope,
         floor: float | None = ac.unit_option(
-            None, "--floor", "Precision floor (default: MONITOR_JUDGE_PRECISION_FLOOR, 0.7)."
+            None,
+            "--floor",
+            "Precision floor the lower end of the interval must clear (default: "
+            "MONITOR_JUDGE_PRECISION_FLOOR, 0.7).",
         ),
         min_pairs: int | None = typer.Option(
             None,
             "--min-pairs",
             min=1,
-            help="Flagged conversations needed to test the floor (default 30).",
+            help="Flagged conversations a scope needs before its own interval decides, not "
+            "the judge's pooled one (default: MONITOR_JUDGE_FLOOR_MIN_PAIRS, 30).",
         ),
         flags: int = typer.Option(
             0,
@@ -101,8 +156,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = ac.JSON,
     ) -> None:
         """Judge volumes, errors, latency, failure categories, and each judge's precision and
-        recall against conversation outcomes (Wilson intervals, kappa, confusion counts); a
-        judge below the precision floor stops labelling items.
+        recall against conversation outcomes (Wilson intervals, kappa, confusion counts), and
+        per judge and scope whether it labels items: only when the lower end of its precision's
+        interval clears the floor.
 
         The range (--since, --from/--to) selects conversations by when they happened (their
         first event), like the other analytics commands, not by when they were judged."""
@@ -112,18 +168,19 @@ def register(app: typer.Typer) -> None:
         mp = settings.judge_floor_min_pairs if min_pairs is None else min_pairs
         q = scope.query()
         like = flags_of.replace("%", r"\%").replace("_", r"\_").replace("*", "%")
-        volumes, quality, stored, found = ac.run_with_engine(
+        got = ac.run_with_engine(
             console, lambda eng: _collect(eng, q, fl, mp, flags, like), reads=True
         )
-        muted = {(r["judge"], r["judge_version"]) for r in stored if r["muted"]}
+        volumes, quality, found = got.volumes, got.quality, got.flags
         if as_json:
             ac.print_json(
                 {
                     "scope": q.describe(),
                     "judges": volumes,
                     "quality": quality,
+                    "labelling": got.labelling,
                     "floor": {"precision": fl, "min_pairs": mp},
-                    "stored": stored,
+                    "stored": got.stored,
                     "flags": found,
                 }
             )
@@ -198,9 +255,11 @@ def register(app: typer.Typer) -> None:
                 _p(r.recall),
                 ac.fmt(r.kappa, 2),
                 f"{r.true_pos}/{r.false_pos}/{r.false_neg}/{r.true_neg}",
-                _status(r, muted, fl, mp),
+                _status(r, fl),
             )
         console.print(a)
+        if got.labelling:
+            console.print(_labelling_table(got.labelling, got.stored, fl, mp))
         if found:
             console.print(_flags_table(found))
 

@@ -79,18 +79,25 @@ _HAS = "((y_new IS NOT NULL)::int - (y_old IS NOT NULL)::int)"
 #: Judge labels per item: a failure found by any judge (label 0) makes the item wrong; a
 #: judge whose name starts with ``llm`` can also say it is right (label 1). Deterministic
 #: checks that pass say nothing about correctness, so they never label an item 1. A judge
-#: muted for low precision (``judge_quality.muted``) labels nothing.
+#: labels only the conversations of the scopes (agent x domain) where ``judge_quality`` says
+#: it does: the scope's row, else the judge's pooled row (``agent_id`` ''), else not at all
+#: (:mod:`monitor.judges.quality`).
 _JUDGED = """
   SELECT v.item_id,
          CASE WHEN bool_or(v.label = 0) THEN 0::smallint
               WHEN bool_or(v.label = 1 AND v.judge LIKE 'llm%') THEN 1::smallint END AS y,
          'judge:' || string_agg(DISTINCT v.judge, ',' ORDER BY v.judge)
            FILTER (WHERE v.label = 0 OR v.judge LIKE 'llm%') AS src
-  FROM verdicts v
+  FROM verdicts v JOIN conversations vc ON vc.conversation_id = v.conversation_id
   WHERE v.conversation_id = ANY($1::text[]) AND v.status = 'ok' AND v.item_id <> ''
     AND v.label IS NOT NULL
-    AND NOT EXISTS (SELECT 1 FROM judge_quality q WHERE q.judge = v.judge
-                    AND q.judge_version = v.judge_version AND q.muted)
+    AND coalesce(
+      (SELECT q.labels FROM judge_quality q WHERE q.judge = v.judge
+         AND q.judge_version = v.judge_version AND q.agent_id = vc.agent_id
+         AND q.domain = coalesce(vc.domain, '')),
+      (SELECT q.labels FROM judge_quality q WHERE q.judge = v.judge
+         AND q.judge_version = v.judge_version AND q.agent_id = '' AND q.domain = ''),
+      false)
   GROUP BY v.item_id
 """
 

@@ -6,8 +6,9 @@ returns the :class:`~monitor.judges.quality.ConversationJudgement` rows that
 :func:`~monitor.judges.quality.judge_quality` measures: the same rows ``monitor judges`` builds
 from stored verdicts (a judge counts on a conversation when it gave an ok verdict with a label;
 it flagged it when one of them is label 0; the conversation failed when its ``outcome`` says
-``success: false``, i.e. reward < 1 for tau2 runs). Conversations without an outcome are left
-out. The benchmark ``bench/policy_recall.py`` and the tests use it on tau2-bench runs.
+``success: false``, i.e. reward < 1 for tau2 runs; its scope is the first event's agent id and
+context domain). Conversations without an outcome are left out. The benchmark
+``bench/policy_recall.py`` and the tests use it on tau2-bench runs.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def offline_judgements(
         if outcome is None:
             continue
         conv = Conversation.of(events)
+        first = events[0]
+        domain = (first.context.domain if first.context else None) or ""
         per: dict[tuple[str, str], tuple[bool, set[str]]] = {}
         for judge in judges_for(conv):
             for v in judge.judge(conv):
@@ -52,7 +55,14 @@ def offline_judgements(
                 )
         out += [
             ConversationJudgement(
-                conv.conversation_id, name, version, flagged, frozenset(cats), not outcome.success
+                conv.conversation_id,
+                name,
+                version,
+                flagged,
+                frozenset(cats),
+                not outcome.success,
+                first.agent.id,
+                domain,
             )
             for (name, version), (flagged, cats) in per.items()
         ]

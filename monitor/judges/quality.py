@@ -13,10 +13,15 @@ the conversation failed. Then, on those pairs:
 A passing check is *not* counted as "the judge says correct" (docs/analytics.md): it only
 means "not flagged" on a conversation the judge looked at.
 
-**Floor** (:func:`below_floor`): a judge whose precision is below ``floor`` (default 0.7), once
-at least ``min_pairs`` (default 30) flagged conversations have an outcome, stops labelling items
-(its verdicts are still stored and shown). Under ``min_pairs`` flags the precision is too
-uncertain to act on and the judge keeps labelling.
+**Floor** (:func:`labelling`, :func:`labels`): a judge labels items of a scope (the
+conversation's agent x domain) only when the **lower end** of the 95 % Wilson interval of its
+precision clears ``floor`` (default 0.7): precision must be known to be at least the floor, not
+merely estimated at it. A scope with at least ``min_pairs`` (default 30) flagged conversations
+with an outcome is decided by its own interval; a scope with fewer (or none), by the judge's
+pooled interval over every scope. A judge with no flagged conversation with an outcome has no
+interval and labels nothing: with every flag right, the lower end reaches 0.7 at 9 flags (2 of 2
+gives 0.34), so a judge earns its labels. Its verdicts are stored and shown whatever the floor
+says.
 
 **Misclassification correction** (:func:`corrected_accuracy`): when items are labelled by a
 judge whose sensitivity ``se`` (recall of failures) and specificity ``sp`` (share of successes
@@ -27,7 +32,7 @@ it leaves unflagged) are measured, the observed failure share ``q`` estimates ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from monitor.analytics.calibration import Proportion
@@ -37,6 +42,8 @@ DEFAULT_PRECISION_FLOOR = 0.7
 DEFAULT_FLOOR_MIN_PAIRS = 30
 ANY_DETERMINISTIC = "any deterministic (det.*)"
 ANY_JUDGE = "any judge (labelling)"
+#: the agent id of the pooled row of :func:`labelling` (a real agent id is never empty)
+POOLED = ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,12 @@ class ConversationJudgement:
     flagged: bool
     categories: frozenset[str]
     failed: bool
+    agent_id: str = ""
+    domain: str = ""  # "" also when the conversation has none
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.agent_id, self.domain)
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,7 @@ class JudgeQuality:
     specificity: Proportion
     kappa: float | None
     kappa_note: str | None
-    below_floor: bool = False
+    labels: bool = False  # the pooled decision (:func:`labelling`); False for other rows
 
     @property
     def key(self) -> tuple[str, str]:
@@ -81,8 +94,7 @@ def _quality(
     version: str,
     category: str | None,
     pairs: Sequence[tuple[bool, bool]],
-    floor: float,
-    min_pairs: int,
+    labelled: bool = False,
 ) -> JudgeQuality:
     tp = sum(1 for f, y in pairs if f and y)
     fp = sum(1 for f, y in pairs if f and not y)
@@ -90,7 +102,6 @@ def _quality(
     tn = len(pairs) - tp - fp - fn
     # kappa on flagged (1) vs failed (1): the classes agree in meaning
     agree = agreement([int(f) for f, _ in pairs], [int(y) for _, y in pairs], min_pairs=1)
-    precision = Proportion.of(tp, tp + fp)
     return JudgeQuality(
         judge,
         version,
@@ -100,23 +111,108 @@ def _quality(
         fp,
         fn,
         tn,
-        precision,
+        Proportion.of(tp, tp + fp),
         Proportion.of(tp, tp + fn),
         Proportion.of(tn, tn + fp),
         agree.kappa,
         agree.reason,
-        below_floor(precision, floor, min_pairs) if category is None else False,
+        labelled,
     )
 
 
-def below_floor(
-    precision: Proportion,
+def labels(precision: Proportion, floor: float = DEFAULT_PRECISION_FLOOR) -> bool:
+    """True when the lower end of ``precision``'s Wilson interval is at least ``floor`` (an
+    unmeasured precision, no flagged conversation, never labels)."""
+    return precision.low is not None and precision.low >= floor - 1e-12
+
+
+@dataclass(frozen=True)
+class ScopeLabelling:
+    """Whether a judge labels the items of one scope, and the measurement behind it.
+
+    ``agent_id`` :data:`POOLED` (with ``domain`` "") is the judge's pooled row over every
+    scope. ``pairs`` = conversations with an outcome the judge applied to in the scope;
+    ``precision`` = the scope's own (its ``n``: the flagged ones); ``decided_by`` = "scope" when
+    its own interval decides (at least ``min_pairs`` flagged), else "pooled"."""
+
+    judge: str
+    judge_version: str
+    agent_id: str
+    domain: str
+    pairs: int
+    precision: Proportion
+    recall: Proportion
+    decided_by: str
+    labels: bool
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.judge, self.judge_version)
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.agent_id, self.domain)
+
+
+def labelling(
+    judgements: Iterable[ConversationJudgement],
     floor: float = DEFAULT_PRECISION_FLOOR,
     min_pairs: int = DEFAULT_FLOOR_MIN_PAIRS,
-) -> bool:
-    """True when ``precision`` is measured on at least ``min_pairs`` flagged conversations
-    and is below ``floor`` (the judge then stops labelling items)."""
-    return precision.n >= min_pairs and precision.value is not None and precision.value < floor
+) -> list[ScopeLabelling]:
+    """Per judge (and version): its pooled row, then one row per scope it applied to, ordered
+    by judge, version, scope; each says whether the judge labels that scope's items (module
+    docstring: the lower end of the deciding interval against ``floor``)."""
+    by_judge: dict[tuple[str, str], dict[tuple[str, str], list[ConversationJudgement]]] = {}
+    for j in judgements:
+        by_judge.setdefault((j.judge, j.judge_version), {}).setdefault(j.scope, []).append(j)
+    out: list[ScopeLabelling] = []
+    for (name, version), scopes in sorted(by_judge.items()):
+        every = [j for js in scopes.values() for j in js]
+        pooled = _precision_recall(every)
+        pooled_labels = labels(pooled[0], floor)
+        out.append(
+            ScopeLabelling(name, version, POOLED, "", len(every), *pooled, "pooled", pooled_labels)
+        )
+        for (agent, domain), js in sorted(scopes.items()):
+            precision, recall = _precision_recall(js)
+            own = precision.n >= min_pairs
+            out.append(
+                ScopeLabelling(
+                    name,
+                    version,
+                    agent,
+                    domain,
+                    len(js),
+                    precision,
+                    recall,
+                    "scope" if own else "pooled",
+                    labels(precision, floor) if own else pooled_labels,
+                )
+            )
+    return out
+
+
+def _precision_recall(js: Sequence[ConversationJudgement]) -> tuple[Proportion, Proportion]:
+    tp = sum(1 for j in js if j.flagged and j.failed)
+    return (
+        Proportion.of(tp, sum(1 for j in js if j.flagged)),
+        Proportion.of(tp, sum(1 for j in js if j.failed)),
+    )
+
+
+def labels_in(decisions: Iterable[ScopeLabelling]) -> Callable[[str, str, str, str], bool]:
+    """``labels(judge, version, agent_id, domain)``: whether the judge labels that scope by
+    ``decisions`` (a scope without its own row goes by the judge's pooled row; a judge
+    without any row labels nothing), the rule the labelling SQL applies to stored rows."""
+    table = {(d.judge, d.judge_version, d.agent_id, d.domain): d.labels for d in decisions}
+
+    def decide(judge: str, version: str, agent_id: str, domain: str) -> bool:
+        own = table.get((judge, version, agent_id, domain))
+        if own is not None and agent_id != POOLED:
+            return own
+        return table.get((judge, version, POOLED, ""), False)
+
+    return decide
 
 
 def judge_quality(
@@ -124,11 +220,13 @@ def judge_quality(
     floor: float = DEFAULT_PRECISION_FLOOR,
     min_pairs: int = DEFAULT_FLOOR_MIN_PAIRS,
 ) -> list[JudgeQuality]:
-    """Per judge (and version): one row for the judge, then one per category it used, ordered
-    by judge, version, category; then, when any ``det.*`` judge is present, one row
-    :data:`ANY_DETERMINISTIC` ("any deterministic judge flagged the conversation", over the
-    conversations at least one of them applied to; never below the floor); last, when judges
-    other than ``det.*`` are present too, one row :data:`ANY_JUDGE` (:func:`_any_judge`)."""
+    """Per judge (and version): one row for the judge (``labels``: its pooled decision), then
+    one per category it used, ordered by judge, version, category; then, when any ``det.*``
+    judge is present, one row :data:`ANY_DETERMINISTIC` ("any deterministic judge flagged the
+    conversation", over the conversations at least one of them applied to, whether they label
+    or not); last, when judges other than ``det.*`` are present too, one row :data:`ANY_JUDGE`
+    ("a judge that labels the conversation's scope flagged it", :func:`labelling`)."""
+    judgements = list(judgements)
     by_judge: dict[tuple[str, str], list[ConversationJudgement]] = {}
     any_det: dict[str, tuple[bool, bool]] = {}
     for j in judgements:
@@ -136,34 +234,36 @@ def judge_quality(
         if j.judge.startswith("det."):
             flagged, failed = any_det.get(j.conversation_id, (False, j.failed))
             any_det[j.conversation_id] = (flagged or j.flagged, failed)
+    decisions = labelling(judgements, floor, min_pairs)
+    pooled = {d.key: d.labels for d in decisions if d.agent_id == POOLED}
     out: list[JudgeQuality] = []
     for (name, version), js in sorted(by_judge.items()):
         out.append(
-            _quality(name, version, None, [(j.flagged, j.failed) for j in js], floor, min_pairs)
+            _quality(
+                name, version, None, [(j.flagged, j.failed) for j in js], pooled[(name, version)]
+            )
         )
         for cat in sorted({c for j in js for c in j.categories}):
             pairs = [(cat in j.categories, j.failed) for j in js]
-            out.append(_quality(name, version, cat, pairs, floor, min_pairs))
+            out.append(_quality(name, version, cat, pairs))
     if any_det:
-        out.append(_quality(ANY_DETERMINISTIC, "", None, list(any_det.values()), 0.0, 1))
+        out.append(_quality(ANY_DETERMINISTIC, "", None, list(any_det.values())))
     if any(not name.startswith("det.") for name, _ in by_judge):
-        muted = {r.key for r in out if r.category is None and r.below_floor}
-        out.append(_any_judge(by_judge, muted))
+        out.append(any_judge(judgements, labels_in(decisions)))
     return out
 
 
-def _any_judge(
-    by_judge: dict[tuple[str, str], list[ConversationJudgement]], muted: set[tuple[str, str]]
+def any_judge(
+    judgements: Iterable[ConversationJudgement], decide: Callable[[str, str, str, str], bool]
 ) -> JudgeQuality:
-    """The row "a judge that labels items flagged the conversation", over the conversations any
-    judge applied to; a judge in ``muted`` (below the floor: it stops labelling items) counts as
-    not flagging."""
+    """The row :data:`ANY_JUDGE` over the conversations any judge applied to: a judge's flag
+    counts when ``decide(judge, version, agent_id, domain)`` says it labels that scope."""
     pairs: dict[str, tuple[bool, bool]] = {}
-    for key, js in by_judge.items():
-        for j in js:
-            flagged, failed = pairs.get(j.conversation_id, (False, j.failed))
-            pairs[j.conversation_id] = (flagged or (j.flagged and key not in muted), failed)
-    return _quality(ANY_JUDGE, "", None, list(pairs.values()), 0.0, 1)
+    for j in judgements:
+        flagged, failed = pairs.get(j.conversation_id, (False, j.failed))
+        counts = j.flagged and decide(j.judge, j.judge_version, j.agent_id, j.domain)
+        pairs[j.conversation_id] = (flagged or counts, failed)
+    return _quality(ANY_JUDGE, "", None, list(pairs.values()))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Read-side queries about the judges: volumes, errors, latency, categories, and the
-conversation-level judgements their quality is measured on (:mod:`monitor.judges.quality`).
+"""Read-side queries about the judges: volumes, errors, latency, categories, the
+conversation-level judgements their quality is measured on (:mod:`monitor.judges.quality`),
+and the worker's stored labelling decisions per scope.
 
 Time range ``[start, end)`` applies to when the judged conversation started (its
 ``first_ts``, as for the escalation analytics), not to when the verdict was written: judging a
@@ -111,7 +112,7 @@ async def conversation_judgements(
         (
             "SELECT v.judge, v.judge_version, v.conversation_id, bool_or(v.label = 0),"
             " string_agg(DISTINCT cat.c, ',') FILTER (WHERE v.label = 0),"
-            " bool_and(c.outcome_success)"
+            " bool_and(c.outcome_success), min(c.agent_id), coalesce(min(c.domain), '')"
             " FROM verdicts v JOIN conversations c USING (conversation_id)"
             " LEFT JOIN LATERAL jsonb_array_elements_text(v.categories) AS cat(c) ON TRUE"
             " WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL"
@@ -128,9 +129,47 @@ async def conversation_judgements(
             bool(flagged),
             frozenset(str(cats).split(",")) if cats else frozenset(),
             not ok,
+            str(agent),
+            str(domain),
         )
-        for j, ver, cid, flagged, cats, ok in rows
+        for j, ver, cid, flagged, cats, ok, agent, domain in rows
     ]
+
+
+@dataclass(frozen=True)
+class StoredLabelling:
+    """A row of ``judge_quality``: the worker's last decision for a judge in a scope
+    (``agent_id`` '' = its pooled row), the one the item labels follow."""
+
+    judge: str
+    judge_version: str
+    agent_id: str
+    domain: str
+    pairs: int
+    flagged: int
+    precision: float | None
+    precision_low: float | None
+    precision_high: float | None
+    decided_by: str
+    labels: bool
+    floor: float
+    computed_at: datetime
+
+
+async def stored_labelling(engine: AsyncEngine, segment: Segment) -> list[StoredLabelling]:
+    """The stored decisions of the scopes of agents matching ``segment.agent`` and every
+    judge's pooled row, ordered by judge, version, scope (pooled first)."""
+    cond, params = Segment(segment.agent).where("q.")
+    rows = await _rows(
+        engine,
+        (
+            "SELECT judge, judge_version, agent_id, domain, pairs, flagged, precision,"
+            " precision_low, precision_high, decided_by, labels, floor, computed_at"
+            f" FROM judge_quality q WHERE (agent_id = '' OR {cond}) ORDER BY 1, 2, 3, 4"
+        ),
+        params,
+    )
+    return [StoredLabelling(*r) for r in rows]
 
 
 @dataclass(frozen=True)

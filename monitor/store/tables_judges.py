@@ -7,10 +7,15 @@
     judge request never stores a second verdict. Error verdicts are stored too (``status =
     'error'`` with ``error`` the reason) and count as judged.
 ``judge_quality``
-    One row per (judge, judge version): its precision and recall against conversation
-    outcomes as last measured by the worker, and ``muted`` when the precision is below the
-    floor on enough flagged conversations: a muted judge's verdicts stay stored and shown but
-    no longer label items (:data:`monitor.ingest.items_sql.SYNC_ITEMS`).
+    One row per (judge, judge version, scope): its precision (with the ends of its 95 % Wilson
+    interval) and recall against conversation outcomes as last measured by the worker, in the
+    scope ``agent_id`` x ``domain`` (``domain`` '' when the conversations have none;
+    ``agent_id`` '' is the judge's pooled row over every scope), and ``labels``: whether its
+    verdicts label the items of that scope (:mod:`monitor.judges.quality`: the lower end of
+    the deciding interval clears ``floor``; ``decided_by`` 'scope' or 'pooled'). A scope
+    without a row goes by the pooled row; a judge without a row labels nothing
+    (:data:`monitor.ingest.items_sql.SYNC_ITEMS`). Verdicts of a judge that does not label
+    stay stored and shown.
 ``judge_requests``
     One row per conversation sent to the judges: when (last) and why (the sampling reasons), so
     the scheduler never sends a conversation twice for the same events and the dashboards can
@@ -88,12 +93,17 @@ judge_quality = Table(
     metadata,
     key("judge", Text),
     key("judge_version", Text),
+    key("agent_id", Text),
+    key("domain", Text),
     required("pairs", Integer),
     required("flagged", Integer),
     Column("precision", Double),
     Column("recall", Double),
     required("floor", Double),
     required("min_pairs", Integer),
-    required("muted", Boolean, server_default="false"),
     inserted_at("computed_at"),
+    Column("precision_low", Double),
+    Column("precision_high", Double),
+    required("decided_by", Text),
+    required("labels", Boolean, server_default="false"),
 )

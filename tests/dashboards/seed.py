@@ -6,8 +6,9 @@ with their decision events (``seed_gate``) (``EventWriter``: events, conversatio
 calibration bins), dead letters from real validation failures, drift checks
 (``flows.analytics.run_drift``), recalibration maps (``flows.analytics.fit_maps``), judge
 verdicts (the deterministic judges on real conversations plus rubric-judge verdicts, some of
-them errors, through ``judge_repo.write_verdicts``) and alert states, history and incidents
-(rows as the alert evaluation stores them).
+them errors, through ``judge_repo.write_verdicts``), the judges' labelling decisions as the
+worker measures them (``refresh_judge_quality`` at the default floor) and alert states, history
+and incidents (rows as the alert evaluation stores them).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from monitor.ingest.rows import DeadLetter, event_row
 from monitor.ingest.writer import EventWriter
 from monitor.judges.base import Conversation, Verdict
 from monitor.judges.deterministic import run_all
+from monitor.judges.quality import DEFAULT_FLOOR_MIN_PAIRS, DEFAULT_PRECISION_FLOOR
+from monitor.judges.quality_repo import refresh_judge_quality
 from monitor.judges.repo import write_verdicts
 from monitor.replay.tau2 import tau2_file_events
 from monitor.sim.traffic import Simulator
@@ -129,7 +132,7 @@ def rubric_verdicts(conv: Conversation) -> list[Verdict]:
 
 
 async def seed_verdicts(database_url: str, events: Sequence[AgentEvent]) -> None:
-    """Judge one conversation in three (every judge) and store the verdicts."""
+    """Judge one conversation in three (every judge), store the verdicts, measure the judges."""
     by_conv: dict[str, list[AgentEvent]] = defaultdict(list)
     for e in events:
         by_conv[e.conversation_id].append(e)
@@ -148,6 +151,7 @@ async def seed_verdicts(database_url: str, events: Sequence[AgentEvent]) -> None
             await write_verdicts(
                 pool, {v.conversation_id: agents[v.conversation_id] for v in part}, part
             )
+        await refresh_judge_quality(pool, DEFAULT_PRECISION_FLOOR, DEFAULT_FLOOR_MIN_PAIRS)
     finally:
         await pool.close()
 

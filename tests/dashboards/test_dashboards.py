@@ -33,6 +33,7 @@ from tests.dashboards.test_dashboard_sql import (
     resolve_variables,
     run_sql,
 )
+from tests.db import fetch
 from tests.servers.grafana_server import FakeGrafana
 from tests.test_deploy_files import DASHBOARDS, all_panels, dashboard_files
 
@@ -52,6 +53,7 @@ VIEWS = {
     "v_escalation_bins",
     "v_drift_checks",
     "v_verdicts",
+    "v_judge_labelling",
     "v_alerts",
     "v_alert_annotations",
     "v_pipeline",
@@ -119,6 +121,7 @@ def test_issue_panels_exist() -> None:
         "Judge latency",
         "Judge errors",
         "Judges against ground truth",
+        "Judge labelling per scope",
     } <= titles["monitor-judges"]
     reliability = next(
         p
@@ -193,46 +196,55 @@ async def test_window_view_rolls_up_to_the_cli_numbers(seeded: str) -> None:
     assert reports["sim-retail-overconfident"].ece > 0.2  # the seeded data mean something
 
 
-async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None:
-    """The judges dashboard's precision and recall are the conversation-level ones of
-    `monitor judges` (a passing check is not "judge says correct"; verdicts on a
-    message are not paired one by one with the conversation's outcome)."""
-    from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, judge_quality
+async def judgements_and_panels(url: str, *titles: str) -> tuple[list[Any], dict[str, Any]]:
+    """Every stored conversation judgement (:func:`monitor.judges.stats.conversation_judgements`
+    over all time) and the results of the judges dashboard's panels ``titles`` over all time
+    with everything selected."""
     from monitor.judges.stats import conversation_judgements
 
     lo, hi = datetime(2000, 1, 1, tzinfo=UTC), datetime.now(UTC) + timedelta(days=1)
-    engine = make_engine(seeded)
+    engine = make_engine(url)
     try:
         judged = await conversation_judgements(engine, Segment(), lo, hi)
     finally:
         await engine.dispose()
-    want = {
-        (q.judge, q.judge_version): q
-        for q in judge_quality(judged)
-        if q.category is None and q.judge not in (ANY_DETERMINISTIC, ANY_JUDGE)
-    }
     board = dashboards()["monitor-judges"]
     panels = {p["title"]: p for p in all_panels(board)}
     scenario = Scenario("everything", g.TimeRange(lo, hi))
-    conn = await asyncpg.connect(libpq_url(seeded))
+    conn = await asyncpg.connect(libpq_url(url))
     try:
         problems: list[str] = []
         variables = await resolve_variables(conn, board, scenario, problems)
         assert not problems, problems
-
-        async def panel(title: str) -> Any:
+        out = {}
+        for title in titles:
             sql = g.interpolate(
                 panels[title]["targets"][0]["rawSql"],
                 time_range=scenario.time_range,
                 interval_ms=60000,
                 variables=variables,
             )
-            return await run_sql(conn, sql)
-
-        table = await panel("Judges against ground truth")
-        stat = await panel("Precision of judge flags")
+            out[title] = await run_sql(conn, sql)
     finally:
         await conn.close()
+    return judged, out
+
+
+async def test_judges_panels_measure_precision_like_the_cli(seeded: str) -> None:
+    """The judges dashboard's precision and recall are the conversation-level ones of
+    `monitor judges` (a passing check is not "judge says correct"; verdicts on a
+    message are not paired one by one with the conversation's outcome)."""
+    from monitor.judges.quality import ANY_DETERMINISTIC, ANY_JUDGE, judge_quality
+
+    judged, got = await judgements_and_panels(
+        seeded, "Judges against ground truth", "Precision of judge flags"
+    )
+    table, stat = got["Judges against ground truth"], got["Precision of judge flags"]
+    want = {
+        (q.judge, q.judge_version): q
+        for q in judge_quality(judged)
+        if q.category is None and q.judge not in (ANY_DETERMINISTIC, ANY_JUDGE)
+    }
     rows = [dict(zip(table.columns, r, strict=True)) for r in table.rows]
     flagged_any = False
     for r in rows:
@@ -296,6 +308,40 @@ async def test_alert_tables_name_the_incident_of_each_alert(seeded: str) -> None
             assert all(r["incident"].startswith("inc-") for r in rows), uid
     finally:
         await conn.close()
+
+
+async def test_judge_labelling_panel_shows_the_decisions_of_the_floor(seeded: str) -> None:
+    """The "Judge labelling per scope" panel shows, per judge and scope, the interval, the
+    flagged conversations behind it and whether the judge labels, as the pure
+    :func:`monitor.judges.quality.labelling` decides on every stored verdict."""
+    from monitor.judges.quality import POOLED, labelling
+
+    judged, panels = await judgements_and_panels(seeded, "Judge labelling per scope")
+    table = panels["Judge labelling per scope"]
+    want = {(d.judge, d.judge_version, d.agent_id or None, d.domain): d for d in labelling(judged)}
+    # judges with verdicts but no outcome to compare with: a pooled row that labels nothing
+    unmeasured = await fetch(
+        seeded,
+        "SELECT judge, judge_version FROM verdicts GROUP BY 1, 2 EXCEPT"
+        " SELECT judge, judge_version FROM judge_quality WHERE flagged + pairs > 0",
+    )
+    rows = [dict(zip(table.columns, r, strict=True)) for r in table.rows]
+    got = {(r["judge"], r["version"], r["agent"], r["domain"] or ""): r for r in rows}
+    extra = {(r["judge"], r["judge_version"], None, "") for r in unmeasured}
+    assert set(got) == set(want) | extra
+    labelled = 0
+    for key, d in want.items():
+        r = got[key]
+        assert r["scope"] == ("pooled" if d.agent_id == POOLED else "agent x domain")
+        assert (r["flagged with outcome"], r["with outcome"]) == (d.precision.n, d.pairs)
+        assert r["decided by"] == d.decided_by and r["labels"] == ("yes" if d.labels else "no")
+        if d.precision.low is None:
+            assert r["lower end"] is None
+        else:
+            assert r["lower end"] == pytest.approx(d.precision.low, abs=1e-12)
+            assert r["upper end"] == pytest.approx(d.precision.high, abs=1e-12)
+        labelled += d.labels
+    assert labelled and labelled < len(want)  # some judges label, some do not: not vacuous
 
 
 async def run_annotations(

@@ -1,18 +1,21 @@
 """Judge quality at the conversation level: hand-computed precision/recall/kappa, the report on
-the committed tau2 runs, the Rogan-Gladen correction, and the precision floor in Postgres
-(a judge below it stops labelling items; `monitor judges` says so)."""
+the committed tau2 runs, the Rogan-Gladen correction, and the precision floor on the lower end
+of the interval, per scope, in Postgres (a judge labels a scope's items only when the
+measurement shows its precision clears the floor; `monitor judges` says so)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import asyncpg
 import pytest
 from typer.testing import CliRunner
 
+from monitor.analytics.calibration import Proportion
 from monitor.cli.main import app
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
@@ -22,9 +25,14 @@ from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.domains import load_domains
 from monitor.judges.quality import (
     ANY_DETERMINISTIC,
+    ANY_JUDGE,
+    POOLED,
     ConversationJudgement,
     corrected_accuracy,
     judge_quality,
+    labelling,
+    labels,
+    labels_in,
 )
 from monitor.judges.quality_repo import refresh_judge_quality
 from monitor.judges.worker import JudgeRunner
@@ -74,14 +82,70 @@ def test_precision_recall_kappa_by_hand() -> None:
     # any deterministic judge: c9 flagged by det.b only -> 5 flagged of 10, 3 failed
     anyd = q[(ANY_DETERMINISTIC, None)]
     assert (anyd.pairs, anyd.true_pos, anyd.false_pos) == (10, 3, 2)
-    assert not any(r.below_floor for r in q.values())  # 4 flags < 30 pairs
+    assert not any(r.labels for r in q.values())  # 3/4 right: lower end 0.30 < 0.7
 
 
-def test_floor_needs_enough_flagged_conversations() -> None:
-    low = [cj(f"c{i}", "det.noisy", True, i < 20) for i in range(30)]  # 20/30 = 0.67
-    assert judge_quality(low)[0].below_floor
-    assert not judge_quality(low[:29])[0].below_floor  # 29 flagged: too few to act on
-    assert not judge_quality(low, floor=0.6)[0].below_floor
+def test_a_judge_labels_only_when_the_lower_end_clears_the_floor() -> None:
+    def right(n: int, k: int | None = None) -> list[ConversationJudgement]:
+        k = n if k is None else k
+        return [cj(f"c{i}", "policy.x.rule", True, i < k) for i in range(n)]
+
+    assert not judge_quality(right(2))[0].labels  # right 2 of 2 times: lower end 0.34
+    assert not judge_quality(right(8))[0].labels  # 8 of 8: 0.68
+    assert judge_quality(right(9))[0].labels  # 9 of 9: 0.70
+    assert not judge_quality(right(30, 25))[0].labels  # 0.83 measured, lower end 0.66
+    assert judge_quality(right(40, 36))[0].labels  # 0.90, lower end 0.77
+    assert judge_quality(right(30, 25), floor=0.6)[0].labels
+    assert not judge_quality([cj("c0", "policy.x.rule", False, True)])[0].labels  # no flag
+    (row,) = labelling(right(2))[:1]
+    assert (row.agent_id, row.pairs, row.labels) == (POOLED, 2, False)
+    assert (row.precision.k, row.precision.n) == (2, 2)
+    assert row.precision.low == pytest.approx(wilson(2, 2)[0])
+    assert not labels(Proportion.of(2, 2)) and labels(Proportion.of(9, 9))
+
+
+def scoped(scope: str, n: int, right: int, start: int = 0) -> list[ConversationJudgement]:
+    """``n`` conversations of agent ``scope`` (domain "d"), all flagged by det.x; the first
+    ``right`` of them failed."""
+    return [
+        ConversationJudgement(
+            f"{scope}{i}", "det.x", "1", True, frozenset(), i - start < right, scope, "d"
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def test_a_scope_with_enough_pairs_decides_by_its_own_interval() -> None:
+    # a: 40/40 right, b: 18/30 right (its own lower end 0.42), c: 1 of 5 right (too few: pooled)
+    js = scoped("a", 40, 40) + scoped("b", 30, 18) + scoped("c", 5, 1)
+    js.append(ConversationJudgement("e0", "det.x", "1", False, frozenset(), True, "e", ""))
+    rows = {(r.agent_id, r.domain): r for r in labelling(js, 0.7, 30)}
+    pooled = rows[(POOLED, "")]
+    assert (pooled.precision.k, pooled.precision.n, pooled.pairs) == (59, 75, 76)
+    assert pooled.precision.low == pytest.approx(wilson(59, 75)[0])
+    assert pooled.labels is False  # 0.79 measured, lower end 0.68
+    assert (rows[("a", "d")].decided_by, rows[("a", "d")].labels) == ("scope", True)
+    assert (rows[("b", "d")].decided_by, rows[("b", "d")].labels) == ("scope", False)
+    assert (rows[("c", "d")].decided_by, rows[("c", "d")].labels) == ("pooled", False)
+    assert rows[("e", "")].precision.n == 0 and rows[("e", "")].decided_by == "pooled"
+    decide = labels_in(labelling(js, 0.7, 30))
+    assert decide("det.x", "1", "a", "d") and not decide("det.x", "1", "b", "d")
+    assert not decide("det.x", "1", "new-agent", "d") and not decide("det.y", "1", "a", "d")
+    # with a larger pooled sample the pooled interval clears the floor: c and new scopes label
+    more = js + scoped("a", 60, 60, start=40)
+    decide = labels_in(labelling(more, 0.7, 30))
+    assert decide("det.x", "1", "c", "d") and decide("det.x", "1", "new-agent", "x")
+    assert not decide("det.x", "1", "b", "d")  # its own interval still decides against
+    # the "any judge" row counts det.x's flags only where it labels (a, c; not b)
+    other = [
+        ConversationJudgement(
+            j.conversation_id, "llm", "m", False, frozenset(), j.failed, j.agent_id, j.domain
+        )
+        for j in more
+    ]
+    anyj = next(r for r in judge_quality(more + other) if r.judge == ANY_JUDGE)
+    assert (anyj.true_pos, anyj.false_pos) == (100 + 1, 4)
+    assert anyj.false_neg == 18 + 1
 
 
 def test_rogan_gladen_correction() -> None:
@@ -113,8 +177,11 @@ def tau2_judgements(files: list[Path]) -> list[ConversationJudgement]:
                     flagged or v.label == 0,
                     cats | (set(v.categories) if v.label == 0 else set()),
                 )
+            agent, domain = evs[0].agent.id, (evs[0].context.domain or "")
             out += [
-                ConversationJudgement(cid, j, "2", f, frozenset(c), not outcome.success)
+                ConversationJudgement(
+                    cid, j, "2", f, frozenset(c), not outcome.success, agent, domain
+                )
                 for j, (f, c) in per.items()
             ]
     return out
@@ -135,41 +202,72 @@ def test_judge_report_on_tau2(tau2_files: list[Path]) -> None:
     assert (fig.true_pos, fig.false_pos) == (1, 1)  # "$477" (failed), "May 10th" (succeeded)
     anyd = report[(ANY_DETERMINISTIC, None)]
     assert anyd.pairs == 37 and anyd.precision.n == 7 and anyd.kappa is not None
-    assert all(r.precision.n < 30 and not r.below_floor for r in report.values())
+    assert all(r.precision.n < 30 and not r.labels for r in report.values())
 
 
-async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
+def flags(judge: str, ids: Iterable[int], *, ok: Iterable[int] = ()) -> list[Verdict]:
+    """``judge`` flags the first message of conversations q{i} for ``ids``, passes ``ok``."""
+    out = [
+        Verdict(judge, "1", f"q{i}", f"q{i}-a", label=0, score=0.0, categories=("wrong_action",))
+        for i in ids
+    ]
+    return out + [Verdict(judge, "1", f"q{i}", f"q{i}-a", label=1) for i in ok]
+
+
+async def write_conversations(url: str, ids: Iterable[int], failed: Iterable[int] = ()) -> None:
+    """Conversations q{i} of agent-a with one assistant message; those in ``failed`` or with
+    an id < 40 or >= 60 get an outcome (success unless in ``failed``)."""
+    bad = set(failed)
     events = []
-    for i in range(50):  # 40 with an outcome (16 failed), 10 without
+    for i in ids:
         cid = f"q{i}"
         events.append(event(f"{cid}-a", cid, at=i, confidence=0.9))
-        if i < 40:
-            events.append(event(f"{cid}-o", cid, "outcome", at=i + 0.5, success=i >= 16))
-    w = EventWriter(database_url)
+        if i < 40 or i >= 60:
+            events.append(event(f"{cid}-o", cid, "outcome", at=i + 0.5, success=i not in bad))
+    w = EventWriter(url)
     await w.write([event_row(e) for e in events])
     await w.close()
-    # det.noisy flags 35 with an outcome (14 failed: precision 0.4) and the 10 without;
-    # det.good flags the 16 failures only
-    verdicts = [
-        Verdict(
-            "det.noisy", "1", f"q{i}", f"q{i}-a", label=0, score=0.0, categories=("wrong_action",)
-        )
-        for i in [*range(14), *range(19, 50)]
-    ]
-    verdicts += [
-        Verdict(
-            "det.good",
-            "1",
-            f"q{i}",
-            f"q{i}-a",
-            label=0 if i < 16 or i in (40, 41) else 1,
-            categories=("wrong_information",) if i < 16 or i in (40, 41) else (),
-        )
-        for i in range(50)
-    ]  # on q40-q49, without outcome: flags 2
+
+
+async def test_a_rule_right_2_of_2_times_never_labels(database_url: str) -> None:
+    """Two flags, both right: a precision of 1.00 whose interval reaches down to 0.34. The
+    rule's flag on a conversation without an outcome labels nothing, before the measurement
+    and after it; with 9 of 9 right it would."""
+    await write_conversations(database_url, [0, 1, 2, 40], failed=[0, 1])
     pool = await asyncpg.create_pool(libpq_url(database_url))
     try:
-        await judge_repo.write_verdicts(pool, {f"q{i}": "agent-a" for i in range(50)}, verdicts)
+        agents = {f"q{i}": "agent-a" for i in range(70)}
+        await judge_repo.write_verdicts(pool, agents, flags("policy.x.pair", [0, 1, 40], ok=[2]))
+        unlabelled = "SELECT label IS NULL FROM items WHERE event_id = 'q40-a'"
+        assert await pool.fetchval(unlabelled)
+        decisions, changes = await refresh_judge_quality(pool, 0.7, 30)
+        assert changes == [] and await pool.fetchval(unlabelled)
+        pooled = decisions[0]
+        assert (pooled.agent_id, pooled.precision.k, pooled.precision.n) == (POOLED, 2, 2)
+        assert pooled.precision.value == 1.0 and not pooled.labels
+        row = await pool.fetchrow(
+            "SELECT flagged, precision, precision_low, labels FROM judge_quality"
+            " WHERE judge = 'policy.x.pair' AND agent_id = ''"
+        )
+        assert (row["flagged"], row["precision"], row["labels"]) == (2, 1.0, False)
+        assert row["precision_low"] == pytest.approx(wilson(2, 2)[0])
+    finally:
+        await pool.close()
+
+
+async def test_floor_on_the_lower_end_decides_labels_and_cli_says_so(database_url: str) -> None:
+    await write_conversations(database_url, range(50), failed=range(16))
+    # 40 with an outcome (q0-q15 failed), q40-q49 without. det.noisy flags 35 with an outcome
+    # (14 failed: 0.4) and the 10 without; det.good flags the 16 failures and q40, q41; the
+    # rule is right the 2 times it flags with an outcome (q0, q1) and flags q42 too
+    verdicts = flags("det.noisy", [*range(14), *range(19, 50)])
+    verdicts += flags("det.good", [*range(16), 40, 41], ok=[*range(16, 40), *range(42, 50)])
+    verdicts += flags("policy.x.pair", [0, 1, 42], ok=range(2, 6))
+    pool = await asyncpg.create_pool(libpq_url(database_url))
+    env = {"MONITOR_DATABASE_URL": database_url}
+    try:
+        agents = {f"q{i}": "agent-a" for i in range(70)}
+        await judge_repo.write_verdicts(pool, agents, verdicts)
 
         async def judge_labelled() -> int:
             return int(
@@ -183,49 +281,76 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
             )
             return int(row["n"]), float(row["y"])
 
-        assert await judge_labelled() == 10 and await bins() == (50, 24.0)
-        env = {"MONITOR_DATABASE_URL": database_url}
+        # nothing is measured yet: no judge labels anything
+        assert await judge_labelled() == 0 and await bins() == (40, 24.0)
+        decisions, changes = await refresh_judge_quality(pool, 0.7, 30)
+        got = {(d.judge, d.agent_id): d for d in decisions}
+        assert got[("det.good", POOLED)].labels  # 16 of 16: lower end 0.81
+        assert got[("det.good", "agent-a")].decided_by == "pooled"  # 16 < 30 flagged
+        noisy = got[("det.noisy", POOLED)]
+        assert (noisy.precision.k, noisy.precision.n, noisy.labels) == (14, 35, False)
+        pair = got[("policy.x.pair", POOLED)]  # right 2 of 2 times: never labels
+        assert (pair.precision.k, pair.precision.n, pair.labels) == (2, 2, False)
+        assert pair.precision.low == pytest.approx(wilson(2, 2)[0])
+        # q40, q41 get det.good's label 0; q42 (flagged by the rule only) stays unlabelled
+        assert [(c.judge, c.agent_id, c.domain, c.muted, c.relabelled) for c in changes] == [
+            ("det.good", "agent-a", "retail", False, 2)
+        ]
+        assert await judge_labelled() == 2 and await bins() == (42, 24.0)
+        labels_of = {
+            r["event_id"]: (r["label"], r["label_source"])
+            for r in await pool.fetch("SELECT event_id, label, label_source FROM items")
+        }
+        assert labels_of["q40-a"] == (0, "judge:det.good") and labels_of["q42-a"] == (None, None)
+        async with pool.acquire() as conn:
+            assert await assert_design_tables_match_items(conn) == 42
+        assert (await refresh_judge_quality(pool, 0.7, 30))[1] == []  # idempotent
+        stored = await pool.fetch(
+            "SELECT judge, agent_id, domain, flagged, precision_low, decided_by, labels"
+            " FROM judge_quality ORDER BY judge, agent_id"
+        )
+        assert [(r["judge"], r["agent_id"], r["decided_by"], r["labels"]) for r in stored] == [
+            ("det.good", "", "pooled", True),
+            ("det.good", "agent-a", "pooled", True),
+            ("det.noisy", "", "pooled", False),
+            ("det.noisy", "agent-a", "scope", False),  # 35 flagged: its own interval
+            ("policy.x.pair", "", "pooled", False),
+            ("policy.x.pair", "agent-a", "pooled", False),
+        ]
+        assert stored[4]["flagged"] == 2
+        assert stored[4]["precision_low"] == pytest.approx(wilson(2, 2)[0])
+
         cal = await asyncio.to_thread(
             CliRunner().invoke, app, ["calibration", "--since", "3650d", "--json"], env=env
         )
         assert cal.exit_code == 0, cal.output
         jl = json.loads(cal.output)["judge_labels"]["agent-a"]
-        assert (jl["labelled_items"], jl["judge_labelled_items"]) == (50, 10)
-        assert jl["judge_share"] == pytest.approx(0.2)
+        assert (jl["labelled_items"], jl["judge_labelled_items"]) == (42, 2)
         corr = {c["judge"]: c for c in jl["judges"]}
         # det.noisy: sensitivity 14/16, specificity 3/24: se + sp = 1, no better than chance
         assert (
             corr["det.noisy"]["judged_without_outcome"],
             corr["det.noisy"]["flagged_without_outcome"],
         ) == (10, 10)
-        assert corr["det.noisy"]["accuracy"]["corrected"] is None
         assert "chance" in corr["det.noisy"]["accuracy"]["note"]
         # det.good: se = sp = 1 on the outcomes, so corrected = raw = 1 - 2/10
-        assert corr["det.good"]["accuracy"]["raw"] == pytest.approx(0.8)
         assert corr["det.good"]["accuracy"]["corrected"] == pytest.approx(0.8)
-        cal_text = await asyncio.to_thread(
-            CliRunner().invoke,
-            app,
-            ["calibration", "--since", "3650d"],
-            env={**env, "COLUMNS": "300"},
+
+        # det.good flags 8 more conversations without an outcome (labelled at once: it labels)
+        # and 7 that succeed: 16 of 23 right, lower end 0.49: it stops labelling everywhere
+        await write_conversations(database_url, [*range(50, 58), *range(60, 67)])
+        await judge_repo.write_verdicts(
+            pool, agents, flags("det.good", [*range(50, 58), *range(60, 67)])
         )
-        assert "are labelled by judges, not outcomes" in cal_text.output
-        assert "corrected (Rogan-Gladen)" in cal_text.output
-        quality, changes = await refresh_judge_quality(pool, 0.7, 30)
-        noisy = next(q for q in quality if q.judge == "det.noisy")
-        assert (noisy.precision.k, noisy.precision.n, noisy.below_floor) == (14, 35, True)
-        # q40, q41 stay labelled by det.good (its label 0), the other 8 lose their label
-        assert [(c.judge, c.muted, c.relabelled) for c in changes] == [("det.noisy", True, 10)]
-        assert await judge_labelled() == 2 and await bins() == (42, 24.0)
-        async with pool.acquire() as conn:  # 8 items lost their label: their hours shrank
-            assert await assert_design_tables_match_items(conn) == 42
-        assert (await refresh_judge_quality(pool, 0.7, 30))[1] == []  # idempotent
-        stored = await pool.fetch("SELECT judge, muted FROM judge_quality ORDER BY judge")
-        assert [(r["judge"], r["muted"]) for r in stored] == [
-            ("det.good", False),
-            ("det.noisy", True),
+        assert await judge_labelled() == 10
+        _, changes = await refresh_judge_quality(pool, 0.7, 30)
+        assert [(c.judge, c.agent_id, c.domain, c.muted, c.relabelled) for c in changes] == [
+            ("det.good", "agent-a", "retail", True, 10)
         ]
-        assert await pool.fetchval("SELECT count(*) FROM verdicts") == 95  # all still stored
+        assert await judge_labelled() == 0 and await bins() == (47, 31.0)
+        async with pool.acquire() as conn:
+            assert await assert_design_tables_match_items(conn) == 47
+        assert await pool.fetchval("SELECT count(*) FROM verdicts") == 117  # all still stored
     finally:
         await pool.close()
 
@@ -234,14 +359,27 @@ async def test_floor_stops_labelling_and_cli_says_so(database_url: str) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     rows = {(r["judge"], r["category"]): r for r in out["quality"]}
-    assert rows[("det.noisy", None)]["below_floor"] is True
+    assert rows[("det.noisy", None)]["labels"] is False
     assert rows[("det.noisy", None)]["precision"]["value"] == pytest.approx(0.4)
     good = rows[("det.good", None)]
-    assert (good["precision"]["value"], good["recall"]["value"], good["kappa"]) == (1.0, 1.0, 1.0)
+    assert (good["precision"]["k"], good["precision"]["n"], good["labels"]) == (16, 23, False)
+    scoped_rows = {(r["judge"], r["agent_id"]): r for r in out["labelling"]}
+    pair = scoped_rows[("policy.x.pair", "agent-a")]
+    assert (pair["pairs"], pair["precision"]["n"], pair["decided_by"], pair["labels"]) == (
+        6,
+        2,
+        "pooled",
+        False,
+    )
+    stored_rows = {(r["judge"], r["agent_id"]): r for r in out["stored"]}
+    assert stored_rows[("policy.x.pair", "")]["labels"] is False
     assert out["floor"] == {"precision": 0.7, "min_pairs": 30}
     text = await asyncio.to_thread(CliRunner().invoke, app, args, env={**env, "COLUMNS": "300"})
     assert text.exit_code == 0
-    assert "precision below the floor 0.7: stops labelling items" in text.output
+    assert "labels nothing: pooled lower end 0.34 < 0.7" in text.output
+    assert "labelling per scope" in text.output
+    line = next(x for x in text.output.splitlines() if "policy.x.pair" in x and "agent-a" in x)
+    assert "1.00 [0.34, 1.00] (2/2)" in line and "pooled" in line and "no" in line
 
 
 async def test_judges_cli_on_tau2_matches_the_pure_report(

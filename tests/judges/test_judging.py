@@ -140,6 +140,10 @@ async def test_judging_end_to_end(broker, database_url):
         llm = LLMJudge(
             LLMJudgeConfig(base_url=server.base_url, model="judge-m", api_key="sk-test-0123456789")
         )
+        # a judge labels items only where its precision is shown to clear the floor: here as
+        # if measured on earlier outcomes (the worker's measurement below takes it back)
+        det = next(j for j in deterministic_judges() if j.name == "det.authorization")
+        await trust(database_url, [(llm.name, llm.version), (det.name, det.version)])
         loop = judge_loop(broker.bootstrap, database_url, topic, llm=llm)
         sunk: list[Any] = []  # what the OTLP evaluations export would send
 
@@ -204,14 +208,38 @@ async def test_judging_end_to_end(broker, database_url):
                 )
                 # 4 labelled items: fab (0), ok (1), mix-a1 (1), mix-a2 (1)
                 assert (bins[0]["n"], bins[0]["y"]) == (4, 3.0)
-                # the worker's judge measurement: too few flagged conversations to mute anyone
-                assert await loop.refresh_quality() == []
+                # the worker's judge measurement: no judge has a flag with an outcome to show
+                # its precision, so none labels; c-fab (no outcome) loses its judge label
+                changes = await loop.refresh_quality()
+                assert sorted((c.judge, c.muted) for c in changes) == [
+                    ("det.authorization", True),
+                    ("llm", True),
+                ]
                 measured = await fetch(
-                    database_url, "SELECT judge, pairs, muted FROM judge_quality ORDER BY judge"
+                    database_url,
+                    "SELECT judge, pairs, labels FROM judge_quality WHERE agent_id = ''"
+                    " ORDER BY judge",
                 )
-                assert measured and not any(r["muted"] for r in measured)
+                assert measured and not any(r["labels"] for r in measured)
+                labels = await items(database_url)
+                assert labels["fab-a1-bad"] == (None, None)
+                assert await loop.refresh_quality() == []
         finally:
             await writer.close()
+
+
+async def trust(url: str, judges: list[tuple[str, str]]) -> None:
+    """Pooled ``judge_quality`` rows that let ``judges`` (name, version) label every scope."""
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        await conn.executemany(
+            "INSERT INTO judge_quality (judge, judge_version, agent_id, domain, pairs, flagged,"
+            " floor, min_pairs, decided_by, labels) VALUES ($1, $2, '', '', 0, 0, 0.7, 30,"
+            " 'pooled', true)",
+            judges,
+        )
+    finally:
+        await conn.close()
 
 
 async def judged(url: str) -> int:

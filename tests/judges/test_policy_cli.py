@@ -20,7 +20,7 @@ from monitor.judges import repo as judge_repo
 from monitor.judges.base import Conversation
 from monitor.judges.deterministic import deterministic_judges
 from monitor.judges.offline import offline_judgements
-from monitor.judges.quality import ANY_JUDGE, judge_quality
+from monitor.judges.quality import ANY_JUDGE, judge_quality, labelling
 from monitor.judges.runner import JudgeRunner
 from monitor.store.engine import libpq_url
 
@@ -51,15 +51,27 @@ async def test_monitor_judges_reports_policy_rules_and_any_judge(database_url: s
     finally:
         await pool.close()
     env = {"MONITOR_DATABASE_URL": database_url}
+    # at the default floor no judge has the evidence to label these few runs; at 0.3 some do
     res = await asyncio.to_thread(
-        CliRunner().invoke, app, ["judges", "--since", "3650d", "--json"], env=env
+        CliRunner().invoke, app, ["judges", "--since", "3650d", "--floor", "0.3", "--json"], env=env
     )
     assert res.exit_code == 0, res.output
-    rows = {(r["judge"], r["category"]): r for r in json.loads(res.output)["quality"]}
-    expected = {
-        (r.judge, r.category): r
-        for r in judge_quality(offline_judgements(convs.values(), runner.judges_for))
-    }
+    out = json.loads(res.output)
+    rows = {(r["judge"], r["category"]): r for r in out["quality"]}
+    offline = offline_judgements(convs.values(), runner.judges_for)
+    expected = {(r.judge, r.category): r for r in judge_quality(offline, floor=0.3)}
+    scoped = {(d.judge, d.agent_id, d.domain): d for d in labelling(offline, floor=0.3)}
+    got = {(r["judge"], r["agent_id"], r["domain"]): r for r in out["labelling"]}
+    assert set(got) == set(scoped)
+    for key, d in scoped.items():
+        g = got[key]
+        assert (g["pairs"], g["precision"]["k"], g["precision"]["n"], g["labels"]) == (
+            d.pairs,
+            d.precision.k,
+            d.precision.n,
+            d.labels,
+        ), key
+    assert any(d.labels for d in scoped.values()) and not all(d.labels for d in scoped.values())
     cancel = rows[("policy.airline.cancel.eligibility", None)]
     want = expected[("policy.airline.cancel.eligibility", None)]
     assert (cancel["true_pos"], cancel["false_pos"]) == (want.true_pos, want.false_pos)

@@ -692,10 +692,15 @@ def test_any_judge_row_counts_labelling_judges_only() -> None:
     rows = judge_quality(offline_judgements(airline_runs, runner.judges_for))
     by = {(r.judge, r.category): r for r in rows}
     anyj = by[(ANY_JUDGE, None)]
-    muted = {r.judge for r in rows if r.category is None and r.below_floor}
-    assert "det.unsupported_figure" in muted  # below the 0.7 floor on these runs
-    assert anyj.precision.value is not None and anyj.precision.value >= 0.8
-    assert anyj.recall.value is not None and anyj.recall.value >= 0.4
+    # the judges whose precision's interval clears 0.7 on these runs: two rules with 25/25 and
+    # 41/42 right; det.unsupported_figure (0.47) and the rules with a few flags do not
+    labelling = {r.judge for r in rows if r.category is None and r.labels}
+    assert labelling == {
+        "policy.airline.cancel.eligibility",
+        "policy.airline.transfer.passenger_count",
+    }
+    assert anyj.precision.value is not None and anyj.precision.value >= 0.95
+    assert anyj.recall.value is not None and anyj.recall.value >= 0.3
     cancel = by[("policy.airline.cancel.eligibility", None)]
     assert cancel.true_pos >= 20 and cancel.precision.value >= 0.8  # type: ignore[operator]
 

@@ -140,3 +140,43 @@ async def test_partitioning_converts_a_store_with_data_both_ways(database_url: s
     finally:
         await writer.close()
     assert await _events(database_url) == stored
+
+
+async def test_judge_labelling_migration_keeps_what_labelled(database_url: str) -> None:
+    """Migration 0036: a judge that labelled before (no row, or a row not muted) gets a pooled
+    row that labels, a muted one a row that does not, so the stored item labels stay in step
+    until the worker's next measurement; downgrade gives back ``muted``."""
+    await asyncio.to_thread(downgrade, database_url, "0031")
+    conn = await asyncpg.connect(libpq_url(database_url))
+    try:
+        for judge in ("det.a", "det.b", "llm"):
+            await conn.execute(
+                "INSERT INTO verdicts (conversation_id, agent_id, judge, judge_version, status,"
+                " label) VALUES ('c1', 'agent-a', $1, '1', 'ok', 0)",
+                judge,
+            )
+        await conn.execute(
+            "INSERT INTO judge_quality (judge, judge_version, pairs, flagged, floor, min_pairs,"
+            " muted) VALUES ('det.a', '1', 40, 35, 0.7, 30, true),"
+            " ('det.b', '1', 40, 5, 0.7, 30, false)"
+        )
+        await asyncio.to_thread(upgrade, database_url, "head")
+        rows = await conn.fetch(
+            "SELECT judge, agent_id, domain, decided_by, labels FROM judge_quality ORDER BY 1"
+        )
+        assert [tuple(r) for r in rows] == [
+            ("det.a", "", "", "pooled", False),
+            ("det.b", "", "", "pooled", True),
+            ("llm", "", "", "pooled", True),
+        ]
+        await conn.execute(
+            "INSERT INTO judge_quality (judge, judge_version, agent_id, domain, pairs, flagged,"
+            " floor, min_pairs, decided_by, labels) VALUES"
+            " ('det.a', '1', 'agent-a', 'retail', 40, 35, 0.7, 30, 'scope', true)"
+        )
+        await asyncio.to_thread(downgrade, database_url, "0031")
+        rows = await conn.fetch("SELECT judge, muted FROM judge_quality ORDER BY 1")
+        assert [tuple(r) for r in rows] == [("det.a", True), ("det.b", False), ("llm", False)]
+        await asyncio.to_thread(upgrade, database_url, "head")
+    finally:
+        await conn.close()
