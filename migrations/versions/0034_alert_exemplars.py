@@ -10,7 +10,7 @@ exemplar's conversation row and verdicts are kept).
 Downgrade drops the table (the exemplars are lost; the events they promoted stay kept).
 
 Revision ID: 0034
-Revises: 0031
+Revises: 0033
 Create Date: 2026-12-07 16:00:00
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0034"
-down_revision: str | None = "0031"
+down_revision: str | None = "0033"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

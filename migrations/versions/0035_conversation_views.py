@@ -9,7 +9,7 @@
 The downgrade drops what the upgrade adds.
 
 Revision ID: 0035
-Revises: 0031
+Revises: 0034
 Create Date: 2026-12-07 16:00:00
 """
 
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0035"
-down_revision: str | None = "0031"
+down_revision: str | None = "0034"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

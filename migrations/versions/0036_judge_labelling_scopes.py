@@ -17,7 +17,7 @@ Downgrade drops the view, keeps the pooled rows (``muted = NOT labels``) and dro
 rows and columns.
 
 Revision ID: 0036
-Revises: 0031
+Revises: 0035
 Create Date: 2026-12-07 16:00:00
 """
 
@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0036"
-down_revision: str | None = "0031"
+down_revision: str | None = "0035"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

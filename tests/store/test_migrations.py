@@ -146,7 +146,7 @@ async def test_judge_labelling_migration_keeps_what_labelled(database_url: str) 
     """Migration 0036: a judge that labelled before (no row, or a row not muted) gets a pooled
     row that labels, a muted one a row that does not, so the stored item labels stay in step
     until the worker's next measurement; downgrade gives back ``muted``."""
-    await asyncio.to_thread(downgrade, database_url, "0031")
+    await asyncio.to_thread(downgrade, database_url, "0035")
     conn = await asyncpg.connect(libpq_url(database_url))
     try:
         for judge in ("det.a", "det.b", "llm"):
@@ -174,7 +174,7 @@ async def test_judge_labelling_migration_keeps_what_labelled(database_url: str) 
             " floor, min_pairs, decided_by, labels) VALUES"
             " ('det.a', '1', 'agent-a', 'retail', 40, 35, 0.7, 30, 'scope', true)"
         )
-        await asyncio.to_thread(downgrade, database_url, "0031")
+        await asyncio.to_thread(downgrade, database_url, "0035")
         rows = await conn.fetch("SELECT judge, muted FROM judge_quality ORDER BY 1")
         assert [tuple(r) for r in rows] == [("det.a", True), ("det.b", False), ("llm", False)]
         await asyncio.to_thread(upgrade, database_url, "head")
