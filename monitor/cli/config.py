@@ -105,7 +105,13 @@ GROUPS: tuple[Group, ...] = (
         "webhook or Alertmanager settings) logs a warning when it starts, and `monitor alerts "
         'list` says "no destination": alerts are then evaluated and recorded, but nobody is '
         "paged.",
-        names=("alerting_enabled", "alert_rules_file", "alertmanager_url", "dashboard_url"),
+        names=(
+            "alerting_enabled",
+            "alert_rules_file",
+            "alert_exemplars",
+            "alertmanager_url",
+            "dashboard_url",
+        ),
         prefixes=("slack_", "webhook_", "notify_"),
     ),
     Group(
