@@ -16,7 +16,7 @@ roll-up row, its stored event bodies with when each arrived, its verdict rows) a
 
 Every string that may carry customer content (message text, tool arguments and results,
 errors, reasons, comments, judge rationales and evidence, gate critiques, event attributes)
-goes through :func:`monitor.alerts.redact.redact`: secrets, card numbers, emails and phone
+goes through :func:`monitor.core.redact.redact`: secrets, card numbers, emails and phone
 numbers are replaced, and a mapping value under a credential key (``password``, ``token``,
 ``api_key``, ...) is replaced whole. Ids, agent names, judge names and numbers other than
 card numbers are shown as stored.
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from monitor.alerts.redact import redact
 from monitor.contract.events import AgentEvent, validate_event
+from monitor.core.redact import redact
 
 
 def redact_value(value: Any) -> Any:
