@@ -23,6 +23,7 @@ from rich.table import Table
 from monitor.cli import analytics_common as ac
 from monitor.config import Settings, env_file, env_names, load_settings, setting_sources
 from monitor.core.fields import is_secret
+from monitor.stack import endpoints
 
 DOC_PATH = "docs/configuration.md"
 MASK = "********"
@@ -257,9 +258,12 @@ def masked(value: Any, secret: bool) -> str:
 
 
 def effective() -> list[dict[str, str | None]]:
-    """This environment's settings: group, variable, shown value, source (and the variable
-    that set it), in the reference's order."""
-    settings = load_settings()
+    """This environment's settings as the commands use them: group, variable, shown value and
+    source (default, environment, the dotenv file, or a running ``monitor up`` whose broker and
+    database fill the unset ones, as for every command run beside it), in the reference's
+    order."""
+    read = load_settings()
+    settings = endpoints.resolve(read)
     path = env_file()
     sources = setting_sources(path)
     rows: list[dict[str, str | None]] = []
@@ -267,12 +271,15 @@ def effective() -> list[dict[str, str | None]]:
         for name in names:
             field = Settings.model_fields[name]
             source, variable = sources[name]
+            shown = str(path) if source == "env file" else source
+            if getattr(settings, name) != getattr(read, name):
+                shown = f"monitor up ({endpoints.path_for(read)})"
             rows.append(
                 {
                     "group": group.title,
                     "variable": variable or env_names(name, field)[0],
                     "value": masked(getattr(settings, name), is_secret(field)),
-                    "source": str(path) if source == "env file" else source,
+                    "source": shown,
                 }
             )
     return rows
@@ -309,7 +316,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="The effective settings as JSON."),
     ) -> None:
         """The effective settings of this environment (secrets masked) and where each value
-        came from: default, environment or .env. With --markdown, the settings reference."""
+        came from: default, environment, .env, or the running monitor up whose broker and
+        database the commands use. With --markdown, the settings reference."""
         if output is not None and not markdown:
             raise typer.BadParameter("--output goes with --markdown", param_hint="--output")
         if markdown:

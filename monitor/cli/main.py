@@ -87,7 +87,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": (
         "config",
         "The effective settings of this environment (secrets masked) and where each value "
-        "came from: default, environment or .env. With --markdown, the settings reference.",
+        "came from: default, environment, .env, or the running monitor up whose broker and "
+        "database the commands use. With --markdown, the settings reference.",
     ),
     "report": (
         "report",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,51 @@ def test_config_names_each_value_source(tmp_path: Path) -> None:
         "default",
     )
     assert len(rows) == len(Settings.model_fields)
+
+
+def test_broker_and_database_of_a_running_monitor_up(tmp_path: Path) -> None:
+    """Beside ``monitor up`` the commands take its broker and database (endpoints.json while
+    its broker port answers): so does ``monitor config``, naming that source."""
+    with socket.create_server(("127.0.0.1", 0)) as broker:
+        port = broker.getsockname()[1]
+        (tmp_path / "endpoints.json").write_text(
+            json.dumps(
+                {
+                    "kafka_bootstrap": f"127.0.0.1:{port}",
+                    "database_url": "postgresql://postgres:pw-0f3a@127.0.0.1:5433/monitor",
+                    "web_url": "http://127.0.0.1:6066",
+                }
+            )
+        )
+        env: dict[str, str | None] = {
+            "MONITOR_ENV_FILE": "",
+            "MONITOR_STATE_DIR": str(tmp_path),
+            "MONITOR_KAFKA_BOOTSTRAP": None,
+            "MONITOR_DATABASE_URL": None,
+            "DATABASE_URL": None,
+        }
+        rows = rows_of(env)
+    source = f"monitor up ({tmp_path / 'endpoints.json'})"
+    assert rows["MONITOR_KAFKA_BOOTSTRAP"] | {"group": ""} == {
+        "group": "",
+        "variable": "MONITOR_KAFKA_BOOTSTRAP",
+        "value": f"127.0.0.1:{port}",
+        "source": source,
+    }
+    assert rows["MONITOR_DATABASE_URL"]["value"] == (
+        f"postgresql+asyncpg://postgres:{MASK}@127.0.0.1:5433/monitor"
+    )
+    assert rows["MONITOR_DATABASE_URL"]["source"] == source
+    assert rows["MONITOR_STATE_DIR"]["source"] == "environment"
+    # the broker gone (the port closed), the settings are the declared ones again
+    rows = rows_of(env)
+    assert (
+        rows["MONITOR_KAFKA_BOOTSTRAP"]["value"],
+        rows["MONITOR_KAFKA_BOOTSTRAP"]["source"],
+    ) == (
+        "unset",
+        "default",
+    )
 
 
 def test_database_url_from_its_conventional_name() -> None:
