@@ -1,29 +1,37 @@
-"""Precision and recall of the judges against tau2-bench rewards, and what the policy rules cost.
+"""Precision and recall of the judges against tau2-bench rewards, on the runs they were
+developed on and on runs held apart from their development, and what the policy rules cost.
 
-Reads tau2-bench results files (``tests/data/tau2/*.json`` and the trimmed
-``tests/data/tau2-results/*.json.gz``; sources and licences in
-``tests/data/tau2-results/SOURCE.md``), turns them into agent-event/v1 conversations
+Reads tau2-bench results files, turns them into agent-event/v1 conversations
 (:mod:`monitor.replay.tau2`, one per simulation id, duplicates dropped), runs the deterministic
 judges and the shipped domains' policy rules (:mod:`monitor.judges.airline`,
-:mod:`monitor.judges.retail`) on each, and prints, per domain, the quality report of ``monitor
-judges`` (:func:`monitor.judges.quality.judge_quality`: per
-judge, precision and recall of "flagged" against "failed" = reward < 1, 95 % Wilson intervals,
-and the "any judge (labelling)" row). Then the cost: the policy rules' wall time per
-conversation as a ratio to the four deterministic judges on the same conversations (both
-measured in this run), and the p99 of one gate-style evaluation (the rules on the last
-assistant message that calls a tool, ``only=`` that message).
+:mod:`monitor.judges.retail`) on each, and measures them per domain on two parts:
 
-Also per domain: the opt-in rules (``Rule.default`` false, e.g. ``monitor.judges.retail.opt_in``),
-measured the same way but left out of "any judge"; and the "any judge" and "any policy rule"
-rows on two halves split by task id (even: the tuning half, odd: the check half; a task id that
-is not a number goes by its CRC-32), so a rule tuned on one half is seen on the other; and
-the default rules as the gate sees a call (before it runs) against the tool's own refusals
-(:func:`refusals`).
+- **development**: ``tests/data/tau2/*.json`` and ``tests/data/tau2-results/*.json.gz``, the
+  runs the rules and judges were developed and tuned on (sources in
+  ``tests/data/tau2-results/SOURCE.md``);
+- **held apart**: ``tests/data/tau2-heldapart/*.json.gz``, other agents' and models' runs
+  nobody tuned on (``tests/data/tau2-heldapart/SOURCE.md``).
+
+Per part, the quality report of ``monitor judges`` (:func:`monitor.judges.quality.judge_quality`:
+per judge, precision and recall of "flagged" against "failed" = reward < 1, 95 % Wilson
+intervals), the default and opt-in rules side by side, and three "any judge" rows: **every
+default judge** (each flag counts), **labelling as the monitor would** on that part's own
+outcomes (the floor on the lower end of the interval, per agent x domain, else pooled:
+:func:`monitor.judges.quality.labelling`) and, on the held-apart part, **labelling decided on
+the development runs** (what was known before: the development part's decisions, pooled for
+the agents it never saw) and **labelling on both parts** (a monitor that watched every agent
+of both parts and has all their outcomes). A default rule whose held-apart precision is below
+the floor is marked for opt-in. Then the default rules as the gate sees a call against the
+tool's own refusals (:func:`refusals`) and the cost: the policy rules' wall time per
+conversation as a ratio to the four deterministic judges, and the p99 of one gate-style
+evaluation (the rules on the last assistant message that calls a tool, ``only=`` that
+message).
+
 Run from the repository root::
 
     .venv/bin/python bench/policy_recall.py
     .venv/bin/python bench/policy_recall.py --json
-    .venv/bin/python bench/policy_recall.py other/results/*.json   # any tau2 results files
+    .venv/bin/python bench/policy_recall.py --development a.json --held-apart b.json.gz
 """
 
 from __future__ import annotations
@@ -35,7 +43,6 @@ import platform
 import statistics
 import sys
 import time
-import zlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,9 +60,11 @@ from monitor.judges.policy.evaluate import RuleJudge, evaluate
 from monitor.judges.policy.facts import rejected
 from monitor.judges.quality import (
     ANY_JUDGE,
-    ConversationJudgement,
-    JudgeQuality,
+    DEFAULT_PRECISION_FLOOR,
+    any_judge,
     judge_quality,
+    labelling,
+    labels_in,
 )
 from monitor.judges.runner import JudgeRunner
 from monitor.replay.tau2 import tau2_events
@@ -80,29 +89,6 @@ def _p(p: Proportion) -> str:
     return f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}] ({p.k}/{p.n})"
 
 
-def half(events: list[AgentEvent]) -> str:
-    """``tuning`` (even task id) or ``check`` (odd); a non-numeric id goes by its CRC-32."""
-    task = (events[0].context.task_id if events[0].context else None) or ""
-    n = int(task) if task.isdigit() else zlib.crc32(task.encode())
-    return "tuning" if n % 2 == 0 else "check"
-
-
-def any_rows(
-    js: list[ConversationJudgement], muted: frozenset[str] = frozenset()
-) -> dict[str, JudgeQuality]:
-    """The "any judge" row of ``js`` and the same row over the policy rules alone; with
-    ``muted`` (the judges that do not label on all conversations), those judges count as not
-    flagging and no other is muted (a half is too small to measure the floor on)."""
-    out = {}
-    js = [j for j in js if j.judge not in muted]
-    for label, pick in (("any judge", js), ("any policy rule", [j for j in js if _rule(j)])):
-        rows = judge_quality(pick, floor=0.0) if muted else judge_quality(pick)
-        row = next((r for r in rows if r.judge == ANY_JUDGE), None)
-        if row is not None:
-            out[label] = row
-    return out
-
-
 def refusals(mine: list[list[AgentEvent]], judges: Any) -> dict[str, Proportion]:
     """The default rules as the gate sees a call (before it runs, refused or not) against the
     tool's own answer: over the calls a rule checked that got a result, precision = refused
@@ -121,22 +107,6 @@ def refusals(mine: list[list[AgentEvent]], judges: Any) -> dict[str, Proportion]
                 fp += flagged and not refused
                 fn += refused and not flagged
     return {"precision": Proportion.of(tp, tp + fp), "recall": Proportion.of(tp, tp + fn)}
-
-
-def _rule(j: ConversationJudgement) -> bool:
-    return j.judge.startswith("policy.")
-
-
-def report(rows: list[JudgeQuality], suffix: str = "") -> list[str]:
-    lines = []
-    for r in rows:
-        if r.category is None:
-            name = f"{r.judge} {r.judge_version}{suffix}".strip()
-            lines.append(
-                f"  {name:44} pairs {r.pairs:4}  precision {_p(r.precision):26} "
-                f"recall {_p(r.recall)}"
-            )
-    return lines
 
 
 def timing(convs: list[Conversation], runner: JudgeRunner) -> dict[str, float]:
@@ -180,75 +150,128 @@ def timing(convs: list[Conversation], runner: JudgeRunner) -> dict[str, float]:
     }
 
 
+PARTS = ("development", "held apart")
+
+
+def default_files() -> dict[str, list[Path]]:
+    return {
+        "development": sorted((ROOT / "tests/data/tau2").glob("*.json"))
+        + sorted((ROOT / "tests/data/tau2-results").glob("*.json.gz")),
+        "held apart": sorted((ROOT / "tests/data/tau2-heldapart").glob("*.json.gz")),
+    }
+
+
+def measure_part(
+    mine: list[list[AgentEvent]], runner: JudgeRunner, extra: tuple[Any, ...]
+) -> dict[str, Any]:
+    """One part of one domain: its judgements, the quality rows (default judges), the opt-in
+    rules' rows and the "any" rows (module docstring)."""
+    js = offline_judgements(mine, runner.judges_for)
+    rows = judge_quality(js)
+    opt_rows = [
+        r
+        for r in judge_quality(offline_judgements(mine, lambda c: extra))
+        if not r.judge.startswith("any ")
+    ]
+    rules = [j for j in js if j.judge.startswith("policy.")]
+    anys = {
+        "every default judge": any_judge(js, lambda *_: True),
+        "any judge, labelling on this part": next(r for r in rows if r.judge == ANY_JUDGE),
+        "any policy rule": any_judge(rules, lambda *_: True),
+    }
+    return {
+        "conversations": len(mine),
+        "failed": sum(1 for e in mine if any(x.outcome and not x.outcome.success for x in e)),
+        "judgements": js,
+        "quality": rows,
+        "opt_in": opt_rows,
+        "any": anys,
+        "labelling": labelling(js),
+    }
+
+
+def compare(
+    parts: dict[str, dict[str, Any]], floor: float = DEFAULT_PRECISION_FLOOR
+) -> list[dict[str, Any]]:
+    """Per judge (default and opt-in), its precision and recall on each part, and whether a
+    default rule falls below ``floor`` on the held-apart part (then it should be opt-in)."""
+    by: dict[str, dict[str, Any]] = {}
+    for part, got in parts.items():
+        for opt, rows in ((False, got["quality"]), (True, got["opt_in"])):
+            for r in rows:
+                if r.category is not None or r.judge.startswith("any "):
+                    continue
+                row = by.setdefault(r.judge, {"judge": r.judge, "opt_in": opt})
+                row[part] = {"precision": r.precision, "recall": r.recall}
+    for row in by.values():
+        held = row.get("held apart", {}).get("precision")
+        row["below_floor_held_apart"] = (
+            held is not None and held.value is not None and held.value < floor
+        )
+    return sorted(by.values(), key=lambda r: (r["opt_in"], r["judge"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
-        "files",
-        nargs="*",
-        type=Path,
-        help="tau2 results files (.json or .json.gz); default: the committed ones",
+        "--development", nargs="*", type=Path, help="development runs (default: the committed)"
+    )
+    ap.add_argument(
+        "--held-apart", nargs="*", type=Path, help="held-apart runs (default: the committed)"
     )
     args = ap.parse_args()
-    files = list(args.files) or sorted((ROOT / "tests/data/tau2").glob("*.json"))
-    if not args.files:
-        files += sorted((ROOT / "tests/data/tau2-results").glob("*.json.gz"))
-    convs = load(files)
+    files = default_files()
+    if args.development is not None:
+        files["development"] = list(args.development)
+    if args.held_apart is not None:
+        files["held apart"] = list(args.held_apart)
+    loaded = {part: load(files[part]) for part in PARTS}
+    seen = set(loaded["development"])
+    loaded["held apart"] = {k: v for k, v in loaded["held apart"].items() if k not in seen}
     domains = {"airline": airline.domain(), "retail": retail.domain()}
     runner = JudgeRunner(deterministic_judges(), domains=domains)
-    opt_in = {"retail": retail.opt_in().judges}
+    opt_in = {"airline": airline.opt_in().judges, "retail": retail.opt_in().judges}
     out: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {platform.python_version()}",
-        "files": len(files),
+        "files": {part: [f.name for f in files[part]] for part in PARTS},
         "domains": {},
     }
-    lines = [f"{out['date']}  {out['machine']}  {len(files)} files, {len(convs)} conversations"]
+    lines = [
+        f"{out['date']}  {out['machine']}  "
+        + ", ".join(f"{p}: {len(files[p])} files, {len(loaded[p])} conversations" for p in PARTS)
+    ]
     for name in domains:
-        mine = [e for e in convs.values() if e[0].context and e[0].context.domain == name]
-        if not mine:
+        parts: dict[str, dict[str, Any]] = {}
+        for part in PARTS:
+            mine = [
+                e for e in loaded[part].values() if e[0].context and e[0].context.domain == name
+            ]
+            if mine:
+                parts[part] = measure_part(mine, runner, tuple(opt_in.get(name, ())))
+                parts[part]["gate_vs_tool_refusals"] = refusals(mine, domains[name].judges)
+        if not parts:
             continue
-        js = offline_judgements(mine, runner.judges_for)
-        rows = judge_quality(js)
-        extra = opt_in.get(name, ())
-        opt_rows = [
-            r
-            for r in judge_quality(offline_judgements(mine, lambda c, x=extra: x))  # type: ignore[misc]
-            if not r.judge.startswith("any ")
-        ]
-        failed = sum(1 for e in mine if any(x.outcome and not x.outcome.success for x in e))
-        gate = refusals(mine, domains[name].judges)
-        halves: dict[str, dict[str, JudgeQuality]] = {}
-        muted = frozenset(r.judge for r in rows if r.category is None and not r.labels)
-        for h in ("tuning", "check"):
-            ids = {e[0].conversation_id for e in mine if half(e) == h}
-            halves[h] = any_rows([j for j in js if j.conversation_id in ids], muted)
-        out["domains"][name] = {
-            "conversations": len(mine),
-            "failed": failed,
-            "quality": rows,
-            "opt_in": opt_rows,
-            "halves": halves,
-            "gate_vs_tool_refusals": gate,
-        }
-        lines.append(f"{name}: {len(mine)} conversations, {failed} failed (reward < 1)")
-        lines += report(rows)
-        lines += report(opt_rows, " (opt-in)")
-        if (pol := any_rows(js).get("any policy rule")) is not None:
-            lines.append(
-                f"  {'any policy rule (default rules)':44} pairs {pol.pairs:4}  precision "
-                f"{_p(pol.precision):26} recall {_p(pol.recall)}"
+        if "development" in parts and "held apart" in parts:
+            dev, held = parts["development"], parts["held apart"]
+            held["any"]["any judge, labelling decided on development"] = any_judge(
+                held["judgements"], labels_in(dev["labelling"])
             )
-        lines.append(
-            f"  gate-style flags vs the tool's refusals: precision {_p(gate['precision']):26} "
-            f"recall {_p(gate['recall'])}"
-        )
-        for h, by in halves.items():
-            for label, r in by.items():
-                lines.append(
-                    f"  {h} half, {label:16} precision {_p(r.precision):26} recall {_p(r.recall)}"
-                )
-    conversations = [Conversation.of(e) for e in convs.values()]
+            every = labelling(dev["judgements"] + held["judgements"])
+            held["any"]["any judge, labelling on both parts"] = any_judge(
+                held["judgements"], labels_in(every)
+            )
+        rows = compare(parts)
+        out["domains"][name] = {
+            "parts": {
+                p: {k: v for k, v in got.items() if k not in ("judgements", "labelling")}
+                for p, got in parts.items()
+            },
+            "judges": rows,
+        }
+        lines += report_domain(name, parts, rows)
+    conversations = [Conversation.of(e) for part in PARTS for e in loaded[part].values()]
     t = timing(conversations, runner)
     out["timing"] = t
     lines.append(
@@ -261,6 +284,40 @@ def main() -> None:
         print(json.dumps(out, default=lambda o: o.__dict__, indent=1))
     else:
         print("\n".join(lines))
+
+
+def report_domain(
+    name: str, parts: dict[str, dict[str, Any]], rows: list[dict[str, Any]]
+) -> list[str]:
+    """The text report of one domain: per judge both parts side by side, then the "any" rows
+    and the gate-style comparison per part."""
+    lines = [
+        f"{name}: "
+        + "; ".join(
+            f"{p} {got['conversations']} conversations, {got['failed']} failed"
+            for p, got in parts.items()
+        )
+    ]
+    lines.append(f"  {'judge':44} " + "".join(f"{p + ' precision / recall':62}" for p in parts))
+    for r in rows:
+        label = r["judge"] + (" (opt-in)" if r["opt_in"] else "")
+        cells = []
+        for p in parts:
+            got = r.get(p)
+            cells.append(
+                f"{_p(got['precision']):28} {_p(got['recall']):33}" if got else f"{'-':62}"
+            )
+        mark = "  << below the floor held apart" if r["below_floor_held_apart"] else ""
+        lines.append(f"  {label:44} " + "".join(cells) + mark)
+    for p, got in parts.items():
+        for label, q in got["any"].items():
+            lines.append(f"  {p}, {label:44} precision {_p(q.precision):28} recall {_p(q.recall)}")
+        gate = got["gate_vs_tool_refusals"]
+        lines.append(
+            f"  {p}, gate-style flags vs the tool's refusals: precision "
+            f"{_p(gate['precision'])}, recall {_p(gate['recall'])}"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench.policy_recall import load, refusals
+from bench.policy_recall import compare, default_files, load, measure_part, refusals
 from monitor.contract.events import AgentEvent
 from monitor.judges.base import Conversation, Judge, Verdict
 from monitor.judges.deterministic import deterministic_judges
@@ -48,13 +48,14 @@ def domain(name: str) -> Domain:
         "airline": airline.domain,
         "retail": retail.domain,
         "retail-opt-in": retail.opt_in,
+        "airline-opt-in": airline.opt_in,
     }[name]()
 
 
 def judge_of(rule: str) -> Judge:
     """The judge of ``rule``, default or opt-in."""
     name = rule.split(".")[0]
-    judges = [*domain(name).judges, *(domain("retail-opt-in").judges if name == "retail" else ())]
+    judges = [*domain(name).judges, *domain(f"{name}-opt-in").judges]
     (judge,) = [j for j in judges if j.name == f"policy.{rule}"]
     return judge
 
@@ -121,10 +122,10 @@ def test_every_clause_is_quoted_from_the_policy(name: str, build: Any) -> None:
         assert opt_in == {
             f"policy.retail.{r}" for r in ("authentication", "confirmation", "one_action")
         }
-        assert {j.name for j in domain("retail-opt-in").judges} == opt_in
-        assert not domain("retail-opt-in").references
-    else:
-        assert opt_in == set()
+    else:  # below the precision floor on the runs held apart from its development
+        assert opt_in == {"policy.airline.compensation.amount"}
+    assert {j.name for j in domain(f"{name}-opt-in").judges} == opt_in
+    assert not domain(f"{name}-opt-in").references
 
 
 def test_current_time_comes_from_the_policy_text() -> None:
@@ -725,3 +726,21 @@ def test_retail_rules_flag_what_the_tau2_retail_tools_refuse() -> None:
     assert retail_gate["recall"].value >= 0.7  # type: ignore[operator]
     airline_gate = refusals(by["airline"], domain("airline").judges)
     assert airline_gate["precision"].value <= 0.1  # type: ignore[operator]
+
+
+def test_a_rule_below_the_floor_on_the_runs_held_apart_is_opt_in() -> None:
+    """The runs held apart from the rules' development (other agents' airline runs) are new
+    conversations; every default rule whose precision there falls below the floor is opt-in,
+    and it is the one the benchmark names (docs/benchmarks.md)."""
+    from monitor.judges import airline
+
+    files = default_files()
+    held = load(files["held apart"])
+    assert len(held) == 230 and not set(held) & set(load(files["development"]))
+    runner = JudgeRunner(deterministic_judges(), domains={"airline": airline.domain()})
+    got = measure_part(list(held.values()), runner, tuple(airline.opt_in().judges))
+    assert (got["conversations"], got["failed"]) == (230, 119)
+    rules = [r for r in compare({"held apart": got}) if r["judge"].startswith("policy.")]
+    below = {r["judge"] for r in rules if r["below_floor_held_apart"]}
+    assert below == {"policy.airline.compensation.amount"}
+    assert all(r["opt_in"] == (r["judge"] in below) for r in rules)

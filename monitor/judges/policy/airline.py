@@ -27,7 +27,9 @@ Rules (id: the call it guards -> what it checks):
 - ``airline.passengers.count``: ``update_reservation_passengers`` -> same number of passengers.
 - ``airline.compensation.eligibility``: ``send_certificate`` -> not a regular member without
   insurance in (basic) economy.
-- ``airline.compensation.amount``: ``send_certificate`` -> $100 or $50 per passenger.
+- ``airline.compensation.amount`` (opt-in, ``default=False``: wrong on the one run held apart
+  from its development where it flagged; docs/benchmarks.md): ``send_certificate`` -> $100 or
+  $50 per passenger.
 - ``airline.compensation.asked``: ``send_certificate`` -> the user asked for compensation.
 - ``airline.transfer.passenger_count``: ``transfer_to_human_agents`` -> not for a change of
   the number of passengers (the policy: even a human agent cannot make it); other transfers
@@ -491,6 +493,7 @@ def airline_rules(policy: str) -> list[Rule]:
             "the amount being $100 times the number of passengers",
             c.compensation_amount,
             "wrong_arguments",
+            default=False,
         ),
         Rule(
             "airline.compensation.asked",
