@@ -443,7 +443,7 @@ def test_named_volumes_are_declared_and_used(compose: dict[str, Any]) -> None:
     # postgres >= 18 keeps PGDATA under /var/lib/postgresql/<major>/docker
     assert "/var/lib/postgresql" in named_target("postgres")
     assert "/var/lib/grafana" in named_target("grafana")
-    assert "/var/lib/monitor/state" in named_target("worker")  # the gate's disk buffer
+    assert "/var/lib/monitor/state" in named_target("worker")  # the origin key
     assert "/var/lib/monitor/state" in named_target("gate")  # its buffer slot, the origin key
     kafka_env = env_of(compose["services"]["kafka"])
     assert kafka_env["KAFKA_LOG_DIRS"] in named_target("kafka")

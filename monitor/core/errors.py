@@ -266,6 +266,15 @@ class GateError(EmitterError):
         self.status, self.reason, self.detail = status, reason, detail
 
 
+class GateRateLimited(GateError):
+    """The gate asked to wait (429 or 503 with ``Retry-After``), or the client is still
+    waiting as it asked: ``retry_after_s`` seconds remain before the next request is sent."""
+
+    def __init__(self, status: int, reason: str, detail: str, retry_after_s: float) -> None:
+        super().__init__(status, reason, f"{detail} (retry after {retry_after_s:.1f} s)")
+        self.retry_after_s = retry_after_s
+
+
 class GateUnavailable(EmitterError):
     """The gate could not be reached or did not answer in time (apply your fail mode)."""
 

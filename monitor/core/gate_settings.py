@@ -53,8 +53,9 @@ class GateSettings(BaseModel):
     )
     gate_buffer_dir: Path | None = unset(
         "Directory of the disk buffer for decision events the broker did not "
-        "acknowledge (one per worker). Unset: the first free of <MONITOR_STATE_DIR>/gate-buffer, "
-        "gate-buffer-1, ... (workers sharing a state dir each take one)."
+        "acknowledge (one per gate process). Unset: the first free of "
+        "<MONITOR_STATE_DIR>/gate-buffer, gate-buffer-1, ... (gate processes sharing a state "
+        "dir each take one)."
     )
     gate_buffer_max_bytes: int = Field(
         default=512 * 1024 * 1024,
@@ -78,5 +79,5 @@ class GateSettings(BaseModel):
     gate_spill_after_s: float = positive(
         2.0,
         "A decision event not acknowledged by the broker within this delay (seconds) is "
-        "written to the disk buffer (a killed worker can lose at most this window).",
+        "written to the disk buffer (a killed gate process can lose at most this window).",
     )

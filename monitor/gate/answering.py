@@ -1,4 +1,4 @@
-"""One gate's answering path, the same in the gate process and the worker's fallback route.
+"""One gate's answering path: the gate process's (``monitor gate serve``).
 
 :class:`GateAnswerer` takes a request's headers, peer and body reader (no web framework: the
 servers adapt their own request objects), reads, authorizes and admits it

@@ -1,7 +1,7 @@
 """The gate's disk buffer: decision events the broker has not acknowledged (I/O edge: files).
 
-An append-only log of segment files (``seg-<n>.log``) in one directory, owned by one worker
-(two workers must not share a directory). A record is a 16-byte header (payload length, CRC32
+An append-only log of segment files (``seg-<n>.log``) in one directory, owned by one gate process
+(two processes must not share a directory). A record is a 16-byte header (payload length, CRC32
 of the payload, the time it was written in ms) and the payload (key length, Kafka key, value).
 
 Contract:
@@ -18,12 +18,12 @@ Contract:
   the rest of that segment is skipped and counted in ``dropped["corrupt"]``. Appends after an
   open always go to a new segment, so a torn tail is never written over.
 - One process per directory: the directory is locked (``flock``) while a buffer is open; a
-  second worker pointed at it stops with :class:`BufferInUse`.
+  second process pointed at it stops with :class:`BufferInUse`.
 - Size cap ``max_bytes``: an append that would pass it first deletes whole oldest segments, their
   unacknowledged records counted in ``dropped["full"]`` (the newest decisions are kept).
 
-Thread-safe (one lock): the worker calls it from a thread pool so the event loop never waits on
-the disk.
+Thread-safe (one lock): the gate process calls it from a thread pool so the event loop never
+waits on the disk.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def _lock_dir(directory: Path) -> int:
     except OSError:
         os.close(fd)
         raise BufferInUse(
-            f"{directory}: the gate's disk buffer is in use by another process (each worker "
-            "needs its own MONITOR_GATE_BUFFER_DIR)"
+            f"{directory}: the gate's disk buffer is in use by another process (each gate "
+            "process needs its own MONITOR_GATE_BUFFER_DIR)"
         ) from None
     return fd
 

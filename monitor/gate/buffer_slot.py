@@ -1,7 +1,7 @@
 """Which disk buffer a gate process opens (I/O edge: the file system), and the decision path
 on it.
 
-The worker's gate and ``monitor gate serve`` both call :func:`open_decision_path`, which opens
+``monitor gate serve`` calls :func:`open_decision_path`, which opens
 the buffer with :func:`open_gate_buffer`; processes sharing a state directory each take a slot
 of their own, and a restarted process takes over (and replays) a slot that a dead predecessor
 left.

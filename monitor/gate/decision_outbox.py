@@ -220,7 +220,7 @@ class DecisionOutbox:
         return done
 
     async def run(self) -> None:
-        """Replay the disk buffer for as long as the worker runs: at start, and whenever it
+        """Replay the disk buffer for as long as the gate process runs: at start, and whenever it
         holds records (a failed attempt is retried after ``retry_s``; each attempt itself
         waits up to the producer's request timeout for the broker)."""
         while not self._closing:

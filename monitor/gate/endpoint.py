@@ -1,8 +1,8 @@
 """``POST /v1/gate``: from a request to a status, a JSON answer and the decision event (pure).
 
-The worker (:mod:`monitor.worker.app`) calls :func:`receive_gate` with the request's headers,
-a chunk reader and its authorizer (bound to the ``gate`` action), and hands the decision event
-to the same producer as ``POST /v1/events``. :func:`receive_gate` refuses before working: the
+The gate process (:mod:`monitor.gate.answering`) calls :func:`receive_gate` with the request's
+headers, a chunk reader and its authorizer (bound to the ``gate`` action), and hands the
+decision event to its decision outbox. :func:`receive_gate` refuses before working: the
 caller is authorized (:func:`gate_rule` over the authorizer's answer) and rate-limited
 (:func:`monitor.auth.admission.admit`) before the body is read, the media type
 (``application/json`` or none) and the encoding are checked, and the body is read under its
@@ -10,7 +10,7 @@ limits (size, decompression, deadline). Status codes (every answer is a JSON obj
 errors carry ``error`` and a machine-readable ``reason``):
 
 - 200 a decision (``decision``, ``calibrated``, ``threshold``, ``findings``, ``latency_ms`` ...);
-  for a rule with the inline LLM check the reply carries ``pending`` and the worker awaits
+  for a rule with the inline LLM check the reply carries ``pending`` and the server awaits
   :func:`finish_gate` for the final answer (the deterministic path stays synchronous);
 - 401 ``unauthorized``: ``gate_token`` set and the bearer token missing or wrong (neither it
   nor an API key with the ``gate`` scope, :mod:`monitor.auth`);

@@ -3,7 +3,7 @@
 Separate from the HTTP ingest producer so that a decision event's failure is reported to the
 outbox that sent it (and never to an unrelated ``POST /v1/events`` flush), and so that each
 send can be awaited until the broker acknowledged it (``acks=all``). The producer connects
-lazily: a worker that starts while the broker is down still answers, and the first send after
+lazily: a gate process that starts while the broker is down still answers, and the first send after
 the broker is back connects.
 """
 

@@ -2,7 +2,7 @@
 
 An agent waiting on the gate queues behind nobody's ingest batch: this process runs the gate
 and nothing else. It serves ``POST /v1/gate`` (the framework-neutral handlers of
-:mod:`monitor.gate.endpoint`, the same as the worker's), ``GET /health`` and ``GET /metrics``;
+:mod:`monitor.gate.endpoint`), ``GET /health`` and ``GET /metrics``;
 holds the policy, the maps and the advisor's cuts in memory (:class:`GateState`), reloaded
 from Postgres at start, every ``gate_refresh_s`` and at once when a new map is fitted; checks
 credentials against the API keys it reloads every ``keys_refresh_s``; and publishes decision

@@ -4,13 +4,13 @@ A request never reads the database: :class:`GateState` holds the policy (read on
 the inline checks (the domain plugins, loaded once), the LLM judge of rules with the inline
 ``llm`` check, the latest isotonic map of every agent x domain and the advisor's thresholds
 (:mod:`monitor.gate.advised`). :meth:`GateState.refresh` reloads the maps in one query, and
-recomputes the advisor's cuts when a map changed or ``advisor_refresh_s`` passed; the worker
+recomputes the advisor's cuts when a map changed or ``advisor_refresh_s`` passed; the gate process
 calls it at start and every ``gate_refresh_s`` seconds. :meth:`GateState.check_new_map` is the
-cheap version check (``max(id)`` of ``calibration_maps``, an index lookup) the worker runs
+cheap version check (``max(id)`` of ``calibration_maps``, an index lookup) the gate process runs
 every :data:`MAP_CHECK_S` seconds while the gate is in use (asked within
 :data:`MAP_CHECK_IDLE_S`; :meth:`GateState.asked`): a newly fitted map (``monitor calibration
-fit``, another process) triggers the refresh at once instead of waiting for the period. A worker
-whose gate nobody asks only refreshes every ``gate_refresh_s``; its first answers after such a
+fit``, another process) triggers the refresh at once instead of waiting for the period. A gate
+process nobody asks only refreshes every ``gate_refresh_s``; its first answers after such a
 pause may use the previous map for up to :data:`MAP_CHECK_S`.
 When the store is down the gate keeps answering from what it holds, and says so
 (``maps_stale`` in the answer, with the time of the last successful load).
@@ -159,7 +159,7 @@ def _cuts_of_rows(
 
 
 class GateState:
-    """The policy, checks and maps one worker's gate answers from."""
+    """The policy, checks and maps one gate process answers from."""
 
     def __init__(
         self,
@@ -195,7 +195,7 @@ class GateState:
     def from_settings(cls, settings: Settings) -> GateState:
         """Policy from ``gate_policy_file``, domains from the plugins and ``domains_dir``, the
         LLM judge when a rule lists ``llm``. Raises ConfigError for an invalid policy or
-        domains directory, or ``llm`` without an endpoint (the worker stops)."""
+        domains directory, or ``llm`` without an endpoint (the process stops)."""
         policy = load_gate_policy(settings.gate_policy_file)
         judge = gate_llm_judge(settings, policy)
         return cls(
@@ -207,7 +207,7 @@ class GateState:
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP clients of the LLM judge this state made (the worker, at stop)."""
+        """Close the HTTP clients of the LLM judge this state made (the gate process, at stop)."""
         if self._owned is not None:
             await self._owned.aclose()
 

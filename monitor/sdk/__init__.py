@@ -33,6 +33,7 @@ from monitor.core.errors import (
     EmitterError,
     EmitterNotRunning,
     GateError,
+    GateRateLimited,
     GateUnavailable,
 )
 from monitor.sdk.base import EventHelpers, new_event_id
@@ -53,6 +54,7 @@ __all__ = [
     "GateAnswer",
     "GateClient",
     "GateError",
+    "GateRateLimited",
     "GateUnavailable",
     "SyncEventEmitter",
     "SyncGateClient",

@@ -99,8 +99,9 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
             clock: returns the aware "now" for ``ts`` (default: system clock, UTC).
             request_timeout_ms: how long a send may wait for buffer space and a batch may wait
                 for its acknowledgement before it counts as failed.
-            gate_url, gate_token, gate_timeout_s: the worker's web address for ``gate()``
-                (e.g. http://monitor:6066), its bearer token, the longest wait per call.
+            gate_url, gate_token, gate_timeout_s: the gate process's web address for ``gate()``
+                (``monitor gate serve``, e.g. http://monitor:6067), its bearer token, the
+                longest wait per call.
         """
         super().__init__(agent, context, clock)
         self.bootstrap_servers = bootstrap_servers
@@ -287,7 +288,9 @@ class EventEmitter(EventHelpers[Coroutine[Any, Any, AgentEvent]]):
         """
         url, token, timeout = self._gate_config
         if url is None:
-            raise EmitterError("gate() needs gate_url= (the worker's web address)")
+            raise EmitterError(
+                "gate() needs gate_url= (the gate process's web address, monitor gate serve)"
+            )
         domain = self.context.domain if self.context else None
         body = body_for(
             agent or self.agent, domain, conversation_id, content, confidence, **options

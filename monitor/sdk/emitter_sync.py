@@ -155,7 +155,9 @@ class SyncEventEmitter(EventHelpers[AgentEvent]):
         GateUnavailable (unreachable or slower than ``gate_timeout_s``)."""
         url, token, timeout = self._gate_config
         if url is None:
-            raise EmitterError("gate() needs gate_url= (the worker's web address)")
+            raise EmitterError(
+                "gate() needs gate_url= (the gate process's web address, monitor gate serve)"
+            )
         domain = self.context.domain if self.context else None
         body = body_for(
             agent or self.agent, domain, conversation_id, content, confidence, **options

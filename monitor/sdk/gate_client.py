@@ -5,18 +5,28 @@ and return a :class:`GateAnswer`; the emitters' ``gate()`` use them (``gate_url=
 emitter). A refusal (4xx/5xx) raises :class:`GateError` with the status and the gate's
 ``reason``; an unreachable gate or a timeout raises :class:`GateUnavailable`, so the agent
 applies its own fail-open/closed choice. The HTTP transport can be injected (tests, proxies).
+
+``Retry-After`` is honoured: a 429 or 503 carrying it (seconds, or an HTTP date) raises
+:class:`GateRateLimited` with ``retry_after_s``, and until that time has passed the client
+sends nothing: each call raises :class:`GateRateLimited` at once with the time that remains
+(status 429, reason ``retry_after``), no request made. A call is never retried inside: the
+gate is asked before a message is sent, and waiting a second or more in the agent's path is
+the agent's decision (its fail mode applies at once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypedDict, Unpack
 
 import httpx
 
 from monitor.contract.events import Agent, AgentEvent, ToolCall
-from monitor.core.errors import GateError, GateUnavailable
+from monitor.core.errors import GateError, GateRateLimited, GateUnavailable
 
 
 @dataclass(frozen=True)
@@ -123,16 +133,55 @@ def body_for(
     return gate_body(conversation_id, content, agent=agent, confidence=confidence, **options)
 
 
-def _answer(response: httpx.Response) -> GateAnswer:
+def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait: a number of seconds or an HTTP date
+    (``now``: the wall time it is compared with); None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
     try:
-        data = response.json()
+        return max(0.0, float(text))
     except ValueError:
-        data = {}
-    if response.status_code != 200 or not isinstance(data, dict) or "decision" not in data:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class RetryAfter:
+    """When the gate last asked to wait: the monotonic time before which nothing is sent."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._not_before = 0.0
+
+    def check(self) -> None:
+        """Raise :class:`GateRateLimited` while the gate's ``Retry-After`` has not passed."""
+        left = self._not_before - self._clock()
+        if left > 0:
+            raise GateRateLimited(
+                429, "retry_after", "not sent: the gate asked to wait (Retry-After)", left
+            )
+
+    def answer(self, response: httpx.Response) -> GateAnswer:
+        """The answer in ``response``; a 429/503 with ``Retry-After`` starts the wait."""
+        try:
+            data = response.json()
+        except ValueError:
+            data = {}
+        if response.status_code == 200 and isinstance(data, dict) and "decision" in data:
+            return GateAnswer.from_json(data)
         reason = data.get("reason", "unknown") if isinstance(data, dict) else "unknown"
         detail = data.get("error", response.text[:200]) if isinstance(data, dict) else ""
+        wait = retry_after_s(response.headers.get("Retry-After"))
+        if response.status_code in (429, 503) and wait is not None:
+            self._not_before = max(self._not_before, self._clock() + wait)
+            raise GateRateLimited(response.status_code, str(reason), str(detail), wait)
         raise GateError(response.status_code, str(reason), str(detail))
-    return GateAnswer.from_json(data)
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -140,7 +189,8 @@ def _headers(token: str | None) -> dict[str, str]:
 
 
 class GateClient:
-    """Async client of ``POST {base_url}/v1/gate``; ``timeout`` bounds each call (seconds)."""
+    """Async client of ``POST {base_url}/v1/gate``; ``timeout`` bounds each call (seconds);
+    ``clock`` (monotonic seconds) times the gate's ``Retry-After``."""
 
     def __init__(
         self,
@@ -149,25 +199,30 @@ class GateClient:
         *,
         timeout: float = 2.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
         )
+        self._retry_after = RetryAfter(clock)
 
     async def ask(self, body: dict[str, Any]) -> GateAnswer:
-        """Send one request body (:func:`gate_body`). Raises GateError, GateUnavailable."""
+        """Send one request body (:func:`gate_body`). Raises GateError (GateRateLimited while
+        the gate's ``Retry-After`` runs, nothing sent), GateUnavailable."""
+        self._retry_after.check()
         try:
             response = await self._http.post("/v1/gate", json=body)
         except httpx.HTTPError as exc:
             raise GateUnavailable(f"gate unreachable: {type(exc).__name__}: {exc}") from exc
-        return _answer(response)
+        return self._retry_after.answer(response)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
 
 class SyncGateClient:
-    """Blocking client of ``POST {base_url}/v1/gate`` (thread-safe, like httpx.Client)."""
+    """Blocking client of ``POST {base_url}/v1/gate`` (thread-safe, like httpx.Client);
+    ``Retry-After`` as :class:`GateClient`."""
 
     def __init__(
         self,
@@ -176,18 +231,22 @@ class SyncGateClient:
         *,
         timeout: float = 2.0,
         transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._http = httpx.Client(
             base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
         )
+        self._retry_after = RetryAfter(clock)
 
     def ask(self, body: dict[str, Any]) -> GateAnswer:
-        """Send one request body (:func:`gate_body`). Raises GateError, GateUnavailable."""
+        """Send one request body (:func:`gate_body`). Raises GateError (GateRateLimited while
+        the gate's ``Retry-After`` runs, nothing sent), GateUnavailable."""
+        self._retry_after.check()
         try:
             response = self._http.post("/v1/gate", json=body)
         except httpx.HTTPError as exc:
             raise GateUnavailable(f"gate unreachable: {type(exc).__name__}: {exc}") from exc
-        return _answer(response)
+        return self._retry_after.answer(response)
 
     def close(self) -> None:
         self._http.close()

@@ -4,10 +4,11 @@
 of :mod:`monitor.worker.services` (ingest; judges unless ``judge_enabled`` is off; periodic drift
 checks; retention with the events partitions created ahead; alert evaluation and delivery
 unless ``alerting_enabled`` is off) and serves
-``POST /v1/events`` (HTTP ingest), ``POST /v1/gate`` (the runtime trust gate, docs/gate.md:
-answered from memory, its decision events published like ingested events),
+``POST /v1/events`` (HTTP ingest), ``POST /v1/traces`` (OTLP),
 ``GET /v1/calibration/{agent_id}`` (recalibration maps),
-``GET /metrics`` (Prometheus) and ``GET /health``. The streams are batched aiokafka consumers run as
+``GET /metrics`` (Prometheus) and ``GET /health``. ``/v1/gate`` is not served here: it answers
+404 with a pointer to the gate process (``monitor gate serve``, docs/gate.md), whose answers do
+not queue behind this process's ingest. The streams are batched aiokafka consumers run as
 mode services rather than per-event faust agents: faust's agents peak far below the firehose rate
 (measured at about 3,800 events/s), and the judge stream needs bounded concurrency with
 commit-after-write, which the same consumer pattern gives.
@@ -27,7 +28,6 @@ from typing import Any, TypeVar, cast
 
 import faust
 from faust.web import Request, Response, View
-from pydantic_core import to_json
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.analytics.calibration_endpoint import answer_calibration
@@ -42,12 +42,10 @@ from monitor.core.errors import MonitorError, StoreUnavailable
 from monitor.core.gc_tuning import tune_gc
 from monitor.core.http_body import BodyLimits, ReadChunk
 from monitor.core.http_guard import Guard
-from monitor.core.http_reply import Reply
+from monitor.core.http_reply import Reply, error_reply
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate import http_server
-from monitor.gate.answering import GATE, GateAnswerer, gate_limits
-from monitor.gate.decision_outbox import DecisionOutbox
-from monitor.gate.state import MAP_CHECK_S, GateState
+from monitor.gate.answering import GATE
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
 from monitor.otel.pending import trace_assembler
@@ -59,7 +57,6 @@ from monitor.telemetry.ops_metrics import CONTENT_TYPE, OpsMetrics
 from monitor.worker.services import (
     AlertingService,
     AnalyticsService,
-    GateOutboxService,
     IngestService,
     JudgeService,
     LoopLagService,
@@ -121,8 +118,6 @@ class _Wired:
     """What the HTTP endpoints use of the services."""
 
     ingest: IngestService  # its health, its read engine
-    gate: GateState
-    outbox: DecisionOutbox  # the gate's decision events
     assembler: TraceAssembler  # whole traces across requests (docs/otel.md)
     publish: Callable[[list[Any]], Awaitable[None]]  # events onto the events topic
 
@@ -130,8 +125,7 @@ class _Wired:
 def _add_services(
     app: faust.App, settings: Settings, metrics: OpsMetrics, clock: SystemClock
 ) -> _Wired:
-    """Registers the worker's services (each starts and stops with the worker) and the gate's
-    map refreshes."""
+    """Registers the worker's services (each starts and stops with the worker)."""
 
     def add(service: Any) -> None:  # an instance is accepted at runtime
         app.service(service)
@@ -139,9 +133,6 @@ def _add_services(
     on = {"loop": app.loop, "beacon": app.beacon}
     ingest = IngestService(settings, metrics, **on)
     emitter = ingest.emitter
-    gate = GateState.from_settings(settings)
-    gate_outbox = GateOutboxService(settings, closing=[gate.aclose], **on)
-    add(gate_outbox)
     add(LoopLagService(metrics, **on))
     assembler = trace_assembler(settings)
     add(ingest)
@@ -162,17 +153,7 @@ def _add_services(
         await emitter.flush()
 
     add(TraceSweepService(settings, metrics, assembler, publish, **on))  # roots that never came
-
-    async def refresh_gate_maps() -> None:  # at start, then every gate_refresh_s
-        await gate.refresh(ingest.reads, clock.now())
-
-    async def check_gate_maps() -> None:  # a newly fitted map: refreshed at once (state.py)
-        await gate.check_new_map(ingest.reads, clock.now(), time.perf_counter())
-
-    cast(Any, app).task(refresh_gate_maps)
-    cast(Any, app).timer(settings.gate_refresh_s)(refresh_gate_maps)
-    cast(Any, app).timer(MAP_CHECK_S)(check_gate_maps)
-    return _Wired(ingest, gate, gate_outbox.outbox, assembler, publish)
+    return _Wired(ingest, assembler, publish)
 
 
 @dataclass(frozen=True)
@@ -180,7 +161,6 @@ class _Access:
     """The key cache's answer for each action (monitor.auth.cache)."""
 
     write: Authorize
-    gate: Authorize
     read: Authorize
 
 
@@ -194,11 +174,7 @@ def _add_key_cache(
         async with ingest.reads.connect() as conn:
             return await key_repo.load_keys(conn)
 
-    tokens: dict[Scope, str | None] = {
-        "write": settings.ingest_token,
-        "gate": settings.gate_token,
-        "read": settings.api_token,
-    }
+    tokens: dict[Scope, str | None] = {"write": settings.ingest_token, "read": settings.api_token}
     keys = KeyCache(
         load_keys, tokens, clock.now, time.monotonic, miss_interval_s=settings.keys_miss_refresh_s
     )
@@ -212,7 +188,7 @@ def _add_key_cache(
     def authorizer(action: Scope) -> Authorize:
         return lambda authorization: keys.check(authorization, action)
 
-    return _Access(authorizer("write"), authorizer("gate"), authorizer("read"))
+    return _Access(authorizer("write"), authorizer("read"))
 
 
 def _add_routes(
@@ -241,32 +217,18 @@ def _add_routes(
         settings.http_inline_parse_bytes,
     )
     otel_config, otel_limits = mapping_config(settings), trace_limits(settings)
-    health, outbox, publish = wired.ingest.loop_.health, wired.outbox, wired.publish
-    answerer = GateAnswerer(
-        wired.gate,
-        outbox,
-        gate_limits(settings),
-        metrics,
-        clock,
-        authorize=access.gate,
-        guard=guards.gate,
-    )
+    health, publish = wired.ingest.loop_.health, wired.publish
 
     @app.page("/health")
     class Health(View):
         async def get(self, request: Request) -> Response:
             healthy, state, reason = health.status()
-            body = {
-                "status": state,
-                **({"reason": reason} if reason else {}),
-                "gate_decision_events": outbox.status(),
-            }
+            body = {"status": state, **({"reason": reason} if reason else {})}
             return self.json(body, status=200 if healthy else 503)
 
     @app.page("/metrics")
     class Metrics(View):
         async def get(self, request: Request) -> Response:
-            metrics.set_gate_outbox(outbox.status())
             return self.bytes(metrics.render(), content_type=CONTENT_TYPE.split(";")[0])
 
     @app.page("/v1/events")
@@ -289,11 +251,12 @@ def _add_routes(
             return respond(self, reply, metrics, "/v1/events")
 
     @app.page(GATE)
-    class Gate(View):  # the logic is monitor.gate.answering
+    class GateElsewhere(View):  # the gate is a process of its own (docs/gate.md)
         async def post(self, request: Request) -> Response:
-            reply = await answerer.answer(request.headers, peer_of(request), chunks(request))
-            body = Reply(reply.status, to_json(reply.body), headers=reply.headers)
-            return view_bytes(self, body)
+            return respond(self, GATE_ELSEWHERE, metrics, GATE)
+
+        async def get(self, request: Request) -> Response:
+            return respond(self, GATE_ELSEWHERE, metrics, GATE)
 
     @app.page("/v1/traces")
     class Traces(View):  # OTLP/HTTP traces; the logic is monitor.otel.receiver (docs/otel.md)
@@ -343,6 +306,15 @@ def _add_routes(
             return respond(self, reply, metrics, "/v1/calibration")
 
 
+#: What the worker answers on ``/v1/gate``: the gate is the gate process's.
+GATE_ELSEWHERE = error_reply(
+    404,
+    "the worker does not answer /v1/gate: ask the gate process, `monitor gate serve` (port "
+    "6067 by default; `monitor up` writes its URL as gate_url in endpoints.json; docs/gate.md)",
+    "gate_elsewhere",
+)
+
+
 def chunks(request: Request) -> ReadChunk:
     """The request body's next raw bytes (``b""`` at the end), as they arrive."""
     return cast(Any, request).content.readany  # type: ignore[no-any-return]
@@ -382,7 +354,6 @@ def make_guards(settings: Settings, clock: Callable[[], float]) -> Guards:
 
     return Guards(
         ingest=guard(settings.http_ingest_rate_per_s, settings.http_ingest_rate_burst),
-        gate=guard(settings.http_gate_rate_per_s, settings.http_gate_rate_burst),
         read=guard(settings.http_read_rate_per_s, settings.http_read_rate_burst),
     )
 
@@ -390,7 +361,6 @@ def make_guards(settings: Settings, clock: Callable[[], float]) -> Guards:
 @dataclass(frozen=True)
 class Guards:
     ingest: Guard  # POST /v1/events and /v1/traces
-    gate: Guard
     read: Guard  # GET /v1/calibration
 
 

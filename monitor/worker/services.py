@@ -6,7 +6,6 @@
 - :class:`AnalyticsService`: periodic drift checks;
 - :class:`RetentionService`: partitions ahead and retention (one worker at a time);
 - :class:`AlertingService`: alert evaluation (one leader) and outbox delivery (every worker);
-- :class:`GateOutboxService`: the gate's decision events: own producer, disk buffer, replay.
 
 Each stops cleanly: loops are asked to finish, connections are closed.
 """
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +30,6 @@ from monitor.analytics.periodic import Every, drift_once
 from monitor.auth.origin_key import origin_key
 from monitor.config import Settings, load_sampling_policy
 from monitor.core.clock import SystemClock
-from monitor.gate.buffer_slot import open_decision_path
 from monitor.ingest.loop import IngestConfig, IngestLoop
 from monitor.ingest.writer import EventWriter
 from monitor.judges.assembly import build_loop as build_judge_loop
@@ -264,37 +262,3 @@ class AlertingService(Service):
         self.stopping.set()
         await asyncio.gather(*(s.aclose() for s in self.sinks.values()))
         await self.engine.dispose()
-
-
-class GateOutboxService(Service):
-    """Delivers the gate's decision events (docs/gate.md, "Outages"): a producer of its own,
-    the disk buffer under ``gate_buffer_dir`` (opened here, so events buffered by a previous
-    run are replayed from the start) and the replay loop. Stopping writes the events still in
-    flight to disk, stops the producer, then awaits each of ``closing`` (what else the gate
-    holds open: its inline LLM judge's HTTP clients)."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        closing: Sequence[Callable[[], Awaitable[None]]] = (),
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.closing = list(closing)
-        self.producer, self.buffer, self.outbox = open_decision_path(settings)
-        if self.buffer.pending:
-            log.warning(
-                "gate: %d decision events buffered on disk by an earlier run, replaying them",
-                self.buffer.pending,
-            )
-
-    @Service.task
-    async def _replay(self) -> None:
-        await self.outbox.run()
-
-    async def on_stop(self) -> None:
-        await self.outbox.close()
-        await self.producer.close()
-        self.buffer.close()
-        for close in self.closing:
-            await close()

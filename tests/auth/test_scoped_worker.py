@@ -1,4 +1,5 @@
-"""Scoped API keys through the real worker (real broker, real Postgres): every endpoint asks
+"""Scoped API keys through the real worker and gate process (real broker, real Postgres): every
+endpoint asks
 the authorizer, events of agents outside a key's scope are refused per event, the gate's
 decision ids cannot be claimed by ingest (HTTP or Kafka), labels longer than the contract's
 bound are refused at the contract on both paths, another agent's outcome is dead-lettered,
@@ -132,11 +133,15 @@ async def test_keys_scope_every_endpoint(
         # gate: the gated agent must be in scope; a key without the gate scope is refused
         ask = {"conversation_id": "ca", "content": "Done.", "confidence": 0.9, "request_id": "rq-1"}
         r = await client.post(
-            f"{base}/v1/gate", json={**ask, "agent": {"id": "other"}}, headers=bearer(team)
+            f"{worker.gate_url}/v1/gate",
+            json={**ask, "agent": {"id": "other"}},
+            headers=bearer(team),
         )
         assert r.status_code == 403 and r.json()["reason"] == "out_of_scope", r.text
         r = await client.post(
-            f"{base}/v1/gate", json={**ask, "agent": {"id": "solo"}}, headers=bearer(solo)
+            f"{worker.gate_url}/v1/gate",
+            json={**ask, "agent": {"id": "solo"}},
+            headers=bearer(solo),
         )
         assert r.status_code == 403 and r.json()["reason"] == "missing_scope"
 
@@ -168,7 +173,9 @@ async def test_keys_scope_every_endpoint(
         assert await wait_for_count(database_url, 2, sql, stable_s=0.5) == 2
         # ... so the gate's own decision with that id is stored afterwards
         r = await client.post(
-            f"{base}/v1/gate", json={**ask, "agent": {"id": "team-a-1"}}, headers=bearer(team)
+            f"{worker.gate_url}/v1/gate",
+            json={**ask, "agent": {"id": "team-a-1"}},
+            headers=bearer(team),
         )
         assert r.status_code == 200 and r.json()["decision_id"] == "gate:rq-1", r.text
         sql = "SELECT count(*) FROM events WHERE event_id IN ('gate:rq-1', 'gate:signed')"
@@ -257,6 +264,8 @@ async def test_keys_scope_every_endpoint(
                 break
             await asyncio.sleep(0.25)
         assert status == 401
-    logged = worker.log_path.read_text(errors="replace")
-    assert team not in logged and solo not in logged and late not in logged
+    assert worker.gate is not None
+    for log in (worker.log_path, worker.gate.log_path):  # the worker's and the gate's
+        logged = log.read_text(errors="replace")
+        assert team not in logged and solo not in logged and late not in logged
     assert team_id.startswith("key_")

@@ -2,7 +2,7 @@
 
 Each conversation of :class:`monitor.sim.gated.GatedTraffic` is decided by the shipped
 ``monitor.gate.decide`` with the built-in policy on the draft and its history, exactly as the
-worker's ``POST /v1/gate`` would; the decision event is the one the worker publishes
+gate process's ``POST /v1/gate`` would; the decision event is the one the gate publishes
 (``decision_event``), stamped a second after the draft's last event. Every ``SLOW``-th
 conversation is decided with a clock that runs 60 ms per reading, so its checks run past the
 50 ms deadline and the rule's fail-open choice decides (``degraded``), as under load. With

@@ -1,5 +1,6 @@
-"""POST /v1/gate through the real worker: auth, 4xx reasons, decisions from the maps it holds,
-and the decision events stored in Postgres and joined with the conversation's late outcome."""
+"""POST /v1/gate through the real gate process beside a real worker: auth, 4xx reasons,
+decisions from the maps it holds, and the decision events stored in Postgres (by the worker's
+ingest) and joined with the conversation's late outcome."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def ask(**over: Any) -> dict[str, Any]:
 async def test_gate_answers_and_records_every_decision(
     gate_worker: WorkerProcess, database_url: str
 ) -> None:
-    url = f"{gate_worker.url}/v1/gate"
+    url = f"{gate_worker.gate_url}/v1/gate"
     async with httpx.AsyncClient(timeout=30) as client:
         # before any map: the stated confidence decides, calibrated false
         r = await client.post(url, json=ask(request_id="r0"), headers=AUTH)
@@ -171,4 +172,5 @@ async def test_gate_answers_and_records_every_decision(
         ("gate:r1", "escalate", None),
         ("gate:r2", "revise", False),
     ]
-    assert metric(gate_worker, 'monitor_gate_answers_total{result="unknown_agent"}') == 1.0
+    assert gate_worker.gate is not None
+    assert metric(gate_worker.gate, 'monitor_gate_answers_total{result="unknown_agent"}') == 1.0

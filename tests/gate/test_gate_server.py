@@ -136,18 +136,19 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
         bad = httpx.post(f"{gate_.url}/v1/gate", content=b"{", timeout=10)
         assert bad.status_code == 400 and bad.json()["reason"] == "not_json"
         assert httpx.get(f"{gate_.url}/nope", timeout=10).json()["reason"] == "http_404"
-        # the worker's own /v1/gate stays as the fallback
-        assert (await gate(worker, range(25, 26)))[0]["decision_id"] == "gate:r25"
-        await stored_exactly(database_url, 26, worker)
+        # the worker does not answer /v1/gate: a 404 pointing at the gate process
+        moved = httpx.post(f"{worker.url}/v1/gate", json=ask(25), timeout=10)
+        assert (moved.status_code, moved.json()["reason"]) == (404, "gate_elsewhere")
+        assert "monitor gate serve" in moved.json()["error"]
         # fail-open answers and timeouts are counted per rule and agent
-        slow = {**ask(26), "agent": {"id": "slow-bot"}}
+        slow = {**ask(25), "agent": {"id": "slow-bot"}}
         answer = httpx.post(f"{gate_.url}/v1/gate", json=slow, timeout=10).json()
         assert answer["decision"] == "proceed" and answer["degraded"].startswith("fail open")
         degraded = "monitor_gate_degraded_answers_total"
         for kind in ("fail_open", "deadline"):
             assert labelled(gate_, degraded, rule="0", agent="slow-bot", kind=kind) == 1
         assert labelled(gate_, degraded, rule="1", agent="agent-a", kind="fail_open") == 0
-        await stored_exactly(database_url, 27, worker)
+        await stored_exactly(database_url, 26, worker)
         assert gate_.stop() == 0, gate_.log_tail()
 
 
@@ -347,7 +348,7 @@ async def test_two_gate_processes_serve_one_port(
         assert first.proc is not None and first.proc.poll() is None, first.log_tail()
         assert second.proc is not None and second.proc.poll() is None, second.log_tail()
         slots = sorted(p.name for p in tmp_path.glob("gate-buffer*"))
-        assert len(slots) == 3, slots  # the worker's and one per gate process
+        assert len(slots) == 2, slots  # one per gate process
         assert first.stop() == 0
         await gate(second, range(40, 50))  # the same port, now served by the second alone
         await stored_exactly(database_url, 50, worker)

@@ -1,6 +1,7 @@
-"""Through the real worker: a newly fitted map is used at once (not after MONITOR_GATE_REFRESH_S,
-set to an hour here), and a rule's inline LLM check is awaited without blocking the event loop
-(the loopback chat-completions server answers, hangs, and deterministic answers go on)."""
+"""Through the real gate process (beside a worker): a newly fitted map is used at once (not
+after MONITOR_GATE_REFRESH_S, set to an hour here), and a rule's inline LLM check is awaited
+without blocking the event loop (the loopback chat-completions server answers, hangs, and
+deterministic answers go on)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def ask(agent: str, request_id: str, confidence: float = 0.75) -> dict[str, Any]
 
 
 async def test_a_new_map_is_used_at_once(worker: WorkerProcess, database_url: str) -> None:
-    url = f"{worker.url}/v1/gate"
+    url = f"{worker.gate_url}/v1/gate"
     async with httpx.AsyncClient(timeout=30) as client:
         before = (await client.post(url, json=ask("agent-a", "m0"))).json()
         assert (before["decision"], before["calibrated"]) == ("proceed", False)
@@ -98,7 +99,7 @@ async def test_a_new_map_is_used_at_once(worker: WorkerProcess, database_url: st
 async def test_the_llm_check_is_awaited_without_blocking_other_answers(
     worker: WorkerProcess, llm_server: ChatServer
 ) -> None:
-    url = f"{worker.url}/v1/gate"
+    url = f"{worker.gate_url}/v1/gate"
     llm_server.push(
         Reply(
             verdicts_json(

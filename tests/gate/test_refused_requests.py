@@ -22,7 +22,7 @@ from tests.gate.test_gate_outages import FAST
 from tests.gate.test_gate_server import labelled
 from tests.servers.worker import GateProcess, WorkerProcess, create_topic
 
-TOKEN = "s3cret"  # the gate token the processes accept (the markers are other values)
+TOKEN = "s3cret"  # the ingest and gate token (the markers are other values)
 
 
 class Markers:
@@ -41,12 +41,14 @@ class Markers:
         return (self.key, self.word, self.body, self.key[3:27])
 
 
-def cases(m: Markers) -> list[tuple[str, int, str, bytes | tuple[bytes, ...]]]:
-    """(name, status, reason, bytes or parts sent 0.3 s apart) for each refusal path."""
+def cases(m: Markers, path: bytes) -> list[tuple[str, int, str, bytes | tuple[bytes, ...]]]:
+    """(name, status, reason, bytes or parts sent 0.3 s apart) for each refusal path, aimed at
+    the endpoint ``path`` (a body endpoint: the gate process's /v1/gate, the worker's
+    /v1/events)."""
     auth = f"Authorization: Bearer {m.key}\r\n".encode()
     word, body = m.word.encode(), m.body.encode()
     event = json.dumps({"content": m.body, "note": m.word}).encode()
-    post = b"POST /v1/gate HTTP/1.1\r\nHost: x\r\n"
+    post = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n"
     chunked = post + auth + b"Transfer-Encoding: chunked\r\n\r\n"
     return [
         ("control char in a header", 400, "bad_header", post + auth[:-2] + b"\x01\r\n\r\n"),
@@ -61,13 +63,20 @@ def cases(m: Markers) -> list[tuple[str, int, str, bytes | tuple[bytes, ...]]]:
             "HTTP/1.0 body after Connection: close",
             400,
             "data_after_close",
-            b"POST /v1/gate HTTP/1.0\r\nHost: x\r\nConnection: close\r\n" + auth + b"\r\n" + event,
+            b"POST "
+            + path
+            + b" HTTP/1.0\r\nHost: x\r\nConnection: close\r\n"
+            + auth
+            + b"\r\n"
+            + event,
         ),
         (
             "HTTP/1.0 bytes beyond Content-Length after Connection: close",
             400,
             "data_after_close",
-            b"POST /v1/gate HTTP/1.0\r\nConnection: close\r\nContent-Length: 2\r\n"
+            b"POST "
+            + path
+            + b" HTTP/1.0\r\nConnection: close\r\nContent-Length: 2\r\n"
             + auth
             + b"\r\n{}"
             + event,
@@ -103,9 +112,14 @@ def cases(m: Markers) -> list[tuple[str, int, str, bytes | tuple[bytes, ...]]]:
             "bad URL",
             400,
             "bad_url",
-            b"POST /v1/gate?" + word + b"\x7f HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n",
+            b"POST " + path + b"?" + word + b"\x7f HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n",
         ),
-        ("bad version", 400, "bad_request_line", b"POST /v1/gate HTTP/9." + word + b"\r\n" + auth),
+        (
+            "bad version",
+            400,
+            "bad_request_line",
+            b"POST " + path + b" HTTP/9." + word + b"\r\n" + auth,
+        ),
         ("TLS on plain HTTP", 400, "tls_on_plain_http", b"\x16\x03\x01\x02\x00\x01" + word),
         (
             "bad Content-Length",
@@ -172,11 +186,14 @@ def last_answer(raw: bytes) -> bytes:
     return raw[raw.rfind(b"HTTP/1.") :]
 
 
-async def refuse_all(process: WorkerProcess, m: Markers, answers: list[bytes]) -> Counter[str]:
-    """Send every case to ``process``; check each answer; returns the refusals by reason."""
+async def refuse_all(
+    process: WorkerProcess, path: bytes, m: Markers, answers: list[bytes]
+) -> Counter[str]:
+    """Send every case to ``process`` (its endpoint ``path``); check each answer; returns the
+    refusals by reason."""
     loop = asyncio.get_running_loop()
     refused: Counter[str] = Counter()
-    for name, status, reason, data in cases(m):
+    for name, status, reason, data in cases(m, path):
         raw = await loop.run_in_executor(None, exchange, process.port, data)
         answers.append(raw)
         got, headers, body = parse(last_answer(raw))
@@ -187,14 +204,14 @@ async def refuse_all(process: WorkerProcess, m: Markers, answers: list[bytes]) -
             refused[reason] += 1
     # a body cut short (the credential right, so the endpoint reads it): the client leaves
     # before its Content-Length arrived; nobody reads an answer, the refusal is counted
-    cut = b"POST /v1/gate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+    cut = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
     cut += b"\r\nX-Note: " + m.word.encode() + b"\r\nContent-Type: application/json\r\n"
     cut += b"Content-Length: 1000\r\n\r\n"
     cut += json.dumps({"content": m.body}).encode()
     answers.append(await loop.run_in_executor(None, exchange, process.port, cut, True))
     refused["connection_lost"] += 1
     # a flood of one reason: all counted, one log line
-    flood = b"POST /v1/gate HTTP/1.1\r\nHost: x\r\nX-A: " + m.word.encode() + b"\x01\r\n\r\n"
+    flood = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nX-A: " + m.word.encode() + b"\x01\r\n\r\n"
     for _ in range(40):
         answers.append(await loop.run_in_executor(None, exchange, process.port, flood))
     refused["bad_header"] += 40
@@ -236,6 +253,7 @@ async def debug_worker_and_gate(
         "MONITOR_GATE_POLICY_FILE": str(policy),
         "MONITOR_HTTP_READ_TIMEOUT_S": "2",
         "MONITOR_GATE_TOKEN": TOKEN,
+        "MONITOR_INGEST_TOKEN": TOKEN,
     }
     await create_topic(bootstrap, topic)
     worker = WorkerProcess(bootstrap, database_url, topic, tmp, **env)
@@ -260,15 +278,15 @@ async def test_refused_requests_are_answered_counted_and_never_logged(
         gate_,
     ):
         refused: Counter[str] = Counter()
-        for process in (worker, gate_):
-            refused = await refuse_all(process, m, answers)
+        for process, path in ((worker, b"/v1/events"), (gate_, b"/v1/gate")):
+            refused = await refuse_all(process, path, m, answers)
             counted = await until_counted(process, refused)
             assert counted == {r: float(n) for r, n in refused.items()}, (process.url, counted)
         # the servers still answer real requests, and a stranger's 401 quotes nothing either
         async with httpx.AsyncClient(timeout=10) as client:
-            for process in (worker, gate_):
+            for process, path in ((worker, b"/v1/events"), (gate_, b"/v1/gate")):
                 r = await client.post(
-                    f"{process.url}/v1/gate",
+                    f"{process.url}{path.decode()}",
                     json={"conversation_id": m.body, "content": m.body},
                     headers={"Authorization": f"Bearer {m.key}", "X-Note": m.word},
                 )

@@ -164,7 +164,6 @@ async def test_health_goes_503_on_a_stall_and_recovers(worker: WorkerProcess, da
         async with httpx.AsyncClient(timeout=30) as client:
             body = (await client.get(f"{worker.url}/health")).json()
             assert body["status"] == "ok" and "reason" not in body
-            assert body["gate_decision_events"]["buffered"] == 0  # the gate's disk buffer
             # a transient store failure (42P01: the table is missing): ingest pauses, retries
             await conn.execute("ALTER TABLE events RENAME TO events_away")
             events = [event_dict(f"s-{i}", "stall", at=i) for i in range(5)]

@@ -1,4 +1,4 @@
-"""The SDK's gate(): async and blocking emitters against the real worker's POST /v1/gate."""
+"""The SDK's gate(): async and blocking emitters against the real gate process (beside a worker)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ async def test_async_and_sync_emitters_ask_the_gate(
         "127.0.0.1:1",
         agent=Agent(id="agent-a"),
         context=Context(domain="retail"),
-        gate_url=gate_worker.url,
+        gate_url=gate_worker.gate_url,
         gate_token="g4te",
     )
     try:  # no start(): the gate is HTTP, not Kafka
@@ -60,7 +60,7 @@ async def test_async_and_sync_emitters_ask_the_gate(
         await em.close()
 
     sync = SyncEventEmitter(
-        "127.0.0.1:1", agent=Agent(id="agent-a"), gate_url=gate_worker.url, gate_token="g4te"
+        "127.0.0.1:1", agent=Agent(id="agent-a"), gate_url=gate_worker.gate_url, gate_token="g4te"
     )
     try:
         answer = await asyncio.to_thread(
@@ -69,7 +69,7 @@ async def test_async_and_sync_emitters_ask_the_gate(
         assert answer.decision == "proceed"
         with pytest.raises(GateError) as wrong:
             SyncEventEmitter(
-                "x:1", agent=Agent(id="agent-a"), gate_url=gate_worker.url, gate_token="nope"
+                "x:1", agent=Agent(id="agent-a"), gate_url=gate_worker.gate_url, gate_token="nope"
             ).gate("s-5", "x", confidence=0.9)
         assert wrong.value.status == 401
     finally:

@@ -61,10 +61,17 @@ class WorkerProcess:
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.loglevel = os.environ.get("TEST_WORKER_LOGLEVEL", "warning")
+        self.gate: GateProcess | None = None  # the gate process beside it, if one was started
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def gate_url(self) -> str:
+        """The URL of the gate process started beside this worker (:func:`running_gate_worker`)."""
+        assert self.gate is not None, "no gate process beside this worker"
+        return self.gate.url
 
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115
@@ -140,12 +147,21 @@ async def running_gate_worker(
     bootstrap: str, database_url: str, topic: str, tmp: Path, policy: str, **env: str
 ) -> AsyncIterator[WorkerProcess]:
     """:func:`running_worker` without judges and alerting (``QUIET``, unless ``env`` says
-    otherwise), gating by ``policy`` (the YAML, written to ``tmp/gate.yaml``)."""
+    otherwise), and the gate process (``monitor gate serve``, the same environment, started
+    once the worker made the origin key) as ``worker.gate``, both gating by ``policy`` (the
+    YAML, written to ``tmp/gate.yaml``). The worker answers ``/v1/gate`` with 404: ask
+    ``worker.gate.url``."""
     path = tmp / "gate.yaml"
     path.write_text(policy)
     settings = {**QUIET, "MONITOR_GATE_POLICY_FILE": str(path), **env}
     async with running_worker(bootstrap, database_url, topic, tmp, **settings) as worker:
-        yield worker
+        gate = GateProcess(bootstrap, database_url, topic, tmp, **settings)
+        try:
+            await gate.start().wait_ready()
+            worker.gate = gate
+            yield worker
+        finally:
+            gate.stop()
 
 
 def metric(worker: WorkerProcess, name: str) -> float:

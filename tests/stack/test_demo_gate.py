@@ -1,4 +1,4 @@
-"""The demo's gated agents through a real worker: `monitor up`'s own gate code
+"""The demo's gated agents through a real gate process and worker: `monitor up`'s own gate code
 (monitor/stack/demo_gate.py: plan, then ``ask_and_send``: ask ``POST /v1/gate``, send) against
 a worker on a real broker and Postgres, then the demo's own read (monitor/stack/summary.py)
 and printout (monitor/cli/up_gate.py), checked against the truth the simulator built in.
@@ -28,7 +28,7 @@ from monitor.stack.demo import plan_traffic
 from monitor.stack.demo_gate import ask_and_send, plan_gated
 from monitor.stack.summary import gated_conversations
 from monitor.store.engine import libpq_url, make_engine
-from tests.servers.worker import QUIET, running_worker, wait_for_count
+from tests.servers.worker import QUIET, GateProcess, running_worker, wait_for_count
 
 SIGMAS = 4.5
 
@@ -42,31 +42,34 @@ def poisson_binomial_ok(failures: int, p_success: list[float]) -> bool:
 async def test_demo_gate_figures_match_the_truth(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path
 ) -> None:
-    async with running_worker(
-        broker.bootstrap, database_url, topic_name, tmp_path, **QUIET
-    ) as worker:
+    async with running_worker(broker.bootstrap, database_url, topic_name, tmp_path, **QUIET):
+        gate = GateProcess(broker.bootstrap, database_url, topic_name, tmp_path, **QUIET)
+        await gate.start().wait_ready()  # as monitor up starts it, after the worker
         now = datetime.now(UTC)
         plan = plan_traffic(5, 60.0, 200.0, now)  # the demo's default traffic plan
         run = plan_gated(plan, 5, now)
         assert run.conversations >= 300
         totals: list[int] = []
-        sent, asked = await ask_and_send(
-            run,
-            worker.url,
-            None,
-            broker.bootstrap,
-            topic_name,
-            idempotent=False,
-            seconds=3.0,
-            on_total=totals.append,
-        )
-        assert run.unanswered == 0 and len(run.decisions) == run.conversations
-        assert totals == [len(sent)] and asked > 0
-        assert all(e.conversation_id.startswith(plan.prefix) for e in sent)
-        assert max(e.ts for e in sent) <= now  # simulated time does not run ahead
-        want = len(sent) + run.conversations  # plus one decision event per conversation
-        sql = f"SELECT count(*) FROM events WHERE conversation_id LIKE '{plan.prefix}%'"
-        assert await wait_for_count(database_url, want, sql, timeout=120) == want
+        try:
+            sent, asked = await ask_and_send(
+                run,
+                gate.url,
+                None,
+                broker.bootstrap,
+                topic_name,
+                idempotent=False,
+                seconds=3.0,
+                on_total=totals.append,
+            )
+            assert run.unanswered == 0 and len(run.decisions) == run.conversations
+            assert totals == [len(sent)] and asked > 0
+            assert all(e.conversation_id.startswith(plan.prefix) for e in sent)
+            assert max(e.ts for e in sent) <= now  # simulated time does not run ahead
+            want = len(sent) + run.conversations  # plus one decision event per conversation
+            sql = f"SELECT count(*) FROM events WHERE conversation_id LIKE '{plan.prefix}%'"
+            assert await wait_for_count(database_url, want, sql, timeout=120) == want
+        finally:
+            gate.stop()  # after its decision events were stored
 
     engine = make_engine(database_url)
     try:

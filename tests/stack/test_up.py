@@ -282,7 +282,8 @@ def _check_endpoints(state_dir: Path) -> None:
     assert ep["gate_url"] == f"http://127.0.0.1:{ports['gate']}", ep
     assert ep["kafka_bootstrap"] == f"127.0.0.1:{ports['broker']}", ep
     assert f":{ports['postgres']}/" in ep["database_url"], ep
-    assert "gate_decision_events" in httpx.get(f"{ep['web_url']}/health", timeout=5).json()
+    worker = httpx.get(f"{ep['web_url']}/health", timeout=5)
+    assert worker.status_code == 200 and "maps" not in worker.json(), worker.text
     assert "maps" in httpx.get(f"{ep['gate_url']}/health", timeout=5).json()  # the gate's own
     pids = [int(line.split(":")[0]) for line in _leftovers(state_dir)]
     assert _listening_ports(pids) == set(ports.values()), (ep, _leftovers(state_dir))

@@ -1,7 +1,7 @@
 """A 100,000-event conversation through the real worker process (real broker, real Postgres):
-the judges pick it up and judge it on the capped events while the gate and /health keep
-answering, the event loop's longest stall (the worker's own probe, on /metrics) stays within
-the budget, the worker's memory stays bounded, and SIGTERM stops it."""
+the judges pick it up and judge it on the capped events while /health keeps answering, the
+event loop's longest stall (the worker's own probe, on /metrics) stays within the budget, the
+worker's memory stays bounded, and SIGTERM stops it."""
 
 from __future__ import annotations
 
@@ -55,16 +55,6 @@ def peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def ask(i: int) -> dict[str, Any]:
-    return {
-        "conversation_id": f"c-gate-{i % 5}",
-        "agent": {"id": "agent-long"},
-        "content": "Your reservation has been cancelled.",
-        "confidence": 0.6,
-        "request_id": f"r{i}",
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_a_100k_event_conversation_is_judged_while_the_worker_keeps_answering(
@@ -74,7 +64,7 @@ async def test_a_100k_event_conversation_is_judged_while_the_worker_keeps_answer
     assert await count(database_url) == N_EVENTS
     await create_topic(broker.bootstrap, topic_name)
     await create_topic(broker.bootstrap, f"{topic_name}.judge")
-    env = {"MONITOR_ALERTING_ENABLED": "false", "MONITOR_GATE_REFRESH_S": "1"}
+    env = {"MONITOR_ALERTING_ENABLED": "false"}
     worker = WorkerProcess(broker.bootstrap, database_url, topic_name, tmp_path, **env).start()
     latencies: list[float] = []
     try:
@@ -88,10 +78,8 @@ async def test_a_100k_event_conversation_is_judged_while_the_worker_keeps_answer
             while await count(database_url, JUDGED) < 1 or i < 20:
                 assert time.monotonic() < deadline, worker.log_tail()
                 started = time.monotonic()
-                gate = await client.post(f"{worker.url}/v1/gate", json=ask(i))
                 health = await client.get(f"{worker.url}/health")
                 latencies.append(time.monotonic() - started)
-                assert gate.status_code == 200, gate.text
                 assert health.status_code == 200, health.text
                 i += 1
                 await asyncio.sleep(0.05)

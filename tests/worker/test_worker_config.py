@@ -1,4 +1,5 @@
-"""A worker given a bad sampling policy or rules file stops at once, naming file, line, field."""
+"""A worker given a bad sampling policy or rules file, and a gate process given a bad gate
+policy, stop at once, naming file, line, field."""
 
 from __future__ import annotations
 
@@ -11,27 +12,30 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "var,text,expected",
+    "command,var,text,expected",
     [
         (
+            "worker",
             "MONITOR_SAMPLING_FILE",
             "strata:\n  - {tier: 3, rate: 1}\n  - {tier: 1, rate: 2}\n",
             ":3: strata[1].rate: Input should be less than or equal to 1",
         ),
         (
+            "worker",
             "MONITOR_ALERT_RULES_FILE",
             "rules:\n  - name: x\n    metric: ece\n    threshold: hi\n",
             ":4: rules[0].threshold: Input should be a valid number",
         ),
         (
+            "gate serve",
             "MONITOR_GATE_POLICY_FILE",
             "version: v1\nrules:\n  - threshold: 0.5\n    fail: maybe\n",
             ":4: rules[0].fail: Input should be 'open' or 'closed'",
         ),
     ],
 )
-def test_bad_config_file_stops_the_worker_with_line_and_field(
-    tmp_path: Path, var: str, text: str, expected: str
+def test_bad_config_file_stops_the_process_with_line_and_field(
+    tmp_path: Path, command: str, var: str, text: str, expected: str
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
@@ -47,7 +51,7 @@ def test_bad_config_file_stops_the_worker_with_line_and_field(
         }
     )
     done = subprocess.run(
-        [sys.executable, "-m", "monitor.cli", "worker"],
+        [sys.executable, "-m", "monitor.cli", *command.split()],
         env=env,
         capture_output=True,
         text=True,
