@@ -25,8 +25,11 @@
    flagged per change. Pages per problem: per agent, the alerts that fired (each one a page
    without incidents) against the pages of its incidents (monitor.alerts.incidents: an
    agent's alerts open together page once), for the agents that change once, the recovering
-   one, the ones miscalibrated all along (over and at the edge of each threshold) and the
-   calibrated ones.
+   one, the ones miscalibrated all along (a population ECE, gap or Brier above its tier-3
+   threshold) and the healthy ones. Drift delay against the oracle: per change, the first
+   page's delay against that of a detector that knows the change time and both (bin, correct)
+   distributions (a likelihood-ratio test at the sequential drift test's false-alarm bound,
+   bench/real_agents.py), on the 5-minute evaluation grid.
 
 Two parts, each in one run with the shipped code (monitor.alerts.timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
@@ -51,6 +54,7 @@ per-minute sums of the simulator's traffic, one conversation every 5 s over four
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -61,7 +65,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
-from bench.real_agents import ANSWERS, PER_HOUR, REAL_HOURS, T0, TIER3, real_agents
+from bench.real_agents import (
+    ANSWERS,
+    PER_HOUR,
+    REAL_HOURS,
+    T0,
+    TIER3,
+    cell_probabilities,
+    oracle_delay,
+    real_agents,
+)
 from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.states import Kind
 from monitor.alerts.timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
@@ -316,12 +329,26 @@ def _firing_share(tl: Timeline, agent: str, rule: str, change: datetime, end: da
     return firing / total
 
 
-PROBLEMS = {
-    "changes once": ("changed:overconfident", "changed:ece"),
-    "changes, recovers": ("recovers",),
-    "miscalibrated all along": tuple(f"{r}:{k}" for r in TIER3 for k in ("over", "edge")),
-    "calibrated": tuple(f"{r}:under" for r in TIER3),
-}
+CHANGED = ("changed:overconfident", "changed:ece")
+
+
+def problems() -> dict[str, tuple[str, ...]]:
+    """The agents by problem: changes once, changes and recovers, miscalibrated all along (a
+    stationary agent whose population ECE, gap or Brier is above its tier-3 threshold), and
+    healthy (the other stationary ones)."""
+    agents, facts = real_agents()
+    stationary = [k for k in agents if not k.startswith(("changed", "recovers"))]
+    above = {
+        k
+        for k in stationary
+        if any(facts[k][metric] > threshold for metric, threshold, _, _ in TIER3.values())
+    }
+    return {
+        "changes once": CHANGED,
+        "changes, recovers": ("recovers",),
+        "miscalibrated all along": tuple(k for k in stationary if k in above),
+        "healthy": tuple(k for k in stationary if k not in above),
+    }
 
 
 def per_problem(tl: Timeline, agent: str) -> tuple[int, int, int]:
@@ -336,13 +363,52 @@ def report_problems(runs: list[dict[str, Timeline]], name: str) -> None:
     """Pages per problem (module docstring), per group of agents, each seed's figures."""
     print("| agents | alerts fired (a page each without incidents) | incidents | pages |")
     print("|---|---|---|---|")
-    for label, agents in PROBLEMS.items():
+    for label, agents in problems().items():
         cells: list[list[str]] = [[], [], []]
         for agent in agents:
             figs = [per_problem(r[name], agent) for r in runs]
             for k in range(3):
                 cells[k].append("/".join(str(f[k]) for f in figs))
         print(f"| {label} ({len(agents)}) | " + " | ".join("; ".join(c) for c in cells) + " |")
+
+
+def oracle_delays(seeds: list[int]) -> list[float | None]:
+    """Per seed and changed agent (in :data:`CHANGED` order), minutes from the change until
+    the oracle detector fires (bench/real_agents.py ``oracle_delay``), rounded up to the next
+    5-minute evaluation (no detector here can page between two)."""
+    pools = parse_pools(ANSWERS.read_text())
+    agents, _ = real_agents()
+    change = T0 + timedelta(hours=24)
+    out: list[float | None] = []
+    for seed in seeds:
+        for name in CHANGED:
+            agent = agents[name]
+            items = answer_items(agent, pools, T0, T0 + timedelta(hours=REAL_HOURS), PER_HOUR, seed)
+            before = cell_probabilities(pools, agent.phases[0][1])
+            after = cell_probabilities(pools, agent.phases[1][1])
+            found = oracle_delay(items, change, before, after)
+            out.append(None if found is None else 5 * math.ceil(found / 5))
+    return out
+
+
+def report_oracle(seeds: list[int], pages: list[float | None], drift: list[float | None]) -> None:
+    """Each change's page delay against the oracle's (the criterion: within 1.5 times it, and
+    within 60 min wherever the oracle needs 40 min or less)."""
+    oracle = oracle_delays(seeds)
+    print(
+        "| change (seed) | oracle (min) | first page (min) | drift_tier3 fired (min) "
+        "| page / oracle | met |"
+    )
+    print("|---|---|---|---|---|---|")
+    for i, (o, p, d) in enumerate(zip(oracle, pages, drift, strict=True)):
+        name = f"{CHANGED[i % 2].split(':')[1]} ({seeds[i // 2]})"
+        ratio = None if o is None or p is None else p / max(o, 5)
+        met = ratio is not None and ratio <= 1.5 and (o is None or o > 40 or (p or 0) <= 60)
+        print(
+            f"| {name} | {o} | {p} | {d} | "
+            + ("-" if ratio is None else f"{ratio:.2f}")
+            + f" | {'yes' if met else 'no'} |"
+        )
 
 
 def report_real(seeds: list[int], jobs: int) -> None:
@@ -392,11 +458,7 @@ def report_real(seeds: list[int], jobs: int) -> None:
             for agent in ("changed:overconfident", "changed:ece"):
                 first = page_times(tl, "drift_tier3", agent, Kind.FIRING, change)
                 delays.append((first[0] - change) / timedelta(minutes=1) if first else None)
-                firsts = [
-                    p.at
-                    for p in tl.pages
-                    if p.agent == agent and p.kind is Kind.FIRING and p.at >= change
-                ]
+                firsts = [p.at for p in tl.pages if p.agent == agent and p.pages and p.at >= change]
                 anyrule.append((min(firsts) - change) / timedelta(minutes=1) if firsts else None)
                 held.append(_firing_share(tl, agent, "drift_tier3", change, end_of(tl)))
                 changed_pages.append(
@@ -425,8 +487,8 @@ def report_real(seeds: list[int], jobs: int) -> None:
             f"hours a day)"
         )
         print(
-            f"drift_tier3 page after each change (min): {delays}; first page of any rule: "
-            f"{anyrule}; drift_tier3 pages per change: {changed_pages}; post-change drift "
+            f"drift_tier3 fired after each change (min): {delays}; first page: "
+            f"{anyrule}; drift_tier3 fired per change: {changed_pages}; post-change drift "
             f"checks flagged: {', '.join(f'{x:.0%}' for x in flagged)}; drift_tier3 firing "
             f"from its first page to the end: {', '.join(f'{x:.0%}' for x in held)}"
         )
@@ -436,6 +498,8 @@ def report_real(seeds: list[int], jobs: int) -> None:
         )
         print("pages per problem, per agent (seeds separated by /):")
         report_problems(runs, name)
+        print("drift delay against the oracle (gap change, ECE change per seed):")
+        report_oracle(seeds, anyrule, delays)
 
 
 DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {

@@ -1,17 +1,21 @@
 """The real-answer agents of the alert benchmarks (``bench/alert_quality.py``,
 ``bench/nannyml_drift.py``): tier-3 agents resampled from ``tests/data/answers`` near each
 calibration rule's threshold, with one change, and with a recovery (see alert_quality's
-docstring)."""
+docstring); and the oracle change detector their drift pages are held against."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import numpy as np
 
 from monitor.sim.answers import (
     METRICS,
     AnswerAgent,
     Mixture,
+    Pool,
     parse_pools,
     population_metric,
     tune,
@@ -67,3 +71,44 @@ def real_agents() -> tuple[dict[str, AnswerAgent], dict[str, dict[str, float]]]:
         for k, a in agents.items()
     }
     return agents, facts
+
+
+SURPRISE_LOG_C = math.log(1e5)
+"""The drift sequential test's threshold (false alarm at most once per 100,000 answers): the
+oracle below is held to the same bound."""
+
+
+def cell_probabilities(pools: dict[str, Pool], mix: Mixture, n_bins: int = 10) -> np.ndarray:
+    """P(confidence bin, correct) of a mixture's answer population, shape ``(n_bins, 2)``
+    (equal-width bins, as the monitor's)."""
+    out = np.zeros((n_bins, 2))
+    for name, p in mix.weights:
+        if p > 0:
+            pool = pools[name]
+            bins = np.minimum((pool.conf * n_bins).astype(int), n_bins - 1)
+            np.add.at(out, (bins, pool.y.astype(int)), p / len(pool.conf))
+    return out
+
+
+def oracle_delay(
+    items: list[tuple[datetime, float, int]],
+    change: datetime,
+    before: np.ndarray,
+    after: np.ndarray,
+    threshold: float = SURPRISE_LOG_C,
+) -> float | None:
+    """Minutes from ``change`` to the answer at which the oracle detector fires: it knows the
+    change time and both (bin, correct) distributions, and sums the log likelihood ratio
+    ``log after/before`` of each answer since the change until it reaches ``threshold`` (a
+    sequential probability ratio test at the same false-alarm bound as the drift check);
+    None when it never does."""
+    n_bins = before.shape[0]
+    llr = np.log(np.maximum(after, 1e-12)) - np.log(np.maximum(before, 1e-12))
+    total = 0.0
+    for at, conf, y in items:
+        if at < change:
+            continue
+        total += float(llr[min(int(conf * n_bins), n_bins - 1), y])
+        if total >= threshold:
+            return (at - change) / timedelta(minutes=1)
+    return None

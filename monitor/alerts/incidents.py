@@ -71,12 +71,12 @@ class Role(StrEnum):
 @dataclass(frozen=True)
 class IncidentPolicy:
     """``by``: the labels forming the incident key; ``window`` (>= 0): how long after its
-    resolution an incident may still be joined; ``repage``: a more severe alert joining an
-    open incident pages once more. Raises ValueError for a negative window."""
+    resolution an incident may still be joined; ``repage`` (off by default): a more severe
+    alert joining an open incident pages once more. Raises ValueError for a negative window."""
 
     by: tuple[str, ...] = ("agent",)
     window: timedelta = timedelta(minutes=30)
-    repage: bool = True
+    repage: bool = False
 
     def __post_init__(self) -> None:
         if self.window < timedelta(0):

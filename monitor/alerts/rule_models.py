@@ -306,8 +306,8 @@ class RuleSet(_Model):
     Incidents (:mod:`monitor.alerts.incidents`): ``incident_by`` names the labels whose values
     make alerts one incident (default ``agent``: an agent's alerts that fire while another of
     its alerts is open page once); ``incident_window`` is how long after an incident resolved
-    a new alert of its key still joins (reopens) it instead of paging; ``incident_repage``:
-    a higher severity joining an open incident pages once more.
+    a new alert of its key still joins (reopens) it instead of paging; ``incident_repage``
+    (off by default): a higher severity joining an open incident pages once more.
     """
 
     evaluation_interval: Duration = timedelta(seconds=30)
@@ -317,7 +317,7 @@ class RuleSet(_Model):
     group_by: tuple[Annotated[str, Field(min_length=1, strict=True)], ...] = ("severity", "agent")
     incident_by: tuple[Annotated[str, Field(min_length=1, strict=True)], ...] = ("agent",)
     incident_window: Duration = timedelta(minutes=30)
-    incident_repage: Annotated[bool, Field(strict=True)] = True
+    incident_repage: Annotated[bool, Field(strict=True)] = False
     rules: tuple[Rule, ...] = ()
 
     @model_validator(mode="before")

@@ -34,9 +34,15 @@ def _line(n: dict[str, Any]) -> str:
     scope = " ".join(f"{k}={v}" for k, v in sorted(n.get("scope", {}).items()))
     kind = str(n["kind"])
     style = _STYLE.get(kind, "bold")
+    role = n.get("incident_role")
+    incident = (
+        f" [dim]({'page' if role in ('open', 'repage') else role}, {escape(n['incident_id'])})[/]"
+        if n.get("incident_id")
+        else ""
+    )
     return (
         f"  [dim]{at:%H:%M}[/] [{style}]{kind.upper():<8}[/] {escape(n['severity']):<8} "
-        f"[bold]{escape(n['rule'])}[/] {escape(scope)}: {escape(n.get('summary', ''))}"
+        f"[bold]{escape(n['rule'])}[/] {escape(scope)}: {escape(n.get('summary', ''))}" + incident
     )
 
 
@@ -96,8 +102,12 @@ def print_alerts(console: Console, database_url: str, plan: TrafficPlan) -> list
         )
     tally = Counter((n["rule"], n["kind"]) for n in delivered)
     if tally:
+        pages = sum(1 for n in delivered if n.get("incident_role") in ("open", "repage"))
+        incidents = {n["incident_id"] for n in delivered if n.get("incident_id")}
         console.print(
-            "  [dim]->[/] " + ", ".join(f"{r} {k} x{c}" for (r, k), c in sorted(tally.items())),
+            "  [dim]->[/] "
+            + ", ".join(f"{r} {k} x{c}" for (r, k), c in sorted(tally.items()))
+            + f"; {pages} pages in {len(incidents)} incidents (monitor alerts list)",
             soft_wrap=True,
         )
     return delivered

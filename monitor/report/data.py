@@ -31,3 +31,4 @@ class ReportData:
     alerts: list[dict[str, Any]]
     gate: list[Effect] = field(default_factory=list)  # recorded gate decisions per agent x domain
     source: ReadSource = field(default_factory=lambda: ReadSource(standby=False))  # server read
+    incidents: list[dict[str, Any]] = field(default_factory=list)  # overlapping the range

@@ -161,6 +161,24 @@ def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> str:
     return table(ALERT_HEAD, rows, empty="no alert is firing")
 
 
+def incidents_table(incidents: Sequence[Mapping[str, Any]]) -> str:
+    """The incidents: an agent's alerts that paged once, with their alerts and pages."""
+    rows = [
+        f"<tr><td>{html.escape(str(i['id']))}</td><td>{html.escape(str(i['key']))}</td>"
+        f"<td>{html.escape(str(i['status']))}</td><td>{html.escape(str(i['severity']))}</td>"
+        f"<td>{i['opened_at']:%Y-%m-%d %H:%M}</td>"
+        f"<td>{'-' if i['resolved_at'] is None else format(i['resolved_at'], '%Y-%m-%d %H:%M')}"
+        f"</td><td>{html.escape(', '.join(i['alerts']))} ({i['firing']} firing)</td>"
+        f"<td>{i['pages']} (+{i['updates']} updates)</td></tr>"
+        for i in incidents
+    ]
+    return table(
+        ["incident", "key", "status", "severity", "opened", "resolved", "alerts", "pages"],
+        rows,
+        empty="no incident in the range",
+    )
+
+
 def _rate_cells(r: Proportion, key: str) -> str:
     """The rate and its 95 % interval as two cells (``-`` without data)."""
     interval = "-" if r.low is None or r.high is None else f"{r.low:.3f}-{r.high:.3f}"
@@ -391,7 +409,8 @@ def render_html(
     images: Mapping[str, Mapping[str, bytes]],
     combined: Mapping[str, bytes],
 ) -> str:
-    """The page: the health level per agent, the firing alerts, the runtime trust gate (only when
+    """The page: the health level per agent, the firing alerts and the incidents they
+    belong to, the runtime trust gate (only when
     an agent asked it), the charts per agent, then the full tables folded. ``images`` are the
     per-agent charts (agent -> kind -> PNG), ``combined`` the all-agent ones (kind -> PNG)."""
     scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
@@ -408,6 +427,8 @@ def render_html(
             health_cards(found),
             f"<h2>Firing alerts ({len(d.alerts)})</h2>",
             alerts_table(d.alerts),
+            f"<h2>Incidents ({sum(1 for i in d.incidents if i['status'] == 'open')} open)</h2>",
+            incidents_table(d.incidents),
             gate_section(d.gate),
             "<h2>Charts per agent</h2>",
             agent_charts(found, images),

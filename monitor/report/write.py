@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from monitor.alerts.incidents import Incident
 from monitor.analytics import reports as fa
 from monitor.analytics.bins import BinSums, sum_all
 from monitor.analytics.calibration import ece
@@ -108,6 +109,42 @@ async def firing_alerts(engine: AsyncEngine, segment: Segment) -> list[dict[str,
         return [dict(r) for r in (await conn.execute(sql, params)).mappings().all()]
 
 
+async def incidents(
+    engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
+) -> list[dict[str, Any]]:
+    """The alert incidents (``alert_incidents``) of the agents matched by ``segment`` that were
+    open at some time in ``[start, end)``, open ones first, then the newest: id, key, status,
+    severity, opened and resolved at, the member alerts' rules, how many still fire, pages and
+    updates."""
+    cond, params = Segment(segment.agent).where("i.")
+    sql = text(
+        "SELECT i.state FROM (SELECT state, status, opened_at, resolved_at,"
+        " labels->>'agent' AS agent_id FROM alert_incidents) i"
+        f" WHERE ({cond}) AND i.opened_at < :end"
+        " AND (i.resolved_at IS NULL OR i.resolved_at >= :start)"
+        " ORDER BY i.status = 'open' DESC, i.opened_at DESC"
+    )
+    async with engine.connect() as conn:
+        result = await conn.execute(sql, {**params, "start": start, "end": end})
+        states: list[Any] = list(result.scalars().all())
+    found = [Incident.from_dict(s) for s in states]
+    return [
+        {
+            "id": i.id,
+            "key": i.key,
+            "status": i.status,
+            "severity": i.severity,
+            "opened_at": i.opened_at,
+            "resolved_at": i.resolved_at,
+            "alerts": [m.rule for m in i.members],
+            "firing": len(i.firing),
+            "pages": i.pages,
+            "updates": i.updates,
+        }
+        for i in found
+    ]
+
+
 async def gate_effects(
     engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
 ) -> list[Effect]:
@@ -151,6 +188,7 @@ async def gather(
         await firing_alerts(engine, segment),
         await gate_effects(engine, segment, start, end),
         source,
+        incidents=await incidents(engine, segment, start, end),
     )
 
 

@@ -137,7 +137,7 @@ def test_a_higher_severity_repages_once_unless_turned_off() -> None:
     assert roles(same.run(5, [fire("drift_tier3", severity="critical", m=5)])) == [
         ("drift_tier3", "update")
     ]
-    off = World(IncidentPolicy(repage=False))
+    off = World(IncidentPolicy())  # the default
     off.run(0, [fire("brier_tier3", severity="warning")])
     assert roles(off.run(5, [fire("ece_tier3", m=5)])) == [("ece_tier3", "update")]
 
@@ -217,13 +217,13 @@ def test_incident_round_trip_and_validation() -> None:
 
 def test_rules_file_sets_the_incident_policy() -> None:
     rules = load_rules(
-        "incident_by: [agent, tier]\nincident_window: 2h\nincident_repage: false\n", "a.yaml"
+        "incident_by: [agent, tier]\nincident_window: 2h\nincident_repage: true\n", "a.yaml"
     )
     assert IncidentPolicy.from_rules(rules) == IncidentPolicy(
-        ("agent", "tier"), timedelta(hours=2), False
+        ("agent", "tier"), timedelta(hours=2), True
     )
     defaults = IncidentPolicy.from_rules(load_rules("", "b.yaml"))
-    assert defaults == IncidentPolicy(("agent",), timedelta(minutes=30), True)
+    assert defaults == IncidentPolicy(("agent",), timedelta(minutes=30), False)
     with pytest.raises(ConfigError, match=r"c.yaml:2: incident_window: '-5m' is not a duration"):
         load_rules("group_wait: 30s\nincident_window: -5m\n", "c.yaml")
     with pytest.raises(ConfigError, match=r"d.yaml:1: incident_repage"):

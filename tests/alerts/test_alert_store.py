@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from monitor.alerts import repo
 from monitor.alerts.grouping import Group
+from monitor.alerts.incidents import Incident, Member, incident_id
 from monitor.alerts.silences import Ack, Matcher, Silence
 from monitor.alerts.states import AlertState, Kind, Notification, Status
 from monitor.cli.main import app
@@ -197,6 +198,61 @@ def seed_states(url: str, *states: AlertState) -> None:
                 await repo.save_state(conn, s, None)
 
     run(go, url)
+
+
+def incident(key: str, opened: float, resolved: float | None, version: int = 0) -> Incident:
+    at = T0 + timedelta(minutes=opened)
+    end = None if resolved is None else T0 + timedelta(minutes=resolved)
+    fp = AlertState.new("ece_tier3", {"agent": key}).fingerprint
+    member = Member(fp, "ece_tier3", "critical", at)
+    return Incident(
+        incident_id(f"agent={key}", at),
+        f"agent={key}",
+        {"agent": key},
+        at,
+        "critical",
+        "critical",
+        (member,),
+        () if end else (fp,),
+        end,
+        version=version,
+    )
+
+
+async def test_incidents_are_stored_and_the_live_ones_loaded(engine: AsyncEngine) -> None:
+    """Open incidents and those resolved within the window are live; an update replaces the
+    row (state and the columns the dashboards read)."""
+    still = incident("billing", 0, None)
+    recent = incident("support", 5, 50)
+    old = incident("search", 2, 20)
+    async with engine.begin() as conn:
+        await repo.save_incidents(conn, [still, recent, old])
+        live = await repo.load_live_incidents(
+            conn, T0 + timedelta(minutes=60), timedelta(minutes=30)
+        )
+        assert sorted(i.id for i in live) == sorted([still.id, recent.id])
+        assert {i.id: i for i in live}[still.id] == still  # JSON round trip
+        closed = replace(still, resolved_at=T0 + timedelta(minutes=70), firing=(), version=1)
+        await repo.save_incidents(conn, [closed])
+        assert [i.id for i in await repo.list_incidents(conn)] == []
+        listed = await repo.list_incidents(conn, include_resolved=True)
+        assert [i.id for i in listed] == [recent.id, old.id, still.id]  # newest first
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT status, resolved_at, members, pages, version FROM alert_incidents"
+                    " WHERE id = :id"
+                ),
+                {"id": still.id},
+            )
+        ).one()
+    assert tuple(row) == (
+        "resolved",
+        T0 + timedelta(minutes=70),
+        [still.members[0].fingerprint],
+        1,
+        1,
+    )
 
 
 def test_cli_list_silence_unsilence_ack(database_url: str) -> None:

@@ -88,6 +88,11 @@ def test_report_files_images_and_numbers(seeded: str, tmp_path: Path) -> None:
     assert text.count("FIRED: ") >= 1 and "sim-telecom-drifting" in text
     assert "escalation_inverted" in text and "ece_tier1" in text
     assert "drift for sim-telecom" not in text.split("Firing alerts")[1]  # resolved: not firing
+    # the incidents the alerts opened (tests/dashboards/seed.py: one per alert), the resolved
+    # one too (it was open in the range)
+    shown = text.split("<h2>Incidents (2 open)</h2>")[1].split("</table>")[0]
+    assert shown.count("<tr><td>inc-") == 3 and shown.count("<td>resolved</td>") == 1
+    assert "escalation_inverted (1 firing)" in shown and "1 (+0 updates)" in shown
     # for a person with two minutes: health per agent, then alerts, then charts, full tables
     # last, folded
     order = [
