@@ -382,7 +382,8 @@ async def record(
     for state in fired:
         rule = rules.get(state.rule)
         if rule is not None and state.fired_at is not None and limit > 0:
-            chosen.append((state, await choose(conn, rule, state.scope, now, limit)))
+            found = await choose(conn, rule, state.scope, now, limit)
+            chosen.append((state, [e.without_secrets() for e in found]))
     ids = sorted({e.conversation_id for _, found in chosen for e in found if e.conversation_id})
     if ids:
         await conn.execute(LOCK_CONVERSATIONS, {"ids": ids})

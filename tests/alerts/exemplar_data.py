@@ -5,6 +5,8 @@ one or more default alert rules fire on it.
 - ``over-t3``, ``over-t2``, ``over-t1``: a real mixture overconfident by 0.3 (the calibration,
   Brier and overconfidence rules of each tier); ``over-t3`` is sampled at 20 % (the others at
   100 %), so most of its conversations are outside the sample and its exemplars are promoted;
+  each of its wrong answers says :data:`LEAKY` (an email address, a token and an API key), so
+  its exemplars quote a secret that every output must redact;
 - ``changed`` (tier 3): calibrated real answers that turn into lsat_gpt-3.5-turbo's at
   :data:`CHANGE` (drift, accuracy drop);
 - ``inverted`` (tier 2): calibrated real answers; it escalates every answer it states with
@@ -87,6 +89,11 @@ SLOW_EVERY = 10  # one gate decision in ten runs past the deadline
 CALIBRATED = Mixture(
     (("lsat_gemini-1.5-flash", 0.4), ("sciq_claude-3-haiku", 0.2), ("sciq_gemini-1.5-flash", 0.4))
 )
+LEAKY = (
+    "The answer is (C); I mailed it to jane.doe@example.com with token=tok_4f9a8b7c6d5e "
+    "and key sk-live-0123456789abcdefghijk"
+)
+LEAKED = ("jane.doe@example.com", "tok_4f9a8b7c6d5e", "sk-live-0123456789abcdefghijk")
 POLICY = SamplingPolicy(strata=(StratumRule(agent="over-t3", rate=0.2),))
 
 
@@ -245,6 +252,14 @@ def _judged(truth: Truth) -> list[AgentEvent]:
     return out
 
 
+def _leaky(e: AgentEvent, items: list[tuple[datetime, float, int]]) -> AgentEvent:
+    """``e`` saying :data:`LEAKY` when it is the message of a wrong answer."""
+    i = int(e.conversation_id.rsplit("-", 1)[1])
+    if e.message is None or items[i][2]:
+        return e
+    return e.model_copy(update={"message": e.message.model_copy(update={"content": LEAKY})})
+
+
 def verdicts(truth: Truth) -> list[Verdict]:
     """The deterministic judges' verdicts on the judged run."""
     return [v for evs in truth.judged.values() for v in run_all(Conversation.of(evs))]
@@ -267,7 +282,10 @@ def build() -> tuple[list[AgentEvent], Truth]:
     ]
     for seed, (agent, per_hour) in enumerate(plain):
         items = _answers(agent, pools, per_hour, seed)
-        events += answer_events(agent, items, "ex")
+        mine = answer_events(agent, items, "ex")
+        if agent.id == "over-t3":
+            mine = [_leaky(e, items) for e in mine]
+        events += mine
         for i, (at, conf, y) in enumerate(items):
             truth.answers[f"ex-{agent.id}-{i:06d}"] = (agent.id, at, conf, y)
     inverted = AnswerAgent("inverted", 2, "qa", ((None, CALIBRATED),))

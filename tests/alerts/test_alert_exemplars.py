@@ -24,15 +24,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
+from typer.testing import CliRunner
 
 from monitor.alerts.backtest import DriftJob
 from monitor.alerts.evaluate import evaluate_once
 from monitor.alerts.exemplars import episode_key
 from monitor.alerts.observations import category_matches
 from monitor.alerts.rules import default_rules
+from monitor.alerts.sinks.alertmanager import AlertmanagerSink
+from monitor.alerts.sinks.base import DeliveryContext
+from monitor.alerts.sinks.slack import SlackSink
+from monitor.alerts.sinks.webhook import WebhookSink
 from monitor.alerts.timeline import replay_alert_timeline
 from monitor.analytics.bins import bin_index
+from monitor.cli.main import app
 from monitor.contract.events import Agent, Context, decode_event
 from monitor.core.errors import InvalidEvent
 from monitor.core.retention_settings import RetentionSettings
@@ -42,10 +49,13 @@ from monitor.judges.repo import write_verdicts
 from monitor.store.engine import libpq_url, make_engine
 from monitor.store.retention import run_retention
 from tests.alerts import exemplar_data as data
+from tests.alerts import test_alert_sinks
 from tests.db import fetch
 from tests.seeding import database_copy, seeded_database
+from tests.servers.alert_servers import SlackServer, WebhookReceiver
 
 RULES = default_rules()
+alertmanager = test_alert_sinks.alertmanager  # a real prometheus-alertmanager (fixture)
 DRIFT = DriftJob()
 WALK_FROM = data.T0 + timedelta(hours=2)
 WALK_TO = data.T0 + timedelta(hours=data.HOURS)
@@ -175,6 +185,9 @@ def test_calibration_exemplars_are_the_most_confident_failures(
         assert a == agent and y == 0 and lo <= at < fired
         assert r["reason"].startswith("failed (outcome:ground_truth) at stated confidence")
         assert f"{conf:.2f}" in r["reason"]
+        if agent == "over-t3":  # quotes its reply, redacted before it is stored
+            assert "[email] with token=[secret]" in r["reason"]
+            assert not any(s in r["reason"] for s in data.LEAKED)
 
 
 # --- drift: the bins whose accuracy fell most -------------------------------------------------
@@ -568,3 +581,88 @@ async def test_pipeline_rules_fire_and_name_the_dead_letters(database_url: str) 
         assert r["reason"].startswith(f"dead letter {d['id']}: ")
         named = json.loads(d["raw"]).get("conversation_id")
         assert r["conversation_id"] == named and named.startswith("pipe-b-")
+
+
+# --- what a person sees: notifications and `monitor alerts show` ------------------------------
+
+DASH = "http://grafana.example:3000"
+
+
+async def _firing_payload(url: str, rule: str, agent: str) -> tuple[dict[str, Any], list[str]]:
+    """The first outbox payload announcing ``rule`` firing for ``agent``, and the ids of that
+    episode's exemplars."""
+    for row in await fetch(url, "SELECT payload FROM notification_outbox ORDER BY id"):
+        payload = json.loads(row["payload"])
+        for n in payload["notifications"]:
+            if n["rule"] == rule and n["scope"]["agent"] == agent and n["kind"] == "firing":
+                found = payload["exemplars"][f"{n['fingerprint']}:{n['fired_at']}"]
+                return payload, [x["conversation_id"] for x in found]
+    raise AssertionError(f"no firing notification of {rule} for {agent}")
+
+
+async def test_notifications_carry_the_exemplars_redacted(walked: str, alertmanager: str) -> None:
+    """over-t3's wrong answers quote an email, a token and an API key: Slack, the webhook and
+    Alertmanager get each exemplar (id, why, the Conversation dashboard link, the command),
+    and none of the three."""
+    payload, ids = await _firing_payload(walked, "ece_tier3", "over-t3")
+    assert len(ids) == 3
+    now = datetime.now(UTC)
+    async with WebhookReceiver("whsec-ex-0123456789") as hook, SlackServer() as slack:
+        assert isinstance(hook, WebhookReceiver) and isinstance(slack, SlackServer)
+        sinks = [
+            WebhookSink(hook.url, hook.secret, dashboard_url=DASH),
+            SlackSink(slack.token, slack.channel, DASH, base_url=f"{slack.base_url}/api/"),
+            AlertmanagerSink(alertmanager, DASH),
+        ]
+        for sink in sinks:
+            got = await sink.deliver(payload, DeliveryContext(payload["idempotency_key"], 1, now))
+            assert got.ok, got.error
+            await sink.aclose()
+        async with httpx.AsyncClient() as client:
+            shown = (await client.get(f"{alertmanager}/api/v2/alerts")).json()
+        seen = {
+            "webhook": json.dumps(hook.accepted[0].body),
+            "slack": json.dumps(slack.posts[-1].body),
+            "alertmanager": json.dumps(
+                [a for a in shown if a["labels"]["alertname"] == "ece_tier3"]
+            ),
+        }
+    for where, text in seen.items():
+        for cid in ids:
+            assert f"monitor conversation {cid}" in text, where
+            assert f"{DASH}/d/monitor-conversation?var-conversation={cid}" in text, where
+        assert "[email] with token=[secret]" in text, where
+        assert not any(s in text for s in data.LEAKED), where
+
+
+def test_alerts_show_prints_what_fired_evidence_exemplars_and_next_commands(
+    walked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MONITOR_DATABASE_URL", walked)
+    monkeypatch.delenv("MONITOR_DATABASE_READ_URL", raising=False)
+    fp, fired, rows = first_episode(walked, "ece_tier3", "over-t3")
+    runner = CliRunner()
+    done = runner.invoke(app, ["alerts", "show", fp[:8]], env={"COLUMNS": "100"})
+    assert done.exit_code == 0, done.output
+    out = done.output
+    assert out.startswith(
+        f"ece_tier3 agent=over-t3, domain=qa, tier=3: firing (critical)  fingerprint {fp}"
+    )
+    assert "Calibration error at least" in out and "when it fired: ece (99% lower bound)" in out
+    assert "window 1h (evidence up to 6h)" in out
+    for r in rows:
+        assert f"{r['rank']}. {r['conversation_id']}  failed (outcome:ground_truth)" in out
+        assert f"  monitor conversation {r['conversation_id']}\n" in out
+    assert "monitor calibration --agent over-t3 --domain qa --tier 3 --since 1h" in out
+    assert "runbook: docs/runbooks.md#calibration-error" in out
+    assert not any(s in out for s in data.LEAKED) and "[email]" in out
+    as_json = json.loads(runner.invoke(app, ["alerts", "show", fp, "--json"]).output)
+    assert as_json["fingerprint"] == fp and as_json["status"] == "firing"
+    assert datetime.fromisoformat(as_json["fired_at"]) == fired
+    assert [x["conversation_id"] for x in as_json["exemplars"]] == [
+        r["conversation_id"] for r in rows
+    ]
+    assert as_json["evidence"]["when_fired"]["value"] > 0.05
+    assert as_json["next"][0] == f"monitor conversation {rows[0]['conversation_id']}"
+    missing = runner.invoke(app, ["alerts", "show", "ffffffff"])
+    assert missing.exit_code == 1 and "no alert matches 'ffffffff'" in missing.output
