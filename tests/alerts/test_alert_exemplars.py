@@ -28,11 +28,12 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from monitor.alerts import exemplar_repo
 from monitor.alerts.backtest import DriftJob
 from monitor.alerts.evaluate import evaluate_once
 from monitor.alerts.exemplars import episode_key
 from monitor.alerts.observations import category_matches
-from monitor.alerts.rules import default_rules
+from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.sinks.alertmanager import AlertmanagerSink
 from monitor.alerts.sinks.base import DeliveryContext
 from monitor.alerts.sinks.slack import SlackSink
@@ -51,7 +52,7 @@ from monitor.store.retention import run_retention
 from tests.alerts import exemplar_data as data
 from tests.alerts import test_alert_sinks
 from tests.db import fetch
-from tests.seeding import database_copy, seeded_database
+from tests.seeding import database_copy, engine_on_copy, seeded_database
 from tests.servers.alert_servers import SlackServer, WebhookReceiver
 
 RULES = default_rules()
@@ -446,7 +447,7 @@ async def test_a_later_event_of_an_exemplar_goes_straight_to_the_kept_leaf(walke
         exemplar = (await asyncio.to_thread(_unsampled_over_t3, url, True))[0]
         other = (await asyncio.to_thread(_unsampled_over_t3, url, False))[0]
         who, ctx = Agent(id="over-t3"), Context(domain="qa", tier=3)
-        later = WALK_TO + timedelta(minutes=1)
+        later = WALK_TO + timedelta(minutes=6)  # past the groups' interval
         writer = EventWriter(url, policy=data.POLICY)
         try:
             await writer.write(
@@ -666,3 +667,37 @@ def test_alerts_show_prints_what_fired_evidence_exemplars_and_next_commands(
     assert as_json["next"][0] == f"monitor conversation {rows[0]['conversation_id']}"
     missing = runner.invoke(app, ["alerts", "show", "ffffffff"])
     assert missing.exit_code == 1 and "no alert matches 'ffffffff'" in missing.output
+
+
+def _at_once(name: str) -> RuleSet:
+    """ece_tier3 renamed (a new alert) that fires at its first breach, paging at once."""
+    rule = RULES.rule("ece_tier3").model_copy(update={"name": name, "for_": timedelta(0)})
+    return RULES.model_copy(update={"rules": (rule,), "group_wait": timedelta(0)})
+
+
+async def test_a_failure_to_choose_exemplars_never_costs_a_page(
+    walked: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> list[Any]:
+        raise RuntimeError("a bug in a pick rule")
+
+    async with engine_on_copy(walked, "mon_ex") as (url, engine):
+        with monkeypatch.context() as patched:
+            patched.setattr(exemplar_repo, "choose", broken)
+            report = await evaluate_once(engine, _at_once("ece_now"), WALK_TO, ["webhook"])
+        # both tier-3 agents fire, one page each (grouped by agent)
+        assert len(report.firing) == 2 and report.outbox_rows == 2 and report.exemplars == 0
+        assert "alert exemplars not stored; the alerts page without them" in caplog.text
+        pages = await fetch(
+            url, "SELECT payload FROM notification_outbox WHERE payload::text LIKE '%ece_now%'"
+        )
+        assert len(pages) == 2
+        assert not any("exemplars" in json.loads(p["payload"]) for p in pages)
+        # the same, working: both firing tier-3 agents get theirs, in their pages
+        later = WALK_TO + timedelta(minutes=6)  # past the groups' interval
+        again = await evaluate_once(engine, _at_once("ece_again"), later, ["webhook"])
+        assert again.exemplars == 6
+        pages = await fetch(
+            url, "SELECT payload FROM notification_outbox WHERE payload::text LIKE '%ece_again%'"
+        )
+        assert [len(json.loads(p["payload"])["exemplars"]) for p in pages] == [1, 1]
