@@ -16,7 +16,15 @@ conversation``: conversation by conversation, the same rows, see :func:`_traffic
   --json``, ``monitor calibration --since 7d --json``) as subprocesses, wall time, with the
   CLI's start-up (``monitor --help``) measured in the same run beside them;
 - the database part of ``thresholds`` / ``escalation``: ``analytics.repo.escalation_conversations``
-  in process (7 days, every agent).
+  in process (7 days, every agent);
+- choosing the exemplars of a firing alert (``monitor.alerts.exemplar_repo.choose``), for every
+  default rule and every agent segment, at the end of the range, in one transaction that is
+  rolled back: the drift rules find a drift check of the last hour against the 24 hours before
+  it (stored by ``run_drift``, marked fired in the transaction, as a drift alert finds one), the
+  other rules what the traffic holds (the simulated traffic has no judge verdicts, gate
+  decisions or dead letters: those picks read an empty index range); and the whole of what the
+  evaluator adds for one alert that fires (``exemplar_repo.record``: choose, the conversation
+  locks, the promotion and the insert), per alert, over one alert per rule and segment.
 
 It prints a table, the slowest queries with their ``EXPLAIN ANALYZE`` plans, and drops the
 database. Note: ``ingested_at`` is the time of the fill (a few minutes), so every event falls
@@ -44,13 +52,19 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from sqlalchemy import text
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.harness import scratch_database  # noqa: E402
+from monitor.alerts import exemplar_repo  # noqa: E402
+from monitor.alerts.observations import segment_scope  # noqa: E402
+from monitor.alerts.rules import default_rules  # noqa: E402
+from monitor.alerts.states import AlertState, Status, fingerprint  # noqa: E402
 from monitor.analytics import repo  # noqa: E402
+from monitor.analytics import reports as fa  # noqa: E402
 from monitor.analytics.design_effect import design_effects  # noqa: E402
 from monitor.contract.events import AgentEvent  # noqa: E402
 
@@ -231,6 +245,59 @@ def time_cli(argv: list[str], db_url: str, repeat: int) -> float:
     return statistics.median(times)
 
 
+async def time_exemplars(
+    dsn: str, now: datetime, repeat: int
+) -> tuple[list[tuple[str, str, float, int]], float, int]:
+    """``([(rule, agent, median seconds, exemplars found)], record seconds per alert, alerts)``
+    of choosing exemplars (see the module docstring)."""
+    engine = make_engine(dsn)
+    rules = default_rules().rules
+    out: list[tuple[str, str, float, int]] = []
+    try:
+        hour = fa.drift_windows(now, timedelta(hours=1)).recent
+        recent = fa.drift_windows(now, timedelta(hours=1), (hour[0] - timedelta(hours=24), hour[0]))
+        await fa.run_drift(engine, repo.Segment(), recent)
+        async with engine.connect() as conn:
+            segments = (
+                await conn.execute(
+                    text(
+                        "SELECT DISTINCT agent_id, coalesce(domain, ''), coalesce(tier, 0)"
+                        " FROM conversations ORDER BY 1, 2, 3"
+                    )
+                )
+            ).all()
+            scopes = [segment_scope((str(a), str(d), int(str(t)))) for a, d, t in segments]
+            await conn.execute(
+                text(
+                    "UPDATE drift_checks SET fired = true, fired_tests = 'accuracy_drop'"
+                    " WHERE recent_to = :end"
+                ),
+                {"end": recent.recent[1]},
+            )
+            for rule in rules:
+                for scope in scopes:
+                    times, found = [], 0
+                    for _ in range(repeat):
+                        t0 = time.perf_counter()
+                        found = len(await exemplar_repo.choose(conn, rule, scope, now, 3))
+                        times.append(time.perf_counter() - t0)
+                    out.append((rule.name, scope["agent"], statistics.median(times), found))
+            fired = [
+                AlertState(
+                    fingerprint(r.name, sc), r.name, sc, Status.FIRING, fired_at=now, version=1
+                )
+                for r in rules
+                for sc in scopes
+            ]
+            t0 = time.perf_counter()
+            await exemplar_repo.record(conn, {r.name: r for r in rules}, fired, now, 3)
+            per_alert = (time.perf_counter() - t0) / len(fired)
+            await conn.rollback()  # the fired marks, promotions and rows: all undone
+    finally:
+        await engine.dispose()
+    return out, per_alert, len(fired)
+
+
 def _is_json(out: str) -> bool:
     try:
         json.loads(out)
@@ -311,6 +378,7 @@ async def run(args: argparse.Namespace) -> None:
                     deff[way].append(time.perf_counter() - t0)
         finally:
             await engine.dispose()
+        exemplars, per_alert, alerts = await time_exemplars(dsn, now, args.repeat)
     print(f"\n| query (median of {args.repeat}) | seconds |\n| --- | ---: |")
     for name, s in cli_s.items():
         print(f"| {name} | {s:.3f} |")
@@ -328,6 +396,19 @@ async def run(args: argparse.Namespace) -> None:
         what = "variable queries" if label == "-" else f"dashboard queries, {label} range"
         print(f"| all {len(part)} {what} (sum of medians) | {sum(r[0] for r in part):.3f} |")
         print(f"| max single {what} | {max(r[0] for r in part):.3f} |")
+    by_rule: dict[str, list[tuple[float, int]]] = {}
+    for rule, _agent, secs, found in exemplars:
+        by_rule.setdefault(rule, []).append((secs, found))
+    for rule, got in by_rule.items():
+        slowest, found = max(got)
+        print(
+            f"| exemplars of a firing {rule} alert, slowest of {len(got)} agents"
+            f" ({found} found) | {slowest:.3f} |"
+        )
+    print(
+        f"| exemplars: everything the evaluator adds per firing alert (record: choose, lock,"
+        f" promote, insert; mean over {alerts}) | {per_alert:.3f} |"
+    )
     print("\nevery dashboard query, ms (median):")
     for s, label, name, _ in sorted(results, key=lambda r: (r[2], r[1])):
         print(f"{s * 1000:8.1f}  {label:>3}  {name}")

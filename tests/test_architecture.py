@@ -107,6 +107,7 @@ EDGE_MODULES = frozenset(
         "monitor.alerts.observations",
         "monitor.alerts.observation_repo",
         "monitor.alerts.exemplar_repo",
+        "monitor.alerts.alert_view",
         "monitor.alerts.outbox",
         "monitor.alerts.notifier",
         "monitor.alerts.repo",

@@ -20,6 +20,7 @@ them. Every function takes an open ``AsyncConnection`` and never commits.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,6 +38,8 @@ from monitor.alerts.states import AlertState
 from monitor.analytics.bins import DEFAULT_BINS
 from monitor.analytics.repo import Segment, bin_sums
 from monitor.store.tables_alerts import alert_exemplars
+
+log = logging.getLogger(__name__)
 
 #: the ingest writer's per-conversation transaction locks, in the same order
 #: (:data:`monitor.ingest.items_sql.LOCK_CONVERSATIONS`, key 7301): taken once for every
@@ -377,12 +380,33 @@ async def record(
     limit: int,
 ) -> int:
     """Choose, promote and store the exemplars of the alerts ``fired`` at ``now`` (module
-    docstring); returns the rows stored. A state whose rule is unknown gets none."""
+    docstring); returns the rows stored. A state whose rule is unknown gets none.
+
+    Runs in a savepoint: when choosing fails (a query error, a bug), it is logged and undone,
+    and the alerts page without exemplars (0 is returned): an exemplar never costs a page."""
+    if not fired or limit <= 0:
+        return 0
+    try:
+        async with conn.begin_nested():
+            return await _record(conn, rules, fired, now, limit)
+    except Exception:  # the page matters more than its examples
+        log.exception("alert exemplars not stored; the alerts page without them")
+        return 0
+
+
+async def _record(
+    conn: AsyncConnection,
+    rules: Mapping[str, Rule],
+    fired: Sequence[AlertState],
+    now: datetime,
+    limit: int,
+) -> int:
     chosen: list[tuple[AlertState, list[Exemplar]]] = []
     for state in fired:
         rule = rules.get(state.rule)
-        if rule is not None and state.fired_at is not None and limit > 0:
-            chosen.append((state, await choose(conn, rule, state.scope, now, limit)))
+        if rule is not None and state.fired_at is not None:
+            found = await choose(conn, rule, state.scope, now, limit)
+            chosen.append((state, [e.without_secrets() for e in found]))
     ids = sorted({e.conversation_id for _, found in chosen for e in found if e.conversation_id})
     if ids:
         await conn.execute(LOCK_CONVERSATIONS, {"ids": ids})
@@ -433,7 +457,8 @@ async def load(
 async def attach(conn: AsyncConnection, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``payloads`` with ``"exemplars"`` added where a member's episode has stored exemplars
     (:mod:`monitor.alerts.exemplars`, module docstring; resolved members get none). Payloads
-    are changed in place and returned."""
+    are changed in place and returned; when the read fails (in a savepoint) it is logged and
+    they go out without exemplars."""
     wanted: dict[str, list[tuple[dict[str, Any], str, datetime]]] = {}
     for payload in payloads:
         members = payload.get("notifications", [payload])
@@ -443,7 +468,14 @@ async def attach(conn: AsyncConnection, payloads: list[dict[str, Any]]) -> list[
             fired = datetime.fromisoformat(str(m["fired_at"]))
             episode = f"{m['fingerprint']}:{m['fired_at']}"
             wanted.setdefault(str(m["fingerprint"]), []).append((payload, episode, fired))
-    stored = await load(conn, list(wanted))
+    if not wanted:
+        return payloads
+    try:
+        async with conn.begin_nested():
+            stored = await load(conn, list(wanted))
+    except Exception:  # the page matters more than its examples
+        log.exception("alert exemplars not read; the notifications go without them")
+        return payloads
     for fp, uses in wanted.items():
         for payload, episode, fired in uses:
             found = stored.get((fp, fired))

@@ -11,8 +11,11 @@ dashboard link show them.
 An :class:`Exemplar` is a conversation id (None for an exemplar that is not a conversation: a
 dead letter), a one-line ``reason`` (why it shows the problem, at most :data:`REASON_CHARS`
 characters, whitespace collapsed) and ``detail``, the facts behind the reason (JSON-ready).
-Reasons may quote customer content: every output redacts them (notifications through
-:mod:`monitor.core.redact` in the sinks, the CLI likewise).
+Reasons may quote a conversation: a reason is redacted (:func:`monitor.core.redact.redact`:
+secrets, emails, phone numbers, card numbers) before it is cut to length, so a cut never leaves
+part of one behind, and its detail's credentials are replaced before it is stored
+(:meth:`Exemplar.without_secrets`); every output redacts again (notifications in the sinks, the
+CLI).
 
 In an outbox payload the exemplars of each member's episode sit at the top level (beside
 ``redact_customer_content``): ``"exemplars": {"<fingerprint>:<fired_at ISO>": [{"rank",
@@ -35,6 +38,7 @@ from urllib.parse import urlencode
 
 from monitor.alerts.metrics import CALIBRATION_METRICS, Metric
 from monitor.analytics.bins import BinSums
+from monitor.core.redact import redact, redact_secrets
 
 DEFAULT_LIMIT = 3
 """Exemplars stored per alert episode unless the ``alert_exemplars`` setting says otherwise."""
@@ -120,14 +124,16 @@ def one_line(text: str, limit: int = REASON_CHARS) -> str:
 
 
 def quoted(text: str | None, limit: int = QUOTE_CHARS) -> str:
-    """``': "excerpt"'`` of a message (one line, at most ``limit`` characters), or ``""``."""
-    flat = one_line(text or "", limit)
+    """``': "excerpt"'`` of a message (redacted, then one line of at most ``limit``
+    characters), or ``""``."""
+    flat = one_line(redact(text or ""), limit)
     return f': "{flat}"' if flat else ""
 
 
 @dataclass(frozen=True)
 class Exemplar:
-    """One exemplar (module docstring). ``rank`` is 1-based once ranked (0 before)."""
+    """One exemplar (module docstring). ``rank`` is 1-based once ranked (0 before); the
+    ``reason`` given is redacted and put on one line of at most :data:`REASON_CHARS`."""
 
     conversation_id: str | None
     reason: str
@@ -135,7 +141,7 @@ class Exemplar:
     rank: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", one_line(self.reason))
+        object.__setattr__(self, "reason", one_line(redact(self.reason)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``rank``, ``conversation_id``, ``reason``, ``detail``."""
@@ -146,9 +152,26 @@ class Exemplar:
             "detail": dict(self.detail),
         }
 
+    def without_secrets(self) -> Exemplar:
+        """The same exemplar with every credential in its detail replaced
+        (:func:`monitor.core.redact.redact_secrets`): what is stored."""
+        return Exemplar(
+            self.conversation_id, self.reason, _secret_free(dict(self.detail)), self.rank
+        )
+
     def brief(self) -> dict[str, Any]:
         """What a notification carries: ``rank``, ``conversation_id``, ``reason``."""
         return {"rank": self.rank, "conversation_id": self.conversation_id, "reason": self.reason}
+
+
+def _secret_free(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, Mapping):
+        return {k: _secret_free(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_secret_free(v) for v in value]
+    return value
 
 
 def ranked(candidates: Iterable[Exemplar], limit: int) -> list[Exemplar]:
@@ -415,13 +438,13 @@ def presented(exemplar: Mapping[str, Any], dashboard_url: str | None) -> dict[st
 
 
 def with_links(payload: Mapping[str, Any], dashboard_url: str | None) -> dict[str, Any]:
-    """A copy of an outbox payload whose exemplars are :func:`presented` (a receiver's view)."""
+    """A copy of an outbox payload whose exemplars are :func:`presented` (a receiver's view),
+    by rank."""
     out = dict(payload)
     found = payload.get("exemplars")
     if isinstance(found, Mapping):
         out["exemplars"] = {
-            episode: [presented(x, dashboard_url) for x in items if isinstance(x, Mapping)]
-            for episode, items in found.items()
-            if isinstance(items, list)
+            str(episode): [presented(x, dashboard_url) for x in payload_exemplars(payload, episode)]
+            for episode in found
         }
     return out

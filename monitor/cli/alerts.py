@@ -348,6 +348,7 @@ def register(app: typer.Typer) -> None:
         ac.print_table(ac.console(), t)
 
     importlib.import_module("monitor.cli.alerts_backtest").add_backtest_command(group)
+    importlib.import_module("monitor.cli.alerts_show").add_show_command(group)
     try:  # the delivery side adds `alerts test` (monitor/cli/alerts_send.py)
         test_module = importlib.import_module("monitor.cli.alerts_send")
     except ImportError:  # not in this checkout (yet)

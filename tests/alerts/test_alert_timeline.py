@@ -20,6 +20,7 @@ from monitor.alerts.sinks.slack import SlackSink
 from monitor.sim.traffic import Simulator, default_agents
 from monitor.stack.demo_alerts import run_demo_alerts
 from monitor.store.engine import libpq_url
+from tests.db import fetch
 from tests.seeding import seeded_database
 from tests.servers.alert_servers import SlackServer
 
@@ -79,6 +80,7 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
                 END,
                 extra_sinks={"slack": sink},
                 clock=lambda: END,  # the traffic ends "now"
+                dashboard_url="http://grafana.local",
             )
         assert max(t.at for t in ticks) == END  # the flush tick did not run ahead of the clock
         return messages, slack
@@ -115,3 +117,25 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
     assert firing, texts
     replies = [th for t, th, _ in texts if th is not None]
     assert firing[0][1] in replies
+    # the receiver's firing page names the conversations that show the drift: one step to each
+    page = next(
+        m
+        for m in messages
+        for n in notifications(m)
+        if n["rule"] == "drift_tier3" and n["kind"] == "firing"
+    )
+    [n] = [n for n in notifications(page) if n["rule"] == "drift_tier3"]
+    shown = page["exemplars"][f"{n['fingerprint']}:{n['fired_at']}"]
+    assert len(shown) == 3
+    owners = asyncio.run(
+        fetch(
+            seeded,
+            "SELECT DISTINCT agent_id FROM conversations WHERE conversation_id = ANY($1::text[])",
+            [x["conversation_id"] for x in shown],
+        )
+    )
+    assert [r["agent_id"] for r in owners] == ["sim-telecom-drifting"]
+    for x in shown:
+        assert x["command"] == f"monitor conversation {x['conversation_id']}"
+        assert x["link"].startswith("http://grafana.local/d/monitor-conversation?var-conversation=")
+        assert x["reason"].startswith("bin ")
