@@ -134,6 +134,12 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         "How long a trace with its root but no LLM span waits for LLM spans "
         "overtaken by the root before its agent span is taken as the only witness.",
     )
+    otel_content_wait_seconds: float = non_negative(
+        5.0,
+        "How long (s) a trace with its root waits for the GenAI log records (POST /v1/logs) "
+        "of LLM spans that carry no content before it is mapped without them; 0: never waits "
+        "(content in log records is then used only when the records come first).",
+    )
     otel_evaluations_endpoint: str | None = unset(
         "OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "
         "every judge verdict as a gen_ai.evaluation.result event; unset: not exported."

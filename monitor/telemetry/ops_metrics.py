@@ -142,6 +142,15 @@ class OpsMetrics:
             "and bad_batch: records and record batches skipped as undecodable)",
             "result",
         )
+        self.otlp_log_records = counter(
+            "monitor_otlp_log_records",
+            "Log records posted to /v1/logs by fate: joined (a GenAI event given to its span as "
+            "its trace was mapped), waiting (parked until its span's trace is mapped), late (its "
+            "trace was mapped before it came: not used), dropped (not a GenAI event), rejected "
+            "(a GenAI event naming no span), expired (waited past the deadline: its span "
+            "never came)",
+            "result",
+        )
         self.otlp_failures = counter(
             "monitor_otlp_failures",
             "Failed operations seen in mapped spans, by kind (llm_call, tool, agent)",
@@ -160,6 +169,10 @@ class OpsMetrics:
         )
         self.otlp_pending_spans = gauge(
             "monitor_otlp_pending_spans", "Spans waiting in Postgres for their trace's root"
+        )
+        self.otlp_pending_records = gauge(
+            "monitor_otlp_pending_log_records",
+            "GenAI log records waiting in Postgres for their span's trace to be mapped",
         )
         # judging
         self.judge_requests = counter("monitor_judge_requests", "Conversations sent to the judges")
@@ -225,12 +238,20 @@ class OpsMetrics:
         if not report.failed:
             self.retention_last_ok.set(unix_now)
 
-    def otlp(self, failures: dict[str, int], traces: dict[str, int]) -> None:
-        """Count the failures and trace resolutions of one mapped request or sweep."""
+    def otlp(
+        self,
+        failures: dict[str, int],
+        traces: dict[str, int],
+        records: dict[str, int] | None = None,
+    ) -> None:
+        """Count the failures, trace resolutions and log records of one mapped request or
+        sweep."""
         for kind, n in failures.items():
             self.otlp_failures.labels(kind).inc(n)
         for how, n in traces.items():
             self.otlp_traces.labels(how).inc(n)
+        for result, n in (records or {}).items():
+            self.otlp_log_records.labels(result).inc(n)
 
     def set_gate_outbox(self, status: dict[str, Any]) -> None:
         """The gate's buffer gauges from :meth:`DecisionOutbox.status` (set at scrape time)."""
