@@ -128,6 +128,13 @@ class OpsMetrics:
             "monitor_gate_buffer_oldest_age_seconds",
             "Age of the oldest decision event on the gate's disk buffer (0 when empty)",
         )
+        self.gate_evaluations = gauge(
+            "monitor_gate_evaluations_exported",
+            "Gate decisions sent as gen_ai.evaluation.result events since the process started, "
+            "by result (ok, failed: the endpoint refused or was unreachable after the retries, "
+            "dropped: more than the export queue holds were waiting)",
+            "result",
+        )
         self.gate_dropped = gauge(
             "monitor_gate_decision_events_dropped",
             "Decision events lost since the worker started, by reason (full: buffer size cap; "
@@ -259,6 +266,8 @@ class OpsMetrics:
         self.gate_buffer_oldest.set(status["oldest_age_s"] or 0.0)
         for reason in ("full", "corrupt", "write_error", "refused"):
             self.gate_dropped.labels(reason).set(status["dropped_by_reason"].get(reason, 0))
+        for result, n in (status.get("evaluations") or {}).items():
+            self.gate_evaluations.labels(result).set(n)
 
     def watch_loop(self, lag: LoopLag) -> None:
         """Export ``lag``: its recent longest stall as the gauge (read at scrape time), each
