@@ -91,6 +91,13 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
     ingest_token: str | None = unset(
         "Bearer token required by POST /v1/events. Unset: HTTP ingest off."
     )
+    otlp_grpc_port: int = Field(
+        default=4317,
+        ge=0,
+        le=65535,
+        description="Port of the OTLP/gRPC receiver (traces and logs, docs/otel.md) on web_host; "
+        "0: no gRPC receiver.",
+    )
     http_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     http_max_events: int = Field(default=10_000, ge=1)
 

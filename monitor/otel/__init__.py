@@ -10,7 +10,7 @@ to agent-event/v1.
   requests, with the log records waiting for their spans; ``sweeper``: the fallback for traces
   whose root (or content) never came;
 - ``receiver`` / ``log_receiver``: the endpoints' logic as pure async functions, wired by
-  ``monitor.worker.app``.
+  ``monitor.worker.app``; ``grpc_receiver``: the same over OTLP/gRPC.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def trace_limits(settings: Settings) -> TraceLimits:
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
     "evaluation_export",
+    "grpc_receiver",
     "log_receiver",
     "pending",
     "receiver",

@@ -64,6 +64,7 @@ class Running:
     database_url: str
     web_url: str
     gate_url: str  # the gate process (monitor gate serve)
+    otlp_grpc: str  # the worker's OTLP/gRPC receiver, host:port
     ingest_token: str
     token_generated: bool
     embedded_broker: bool
@@ -88,12 +89,14 @@ class Stack:
         pg_port: int = 5433,
         web_port: int = 6066,
         gate_port: int = 6067,
+        grpc_port: int = 4317,
         say: Say = print,
     ) -> None:
         self.settings = settings
         self.state_dir = settings.state_dir.resolve()
         self.ports = (broker_port, pg_port, web_port)
         self.gate_port = gate_port
+        self.grpc_port = grpc_port
         self.say = say
         self.broker: EmbeddedBroker | None = None
         self.pg: EmbeddedPostgres | None = None
@@ -154,6 +157,7 @@ class Stack:
             database_url=url,
             web_url=web_url,
             gate_url=f"http://127.0.0.1:{pick_port(self.gate_port)}",
+            otlp_grpc=f"127.0.0.1:{pick_port(self.grpc_port)}",
             ingest_token=token,
             token_generated=not settings.ingest_token,
             embedded_broker=self.broker is not None,
@@ -225,6 +229,7 @@ class Stack:
             "MONITOR_KAFKA_IDEMPOTENT": str(s.kafka_idempotent).lower(),
             "MONITOR_WEB_PORT": running.web_url.rpartition(":")[2],
             "MONITOR_GATE_PORT": running.gate_url.rpartition(":")[2],
+            "MONITOR_OTLP_GRPC_PORT": running.otlp_grpc.rpartition(":")[2],
             "MONITOR_INGEST_TOKEN": running.ingest_token,
             "MONITOR_STATE_DIR": str(self.state_dir),
             # `monitor up` replays alerting over the simulated timeline itself

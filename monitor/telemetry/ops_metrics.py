@@ -158,6 +158,14 @@ class OpsMetrics:
             "never came)",
             "result",
         )
+        self.otlp_grpc_errors = counter(
+            "monitor_otlp_grpc_errors",
+            "OTLP/gRPC calls answered with an error, by method and gRPC status code "
+            "(UNAUTHENTICATED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE...); gRPC's "
+            "own refusals before the handler (a message above the size limit) are not counted",
+            "method",
+            "code",
+        )
         self.otlp_failures = counter(
             "monitor_otlp_failures",
             "Failed operations seen in mapped spans, by kind (llm_call, tool, agent)",

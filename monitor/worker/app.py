@@ -50,6 +50,7 @@ from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
+from monitor.otel.grpc_receiver import OtlpGrpcService, otlp_receivers
 from monitor.otel.log_receiver import receive_logs
 from monitor.otel.pending import trace_assembler
 from monitor.otel.receiver import receive_traces
@@ -342,6 +343,22 @@ def _add_routes(
                 metrics.otlp_spans.labels(result).inc(n)
             metrics.otlp(answer.failures, answer.traces, answer.records)
             return respond(self, answer, metrics, "/v1/logs")
+
+    if settings.otlp_grpc_port:  # the same two endpoints over OTLP/gRPC (docs/otel.md)
+        receivers = otlp_receivers(
+            publish=publish,
+            authorize=access.write,
+            limits=otel_limits,
+            config=otel_config,
+            guard=guards.ingest,
+            assembler=wired.assembler,
+            offload=offload,
+            slots=body_slots,
+        )
+        grpc_service = OtlpGrpcService(
+            settings, receivers, metrics, loop=app.loop, beacon=app.beacon
+        )
+        app.service(cast(Any, grpc_service))
 
     reads = wired.ingest.reads
 

@@ -60,6 +60,8 @@ def _up(state_dir: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
         "0",
         "--gate-port",
         "0",
+        "--otlp-grpc-port",
+        "0",
         *args,
     ]
     with out.open("wb") as fh:  # as from a terminal: Ctrl-C not ignored even when this test
