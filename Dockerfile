@@ -35,13 +35,14 @@ COPY docs ./docs
 # Inside a container the HTTP server must listen on all interfaces to be reachable.
 ENV MONITOR_WEB_HOST=0.0.0.0 \
     MONITOR_WEB_PORT=6066 \
+    MONITOR_OTLP_GRPC_PORT=4317 \
     MONITOR_GATE_HOST=0.0.0.0 \
     MONITOR_GATE_PORT=6067 \
     MONITOR_STATE_DIR=/var/lib/monitor/state
 
 USER monitor:monitor
 
-EXPOSE 6066 6067
+EXPOSE 6066 6067 4317
 
 # slim has no curl: probe /health with the standard library.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \

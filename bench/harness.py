@@ -146,6 +146,7 @@ class Worker:
     ) -> None:
         self.argv = argv
         self.port = free_port()
+        self.grpc_port = free_port()
         self.log = log
         self.env = {
             **os.environ,
@@ -153,6 +154,7 @@ class Worker:
             "DATABASE_URL": db_url,
             "MONITOR_KAFKA_IDEMPOTENT": "false",  # Tansu's memory store lacks InitProducerId
             "MONITOR_WEB_PORT": str(self.port),
+            "MONITOR_OTLP_GRPC_PORT": str(self.grpc_port),
             "MONITOR_STATE_DIR": str(log.parent / f"state-{topic}"),
             "MONITOR_TOPIC_EVENTS": topic,
             "MONITOR_TOPIC_DLQ": f"{topic}.dlq",

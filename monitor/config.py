@@ -157,6 +157,13 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         description="Most events in one POST /v1/events body, and spans in one POST /v1/traces "
         "request (413 above).",
     )
+    otlp_grpc_port: int = Field(
+        default=4317,
+        ge=0,
+        le=65535,
+        description="Port of the OTLP/gRPC receiver (traces and logs, docs/otel.md) on web_host; "
+        "0: no gRPC receiver.",
+    )
 
     # --- OpenTelemetry ingest (POST /v1/traces; docs/otel.md) ------------------------------
     otel_confidence_attributes: str = Field(
@@ -197,6 +204,12 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         30.0,
         "How long, in seconds, a trace with its root but no LLM span waits for LLM spans "
         "overtaken by the root before its agent span is taken as the only witness.",
+    )
+    otel_content_wait_seconds: float = non_negative(
+        5.0,
+        "How long (s) a trace with its root waits for the GenAI log records (POST /v1/logs) "
+        "of LLM spans that carry no content before it is mapped without them; 0: never waits "
+        "(content in log records is then used only when the records come first).",
     )
     otel_evaluations_endpoint: str | None = unset(
         "OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs) that receives "

@@ -40,6 +40,7 @@ IO_LIBRARIES = frozenset(
         "requests",
         "http.client",
         "http.server",
+        "grpc",
     }
 )
 
@@ -130,6 +131,7 @@ EDGE_MODULES = frozenset(
         "monitor.otel.pending",
         "monitor.otel.evaluation_export",
         "monitor.otel.sweeper",
+        "monitor.otel.grpc_receiver",
         "monitor.gate.state",
         "monitor.gate.effect_repo",
         "monitor.sdk.gate_client",
@@ -144,7 +146,14 @@ EDGE_MODULES = frozenset(
     }
 )
 # mode (faust's service library) only where the worker's long-running services are defined
-MODE_ALLOWED = frozenset({"monitor.worker.services", "monitor.otel.topic", "monitor.otel.sweeper"})
+MODE_ALLOWED = frozenset(
+    {
+        "monitor.worker.services",
+        "monitor.otel.topic",
+        "monitor.otel.sweeper",
+        "monitor.otel.grpc_receiver",
+    }
+)
 TOP_LEVEL_ALLOWED = frozenset({"__init__.py", "config.py"})
 
 

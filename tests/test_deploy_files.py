@@ -313,6 +313,8 @@ def test_kafka_runs_kraft_single_node(services: dict[str, Any]) -> None:
 
 def test_published_ports(services: dict[str, Any]) -> None:
     assert container_ports(services["worker"]).get(6066) == 6066
+    assert container_ports(services["worker"]).get(4317) == 4317  # OTLP/gRPC
+    assert Settings.model_fields["otlp_grpc_port"].default == 4317
     assert container_ports(services["gate"]).get(6067) == 6067
     assert Settings.model_fields["gate_port"].default == 6067
     assert container_ports(services["grafana"]).get(3000) == 3000

@@ -191,7 +191,7 @@ def run_up(
     rate: float,
     seed: int,
     keep_running: bool,
-    ports: tuple[int, int, int, int],
+    ports: tuple[int, int, int, int, int],
 ) -> int:
     """Everything ``monitor up`` does; returns the exit code (see the module docstring)."""
     try:
@@ -204,6 +204,7 @@ def run_up(
         pg_port=ports[1],
         web_port=ports[2],
         gate_port=ports[3],
+        grpc_port=ports[4],
         say=lambda msg: console.print(f"[dim]-[/] {escape(msg)}", soft_wrap=True),
     )
     signals = _Signals()
@@ -215,8 +216,8 @@ def run_up(
         running = stack.start()
         console.print(
             f"[green]The stack is up[/]: broker {running.kafka_bootstrap}, database "
-            f"{shown_url(running.database_url)}, worker {running.web_url}, gate "
-            f"{running.gate_url}",
+            f"{shown_url(running.database_url)}, worker {running.web_url} (OTLP/gRPC "
+            f"{running.otlp_grpc}), gate {running.gate_url}",
             soft_wrap=True,
             highlight=False,
         )
@@ -343,6 +344,9 @@ def register(app: typer.Typer) -> None:
         pg_port: int = port_option(5433, "--pg-port", "the embedded Postgres"),
         web_port: int = port_option(6066, "--web-port", "the worker's HTTP API"),
         gate_port: int = port_option(6067, "--gate-port", "the gate process"),
+        otlp_grpc_port: int = port_option(
+            4317, "--otlp-grpc-port", "the worker's OTLP/gRPC receiver"
+        ),
     ) -> None:
         """The command; see HELP (shown by --help)."""
         code = run_up(
@@ -352,6 +356,6 @@ def register(app: typer.Typer) -> None:
             rate=rate,
             seed=seed,
             keep_running=keep_running,
-            ports=(broker_port, pg_port, web_port, gate_port),
+            ports=(broker_port, pg_port, web_port, gate_port, otlp_grpc_port),
         )
         raise typer.Exit(code)

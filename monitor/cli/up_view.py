@@ -163,6 +163,11 @@ def print_next_steps(console: Console, running: Running, keep_running: bool) -> 
     lines = [
         ("worker", f"{running.web_url}/health   {running.web_url}/metrics"),
         (
+            "otlp",
+            f"{running.web_url}/v1/traces   {running.web_url}/v1/logs   "
+            f"grpc://{running.otlp_grpc} (same token)",
+        ),
+        (
             "gate",
             f"{running.gate_url}/v1/gate   {running.gate_url}/health   {running.gate_url}/metrics",
         ),

@@ -18,6 +18,7 @@ from monitor.core.errors import BufferInUse
 from monitor.gate.buffer import DiskBuffer
 from monitor.gate.decision_outbox import DecisionOutbox
 from monitor.gate.producer import DecisionProducer
+from monitor.otel.evaluation_export import EvaluationExporter, EvaluationQueue, otlp_headers
 
 
 class DecisionPath(NamedTuple):
@@ -31,8 +32,9 @@ class DecisionPath(NamedTuple):
 
 def open_decision_path(settings: Settings) -> DecisionPath:
     """The gate's decision path from ``settings`` (``kafka_bootstrap`` must be set): a producer
-    to the events topic, the buffer :func:`open_gate_buffer` opens, and the outbox over both.
-    Nothing connects until the producer starts."""
+    to the events topic, the buffer :func:`open_gate_buffer` opens, and the outbox over both,
+    exporting the decisions as ``gen_ai.evaluation.result`` events to
+    ``otel_evaluations_endpoint`` when it is set. Nothing connects until the producer starts."""
     assert settings.kafka_bootstrap
     producer = DecisionProducer(
         settings.kafka_bootstrap,
@@ -41,7 +43,18 @@ def open_decision_path(settings: Settings) -> DecisionPath:
         origin_key=origin_key(settings.gate_origin_key, settings.state_dir),
     )
     buffer = open_gate_buffer(settings)
-    outbox = DecisionOutbox(producer.deliver, buffer, spill_after_s=settings.gate_spill_after_s)
+    evaluations = None
+    if settings.otel_evaluations_endpoint:  # the decisions as OpenTelemetry evaluations too
+        exporter = EvaluationExporter(
+            settings.otel_evaluations_endpoint, otlp_headers(settings.otel_evaluations_headers)
+        )
+        evaluations = EvaluationQueue(exporter)
+    outbox = DecisionOutbox(
+        producer.deliver,
+        buffer,
+        spill_after_s=settings.gate_spill_after_s,
+        evaluations=evaluations,
+    )
     return DecisionPath(producer, buffer, outbox)
 
 

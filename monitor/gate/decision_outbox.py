@@ -21,6 +21,11 @@ lost only to the size cap (counted, ``dropped["full"]``), a corrupt record
 broker that refuses the record for good (:class:`Refused`, ``dropped["refused"]``). An
 event can be delivered twice (a late acknowledgement after it was spilled, a crash between a
 delivery and its ``ack``); the store keeps each ``event_id`` once.
+
+With ``evaluations`` (a :class:`Tee`, ``monitor.otel.evaluation_export.EvaluationQueue``),
+every published event is also handed to it without waiting (exported as an OpenTelemetry
+evaluation, docs/otel.md), whatever the broker does; :meth:`close` closes it, :meth:`status`
+reports its counts.
 """
 
 from __future__ import annotations
@@ -52,6 +57,15 @@ class BufferedRecord:
     end: tuple[int, int]
 
 
+class Tee(Protocol):
+    """Where published events also go (the gate's evaluation export): ``add`` never waits."""
+
+    counts: dict[str, int]
+
+    def add(self, event: AgentEvent) -> None: ...
+    async def aclose(self) -> None: ...
+
+
 class Buffer(Protocol):
     """What the outbox needs of the disk buffer (:class:`monitor.gate.buffer.DiskBuffer`)."""
 
@@ -80,9 +94,11 @@ class DecisionOutbox:
         spill_after_s: float = 2.0,
         replay_batch: int = 500,
         retry_s: float = 1.0,
+        evaluations: Tee | None = None,
     ) -> None:
         self.deliver = deliver
         self.buffer = buffer
+        self.evaluations = evaluations
         self.spill_after_s = spill_after_s
         self.replay_batch = replay_batch
         self.retry_s = retry_s
@@ -112,6 +128,8 @@ class DecisionOutbox:
         """Deliver ``event``; True once the broker acknowledged it, False when it was buffered
         (or dropped: see ``buffer.dropped``). Never raises for the broker or the disk."""
         item = (event.conversation_id.encode("utf-8"), event.to_json())
+        if self.evaluations is not None:
+            self.evaluations.add(event)
         if self._closing or self.buffered_mode:
             await self._write([item])
             return False
@@ -254,14 +272,17 @@ class DecisionOutbox:
         while self._writer_busy:
             assert self._writer is not None
             await self._writer
+        if self.evaluations is not None:
+            await self.evaluations.aclose()
 
     def status(self, now_ms: int | None = None) -> dict[str, Any]:
         """``buffered`` (on disk, fsynced, not yet acknowledged), ``writing`` (on their way to
         the disk), the oldest buffered record's age, drops by reason, ``in_flight`` (sent
-        directly, not yet acknowledged: what a killed process would lose)."""
+        directly, not yet acknowledged: what a killed process would lose); with an evaluation
+        export, ``evaluations``: the events exported by result."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         oldest = self.buffer.oldest_ms
-        return {
+        out: dict[str, Any] = {
             "buffered": self.buffer.pending,
             "writing": len(self._queue) + self._in_write,
             "oldest_age_s": round(max(0, now_ms - oldest) / 1000.0, 3) if oldest else None,
@@ -270,3 +291,6 @@ class DecisionOutbox:
             "in_flight": len(self._inflight),
             "last_error": self.last_error,
         }
+        if self.evaluations is not None:  # exported as OpenTelemetry evaluations, by result
+            out["evaluations"] = dict(self.evaluations.counts)
+        return out

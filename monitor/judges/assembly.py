@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from urllib.parse import unquote
 
 from monitor.config import Settings
 from monitor.judges.base import Verdict
@@ -14,7 +13,7 @@ from monitor.judges.domains import load_domains
 from monitor.judges.llm import LLMJudge, LLMJudgeConfig
 from monitor.judges.runner import JudgeRunner
 from monitor.judges.worker import JudgeConfig, JudgeLoop
-from monitor.otel.evaluation_export import EvaluationExporter
+from monitor.otel.evaluation_export import EvaluationExporter, otlp_headers
 from monitor.sampling.rules import AlwaysSampleRules
 from monitor.telemetry.ops_metrics import OpsMetrics
 
@@ -87,13 +86,3 @@ def evaluation_sink(
         return ok
 
     return sink
-
-
-def otlp_headers(text: str) -> dict[str, str]:
-    """``k1=v1,k2=v2`` with URL-encoded values (the OTEL_EXPORTER_OTLP_HEADERS format)."""
-    out: dict[str, str] = {}
-    for pair in text.split(","):
-        key, sep, value = pair.partition("=")
-        if sep and key.strip():
-            out[key.strip()] = unquote(value.strip())
-    return out

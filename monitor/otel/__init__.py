@@ -1,11 +1,16 @@
-"""OpenTelemetry in: OTLP/HTTP traces (``POST /v1/traces``) mapped to agent-event/v1.
+"""OpenTelemetry in: OTLP/HTTP traces and logs (``POST /v1/traces``, ``POST /v1/logs``) mapped
+to agent-event/v1.
 
 - ``spans``: the neutral span model; ``messages``: chat messages of an LLM span under the GenAI,
   OpenInference and OpenLLMetry conventions; ``mapping``: spans -> events (pure, docs/otel.md);
-- ``decode``: OTLP protobuf/JSON/gzip decoding and OTLP answers (``opentelemetry-proto``);
+  ``log_events``: GenAI event log records and the content they give their span;
+- ``decode`` / ``decode_logs``: OTLP protobuf/JSON/gzip decoding and OTLP answers
+  (``opentelemetry-proto``);
 - ``assembly`` (pure) / ``pending`` (Postgres) / ``traces``: whole traces across export
-  requests; ``sweeper``: the fallback for traces whose root never came;
-- ``receiver``: the endpoint's logic as a pure async function, wired by ``monitor.worker.app``.
+  requests, with the log records waiting for their spans; ``sweeper``: the fallback for traces
+  whose root (or content) never came;
+- ``receiver`` / ``log_receiver``: the endpoints' logic as pure async functions, wired by
+  ``monitor.worker.app``; ``grpc_receiver``: the same over OTLP/gRPC.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ def trace_limits(settings: Settings) -> TraceLimits:
 # package test in tests/test_architecture.py fails on a cross-package import of any other.
 PUBLIC_MODULES: tuple[str, ...] = (
     "evaluation_export",
+    "grpc_receiver",
+    "log_receiver",
     "pending",
     "receiver",
     "sweeper",

@@ -11,7 +11,9 @@ of traces resolved before (``resolved``):
   mapped together and the trace is settled ``root`` (its conversation and agent remembered);
   a trace with an agent span and no LLM span yet waits for them a grace period (then the
   sweep maps it as it is, ``root``): mapped without them its agent span would give the answer
-  they give;
+  they give; with ``wait_for_content``, a trace with an LLM span that carries no content and
+  that no GenAI log record answers for yet waits for those records the same way
+  (:func:`monitor.otel.log_events.awaits_content`);
 - spans of a trace resolved before (late spans: a child ending after its root) are mapped at
   once with the remembered conversation and agent (``late``);
 - the other spans wait (``park``).
@@ -28,10 +30,14 @@ and agent the spans name, else the trace id as the conversation (``deadline``/``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from monitor.otel.context import AGENT_ATTRIBUTES, CONVERSATION_ATTRIBUTES, kind_of, named_once
+from monitor.otel.log_events import LogEvent, awaits_content
 from monitor.otel.spans import Span
+
+Records = Mapping[tuple[str, str], list[LogEvent]]  # GenAI log records by (trace, span)
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,11 @@ def plan(
     spans: list[Span],
     pending: dict[str, list[Span]],
     resolved: dict[str, TraceContext],
+    records: Records | None = None,
+    wait_for_content: bool = False,
 ) -> Plan:
-    """What to do with the spans of one request (see the module docstring)."""
+    """What to do with the spans of one request (see the module docstring); ``records``: the
+    GenAI log records known for the traces (waiting and in the request)."""
     out = Plan()
     traces: dict[str, dict[str, Span]] = {}
     for span in spans:
@@ -86,7 +95,7 @@ def plan(
             out.contexts[trace_id] = resolved[trace_id]
             if waiting:
                 out.settle[trace_id] = ("late", resolved[trace_id])
-        elif _complete(list(whole.values())):
+        elif waiting_for(list(whole.values()), records or {}, wait_for_content) is None:
             out.ready.extend(whole.values())
             out.settle[trace_id] = ("root", TraceContext.of(list(whole.values())))
         else:
@@ -108,12 +117,18 @@ def expire(due: dict[str, list[Span]], resolved: dict[str, TraceContext], how: s
     return out
 
 
-def _complete(spans: list[Span]) -> bool:
-    """The local root is known, and an LLM span or no agent span. An agent span with no LLM
-    span in its trace would be the only witness of the turn (its input and output as the
-    messages): that waits a grace period (``PendingLimits.grace_s``) for LLM spans overtaken by
-    the root (a retried or concurrent export) before the sweep maps it as it is."""
+def waiting_for(spans: list[Span], records: Records, wait_for_content: bool) -> str | None:
+    """What the spans of one trace wait for, None when the trace can be mapped: ``root`` (the
+    local root is not known), ``witness`` (an agent span and no LLM span: it would be the only
+    witness of the turn, its input and output as the messages, so it waits a grace period,
+    ``PendingLimits.grace_s``, for LLM spans overtaken by the root, a retried or concurrent
+    export), ``content`` (with ``wait_for_content``: an LLM span without content whose GenAI log
+    records have not come, ``PendingLimits.content_wait_s``)."""
     if not any(s.is_local_root for s in spans):
-        return False
+        return "root"
     kinds = {kind_of(s) for s in spans}
-    return "llm" in kinds or "agent" not in kinds
+    if "llm" not in kinds and "agent" in kinds:
+        return "witness"
+    if wait_for_content and awaits_content(spans, records):
+        return "content"
+    return None

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -45,21 +45,10 @@ def media_type(content_type: str | None) -> str:
 def decode_request(body: bytes, kind: str) -> list[Span]:
     """Every span of an ExportTraceServiceRequest ``body`` encoded as ``kind``."""
     request = ExportTraceServiceRequest()
-    if kind == PROTOBUF:
-        try:
-            request.ParseFromString(body)
-        except DecodeError as exc:
-            raise UndecodableBody(f"not an OTLP ExportTraceServiceRequest: {exc}") from None
-    else:
-        try:
-            data = json.loads(body)
-            _hex_ids_to_base64(data)
-            json_format.ParseDict(data, request, ignore_unknown_fields=True)
-        except (ValueError, TypeError, AttributeError, json_format.ParseError) as exc:
-            raise UndecodableBody(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+    parse_into(request, body, kind, ("resourceSpans", "scopeSpans", "spans"))
     spans: list[Span] = []
     for rs in request.resource_spans:
-        resource = _attributes(rs.resource.attributes)
+        resource = attributes_of(rs.resource.attributes)
         for ss in rs.scope_spans:
             for s in ss.spans:
                 spans.append(
@@ -70,9 +59,9 @@ def decode_request(body: bytes, kind: str) -> list[Span]:
                         name=s.name,
                         start_unix_nano=s.start_time_unix_nano,
                         end_unix_nano=s.end_time_unix_nano,
-                        attributes=_attributes(s.attributes),
+                        attributes=attributes_of(s.attributes),
                         events=tuple(
-                            SpanEvent(e.name, e.time_unix_nano, _attributes(e.attributes))
+                            SpanEvent(e.name, e.time_unix_nano, attributes_of(e.attributes))
                             for e in s.events
                         ),
                         status_code=s.status.code,
@@ -103,33 +92,69 @@ def encode_status(kind: str, code: int, message: str) -> bytes:
     return json.dumps(json_format.MessageToDict(status)).encode()
 
 
-def _attributes(pairs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
+def parse_into(request: Message, body: bytes, kind: str, path: tuple[str, str, str]) -> None:
+    """Fill the OTLP ``request`` from ``body`` encoded as ``kind``; ``path``: the JSON keys of
+    its resource list, scope list and item list (``resourceSpans``, ``scopeSpans``, ``spans``),
+    whose ids OTLP/JSON writes as hex. Raises UndecodableBody."""
+    name = type(request).__name__
+    if kind == PROTOBUF:
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise UndecodableBody(f"not an OTLP {name}: {exc}") from None
+        return
+    try:
+        data = json.loads(body)
+        _hex_ids_to_base64(data, path)
+        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except (ValueError, TypeError, AttributeError, json_format.ParseError) as exc:
+        raise UndecodableBody(f"not an OTLP/JSON {name}: {exc}") from None
 
 
-def _value(value: AnyValue) -> Any:
+def attributes_of(pairs: Any) -> dict[str, Any]:
+    """OTLP ``KeyValue`` pairs as a dict of Python values (see :func:`value_of`)."""
+    return {kv.key: value_of(kv.value) for kv in pairs}
+
+
+def value_of(value: AnyValue) -> Any:
+    """An OTLP ``AnyValue`` as Python: scalars, lists, dicts; bytes as hex; empty as None."""
     which = value.WhichOneof("value")
     if which is None:
         return None
     if which == "array_value":
-        return [_value(v) for v in value.array_value.values]
+        return [value_of(v) for v in value.array_value.values]
     if which == "kvlist_value":
-        return {kv.key: _value(kv.value) for kv in value.kvlist_value.values}
+        return {kv.key: value_of(kv.value) for kv in value.kvlist_value.values}
     if which == "bytes_value":
         return value.bytes_value.hex()
     return getattr(value, which)
 
 
-def _hex_ids_to_base64(data: Any) -> None:
+def _hex_ids_to_base64(data: Any, path: tuple[str, str, str]) -> None:
     """OTLP/JSON carries ids as hex; protobuf's JSON mapping expects bytes as base64."""
     if not isinstance(data, dict):
         raise TypeError("the body must be a JSON object")
-    for rs in data.get("resourceSpans") or data.get("resource_spans") or []:
-        for ss in rs.get("scopeSpans") or rs.get("scope_spans") or []:
-            for span in ss.get("spans") or []:
-                _fix(span)
-                for link in span.get("links") or []:
+    resources, scopes, items = (_both(key) for key in path)
+    for rs in _list(data, resources):
+        for ss in _list(rs, scopes):
+            for item in _list(ss, items):
+                _fix(item)
+                for link in item.get("links") or []:
                     _fix(link)
+
+
+def _both(camel: str) -> tuple[str, str]:
+    """A JSON key in lowerCamelCase and in snake_case (both are accepted)."""
+    return camel, "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+
+
+def _list(obj: Any, keys: tuple[str, str]) -> list[Any]:
+    if not isinstance(obj, dict):
+        raise TypeError("expected a JSON object")
+    found = obj.get(keys[0]) or obj.get(keys[1]) or []
+    if not isinstance(found, list):
+        raise TypeError(f"{keys[0]} must be a list")
+    return [x for x in found if isinstance(x, dict)]
 
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")

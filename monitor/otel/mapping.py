@@ -21,7 +21,9 @@ docs/otel.md "Transcript reconstruction":
    later in a longer history is a new turn; tool results given as ``tool`` messages only when
    no tool span has that call id and the call was asked in this trace;
 4. a tool span gives the tool result of its call id (else of the earliest unanswered call of
-   that tool name); a failed tool span gives ``ok: false`` and the error;
+   that tool name); a failed tool span gives ``ok: false`` and the error; a tool span that
+   succeeded without saying what it returned takes the content of the ``tool`` message
+   answering its call id in a later call's input;
 5. an agent span that has LLM calls below it adds no message (its input and output
    repeat its children's) and no usage (its usage is the sum of its children's); its
    confidence goes to the last assistant message below it; but when that message has no text
@@ -216,6 +218,7 @@ class _Trace:
         self.with_content: set[str] = set()  # LLM spans that carry messages
         self.turns: set[tuple[str, int, tuple[str, ...]]] = set()  # user turns taken
         self.last_assistant: dict[str, tuple[int, dict[str, Any]]] = {}  # ancestor -> event
+        self._results: dict[str, str | None] | None = None  # call id -> tool message content
 
     def ctx(self, span: Span) -> SpanContext:
         return SpanContext.of(span, self.by_id, self.conversation, self.agent)
@@ -407,6 +410,8 @@ class _Trace:
             self.answered.add(call_id)
         failed = failure_of(span)
         result = span.attr("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+        if result is None and failed is None and call_id is not None:
+            result = self._told(call_id)
         payload = {
             "call_id": call_id or span.span_id,
             "name": name,
@@ -431,6 +436,20 @@ class _Trace:
                 esc_event["event_id"] = call_event_id(span.trace_id, call_id, "escalation")
             events.append(esc_event)
         return events
+
+    def _told(self, call_id: str) -> str | None:
+        """The content of the ``tool`` message answering ``call_id`` in an LLM call's input:
+        what the tool returned, when its span does not say (content captured on the calls
+        only, e.g. in their log records)."""
+        if self._results is None:
+            self._results = {}
+            for s in self.by_id.values():
+                if self.kinds[s.span_id] != "llm" or s.span_id in self.wraps_llm:
+                    continue
+                for m in input_messages(s):
+                    if m.role == "tool" and m.tool_call_id:
+                        self._results.setdefault(m.tool_call_id, m.content)
+        return self._results.get(call_id)
 
     # --- rule 5, 6: agents and chains ---------------------------------------------------------
 

@@ -1,17 +1,20 @@
-"""The durable side of the trace assembly: waiting spans and mapped traces in Postgres.
+"""The durable side of the trace assembly: waiting spans and log records, mapped traces.
 
-``PendingTraces`` reads and writes ``otel_pending_spans`` and ``otel_traces``
-(``monitor.store.tables_otel``). Bounds (docs/otel.md "Trace assembly"): a span waits at most
-``deadline_s`` seconds, at most ``max_spans`` spans wait (beyond, the traces that waited longest
-are mapped under the fallback first), and mapped traces are remembered ``memory_s`` seconds for
-their late spans. The clock is injected (``now``). A failing database raises
-``StoreUnavailable`` (a retryable answer upstream).
+``PendingTraces`` reads and writes ``otel_pending_spans``, ``otel_pending_records`` and
+``otel_traces`` (``monitor.store.tables_otel``). Bounds (docs/otel.md "Trace assembly"): a span
+waits at most ``deadline_s`` seconds, at most ``max_spans`` spans wait (beyond, the traces that
+waited longest are mapped under the fallback first), a trace with its root waits ``grace_s``
+for LLM spans below a lone agent span and ``content_wait_s`` for the GenAI log records of LLM
+spans without content, a log record whose span never comes is deleted after ``deadline_s``,
+and mapped traces are remembered ``memory_s`` seconds for their late spans. The clock is
+injected (``now``). A failing database raises ``StoreUnavailable`` (a retryable answer
+upstream).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
@@ -24,10 +27,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from monitor.config import Settings
 from monitor.core.errors import StoreUnavailable
 from monitor.otel import mapping_config
-from monitor.otel.assembly import TraceContext
+from monitor.otel.assembly import TraceContext, waiting_for
+from monitor.otel.log_events import LogEvent, by_span
 from monitor.otel.spans import Span
-from monitor.otel.traces import Scope, TraceAssembler
+from monitor.otel.traces import Scope, SpanKey, TraceAssembler, Waiting
 from monitor.store.engine import make_engine
+from monitor.store.tables_otel import otel_pending_records as records_t
 from monitor.store.tables_otel import otel_pending_spans as pending_t
 from monitor.store.tables_otel import otel_traces as traces_t
 
@@ -52,6 +57,7 @@ class PendingLimits:
     max_spans: int = 100_000
     memory_s: float = 3600.0
     grace_s: float = 30.0  # a trace with its root and no LLM span waits this long for them
+    content_wait_s: float = 5.0  # an LLM span without content waits this long for its records
 
 
 class PendingTraces:
@@ -65,30 +71,37 @@ class PendingTraces:
         self.now = now
 
     @_guarded
-    async def load(
-        self, trace_ids: Iterable[str]
-    ) -> tuple[dict[str, list[Span]], dict[str, TraceContext]]:
-        """The waiting spans and the remembered contexts of ``trace_ids``."""
+    async def load(self, trace_ids: Iterable[str]) -> Waiting:
+        """The waiting spans and log records and the remembered contexts of ``trace_ids``."""
         ids = sorted(set(trace_ids))
         if not ids:
-            return {}, {}
+            return Waiting()
         async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(pending_t.c.trace_id, pending_t.c.span).where(pending_t.c.trace_id.in_(ids))
-            )
-            waiting: dict[str, list[Span]] = {}
-            for trace_id, text in rows:
-                waiting.setdefault(str(trace_id), []).append(Span.from_json(str(text)))
+            waiting = await _spans(conn, ids)
             resolved = await _contexts(conn, ids)
-        return waiting, resolved
+            records = await _records(conn, ids)
+        return Waiting(waiting, resolved, records)
 
     @_guarded
-    async def park(self, spans: list[Span], scope: Scope = None) -> None:
-        """Store ``spans`` as waiting, sent under ``scope`` (the agent patterns of the sender's
-        key; None: every agent); a span already waiting keeps its first arrival and scope."""
-        if not spans:
+    async def records(self, trace_ids: Iterable[str]) -> list[LogEvent]:
+        """The waiting log records of ``trace_ids``."""
+        ids = sorted(set(trace_ids))
+        if not ids:
+            return []
+        async with self.engine.connect() as conn:
+            return await _records(conn, ids)
+
+    @_guarded
+    async def park(
+        self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
+    ) -> None:
+        """Store ``spans`` and GenAI log ``records`` as waiting, sent under ``scope`` (the agent
+        patterns of the sender's key; None: every agent); a span or record already waiting
+        keeps its first arrival and scope."""
+        if not spans and not records:
             return
         now = self.now()
+        patterns = None if scope is None else list(scope)
         rows = [
             {
                 "trace_id": s.trace_id,
@@ -96,17 +109,41 @@ class PendingTraces:
                 "received_at": now,
                 "root": s.is_local_root,
                 "span": s.to_json(),
-                "scope": None if scope is None else list(scope),
+                "scope": patterns,
             }
             for s in spans
         ]
+        record_rows = [
+            {
+                "trace_id": r.trace_id,
+                "span_id": r.span_id,
+                "record_key": r.key,
+                "received_at": now,
+                "record": r.to_json(),
+                "scope": patterns,
+            }
+            for r in records
+        ]
         async with self.engine.begin() as conn:
-            await conn.execute(insert(pending_t).values(rows).on_conflict_do_nothing())
+            if rows:
+                await conn.execute(insert(pending_t).values(rows).on_conflict_do_nothing())
+            if record_rows:
+                await conn.execute(insert(records_t).values(record_rows).on_conflict_do_nothing())
 
     @_guarded
-    async def settle(self, settled: dict[str, tuple[str, TraceContext]], done: list[Span]) -> None:
+    async def settle(
+        self,
+        settled: dict[str, tuple[str, TraceContext]],
+        done: list[Span],
+        joined: Iterable[SpanKey] = (),
+    ) -> None:
         """Remember the traces just mapped and delete those of their spans that were mapped
-        (after publishing): a span parked meanwhile stays for the next look."""
+        (after publishing): a span parked meanwhile stays for the next look. The waiting log
+        records of the ``joined`` spans (mapped with their content) are deleted too."""
+        used = sorted(set(joined))
+        if used and not settled:
+            async with self.engine.begin() as conn:
+                await _delete_records(conn, used)
         if not settled:
             return
         now = self.now()
@@ -138,15 +175,18 @@ class PendingTraces:
                         tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(keys)
                     )
                 )
+            if used:
+                await _delete_records(conn, used)
 
     @_guarded
     async def due(self, limit: int = 1000) -> tuple[dict[str, list[Span]], str]:
         """Traces to map as they are now: spans of a trace already mapped (parked while another
         request mapped it: ``late``), else waiting past the deadline (``deadline``), else with
-        their root and nothing new for the grace period (``root``), else the longest waiting
-        while more than ``max_spans`` spans wait (``overflow``)."""
+        their root and nothing new for as long as what they wait for allows (``root``: the
+        grace period for LLM spans below a lone agent span, the content wait for the log
+        records of LLM spans without content), else the longest waiting while more than
+        ``max_spans`` spans wait (``overflow``)."""
         cutoff = self.now() - timedelta(seconds=self.limits.deadline_s)
-        grace = self.now() - timedelta(seconds=self.limits.grace_s)
         first = func.min(pending_t.c.received_at)
         async with self.engine.connect() as conn:
             late = await conn.execute(
@@ -157,23 +197,19 @@ class PendingTraces:
             )
             ids: list[str] = [str(r[0]) for r in late]
             how = "late"
-            quiet = func.max(pending_t.c.received_at) < grace
-            criteria = (
-                ("deadline", first < cutoff),
-                ("root", func.bool_or(pending_t.c.root) & quiet),
-            )
-            for name, having in criteria:
-                if ids:
-                    break
-                how = name
+            if not ids:
+                how = "deadline"
                 found = await conn.execute(
                     select(pending_t.c.trace_id)
                     .group_by(pending_t.c.trace_id)
-                    .having(having)
+                    .having(first < cutoff)
                     .order_by(first)
                     .limit(limit)
                 )
                 ids = [str(r[0]) for r in found]
+            if not ids:
+                how = "root"
+                ids = await self._quiet(conn, limit)
             if not ids:
                 total = (await conn.execute(select(func.count()).select_from(pending_t))).scalar()
                 excess = int(total or 0) - self.limits.max_spans
@@ -191,30 +227,69 @@ class PendingTraces:
                     excess -= int(str(n))
                     if excess <= 0:
                         break
-            rows = await conn.execute(
-                select(pending_t.c.trace_id, pending_t.c.span).where(pending_t.c.trace_id.in_(ids))
-            )
-            out: dict[str, list[Span]] = {}
-            for trace_id, text in rows:
-                out.setdefault(str(trace_id), []).append(Span.from_json(str(text)))
+            out = await _spans(conn, ids)
         return out, how
+
+    async def _quiet(self, conn: AsyncConnection, limit: int) -> list[str]:
+        """Traces with their root whose wait is over: nothing new came for ``grace_s`` (a lone
+        agent span) or ``content_wait_s`` (LLM spans without content, records included)."""
+        now = self.now()
+        grace = now - timedelta(seconds=self.limits.grace_s)
+        content = self.limits.content_wait_s > 0
+        shortest = min(self.limits.grace_s, self.limits.content_wait_s or self.limits.grace_s)
+        last = func.max(pending_t.c.received_at)
+        found = await conn.execute(
+            select(pending_t.c.trace_id, last)
+            .group_by(pending_t.c.trace_id)
+            .having(func.bool_or(pending_t.c.root) & (last < now - timedelta(seconds=shortest)))
+            .order_by(last)
+            .limit(limit)
+        )
+        quiet_since: dict[str, datetime] = {str(t): at for t, at in found.tuples()}
+        if not content or not quiet_since:
+            return [t for t, at in quiet_since.items() if at < grace]
+        ids = sorted(quiet_since)
+        spans = await _spans(conn, ids)
+        records = await _records(conn, ids)
+        arrivals = await conn.execute(
+            select(records_t.c.trace_id, func.max(records_t.c.received_at))
+            .where(records_t.c.trace_id.in_(ids))
+            .group_by(records_t.c.trace_id)
+        )
+        for trace_id, at in arrivals.tuples():
+            quiet_since[str(trace_id)] = max(quiet_since[str(trace_id)], at)
+        of_span = by_span(records)
+        content_cutoff = now - timedelta(seconds=self.limits.content_wait_s)
+        out = []
+        for trace_id in quiet_since:
+            reason = waiting_for(spans.get(trace_id, []), of_span, True)
+            if reason == "witness" and quiet_since[trace_id] >= grace:
+                continue
+            if reason == "content" and quiet_since[trace_id] >= content_cutoff:
+                continue
+            out.append(trace_id)
+        return out
 
     @_guarded
     async def scopes(self, trace_ids: Iterable[str]) -> dict[str, list[tuple[str, ...]]]:
-        """The distinct scopes of the spans waiting for each of ``trace_ids`` (traces whose
-        waiting spans all came under a credential for every agent are left out)."""
+        """The distinct scopes of the spans and log records waiting for each of ``trace_ids``
+        (traces whose waiting spans and records all came under a credential for every agent are
+        left out)."""
         ids = sorted(set(trace_ids))
         if not ids:
             return {}
+        out: dict[str, list[tuple[str, ...]]] = {}
         async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(pending_t.c.trace_id, pending_t.c.scope)
-                .where(pending_t.c.trace_id.in_(ids), pending_t.c.scope.is_not(None))
-                .distinct()
-            )
-            out: dict[str, list[tuple[str, ...]]] = {}
-            for trace_id, scope in rows.tuples():
-                out.setdefault(str(trace_id), []).append(tuple(str(p) for p in scope))
+            for table in (pending_t, records_t):
+                rows = await conn.execute(
+                    select(table.c.trace_id, table.c.scope)
+                    .where(table.c.trace_id.in_(ids), table.c.scope.is_not(None))
+                    .distinct()
+                )
+                for trace_id, scope in rows.tuples():
+                    patterns = tuple(str(p) for p in scope)
+                    if patterns not in out.get(str(trace_id), []):
+                        out.setdefault(str(trace_id), []).append(patterns)
         return out
 
     @_guarded
@@ -234,12 +309,58 @@ class PendingTraces:
         return int(total or 0)
 
     @_guarded
+    async def waiting_records(self) -> int:
+        """How many GenAI log records wait."""
+        async with self.engine.connect() as conn:
+            total = (await conn.execute(select(func.count()).select_from(records_t))).scalar()
+        return int(total or 0)
+
+    @_guarded
     async def forget(self) -> int:
-        """Delete mapped traces older than the memory window; how many."""
+        """Delete mapped traces older than the memory window; log records of traces already
+        mapped whose span is not waiting (parked while their trace was being mapped: their
+        span was mapped with the content it had); and log records older than the deadline
+        (their span never came). How many records were deleted for age."""
         cutoff = self.now() - timedelta(seconds=self.limits.memory_s)
+        stale = self.now() - timedelta(seconds=self.limits.deadline_s)
+        span_waits = (
+            select(pending_t.c.span_id)
+            .where(
+                pending_t.c.trace_id == records_t.c.trace_id,
+                pending_t.c.span_id == records_t.c.span_id,
+            )
+            .exists()
+        )
+        mapped = select(traces_t.c.trace_id).where(traces_t.c.trace_id == records_t.c.trace_id)
         async with self.engine.begin() as conn:
-            result = await conn.execute(delete(traces_t).where(traces_t.c.resolved_at < cutoff))
+            await conn.execute(delete(traces_t).where(traces_t.c.resolved_at < cutoff))
+            await conn.execute(delete(records_t).where(mapped.exists(), ~span_waits))
+            result = await conn.execute(delete(records_t).where(records_t.c.received_at < stale))
         return int(result.rowcount or 0)
+
+
+async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]:
+    """The waiting spans of the traces ``ids``."""
+    rows = await conn.execute(
+        select(pending_t.c.trace_id, pending_t.c.span).where(pending_t.c.trace_id.in_(ids))
+    )
+    out: dict[str, list[Span]] = {}
+    for trace_id, text in rows:
+        out.setdefault(str(trace_id), []).append(Span.from_json(str(text)))
+    return out
+
+
+async def _records(conn: AsyncConnection, ids: list[str]) -> list[LogEvent]:
+    """The waiting log records of the traces ``ids``."""
+    rows = await conn.execute(select(records_t.c.record).where(records_t.c.trace_id.in_(ids)))
+    return [LogEvent.from_json(str(text)) for (text,) in rows]
+
+
+async def _delete_records(conn: AsyncConnection, keys: list[SpanKey]) -> None:
+    """Delete the waiting log records of the spans ``keys`` (used by their mapping)."""
+    await conn.execute(
+        delete(records_t).where(tuple_(records_t.c.trace_id, records_t.c.span_id).in_(keys))
+    )
 
 
 async def _contexts(conn: AsyncConnection, ids: list[str]) -> dict[str, TraceContext]:
@@ -271,9 +392,12 @@ def trace_assembler(settings: Settings) -> TraceAssembler:
         max_spans=settings.otel_pending_max_spans,
         memory_s=settings.otel_trace_memory_seconds,
         grace_s=settings.otel_witness_wait_seconds,
+        content_wait_s=settings.otel_content_wait_seconds,
     )
     store = PendingTraces(make_engine(settings.database_url, pool_size=2), limits, _now)
-    return TraceAssembler(mapping_config(settings), store)
+    return TraceAssembler(
+        mapping_config(settings), store, wait_for_content=limits.content_wait_s > 0
+    )
 
 
 def _now() -> datetime:

@@ -3,8 +3,10 @@
 ``sweep_once`` maps every due trace under the fallback (``TraceAssembler.sweep``), publishes the
 events, settles the traces, counts them (events outside the scope of a key that sent the trace's
 spans are rejected, counted and logged, never published), and forgets mapped traces older than
-the memory window. ``TraceSweepService`` runs it every ``otel_sweep_seconds`` for the worker's
-lifetime and keeps ``monitor_otlp_pending_spans`` current; a failing store or event bus is
+the memory window and GenAI log records older than the deadline (their span never came:
+counted ``expired``). ``TraceSweepService`` runs it every ``otel_sweep_seconds`` for the
+worker's lifetime and keeps ``monitor_otlp_pending_spans`` and
+``monitor_otlp_pending_log_records`` current; a failing store or event bus is
 logged and retried on the next round (nothing is settled that was not published).
 """
 
@@ -48,9 +50,12 @@ async def sweep_once(
             metrics.otlp_spans.labels("rejected").inc(prepared.mapped.rejected)
         if prepared.mapped.errors:
             log.warning("trace assembly: rejected: %s", "; ".join(prepared.mapped.errors))
-    await assembler.forget()
+    expired = await assembler.forget()
     if metrics is not None:
         metrics.otlp_pending_spans.set(await assembler.waiting())
+        metrics.otlp_pending_records.set(await assembler.waiting_records())
+        if expired:
+            metrics.otlp_log_records.labels("expired").inc(expired)
     return total
 
 

@@ -5,11 +5,12 @@ it.
 when it stops: the broker, the database, the worker's web address (``/v1/events``,
 ``/v1/traces``, ``/metrics``), the gate process's (``/v1/gate``) and ``ports``, every port the
 stack listens on by what listens there (``broker`` and ``postgres`` only when ``monitor up``
-started them; ``worker`` and ``gate`` always). For example::
+started them; ``worker``, ``gate`` and ``otlp_grpc`` always). For example::
 
     {"kafka_bootstrap": "127.0.0.1:9092", "database_url": "postgresql://...@127.0.0.1:5433/monitor",
      "web_url": "http://127.0.0.1:6066", "gate_url": "http://127.0.0.1:6067",
-     "ports": {"broker": 9092, "postgres": 5433, "worker": 6066, "gate": 6067}}
+     "ports": {"broker": 9092, "postgres": 5433, "worker": 6066, "gate": 6067,
+                "otlp_grpc": 4317}}
 
 ``resolve`` fills unset broker and database settings from it while the stack is running (the
 broker's port accepts connections).

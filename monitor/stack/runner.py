@@ -66,6 +66,7 @@ class Running:
     database_url: str
     web_url: str
     gate_url: str  # the gate process (monitor gate serve)
+    otlp_grpc: str  # the worker's OTLP/gRPC receiver, host:port
     ingest_token: str
     token_generated: bool
     embedded_broker: bool
@@ -90,12 +91,14 @@ class Stack:
         pg_port: int = 5433,
         web_port: int = 6066,
         gate_port: int = 6067,
+        grpc_port: int = 4317,
         say: Say = print,
     ) -> None:
         self.settings = settings
         self.state_dir = settings.state_dir.resolve()
         self.ports = (broker_port, pg_port, web_port)
         self.gate_port = gate_port
+        self.grpc_port = grpc_port
         self.say = say
         self.broker: EmbeddedBroker | None = None
         self.pg: EmbeddedPostgres | None = None
@@ -150,11 +153,16 @@ class Stack:
         token = settings.ingest_token or secrets.token_urlsafe(18)
         web_port = pick_port(self.ports[2])
         gate_port = pick_port(self.gate_port)
+        grpc_port = pick_port(self.grpc_port)
         web_url, gate_url = f"http://127.0.0.1:{web_port}", f"http://127.0.0.1:{gate_port}"
         endpoints.write(
             settings,
             endpoints.Endpoints(
-                bootstrap, url, web_url, gate_url, self._ports(bootstrap, web_port, gate_port)
+                bootstrap,
+                url,
+                web_url,
+                gate_url,
+                self._ports(bootstrap, web_port, gate_port, grpc_port),
             ),
         )
         self.running = Running(
@@ -163,6 +171,7 @@ class Stack:
             database_url=url,
             web_url=web_url,
             gate_url=gate_url,
+            otlp_grpc=f"127.0.0.1:{grpc_port}",
             ingest_token=token,
             token_generated=not settings.ingest_token,
             embedded_broker=self.broker is not None,
@@ -172,7 +181,9 @@ class Stack:
         self._start_gate(self.running)
         return self.running
 
-    def _ports(self, bootstrap: str, web_port: int, gate_port: int) -> dict[str, int]:
+    def _ports(
+        self, bootstrap: str, web_port: int, gate_port: int, grpc_port: int
+    ) -> dict[str, int]:
         """Every port this stack listens on, by what listens there: the broker and Postgres
         only when this stack started them."""
         ports: dict[str, int] = {}
@@ -180,7 +191,7 @@ class Stack:
             ports["broker"] = int(bootstrap.rpartition(":")[2])
         if self.pg is not None:
             ports["postgres"] = self.pg.port
-        return {**ports, "worker": web_port, "gate": gate_port}
+        return {**ports, "worker": web_port, "gate": gate_port, "otlp_grpc": grpc_port}
 
     def _take_lock(self) -> None:
         fh = open(self.state_dir / "up.lock", "a+")  # noqa: SIM115 - held until stop()
@@ -244,6 +255,7 @@ class Stack:
             "MONITOR_KAFKA_IDEMPOTENT": str(s.kafka_idempotent).lower(),
             "MONITOR_WEB_PORT": running.web_url.rpartition(":")[2],
             "MONITOR_GATE_PORT": running.gate_url.rpartition(":")[2],
+            "MONITOR_OTLP_GRPC_PORT": running.otlp_grpc.rpartition(":")[2],
             "MONITOR_INGEST_TOKEN": running.ingest_token,
             "MONITOR_STATE_DIR": str(self.state_dir),
             # `monitor up` replays alerting over the simulated timeline itself

@@ -11,6 +11,11 @@
     calls, and how it was resolved (``root``, ``late``, ``deadline``, ``overflow``), so spans
     arriving after their root are mapped with that context. Rows older than the memory window
     are deleted.
+``otel_pending_records``
+    GenAI event log records (``POST /v1/logs``) whose trace is not mapped yet: one row per
+    (trace, span, record digest), the record as JSON and the scope of the key that sent it.
+    Used and deleted when the trace is mapped (their span takes the content it lacks), or
+    deleted once older than the deadline (their spans never came).
 """
 
 from __future__ import annotations
@@ -42,4 +47,17 @@ otel_traces = Table(
     required("how", Text),
     inserted_at("resolved_at"),
     Index("otel_traces_resolved_at", "resolved_at"),
+)
+
+otel_pending_records = Table(
+    "otel_pending_records",
+    metadata,
+    required("trace_id", Text),
+    required("span_id", Text),
+    required("record_key", Text),
+    inserted_at("received_at"),
+    required("record", Text),
+    Column("scope", ARRAY(Text)),
+    PrimaryKeyConstraint("trace_id", "span_id", "record_key", name="otel_pending_records_pkey"),
+    Index("otel_pending_records_received_at", "received_at"),
 )

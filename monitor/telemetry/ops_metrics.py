@@ -148,6 +148,13 @@ class OpsMetrics:
             "monitor_gate_buffer_oldest_age_seconds",
             "Age of the oldest decision event on the gate's disk buffer (0 when empty)",
         )
+        self.gate_evaluations = gauge(
+            "monitor_gate_evaluations_exported",
+            "Gate decisions sent as gen_ai.evaluation.result events since the process started, "
+            "by result (ok, failed: the endpoint refused or was unreachable after the retries, "
+            "dropped: more than the export queue holds were waiting)",
+            "result",
+        )
         self.gate_dropped = gauge(
             "monitor_gate_decision_events_dropped",
             "Decision events lost since the worker started, by reason (full: buffer size cap; "
@@ -161,6 +168,23 @@ class OpsMetrics:
             "until their trace's root; events: events made; on the traces topic, bad_record "
             "and bad_batch: records and record batches skipped as undecodable)",
             "result",
+        )
+        self.otlp_log_records = counter(
+            "monitor_otlp_log_records",
+            "Log records posted to /v1/logs by fate: joined (a GenAI event given to its span as "
+            "its trace was mapped), waiting (parked until its span's trace is mapped), late (its "
+            "trace was mapped before it came: not used), dropped (not a GenAI event), rejected "
+            "(a GenAI event naming no span), expired (waited past the deadline: its span "
+            "never came)",
+            "result",
+        )
+        self.otlp_grpc_errors = counter(
+            "monitor_otlp_grpc_errors",
+            "OTLP/gRPC calls answered with an error, by method and gRPC status code "
+            "(UNAUTHENTICATED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE...); gRPC's "
+            "own refusals before the handler (a message above the size limit) are not counted",
+            "method",
+            "code",
         )
         self.otlp_failures = counter(
             "monitor_otlp_failures",
@@ -180,6 +204,10 @@ class OpsMetrics:
         )
         self.otlp_pending_spans = gauge(
             "monitor_otlp_pending_spans", "Spans waiting in Postgres for their trace's root"
+        )
+        self.otlp_pending_records = gauge(
+            "monitor_otlp_pending_log_records",
+            "GenAI log records waiting in Postgres for their span's trace to be mapped",
         )
         # judging
         self.judge_requests = counter("monitor_judge_requests", "Conversations sent to the judges")
@@ -250,12 +278,20 @@ class OpsMetrics:
         if not report.failed:
             self.retention_last_ok.set(unix_now)
 
-    def otlp(self, failures: dict[str, int], traces: dict[str, int]) -> None:
-        """Count the failures and trace resolutions of one mapped request or sweep."""
+    def otlp(
+        self,
+        failures: dict[str, int],
+        traces: dict[str, int],
+        records: dict[str, int] | None = None,
+    ) -> None:
+        """Count the failures, trace resolutions and log records of one mapped request or
+        sweep."""
         for kind, n in failures.items():
             self.otlp_failures.labels(kind).inc(n)
         for how, n in traces.items():
             self.otlp_traces.labels(how).inc(n)
+        for result, n in (records or {}).items():
+            self.otlp_log_records.labels(result).inc(n)
 
     def set_gate_outbox(self, status: dict[str, Any]) -> None:
         """The gate's buffer gauges from :meth:`DecisionOutbox.status` (set at scrape time)."""
@@ -263,6 +299,8 @@ class OpsMetrics:
         self.gate_buffer_oldest.set(status["oldest_age_s"] or 0.0)
         for reason in ("full", "corrupt", "write_error", "refused"):
             self.gate_dropped.labels(reason).set(status["dropped_by_reason"].get(reason, 0))
+        for result, n in (status.get("evaluations") or {}).items():
+            self.gate_evaluations.labels(result).set(n)
 
     def watch_loop(self, lag: LoopLag) -> None:
         """Export ``lag``: its recent longest stall as the gauge (read at scrape time), each

@@ -48,6 +48,8 @@ from monitor.gate import http_server
 from monitor.gate.answering import GATE
 from monitor.ingest.endpoint import IngestLimits, receive_events
 from monitor.otel import mapping_config, trace_limits
+from monitor.otel.grpc_receiver import OtlpGrpcService, otlp_receivers
+from monitor.otel.log_receiver import receive_logs
 from monitor.otel.pending import trace_assembler
 from monitor.otel.receiver import receive_traces
 from monitor.otel.sweeper import TraceSweepService
@@ -282,6 +284,46 @@ def _add_routes(
                 metrics.otlp_spans.labels(result).inc(n)
             metrics.otlp(answer.failures, answer.traces)
             return respond(self, answer, metrics, "/v1/traces")
+
+    @app.page("/v1/logs")
+    class Logs(View):  # OTLP/HTTP logs; the logic is monitor.otel.log_receiver (docs/otel.md)
+        async def post(self, request: Request) -> Response:
+            h = request.headers
+            answer = await receive_logs(
+                authorization=h.get("Authorization"),
+                content_type=h.get("Content-Type"),
+                content_encoding=h.get("Content-Encoding"),
+                content_length=h.get("Content-Length"),
+                read_chunk=chunks(request),
+                publish=publish,
+                authorize=access.write,
+                limits=otel_limits,
+                guard=guards.ingest,
+                assembler=wired.assembler,
+                peer=peer_of(request),
+                offload=offload,
+                slots=body_slots,
+            )
+            for result, n in answer.counts.items():
+                metrics.otlp_spans.labels(result).inc(n)
+            metrics.otlp(answer.failures, answer.traces, answer.records)
+            return respond(self, answer, metrics, "/v1/logs")
+
+    if settings.otlp_grpc_port:  # the same two endpoints over OTLP/gRPC (docs/otel.md)
+        receivers = otlp_receivers(
+            publish=publish,
+            authorize=access.write,
+            limits=otel_limits,
+            config=otel_config,
+            guard=guards.ingest,
+            assembler=wired.assembler,
+            offload=offload,
+            slots=body_slots,
+        )
+        grpc_service = OtlpGrpcService(
+            settings, receivers, metrics, loop=app.loop, beacon=app.beacon
+        )
+        app.service(cast(Any, grpc_service))
 
     reads = wired.ingest.reads
 

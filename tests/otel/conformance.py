@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.otel.provider import Provider
@@ -22,6 +23,8 @@ from tests.otel.support_agent import (
 )
 
 FLAVORS = ("genai", "openinference", "agents")
+# the genai flavor with openai-v2's legacy (semconv 1.30) path: content as per-message log events
+LEGACY = "genai_legacy"
 # every case: the Agents SDK runs its own loop (it does not retry a failed call itself)
 AGENT_SDK_CASES = (
     "plain",
@@ -41,10 +44,17 @@ def cases_for(flavor: str) -> list[Case]:
 
 
 @contextmanager
-def instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
-    """The flavor's OpenAI instrumentor on ``tp`` for the duration (set the content-capture
-    environment before entering: the instrumentations read it when instrumenting)."""
+def instrumented(
+    flavor: str, tp: TracerProvider, lp: LoggerProvider | None = None
+) -> Iterator[None]:
+    """The flavor's OpenAI instrumentor on ``tp`` (and its log records on ``lp``) for the
+    duration (set the content-capture environment before entering: the instrumentations read it
+    when instrumenting)."""
     instrumentor: Any
+    if flavor == LEGACY:
+        with legacy_openai_v2(tp, lp or LoggerProvider()):
+            yield
+        return
     if flavor == "genai":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
@@ -57,16 +67,51 @@ def instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
         from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
         instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument(tracer_provider=tp)
+    providers: dict[str, Any] = {"tracer_provider": tp}
+    if lp is not None:
+        providers["logger_provider"] = lp
+    instrumentor.instrument(**providers)
     try:
         yield
     finally:
         instrumentor.uninstrument()
 
 
+@contextmanager
+def legacy_openai_v2(tp: TracerProvider, lp: LoggerProvider) -> Iterator[None]:
+    """openai-v2's own legacy wrapper of ``AsyncCompletions.create`` (semconv 1.30: content as
+    ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice`` log events, capture
+    on). Installed by hand: the instrumentor chooses it only without the latest-conventions
+    opt-in, which util-genai 1.1b0 (openai-v2 2.4b0 needs it) always reports as on."""
+    import openai
+    from opentelemetry.instrumentation.openai_v2.instruments import Instruments
+    from opentelemetry.instrumentation.openai_v2.patch import async_chat_completions_create_v_old
+    from opentelemetry.instrumentation.utils import unwrap
+    from opentelemetry.sdk.metrics import MeterProvider
+    from wrapt import wrap_function_wrapper
+
+    name = "opentelemetry.instrumentation.openai_v2"
+    wrapper = async_chat_completions_create_v_old(
+        tp.get_tracer(name),
+        lp.get_logger(name),
+        Instruments(MeterProvider().get_meter(name)),
+        True,
+    )
+    wrap_function_wrapper("openai.resources.chat.completions", "AsyncCompletions.create", wrapper)
+    try:
+        yield
+    finally:
+        unwrap(openai.resources.chat.completions.AsyncCompletions, "create")
+
+
 async def play(flavor: str, tp: TracerProvider, cases: list[Case], prefix: str) -> dict[str, Truth]:
     """Each case once, as conversation ``<prefix>-<case name>``; the truths by conversation."""
-    run = {"genai": run_genai, "openinference": run_openinference, "agents": run_agents}[flavor]
+    run = {
+        "genai": run_genai,
+        LEGACY: run_genai,
+        "openinference": run_openinference,
+        "agents": run_agents,
+    }[flavor]
     truths: dict[str, Truth] = {}
     async with Provider() as provider:
         for case in cases:

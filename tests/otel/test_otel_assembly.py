@@ -10,7 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,11 +21,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from monitor.contract.events import AgentEvent
 from monitor.otel.assembly import TraceContext, plan
 from monitor.otel.decode import PROTOBUF, decode_request
+from monitor.otel.decode_logs import decode_logs
+from monitor.otel.log_events import LogEvent, by_span
 from monitor.otel.mapping import MappingConfig, map_spans
 from monitor.otel.pending import PendingLimits, PendingTraces
 from monitor.otel.spans import Span
 from monitor.otel.sweeper import sweep_once
-from monitor.otel.traces import TraceAssembler
+from monitor.otel.traces import TraceAssembler, joined
 from monitor.store.engine import make_engine
 from tests.otel.conformance import instrumented, play
 from tests.otel.support_agent import cases
@@ -59,14 +64,16 @@ def store(url: str, clock: Clock, **limits: Any) -> PendingTraces:
     return PendingTraces(make_engine(url, pool_size=1), PendingLimits(**limits), clock)
 
 
-async def send(assembler: TraceAssembler, spans: list[Span]) -> list[AgentEvent]:
-    """What one export request publishes (as the receiver: ``handle``)."""
+async def send(
+    assembler: TraceAssembler, spans: list[Span], records: list[LogEvent] | None = None
+) -> list[AgentEvent]:
+    """What one export request publishes (as the receivers: ``handle``)."""
     published: list[AgentEvent] = []
 
     async def publish(events: list[AgentEvent]) -> None:
         published.extend(events)
 
-    await assembler.handle(spans, publish)
+    await assembler.handle(spans, publish, None, records or [])
     return published
 
 
@@ -300,3 +307,69 @@ async def test_waiting_spans_are_mapped_only_for_agents_their_keys_allow(
 def _moved(span: Span, digit: str) -> Span:
     """``span`` in another trace (the first 8 hex digits of its trace id replaced)."""
     return Span(**{**span.__dict__, "trace_id": digit * 8 + span.trace_id[8:]})
+
+
+@pytest.fixture
+async def event_only(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Span], list[LogEvent]]:
+    """Two conversations whose content is only in GenAI log records (openai-v2 EVENT_ONLY),
+    as the monitor decodes them."""
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "EVENT_ONLY")
+    memory, logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    tp, lp = TracerProvider(), LoggerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    lp.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    chosen = [c for c in cases() if c.name in ("tool_loop", "failing_tool")]
+    with instrumented("genai", tp, lp):
+        await play("genai", tp, chosen, "ev")
+    spans = decode_request(encode_spans(memory.get_finished_spans()).SerializeToString(), PROTOBUF)
+    batch = decode_logs(encode_logs(logs.get_finished_logs()).SerializeToString(), PROTOBUF)
+    return spans, batch.events
+
+
+async def test_log_records_and_spans_joined_whichever_comes_first_or_after_the_wait(
+    database_url: str, event_only: tuple[list[Span], list[LogEvent]]
+):
+    """Records first, or spans first (the trace waits for its records), or records split
+    around a restart: the same events as spans and records in one request. A trace whose
+    records never come is mapped without content once the content wait has passed."""
+    spans, records = event_only
+    config, clock = MappingConfig(), Clock()
+    whole = dump(map_spans(joined(spans, by_span(records)), config).events)
+    texts = [e for e in whole if e["type"] == "message" and e["message"].get("content")]
+    assert len(texts) >= 6  # the content is there, from the records
+    trace_a, trace_b = sorted({s.trace_id for s in spans})
+
+    def of(trace: str, items: list[Any]) -> list[Any]:
+        return [x for x in items if x.trace_id == trace]
+
+    a = TraceAssembler(config, store(database_url, clock, content_wait_s=5), wait_for_content=True)
+    got = await send(a, [], of(trace_a, records)[:2])  # A: part of its records first
+    got += await send(a, of(trace_b, spans))  # B: every span, root included, first
+    assert got == [] and await a.waiting() == len(of(trace_b, spans))
+    b = TraceAssembler(config, store(database_url, clock, content_wait_s=5), wait_for_content=True)
+    got += await send(b, [], of(trace_a, records)[2:])  # a restarted worker
+    got += await send(b, of(trace_a, spans))
+    got += await send(b, [], of(trace_b, records)[::-1])
+    assert dump(list({e.event_id: e for e in got}.values())) == whole
+    assert await b.waiting() == 0 and await b.waiting_records() == 0
+
+    # records of a trace mapped already: too late, not kept
+    prepared = await b.prepare([], None, of(trace_a, records))
+    assert prepared.records == {"late": len(of(trace_a, records))} and not prepared.mapped.events
+    assert await b.waiting_records() == 0
+
+    # spans whose records never come: mapped by the sweep after the content wait, no text
+    moved = [_moved(s, "9") for s in of(trace_a, spans)]
+    assert await send(b, moved) == []
+    published: list[AgentEvent] = []
+
+    async def publish(events: list[AgentEvent]) -> None:
+        published.extend(events)
+
+    clock.at += timedelta(seconds=4)
+    assert await sweep_once(b, publish) == {}
+    clock.at += timedelta(seconds=2)
+    assert await sweep_once(b, publish) == {"root": 1}
+    assert published and not any(e.type == "message" and e.message.content for e in published)
+    assert await b.waiting() == 0

@@ -14,15 +14,22 @@ import json
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.json.common._log_encoder import encode_logs as json_logs
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as json_spans
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from monitor.otel.decode import JSON, PROTOBUF, decode_request
+from monitor.otel.decode_logs import decode_logs
+from monitor.otel.log_events import GENAI_EVENTS, by_span
 from monitor.otel.mapping import MappingConfig, map_spans
-from tests.otel.conformance import FLAVORS, cases_for, instrumented, play, transcript
+from monitor.otel.traces import joined
+from tests.otel.conformance import FLAVORS, LEGACY, cases_for, instrumented, play, transcript
 
 
 @pytest.fixture(params=["SPAN_ONLY", "SPAN_AND_EVENT"])
@@ -62,3 +69,53 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capt
     for e in mapped.events:
         counts[e.event_id] = counts.get(e.event_id, 0) + 1
     assert all(":system:" in i for i, n in counts.items() if n > 1), counts
+
+
+@pytest.mark.parametrize(
+    ("flavor", "mode"),
+    [("genai", "EVENT_ONLY"), ("genai", "SPAN_AND_EVENT"), (LEGACY, "true")],
+)
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_content_in_log_records_joined_exactly(
+    flavor: str, mode: str, encoding: str, monkeypatch: pytest.MonkeyPatch
+):
+    """openai-v2 with its content in GenAI log events (the inference operation details of the
+    latest conventions, or the legacy per-message events), encoded by the official OTLP log
+    encoders: the spans joined to the decoded records give the exact transcript; in
+    EVENT_ONLY mode the spans alone carry no text at all."""
+    if flavor != LEGACY:
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", mode)
+    memory, logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    tp, lp = TracerProvider(), LoggerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    lp.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    with instrumented(flavor, tp, lp):
+        truths = await play(flavor, tp, cases_for(flavor), flavor)
+    finished, records = list(memory.get_finished_spans()), list(logs.get_finished_logs())
+    if encoding == PROTOBUF:
+        spans = decode_request(encode_spans(finished).SerializeToString(), encoding)
+        batch = decode_logs(encode_logs(records).SerializeToString(), encoding)
+    else:
+        spans = decode_request(str(json_spans(finished).to_json()).encode(), encoding)
+        batch = decode_logs(str(json_logs(records).to_json()).encode(), encoding)
+    assert batch.rejected == [] and batch.other == 0
+    assert {e.name for e in batch.events} <= GENAI_EVENTS and len(batch.events) == len(records)
+    mapped = map_spans(joined(spans, by_span(batch.events)), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    assert by_conversation(mapped) == {cid: t.entries for cid, t in truths.items()}
+    alone = map_spans(spans, MappingConfig())
+    texts = [e for e in alone.events if e.type == "message" and e.message.content]
+    if mode == "EVENT_ONLY":
+        assert texts == []  # the content is in the log records only
+
+
+def by_conversation(mapped: Any) -> dict[str, list[tuple[Any, ...]]]:
+    """Each conversation's transcript (the first event of an id, as the store keeps it)."""
+    unique: dict[str, Any] = {}
+    for e in mapped.events:
+        unique.setdefault(e.event_id, e)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in unique.values():
+        out.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
+    return {cid: transcript(events) for cid, events in out.items()}

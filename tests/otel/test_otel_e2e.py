@@ -256,7 +256,9 @@ async def test_example_script_exports_and_analytics_show_its_agent(
 
 
 def chat_span_json(span_id: str, confidence: float = 0.8) -> dict[str, Any]:
-    """An LLM span in OTLP/JSON: ``chat m`` of one fixed trace, stating ``confidence``."""
+    """An LLM span in OTLP/JSON: ``chat m`` of one fixed trace, stating ``confidence``, with
+    its answer on the span (a span without content would wait for its GenAI log records)."""
+    answer = [{"role": "assistant", "parts": [{"type": "text", "content": "It shipped."}]}]
     return {
         "traceId": "5b8efff798038103d269b633813fc60c",
         "spanId": span_id,
@@ -266,6 +268,7 @@ def chat_span_json(span_id: str, confidence: float = 0.8) -> dict[str, Any]:
         "attributes": [
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
             {"key": "monitor.confidence", "value": {"doubleValue": confidence}},
+            {"key": "gen_ai.output.messages", "value": {"stringValue": json.dumps(answer)}},
         ],
     }
 

@@ -37,6 +37,7 @@ class WorkerProcess:
         **extra_env: str,
     ) -> None:
         self.port = free_port()
+        self.grpc_port = free_port()  # OTLP/gRPC (4317 by default: taken by the first worker)
         self.log_path = state_dir / f"worker-{self.port}.log"
         state_dir.mkdir(parents=True, exist_ok=True)
         self.env = {
@@ -46,6 +47,7 @@ class WorkerProcess:
             "DATABASE_URL": database_url,
             "MONITOR_KAFKA_IDEMPOTENT": "false",
             "MONITOR_WEB_PORT": str(self.port),
+            "MONITOR_OTLP_GRPC_PORT": str(self.grpc_port),
             "MONITOR_STATE_DIR": str(state_dir),
             "MONITOR_TOPIC_EVENTS": topic,
             "MONITOR_TOPIC_DLQ": f"{topic}.dlq",
@@ -72,6 +74,11 @@ class WorkerProcess:
         """The URL of the gate process started beside this worker (:func:`running_gate_worker`)."""
         assert self.gate is not None, "no gate process beside this worker"
         return self.gate.url
+
+    @property
+    def grpc_target(self) -> str:
+        """Where its OTLP/gRPC receiver listens (``host:port``)."""
+        return f"127.0.0.1:{self.grpc_port}"
 
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115

@@ -63,6 +63,8 @@ def _up(state_dir: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
         "0",
         "--gate-port",
         "0",
+        "--otlp-grpc-port",
+        "0",
         *args,
     ]
     with out.open("wb") as fh:  # as from a terminal: Ctrl-C not ignored even when this test
@@ -277,7 +279,7 @@ def _check_endpoints(state_dir: Path) -> None:
     every port the stack's processes listen on, by what listens there."""
     ep = json.loads((state_dir / "endpoints.json").read_text())
     ports = ep["ports"]
-    assert set(ports) == {"broker", "postgres", "worker", "gate"}, ep
+    assert set(ports) == {"broker", "postgres", "worker", "gate", "otlp_grpc"}, ep
     assert ep["web_url"] == f"http://127.0.0.1:{ports['worker']}", ep
     assert ep["gate_url"] == f"http://127.0.0.1:{ports['gate']}", ep
     assert ep["kafka_bootstrap"] == f"127.0.0.1:{ports['broker']}", ep
