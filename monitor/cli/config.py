@@ -83,7 +83,7 @@ GROUPS: tuple[Group, ...] = (
         "`POST /v1/traces` and the traces topic: which span attributes and tool names mean "
         "confidence and escalation, and how long spans wait for their trace "
         "([otel.md](otel.md)).",
-        names=("topic_traces",),
+        names=("topic_traces", "otlp_grpc_port"),
         prefixes=("otel_",),
     ),
     Group(
