@@ -10,7 +10,7 @@ it (NULL: a credential for every agent). The downgrade drops the table (waiting 
 lost: their spans are then mapped with the content they carry themselves).
 
 Revision ID: 0037
-Revises: 0031
+Revises: 0036
 Create Date: 2026-12-06 10:00:00
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0037"
-down_revision: str | None = "0031"
+down_revision: str | None = "0036"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
