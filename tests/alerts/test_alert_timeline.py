@@ -107,16 +107,13 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
     # recent window is back to it, i.e. about one window after the recovery
     assert RECOVERY < resolved_at <= RECOVERY + timedelta(minutes=45)
     assert not [a for _, a, _ in drift if a == "sim-airline-calibrated"]
-    # the same notifications reached Slack, the resolution threaded under the firing message
+    # the same notifications reached Slack: the drifting agent's incident paged once (its first
+    # alert, a new message) and the drift alert's firing and resolution are replies in its thread
     texts = [(m.get("text", ""), m.get("thread_ts"), m["ts"]) for m in slack.messages]
-    firing = [
-        (t, ts)
-        for t, th, ts in texts
-        if "drift_tier3" in t and th is None and "sim-telecom-drifting" in t
-    ]
-    assert firing, texts
-    replies = [th for t, th, _ in texts if th is not None]
-    assert firing[0][1] in replies
+    pages = [ts for t, th, ts in texts if th is None and "sim-telecom-drifting" in t]
+    assert len(pages) == 1, texts
+    in_thread = [t for t, th, _ in texts if th == pages[0] and "drift_tier3" in t]
+    assert [t.split("\n")[1].split()[0] for t in in_thread] == ["[FIRING]", "[RESOLVED]"], texts
     # the receiver's firing page names the conversations that show the drift: one step to each
     page = next(
         m
