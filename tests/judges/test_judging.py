@@ -437,6 +437,7 @@ async def test_a_conversation_that_grew_after_it_was_judged_is_judged_again(brok
     await writer.write([event_row(e) for e in first])
     async with ChatServer(default=corrected_answer) as server:
         llm = LLMJudge(LLMJudgeConfig(base_url=server.base_url, model="judge-m"))
+        await trust(database_url, [(llm.name, llm.version)])  # its labels count
         loop = judge_loop(broker.bootstrap, database_url, topic, llm=llm)
         loop.config = replace(loop.config, rejudge_most=1, rejudge_gap_s=0)
         try:
