@@ -211,11 +211,6 @@ class IncidentStep:
             if n.incident_role is not None and Role(n.incident_role).pages
         )
 
-    @property
-    def opened(self) -> tuple[str, ...]:
-        """Ids of the incidents opened in this step."""
-        return tuple(n.incident_id or "" for n in self.notifications if n.incident_role == "open")
-
 
 def _announces(n: Notification, member: bool) -> bool:
     return n.kind is Kind.FIRING or (n.kind is Kind.REPEAT and not member)
