@@ -3,7 +3,8 @@
 ``redact`` replaces, in this order:
 
 - secrets -> ``[secret]``: Slack tokens (``xoxb-...``), ``Bearer <token>``, ``sk-...`` API
-  keys, AWS access key ids (``AKIA...``), ``password=...``/``token=...``/``secret=...`` values;
+  keys, AWS access key ids (``AKIA...``), ``password=...``/``token=...``/``secret=...`` values
+  (also quoted, as JSON writes them: ``"password": "..."``);
 - card numbers -> ``[card]``: 13 to 19 digits, optionally grouped by single spaces or dashes,
   that pass the Luhn check (a digit run that fails it is left alone, so order ids and amounts
   mostly survive; a 13-19 digit id that happens to pass Luhn is redacted: false positives are
@@ -28,13 +29,16 @@ _SECRET = re.compile(
     r"|\bBearer\s+[A-Za-z0-9._~+/=-]{16,}"
     r"|\bsk-[A-Za-z0-9_-]{20,}"
     r"|\bAKIA[0-9A-Z]{16}\b"
-    r"|(?i:\b(?:password|passwd|token|secret|api[_-]?key)\b\s*[=:]\s*)[^\s,;\"']+"
+    r"|(?i:\b(?:password|passwd|token|secret|api[_-]?key)\b[\"']?\s*[=:]\s*[\"']?)[^\s,;\"']+"
 )
 _CARD = re.compile(r"(?<![\w.,])\d(?:[ -]?\d){12,18}(?![\w]|[.,]\d)")
 _EMAIL = re.compile(
     r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 )
-_PHONE_INTL = re.compile(r"(?<![\w+])\+\d(?:[ .-]?\(?\d+\)?)+(?![\w]|[.,]\d)")
+# each group takes its whole digit run (possessive): splitting a run is never a match anyway
+# (a digit follows, and the look-ahead refuses it), and a backtracking split made a run of
+# n digits before a letter cost about 2^n steps (24 digits: 7 s)
+_PHONE_INTL = re.compile(r"(?<![\w+])\+\d(?:[ .-]?\(?\d++\)?)+(?![\w]|[.,]\d)")
 _PHONE_NA = re.compile(r"(?<![\w(.,-])(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w]|[.,-]\d)")
 
 
@@ -59,7 +63,7 @@ def _card(match: re.Match[str]) -> str:
 
 def _secret(match: re.Match[str]) -> str:
     text = match.group(0)
-    key = re.match(r"(?i)(?:password|passwd|token|secret|api[_-]?key)\s*[=:]\s*", text)
+    key = re.match(r"(?i)(?:password|passwd|token|secret|api[_-]?key)[\"']?\s*[=:]\s*[\"']?", text)
     return f"{key.group(0)}[secret]" if key else "[secret]"
 
 
