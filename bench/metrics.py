@@ -26,6 +26,10 @@ conversation``: conversation by conversation, the same rows, see :func:`_traffic
   evaluator adds for one alert that fires (``exemplar_repo.record``: choose, the conversation
   locks, the promotion and the insert), per alert, over one alert per rule and segment.
 
+With ``--judged`` the fill is followed by a verdict per labelled item of the weighted sample and
+a drift check of every segment every hour, so the judges' and drift panels (their Examples too)
+read real volumes. The Conversation dashboard's textbox gets the latest conversation's id.
+
 It prints a table, the slowest queries with their ``EXPLAIN ANALYZE`` plans, and drops the
 database. Note: ``ingested_at`` is the time of the fill (a few minutes), so every event falls
 in both ranges of the pipeline panels that filter on it (their worst case). Run from the
@@ -156,6 +160,51 @@ async def fill(
     return written, n_items, seconds
 
 
+#: one verdict per labelled item of the weighted sample, as a judge agreeing with its label
+#: would store it (the judges' dashboard and its Examples read verdicts at this volume)
+_VERDICTS = """
+INSERT INTO verdicts (conversation_id, item_id, agent_id, judge, judge_version, status, label,
+                      score, categories, evidence, rationale, created_at)
+SELECT i.conversation_id, i.event_id, i.agent_id, 'bench-judge', '1', 'ok', i.label,
+  i.label::float8, CASE WHEN i.label = 0 THEN '["wrong_information"]' ELSE '[]' END::jsonb,
+  '{}'::jsonb, CASE WHEN i.label = 0 THEN 'the answer contradicts the tool result' END,
+  i.ts + interval '1 minute'
+FROM items i WHERE i.label IS NOT NULL AND i.weight > 0
+ON CONFLICT DO NOTHING"""
+
+
+async def judge_and_check(dsn: str, now: datetime) -> tuple[int, int]:
+    """``--judged``: a verdict per labelled item of the weighted sample and a drift check of
+    every segment every hour of the 7 days (1-hour recent window against the hour before), as
+    the judges and the worker's periodic checks would store them; returns (verdicts, checks)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(_VERDICTS)
+        verdicts = int(await conn.fetchval("SELECT count(*) FROM verdicts"))
+    finally:
+        await conn.close()
+    engine = make_engine(dsn)
+    try:
+        from monitor.analytics import reports as fa
+
+        end = now.replace(minute=0, second=0, microsecond=0)
+        at = end - timedelta(days=7) + timedelta(hours=2)
+        while at <= end:
+            windows = fa.drift_windows(at, timedelta(hours=1))
+            await fa.run_drift(engine, repo.Segment(), windows, min_samples=50)
+            at += timedelta(hours=1)
+    finally:
+        await engine.dispose()
+    conn = await asyncpg.connect(dsn)
+    try:
+        checks = int(await conn.fetchval("SELECT count(*) FROM drift_checks"))
+        await conn.execute("VACUUM ANALYZE verdicts")
+        await conn.execute("VACUUM ANALYZE drift_checks")
+    finally:
+        await conn.close()
+    return verdicts, checks
+
+
 async def _analyze(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
@@ -164,28 +213,35 @@ async def _analyze(dsn: str) -> None:
         await conn.close()
 
 
-def template_variables(specs: list[dict[str, Any]]) -> list[g.Variable]:
-    """A board's template variables with every value selected ("All" where offered)."""
+def template_variables(
+    specs: list[dict[str, Any]], typed: dict[str, str] | None = None
+) -> list[g.Variable]:
+    """A board's template variables with every value selected ("All" where offered); a
+    textbox gets its value from ``typed`` (what a data link puts there), else ``x``."""
+    typed = typed or {}
     return [
         g.Variable(
             v["name"],
             multi=bool(v.get("multi")),
             include_all=bool(v.get("includeAll")),
             all_value=v.get("allValue") or None,
-            options=("x",),
-            selected=(g.ALL,) if v.get("includeAll") else ("x",),
+            options=(typed.get(v["name"], "x"),),
+            selected=(g.ALL,) if v.get("includeAll") else (typed.get(v["name"], "x"),),
         )
         for v in specs
     ]
 
 
-def dashboard_queries(now: datetime) -> list[tuple[str, str, str]]:
-    """(range, name, sql) of every variable query and panel target, as Grafana sends them."""
+def dashboard_queries(
+    now: datetime, typed: dict[str, str] | None = None
+) -> list[tuple[str, str, str]]:
+    """(range, name, sql) of every variable query and panel target, as Grafana sends them
+    (``typed``: the values of textbox variables, by name)."""
     out: list[tuple[str, str, str]] = []
     for path in sorted((REPO / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         specs = board.get("templating", {}).get("list", [])
-        variables = template_variables(specs)
+        variables = template_variables(specs, typed)
         for label, span in RANGES.items():
             tr = g.TimeRange(now - span, now)
             for v in specs if label == "7d" else []:
@@ -327,6 +383,9 @@ async def _store(args: argparse.Namespace, now: datetime) -> AsyncIterator[str]:
             f"filled: {events} events, {items} items in {secs:.1f} s "
             f"({events / secs:.0f} events/s through EventWriter)"
         )
+        if args.judged:
+            verdicts, checks = await judge_and_check(dsn, now)
+            print(f"judged: {verdicts} verdicts, {checks} drift checks")
         if args.keep:
             print(f"kept for --reuse: {dsn}")
         yield dsn
@@ -346,7 +405,15 @@ async def run(args: argparse.Namespace) -> None:
                 "SELECT pg_size_pretty(pg_database_size(current_database()))"
             )
             print(f"database size: {size}")
-            for label, name, sql in dashboard_queries(now):
+            # a data link's conversation: the latest one with the most events
+            typed = {
+                "conversation": await conn.fetchval(
+                    "SELECT conversation_id FROM conversations"
+                    " ORDER BY last_ts DESC, event_count DESC LIMIT 1"
+                )
+                or "x"
+            }
+            for label, name, sql in dashboard_queries(now, typed):
                 results.append((await time_sql(conn, sql, args.repeat), label, name, sql))
             slow = sorted(results, reverse=True)[: args.plans]
             plans = [
@@ -434,6 +501,12 @@ def main() -> None:
         " conversation (same rows, far faster at 10M items)",
     )
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument(
+        "--judged",
+        action="store_true",
+        help="after the fill, store a verdict per labelled item and a drift check of every"
+        " segment every hour (the judges' and drift panels then read real volumes)",
+    )
     p.add_argument("--plans", type=int, default=6, help="how many slowest plans to print")
     p.add_argument(
         "--keep",

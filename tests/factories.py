@@ -63,3 +63,111 @@ def event_dict(
 
 def event(*args: Any, **kwargs: Any) -> AgentEvent:
     return validate_event(event_dict(*args, **kwargs))
+
+
+SECRET_ID = "conv-with-secrets"
+SECRETS = (
+    "hunter2",
+    "4111 1111 1111 1111",
+    "4111111111111111",
+    "jane.doe@example.com",
+    "sk-abcdefghijklmnopqrstuvwx",
+    "xoxb-123456789012-abcdef",
+    "(555) 123-4567",
+    "s3cr3t-t0ken",
+    "AKIAABCDEFGHIJKLMNOP",
+)
+
+
+def secret_events() -> list[AgentEvent]:
+    """A conversation whose every free-text field holds a secret or customer detail (its
+    conversation id is :data:`SECRET_ID`; none of :data:`SECRETS` may be shown)."""
+    cid, agent = SECRET_ID, "support-bot"
+    return [
+        event(
+            "s0",
+            cid,
+            "message",
+            at=0,
+            agent=agent,
+            turn=0,
+            role="user",
+            confidence=None,
+            content="my card is 4111 1111 1111 1111 and mail jane.doe@example.com",
+        ),
+        event(
+            "s1",
+            cid,
+            "message",
+            at=1,
+            agent=agent,
+            turn=1,
+            confidence=0.93,
+            content="I logged in with password=hunter2 for you",
+            tool_calls=[
+                {
+                    "id": "k1",
+                    "name": "charge",
+                    "arguments": {
+                        "api_key": "s3cr3t-t0ken",
+                        "card": 4111111111111111,
+                        "note": "key sk-abcdefghijklmnopqrstuvwx",
+                    },
+                }
+            ],
+        ),
+        event(
+            "s2",
+            cid,
+            "tool_result",
+            at=2,
+            agent=agent,
+            turn=2,
+            call_id="k1",
+            name="charge",
+            ok=False,
+            content="AKIAABCDEFGHIJKLMNOP rejected",
+            error="401 for Bearer xoxb-123456789012-abcdef",
+        ),
+        event(
+            "s3",
+            cid,
+            "gate",
+            at=3,
+            agent=agent,
+            turn=3,
+            findings=[
+                {"judge": "det.secrets", "category": None, "critique": "quotes password=hunter2"}
+            ],
+        ),
+        event(
+            "s4",
+            cid,
+            "escalation",
+            at=4,
+            agent=agent,
+            turn=3,
+            trigger="policy",
+            reason="call the customer at (555) 123-4567",
+        ),
+        event(
+            "s5",
+            cid,
+            "outcome",
+            at=5,
+            agent=agent,
+            success=False,
+            reward=0.0,
+            source="human_review",
+        ),
+        event(
+            "s6",
+            cid,
+            "feedback",
+            at=6,
+            agent=agent,
+            score=-1.0,
+            source="csat",
+            comment="reach me at jane.doe@example.com",
+        ),
+    ]

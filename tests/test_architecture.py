@@ -101,6 +101,7 @@ EDGE_MODULES = frozenset(
         "monitor.analytics.repo",
         "monitor.analytics.write",
         "monitor.analytics.reports",
+        "monitor.analytics.examples",
         "monitor.analytics.periodic",
         "monitor.judges.judge_noise",
         "monitor.analytics.drift_state",

@@ -16,6 +16,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "drift_state",
     "drift_tests",
     "escalation",
+    "examples",
     "periodic",
     "recalibration",
     "repo",

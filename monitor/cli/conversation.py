@@ -13,8 +13,6 @@ Exit codes: 0 shown, 2 an unknown conversation id, bad options or no database.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,11 +22,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from monitor.cli import analytics_common as ac
-from monitor.judges.transcript import Step, Transcript, VerdictView
+from monitor.judges.transcript import (
+    Step,
+    Transcript,
+    gate_text,
+    step_text,
+    turns_of,
+    verdict_text,
+)
 from monitor.judges.transcript_repo import load_transcript
 
 WIDTH = 100  # the layout's width when the output is not a terminal (or a narrower one)
-CONTENT_CHARS = 2000  # longest text shown per cell; --json has everything
 
 
 def console() -> Console:
@@ -45,60 +49,15 @@ def _num(x: Any, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _cut(text: str, most: int = CONTENT_CHARS) -> str:
-    return text if len(text) <= most else text[:most] + f" ... ({len(text) - most} more chars)"
+#: how the who column looks per kind of step (failures in red)
+_STYLES = {"tool FAILED": "red", "escalation": "bold", "outcome": "bold", "gate": "cyan"}
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def step_lines(step: Step) -> tuple[str, str]:
-    """``(who, what)`` of one step: who acted (with confidence or ok) and what was said or done
-    (rich markup, escaped)."""
-    d: Mapping[str, Any] = step.detail
-    if step.kind == "message":
-        who = str(d.get("role", "?"))
-        if d.get("confidence") is not None:
-            who += f" {_num(d['confidence'])}"
-        text = str(d.get("content") or "").strip()
-        parts = [escape(_cut(text))] if text else []
-        for call in d.get("tool_calls", []):
-            args = _compact(call.get("arguments", {}))
-            parts.append(f"[cyan]-> {escape(str(call.get('name')))}[/]({escape(_cut(args, 400))})")
-        return who, "\n".join(parts) or "[dim](no text)[/]"
-    if step.kind == "tool_result":
-        ok = bool(d.get("ok"))
-        who = f"tool {'ok' if ok else '[red]FAILED[/]'}"
-        what = f"[cyan]{escape(str(d.get('name')))}[/]"
-        if d.get("error"):
-            what += f" [red]error: {escape(_cut(str(d['error']), 400))}[/]"
-        content = str(d.get("content") or "").strip()
-        if content and content != str(d.get("error") or "").strip():
-            what += f"\n{escape(_cut(content))}"
-        return who, what
-    if step.kind == "escalation":
-        what = f"[bold]escalated[/] (trigger {escape(str(d.get('trigger')))}"
-        what += f", turn {step.turn})" if step.turn is not None else ")"
-        if d.get("confidence") is not None:
-            what += f" at confidence {_num(d['confidence'])}"
-        if d.get("reason"):
-            what += f": {escape(_cut(str(d['reason']), 400))}"
-        return "escalation", what
-    if step.kind == "outcome":
-        ok = bool(d.get("success"))
-        what = f"[{'green' if ok else 'red'}]{'succeeded' if ok else 'failed'}[/]"
-        what += f", source {escape(str(d.get('source')))}"
-        if d.get("reward") is not None:
-            what += f", reward {_num(d['reward'])}"
-        what += f"; arrived {_t(step.arrived)}"
-        return "outcome", what
-    if step.kind == "feedback":
-        what = f"score {_num(d.get('score'))} from {escape(str(d.get('source')))}"
-        if d.get("comment"):
-            what += f": {escape(_cut(str(d['comment']), 400))}"
-        return "feedback", what
-    return step.kind, escape(_cut(_compact(dict(d)), 400))
+def _row(step: Step) -> tuple[str, str]:
+    who, what = step_text(step)
+    style = _STYLES.get(who)
+    shown = escape(who) if style is None else f"[{style}]{escape(who)}[/]"
+    return shown, escape(what)
 
 
 def _header(c: Console, tr: Transcript) -> None:
@@ -145,43 +104,9 @@ def _transcript(c: Console, tr: Transcript) -> None:
     t.add_column("who", no_wrap=True)
     t.add_column("what", ratio=1, overflow="fold")
     for s in tr.steps:
-        who, what = step_lines(s)
+        who, what = _row(s)
         t.add_row(f"{s.at:%H:%M:%S}", "-" if s.turn is None else str(s.turn), who, what)
     c.print(t)
-
-
-def by_turn(value: Any, turns: Mapping[str, int | None]) -> Any:
-    """``value`` with every string that is an event id of the conversation shown as
-    ``turn N`` (evidence cites events by id; a person reads turns)."""
-    if isinstance(value, str):
-        turn = turns.get(value, -1)
-        return value if turn == -1 else f"turn {turn}" if turn is not None else "(no turn)"
-    if isinstance(value, Mapping):
-        return {k: by_turn(v, turns) for k, v in value.items()}
-    if isinstance(value, list):
-        return [by_turn(v, turns) for v in value]
-    return value
-
-
-def verdict_text(v: VerdictView, turns: Mapping[str, int | None]) -> str:
-    """The verdict's finding, rationale, error and evidence (event ids shown as turns) as one
-    markup text."""
-    parts = []
-    if v.status != "ok":
-        parts.append(f"[red]error[/]: {escape(v.error or '?')}")
-    else:
-        said = "[red]wrong[/]" if v.label == 0 else "right" if v.label == 1 else "no opinion"
-        if v.score is not None:
-            said += f", score {_num(v.score)}"
-        if v.categories:
-            said += f", {escape(', '.join(v.categories))}"
-        parts.append(said)
-    if v.rationale:
-        parts.append(escape(_cut(v.rationale, 600)))
-    if v.evidence:
-        cited = _compact(by_turn(dict(v.evidence), turns))
-        parts.append(f"[dim]evidence[/] {escape(_cut(cited, 600))}")
-    return "\n".join(parts)
 
 
 def _verdicts(c: Console, tr: Transcript) -> None:
@@ -189,10 +114,14 @@ def _verdicts(c: Console, tr: Transcript) -> None:
     t.add_column("judge", overflow="fold")
     t.add_column("on", no_wrap=True)
     t.add_column("said", ratio=1, overflow="fold")
-    turns = {s.event_id: s.turn for s in (*tr.steps, *tr.gate)}
+    turns = turns_of(tr)
     for v in tr.verdicts:
         on = "conversation" if v.item_id is None else f"turn {v.turn}"
-        t.add_row(f"{escape(v.judge)} {escape(v.judge_version)}", on, verdict_text(v, turns))
+        said = escape(verdict_text(v, turns))
+        if v.flagged or v.status != "ok":
+            first, _, rest = said.partition("\n")
+            said = f"[red]{first}[/]" + (f"\n{rest}" if rest else "")
+        t.add_row(f"{escape(v.judge)} {escape(v.judge_version)}", on, said)
     if tr.verdicts:
         c.print(t)
     else:
@@ -208,22 +137,9 @@ def _gate(c: Console, tr: Transcript) -> None:
         t.add_column(col, no_wrap=True)
     t.add_column("why", ratio=1, overflow="fold")
     for s in tr.gate:
-        d = s.detail
-        decision = str(d.get("decision")) + ("" if d.get("enforced", True) else " (shadow)")
-        why = (
-            f"confidence {_num(d.get('confidence'))}, calibrated {_num(d.get('calibrated'))},"
-            f" threshold {_num(d.get('threshold'))} ({escape(str(d.get('threshold_source')))})"
-        )
-        if d.get("degraded"):
-            why += f"; [yellow]degraded: {escape(str(d['degraded']))}[/]"
-        for f in d.get("findings", []):
-            why += (
-                f"\n{escape(str(f.get('judge')))}"
-                f"{' ' + escape(str(f['category'])) if f.get('category') else ''}:"
-                f" {escape(str(f.get('critique', '')))}"
-            )
+        decision, _, why = gate_text(s).partition(": ")
         turn = "-" if s.turn is None else str(s.turn)
-        t.add_row(f"{s.at:%H:%M:%S}", turn, escape(decision), why)
+        t.add_row(f"{s.at:%H:%M:%S}", turn, escape(decision), escape(why))
     c.print(t)
 
 

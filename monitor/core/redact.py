@@ -6,7 +6,8 @@ of the HTTP servers (:mod:`monitor.core.log_redaction`). Pure, regex only.
 - secrets -> ``[secret]``: Slack tokens (``xoxb-...``), ``Bearer <token>``, ``sk-...`` API
   keys, the monitor's own API keys (``mk_...``), AWS access key ids (``AKIA...``),
   ``password=...``/``token=...``/``secret=...``/``api_key=...`` values and an
-  ``Authorization:`` header's value (with its scheme, however short the credential);
+  ``Authorization:`` header's value (with its scheme, however short the credential), also
+  quoted as JSON writes them (``"password": "..."``);
 - card numbers -> ``[card]``: 13 to 19 digits, optionally grouped by single spaces or dashes,
   that pass the Luhn check (a digit run that fails it is left alone, so order ids and amounts
   mostly survive; a 13-19 digit id that happens to pass Luhn is redacted: false positives are
@@ -34,13 +35,16 @@ _SECRET = re.compile(
     r"|\bsk-[A-Za-z0-9_-]{20,}"
     r"|\bmk_[A-Za-z0-9_-]{20,}"
     r"|\bAKIA[0-9A-Z]{16}\b"
-    rf"|(?i:\b(?:{_KEYS})\b\s*[=:]\s*(?:(?:bearer|basic|token)\s+)?)[^\s,;\"']+"
+    rf"|(?i:\b(?:{_KEYS})\b[\"']?\s*[=:]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)[^\s,;\"']+"
 )
 _CARD = re.compile(r"(?<![\w.,])\d(?:[ -]?\d){12,18}(?![\w]|[.,]\d)")
 _EMAIL = re.compile(
     r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 )
-_PHONE_INTL = re.compile(r"(?<![\w+])\+\d(?:[ .-]?\(?\d+\)?)+(?![\w]|[.,]\d)")
+# each group takes its whole digit run (possessive): splitting a run is never a match anyway
+# (a digit follows, and the look-ahead refuses it), and a backtracking split made a run of
+# n digits before a letter cost about 2^n steps (24 digits: 7 s)
+_PHONE_INTL = re.compile(r"(?<![\w+])\+\d(?:[ .-]?\(?\d++\)?)+(?![\w]|[.,]\d)")
 _PHONE_NA = re.compile(r"(?<![\w(.,-])(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w]|[.,-]\d)")
 
 
@@ -65,7 +69,7 @@ def _card(match: re.Match[str]) -> str:
 
 def _secret(match: re.Match[str]) -> str:
     text = match.group(0)
-    key = re.match(rf"(?i)(?:{_KEYS})\s*[=:]\s*", text)
+    key = re.match(rf"(?i)(?:{_KEYS})[\"']?\s*[=:]\s*[\"']?", text)
     return f"{key.group(0)}[secret]" if key else "[secret]"
 
 

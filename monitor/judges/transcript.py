@@ -321,3 +321,129 @@ def build(
         sample,
         tuple(notes),
     )
+
+
+# --- the words a person reads (plain text; the CLI and the report style and escape them) ---
+
+#: longest text shown of one message or tool result (``--json`` has everything)
+CONTENT_CHARS = 2000
+#: longest text shown of arguments, reasons, comments, errors, rationales, evidence
+SHORT_CHARS = 600
+
+
+def cut(text: str, most: int = CONTENT_CHARS) -> str:
+    """``text``, cut after ``most`` characters with a note of how many more there were."""
+    return text if len(text) <= most else text[:most] + f" ... ({len(text) - most} more chars)"
+
+
+def compact(value: Any) -> str:
+    """A JSON value on one line."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def step_text(step: Step) -> tuple[str, str]:
+    """``(who, what)`` of one step, plain text: who acted (role and stated confidence, tool ok
+    or FAILED, escalation, outcome, feedback) and what was said or done (the message and the
+    tool calls it makes as ``-> name(arguments)``, the tool's error and result, the trigger,
+    turn and reason of an escalation, the outcome's source, reward and arrival, the
+    feedback's score, source and comment)."""
+    d: Mapping[str, Any] = step.detail
+    if step.kind == "message":
+        who = str(d.get("role", "?"))
+        if d.get("confidence") is not None:
+            who += f" {_num(d['confidence'])}"
+        text = str(d.get("content") or "").strip()
+        lines = [cut(text)] if text else []
+        for call in d.get("tool_calls", []):
+            args = cut(compact(call.get("arguments", {})), SHORT_CHARS)
+            lines.append(f"-> {call.get('name')}({args})")
+        return who, "\n".join(lines) or "(no text)"
+    if step.kind == "tool_result":
+        what = str(d.get("name"))
+        error = str(d.get("error") or "").strip()
+        if error:
+            what += f" error: {cut(error, SHORT_CHARS)}"
+        content = str(d.get("content") or "").strip()
+        if content and content != error:
+            what += f"\n{cut(content)}"
+        return f"tool {'ok' if d.get('ok') else 'FAILED'}", what
+    if step.kind == "escalation":
+        what = f"escalated (trigger {d.get('trigger')}"
+        what += f", turn {step.turn})" if step.turn is not None else ")"
+        if d.get("confidence") is not None:
+            what += f" at confidence {_num(d['confidence'])}"
+        if d.get("reason"):
+            what += f": {cut(str(d['reason']), SHORT_CHARS)}"
+        return "escalation", what
+    if step.kind == "outcome":
+        what = f"{'succeeded' if d.get('success') else 'failed'}, source {d.get('source')}"
+        if d.get("reward") is not None:
+            what += f", reward {_num(d['reward'])}"
+        return "outcome", what + f"; arrived {step.arrived:%Y-%m-%d %H:%M:%S}"
+    if step.kind == "feedback":
+        what = f"score {_num(d.get('score'))} from {d.get('source')}"
+        if d.get("comment"):
+            what += f": {cut(str(d['comment']), SHORT_CHARS)}"
+        return "feedback", what
+    if step.kind == "gate":
+        return "gate", gate_text(step)
+    return step.kind, cut(compact(dict(d)), SHORT_CHARS)
+
+
+def gate_text(step: Step) -> str:
+    """A gate decision: the decision (shadow or not), stated and calibrated confidence against
+    the threshold and its source, a degraded answer's reason, one line per finding."""
+    d = step.detail
+    shadow = "" if d.get("enforced", True) else " (shadow)"
+    what = (
+        f"{d.get('decision')}{shadow}: confidence {_num(d.get('confidence'))}, calibrated "
+        f"{_num(d.get('calibrated'))}, threshold {_num(d.get('threshold'))} "
+        f"({d.get('threshold_source')})"
+    )
+    if d.get("degraded"):
+        what += f"; degraded: {d['degraded']}"
+    for f in d.get("findings", []):
+        category = f" {f['category']}" if f.get("category") else ""
+        what += f"\n{f.get('judge')}{category}: {f.get('critique', '')}"
+    return what
+
+
+def by_turn(value: Any, turns: Mapping[str, int | None]) -> Any:
+    """``value`` with every string that is an event id of the conversation shown as
+    ``turn N`` (evidence cites events by id; a person reads turns)."""
+    if isinstance(value, str):
+        turn = turns.get(value, -1)
+        return value if turn == -1 else f"turn {turn}" if turn is not None else "(no turn)"
+    if isinstance(value, Mapping):
+        return {k: by_turn(v, turns) for k, v in value.items()}
+    if isinstance(value, list):
+        return [by_turn(v, turns) for v in value]
+    return value
+
+
+def verdict_text(v: VerdictView, turns: Mapping[str, int | None]) -> str:
+    """What the verdict said (wrong / right / no opinion, score, categories, or the judge's
+    error), its rationale and its evidence (event ids shown as turns), one per line."""
+    if v.status != "ok":
+        lines = [f"error: {v.error or '?'}"]
+    else:
+        said = "wrong" if v.label == 0 else "right" if v.label == 1 else "no opinion"
+        if v.score is not None:
+            said += f", score {_num(v.score)}"
+        if v.categories:
+            said += f", {', '.join(v.categories)}"
+        lines = [said]
+    if v.rationale:
+        lines.append(cut(v.rationale, SHORT_CHARS))
+    if v.evidence:
+        lines.append(f"evidence {cut(compact(by_turn(dict(v.evidence), turns)), SHORT_CHARS)}")
+    return "\n".join(lines)
+
+
+def turns_of(tr: Transcript) -> dict[str, int | None]:
+    """Event id -> turn, for every stored event of the conversation."""
+    return {s.event_id: s.turn for s in (*tr.steps, *tr.gate)}

@@ -4,6 +4,7 @@ other)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from monitor.analytics.calibration import CalibrationReport
 from monitor.analytics.repo import Segment
 from monitor.analytics.thresholds import Recommendation, ThresholdTable
 from monitor.gate.effect import Effect
+from monitor.report.examples import Shown
 from monitor.store.replica import ReadSource
 
 
@@ -32,3 +34,5 @@ class ReportData:
     gate: list[Effect] = field(default_factory=list)  # recorded gate decisions per agent x domain
     source: ReadSource = field(default_factory=lambda: ReadSource(standby=False))  # server read
     incidents: list[dict[str, Any]] = field(default_factory=list)  # overlapping the range
+    # per agent to act on, its worst conversations (monitor.report.examples)
+    examples: Mapping[str, Sequence[Shown]] = field(default_factory=dict)

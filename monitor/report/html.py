@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from monitor.analytics.calibration import Proportion
 from monitor.gate.effect import Effect
+from monitor.report.examples import Shown, agent_examples_html
 from monitor.report.health import AgentHealth
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ figure{margin:0}img{width:100%;height:auto;border:1px solid #eaeef2}
 figcaption{font-size:.85em;color:#57606a}
 details{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.5em 0}
 summary{cursor:pointer;font-weight:600}
+details.example summary{font-weight:400}h4{font-size:.95em;margin:.8em 0 .3em}
+code{font-size:.9em;background:#f6f8fa;padding:0 .2em;border-radius:3px}
 """
 
 
@@ -265,8 +268,13 @@ def _figure(name: str, png: bytes, caption: str) -> str:
     )
 
 
-def agent_charts(found: Sequence[AgentHealth], images: Mapping[str, Mapping[str, bytes]]) -> str:
-    """One block per agent (health order): its badge and its charts."""
+def agent_charts(
+    found: Sequence[AgentHealth],
+    images: Mapping[str, Mapping[str, bytes]],
+    examples: Mapping[str, Sequence[Shown]] | None = None,
+) -> str:
+    """One block per agent (health order): its badge, its worst conversations when it is to
+    act on (``examples``), and its charts."""
     out = []
     for v in found:
         charts = images.get(v.agent, {})
@@ -276,7 +284,8 @@ def agent_charts(found: Sequence[AgentHealth], images: Mapping[str, Mapping[str,
         )
         out.append(
             f'<h3 id="{anchor(v.agent)}">{_badge(v.level)}{html.escape(v.agent)}</h3>'
-            f'<div class="charts">{figs}</div>'
+            + agent_examples_html(examples or {}, v.agent)
+            + f'<div class="charts">{figs}</div>'
         )
     return "".join(out)
 
@@ -409,9 +418,10 @@ def render_html(
     images: Mapping[str, Mapping[str, bytes]],
     combined: Mapping[str, bytes],
 ) -> str:
-    """The page: the health level per agent, the firing alerts and the incidents they
-    belong to, the runtime trust gate (only when
-    an agent asked it), the charts per agent, then the full tables folded. ``images`` are the
+    """The page: the health level per agent, the firing alerts and the incidents they belong to,
+    the runtime trust gate (only when an agent asked it), the charts per agent (an agent to act
+    on with its worst conversations first, transcripts folded), then the full tables folded.
+    ``images`` are the
     per-agent charts (agent -> kind -> PNG), ``combined`` the all-agent ones (kind -> PNG)."""
     scope = ", ".join(f"{k}={v}" for k, v in vars(d.segment).items() if v is not None)
     return "".join(
@@ -431,7 +441,7 @@ def render_html(
             incidents_table(d.incidents),
             gate_section(d.gate),
             "<h2>Charts per agent</h2>",
-            agent_charts(found, images),
+            agent_charts(found, images, d.examples),
             "<h2>Full tables</h2>",
             full_tables(d, combined),
             "</body></html>",

@@ -4,14 +4,17 @@ Every number comes from the functions the CLI uses (:mod:`monitor.analytics.repo
 CLI's defaults), so the report's tables equal ``monitor calibration|escalation|thresholds
 --json`` for the same scope and range; the gate section equals ``monitor gate --json
 --no-replay`` (recorded decisions only: an agent that never asked the gate gets no gate
-row). Each numeric cell carries its exact value in ``data-key`` / ``data-value`` attributes
-(the text shows it rounded); the PNGs are written next to the HTML and embedded in it as
-base64, so the HTML opens anywhere on its own.
+row). Each agent to act on lists its worst conversations by the dashboards' Examples rules,
+transcripts folded and redacted (:mod:`monitor.report.examples`). Each numeric cell carries
+its exact value in ``data-key`` / ``data-value`` attributes (the text shows it rounded); the
+PNGs are written next to the HTML and embedded in it as base64, so the HTML opens anywhere on
+its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,6 +35,7 @@ from monitor.gate.effect_repo import gated_conversations, ungated_counts
 from monitor.gate.policy import DEFAULT_POLICY
 from monitor.report import plots as rp
 from monitor.report.data import ReportData
+from monitor.report.examples import agents_examples
 from monitor.report.health import AgentHealth, agents_health
 from monitor.report.html import TARGET_RESIDUAL_FAILURE, anchor, render_html
 from monitor.store.engine import make_engine
@@ -165,10 +169,11 @@ async def gate_effects(
 async def gather(
     engine: AsyncEngine, segment: Segment, start: datetime, end: datetime
 ) -> ReportData:
-    """Compute every section of the report (the CLI's functions and defaults), and which
-    server they were read from (a replica's lag is shown under the title)."""
+    """Compute every section of the report (the CLI's functions and defaults), which server
+    they were read from (a replica's lag is shown under the title), and the worst
+    conversations of each agent to act on."""
     source = await read_source(engine)
-    return ReportData(
+    data = ReportData(
         segment,
         start,
         end,
@@ -190,6 +195,8 @@ async def gather(
         source,
         incidents=await incidents(engine, segment, start, end),
     )
+    examples = await agents_examples(engine, report_health(data), start, end)
+    return dataclasses.replace(data, examples=examples)
 
 
 # --- files -------------------------------------------------------------------------------------

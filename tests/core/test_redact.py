@@ -23,6 +23,8 @@ from monitor.core.redact import luhn_ok, redact, redact_secrets
         ("Authorization: Bearer abcdefghijklmnop1234", "Authorization: [secret]"),
         ("slack xoxb-123456789012-abcdef", "slack [secret]"),
         ("password=hunter2; user=x", "password=[secret]; user=x"),
+        ('{"password": "hunter2", "user": "x"}', '{"password": "[secret]", "user": "x"}'),
+        ("{'api_key': 'k-123'}", "{'api_key': '[secret]'}"),
         ("authorization: Bearer s3cret, next", "authorization: [secret], next"),
         ("Authorization:Basic dXNlcjpwYXNz", "Authorization:[secret]"),
         ("key mk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_ab used", "key [secret] used"),

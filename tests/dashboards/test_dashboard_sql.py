@@ -27,6 +27,7 @@ references a missing table or column (and the other mistakes above). Datasource 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -449,8 +450,36 @@ def scenarios_for(
 # --- tests ------------------------------------------------------------------------------------
 
 
+# What a person (or a data link) types into a textbox variable: a value picked from the seeded
+# database that shows in every panel using it (a conversation with verdicts and gate decisions).
+TYPED: dict[tuple[str, str], str] = {
+    ("monitor-conversation", "conversation"): """
+SELECT g.conversation_id FROM v_gate_decisions g
+WHERE EXISTS (SELECT 1 FROM verdicts v WHERE v.conversation_id = g.conversation_id
+              AND v.score > 0)
+ORDER BY g.time DESC, g.conversation_id LIMIT 1""",
+}
+
+
+async def typed_values(
+    conn: asyncpg.Connection, dashboard: dict[str, Any]
+) -> dict[str, tuple[str, ...]]:
+    """Each textbox variable's value from :data:`TYPED` (a textbox without one fails)."""
+    out = {}
+    for spec in variable_specs(dashboard):
+        if spec.get("type") == "textbox":
+            sql = TYPED.get((dashboard.get("uid", ""), spec["name"]))
+            assert sql, f"no value to type into ${spec['name']} (TYPED)"
+            value = await conn.fetchval(sql)
+            assert value is not None, f"the seeded database has no value for ${spec['name']}"
+            out[spec["name"]] = (str(value),)
+    return out
+
+
 async def seeded_scenarios(conn: asyncpg.Connection, dashboard: dict[str, Any]) -> list[Scenario]:
-    """The scenarios for ``dashboard`` on a seeded database (its variables' options resolved)."""
+    """The scenarios for ``dashboard`` on a seeded database (its variables' options resolved,
+    its textboxes typed: each scenario has the typed value, and one scenario a value that
+    matches nothing)."""
     await conn.execute("SET statement_timeout = '10s'")
     now = await conn.fetchval("SELECT clock_timestamp()")
     oldest = await conn.fetchval("SELECT min(ts) FROM events")
@@ -460,7 +489,16 @@ async def seeded_scenarios(conn: asyncpg.Connection, dashboard: dict[str, Any]) 
     assert not problems, problems
     specs = {s["name"]: s for s in variable_specs(dashboard)}
     queried = [v for v in variables if v.options and specs[v.name].get("type") == "query"]
-    return scenarios_for(dashboard, now, oldest, queried)
+    out = scenarios_for(dashboard, now, oldest, queried)
+    typed = await typed_values(conn, dashboard)
+    out = [dataclasses.replace(s, selection={**typed, **s.selection}) for s in out]
+    history = g.TimeRange(oldest - timedelta(days=1), now)
+    return out + [
+        Scenario(
+            f"history, ${name} matches nothing", history, {name: (NOTHING,)}, expect_no_signal=True
+        )
+        for name in typed
+    ]
 
 
 @pytest.mark.parametrize("path", dashboard_files(), ids=lambda p: p.name)
@@ -485,6 +523,7 @@ class Mutation:
 
 
 def mutations(dashboard: dict[str, Any]) -> list[Mutation]:
+    timed = "$__timeFilter(" in json.dumps(dashboard)
     out = [
         # a set-returning function (escalation_bins_in) renamed is a missing function
         Mutation(
@@ -495,8 +534,22 @@ def mutations(dashboard: dict[str, Any]) -> list[Mutation]:
             "UndefinedColumnError",
             r"\$__timeFilter\((\w+)\)",
             r"$__timeFilter(\1_missing)",
+            required=timed,
         ),
-        Mutation("unknown macro", "UnknownMacroError", r"\$__timeFilter\(", "$__timeFilterz("),
+        Mutation(  # a dashboard of one conversation has no time filter to break
+            "missing column in the filter",
+            "UndefinedColumnError",
+            r"\bWHERE (\w+) = ",
+            r"WHERE \1_missing = ",
+            required=not timed,
+        ),
+        Mutation(
+            "unknown macro",
+            "UnknownMacroError",
+            r"\$__timeFilter\(",
+            "$__timeFilterz(",
+            required=timed,
+        ),
         Mutation(
             "filter that matches nothing",
             "no data with the seeded database",

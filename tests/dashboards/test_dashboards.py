@@ -39,6 +39,7 @@ from tests.test_deploy_files import DASHBOARDS, all_panels, dashboard_files
 
 UIDS = {
     "monitor-calibration",
+    "monitor-conversation",
     "monitor-drift",
     "monitor-escalation",
     "monitor-gate",
@@ -59,9 +60,18 @@ VIEWS = {
     "v_pipeline",
     "v_event_minutes",
     "v_gate_decisions",
+    "v_conversations",
+    "v_conversation_events",
+    "v_conversation_verdicts",
+}
+EXAMPLES = {  # dashboard -> the function its "Examples" panel reads
+    "monitor-calibration": "examples_calibration",
+    "monitor-drift": "examples_drift",
+    "monitor-escalation": "examples_escalation",
+    "monitor-judges": "examples_judges",
 }
 # what panels may read: the views, and escalation_bins_in (a SQL function over v_escalation_bins)
-READABLE = VIEWS | {"escalation_bins_in", "calibration_bins_in"}  # functions over views
+READABLE = VIEWS | {"escalation_bins_in", "calibration_bins_in", *EXAMPLES.values()}
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
@@ -78,6 +88,11 @@ def test_every_dashboard_is_there_with_scope_variables_and_alerts() -> None:
         assert d["schemaVersion"] == 39, uid
         ids = [p["id"] for p in all_panels(d)]
         assert len(ids) == len(set(ids)), uid
+        if uid == "monitor-conversation":  # one conversation, whenever it happened
+            (v,) = d["templating"]["list"]
+            assert v["name"] == "conversation" and v["type"] == "textbox"
+            assert not v.get("skipUrlSync")  # /d/monitor-conversation/..?var-conversation=ID
+            continue
         names = [v["name"] for v in d["templating"]["list"]]
         assert names == ["agent", "domain", "tier"], uid  # /d/<uid>?var-agent=..&var-domain=..
         for v in d["templating"]["list"]:
@@ -115,6 +130,11 @@ def test_issue_panels_exist() -> None:
         "Time to escalation per agent",
         "Missed escalations",
     } <= titles["monitor-escalation"]
+    for uid in EXAMPLES:
+        assert "Examples" in titles[uid], uid
+    assert {"Conversation", "Sample decision", "Transcript", "Verdicts", "Gate decisions"} == (
+        titles["monitor-conversation"]
+    )
     assert {
         "Verdicts by failure category",
         "Fabrications by type",
@@ -371,6 +391,9 @@ async def run_annotations(
 
 async def test_annotations_mark_alerts_and_fired_drift_checks(seeded: str) -> None:
     for uid, d in dashboards().items():
+        if uid == "monitor-conversation":  # tables of one conversation: no time axis to mark
+            assert [a.get("target") for a in d["annotations"]["list"]] == [None]
+            continue
         results = await run_annotations(seeded, d, {})
         for name, result in results.items():
             assert {"time", "text", "tags"} <= set(result.columns), (uid, name)
