@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from monitor.otel.context import kind_of
-from monitor.otel.messages import input_messages, output_messages, system_instructions
 from monitor.otel.spans import STATUS_ERROR, Span
 
 DETAILS = "gen_ai.client.inference.operation.details"
@@ -45,6 +44,8 @@ _CONTENT_ATTRIBUTES = (
     "gen_ai.output.messages",
     "gen_ai.system_instructions",
 )
+_FLATTENED = ("llm.input_messages.", "llm.output_messages.", "gen_ai.prompt.", "gen_ai.completion.")
+_CONTENT_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"})
 
 
 def is_genai(name: str) -> bool:
@@ -106,8 +107,17 @@ def by_span(records: Iterable[LogEvent]) -> dict[tuple[str, str], list[LogEvent]
 
 
 def has_content(span: Span) -> bool:
-    """The span carries messages of its own (attributes or span events)."""
-    return bool(input_messages(span) or output_messages(span) or system_instructions(span))
+    """The span carries messages of its own: the content attributes or span events of any
+    convention ``monitor.otel.messages`` reads (checked by name, without parsing them)."""
+    attributes = span.attributes
+    if any(attributes.get(k) for k in _CONTENT_ATTRIBUTES):
+        return True
+    if any(k.startswith(_FLATTENED) for k in attributes):
+        return True
+    value = attributes.get("output.value")
+    if isinstance(value, str) and value.lstrip().startswith(("{", "[")):
+        return True
+    return any(e.name in _CONTENT_EVENTS for e in span.events)
 
 
 def with_content(span: Span, records: list[LogEvent]) -> Span:

@@ -71,15 +71,16 @@ class PendingTraces:
         self.now = now
 
     @_guarded
-    async def load(self, trace_ids: Iterable[str]) -> Waiting:
-        """The waiting spans and log records and the remembered contexts of ``trace_ids``."""
+    async def load(self, trace_ids: Iterable[str], with_records: bool = True) -> Waiting:
+        """The waiting spans (and, ``with_records``, log records) and the remembered contexts
+        of ``trace_ids``."""
         ids = sorted(set(trace_ids))
         if not ids:
             return Waiting()
         async with self.engine.connect() as conn:
             waiting = await _spans(conn, ids)
             resolved = await _contexts(conn, ids)
-            records = await _records(conn, ids)
+            records = await _records(conn, ids) if with_records else []
         return Waiting(waiting, resolved, records)
 
     @_guarded
@@ -126,9 +127,10 @@ class PendingTraces:
         ]
         async with self.engine.begin() as conn:
             if rows:
-                await conn.execute(insert(pending_t).values(rows).on_conflict_do_nothing())
+                # executemany: one cached statement, not one compiled per row count
+                await conn.execute(insert(pending_t).on_conflict_do_nothing(), rows)
             if record_rows:
-                await conn.execute(insert(records_t).values(record_rows).on_conflict_do_nothing())
+                await conn.execute(insert(records_t).on_conflict_do_nothing(), record_rows)
 
     @_guarded
     async def settle(
@@ -158,7 +160,7 @@ class PendingTraces:
             }
             for trace_id, (how, ctx) in sorted(settled.items())
         ]
-        stmt = insert(traces_t).values(rows)
+        stmt = insert(traces_t)
         stmt = stmt.on_conflict_do_update(
             index_elements=[traces_t.c.trace_id],
             set_={
@@ -167,7 +169,7 @@ class PendingTraces:
             },
         )
         async with self.engine.begin() as conn:
-            await conn.execute(stmt)
+            await conn.execute(stmt, rows)  # executemany, as park
             keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
             if keys:
                 await conn.execute(

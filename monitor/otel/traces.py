@@ -34,7 +34,7 @@ from typing import Protocol
 from monitor.auth.keys import agent_matches
 from monitor.contract.events import Publish
 from monitor.otel.assembly import TraceContext, expire, plan
-from monitor.otel.log_events import LogEvent, by_span, with_content
+from monitor.otel.log_events import LogEvent, awaits_content, by_span, with_content
 from monitor.otel.mapping import Mapped, MappingConfig, map_spans
 from monitor.otel.spans import Span
 
@@ -88,7 +88,7 @@ class Waiting:
 class PendingStore(Protocol):
     """The durable side (``monitor.otel.pending.PendingTraces``)."""
 
-    def load(self, trace_ids: Iterable[str]) -> Awaitable[Waiting]: ...
+    def load(self, trace_ids: Iterable[str], with_records: bool = True) -> Awaitable[Waiting]: ...
     def park(
         self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
     ) -> Awaitable[None]: ...
@@ -152,7 +152,9 @@ class TraceAssembler:
             return Prepared(mapped, records=_fates(records, spans, set()))
         trace_ids = {s.trace_id for s in spans if s.well_formed is None}
         trace_ids.update(r.trace_id for r in records)
-        held = await self.store.load(trace_ids)
+        held = await self.store.load(trace_ids, with_records=bool(records))
+        if not records and (needy := _contentless(spans, held.spans)):
+            held.records = await self.store.records(needy)  # their content may wait there
         known = [*held.records, *records]
         todo = plan(spans, held.spans, held.contexts, by_span(known), self.wait_for_content)
         ready_traces = {s.trace_id for s in todo.ready}
@@ -201,8 +203,9 @@ class TraceAssembler:
         await self.settle(prepared)
         if self.store is None or not prepared.settle:
             return prepared
-        held = await self.store.load(prepared.settle)
+        held = await self.store.load(prepared.settle, with_records=False)
         if held.spans:
+            held.records = await self.store.records(held.spans)
             todo = expire(held.spans, held.contexts, "late")
             scopes = await self.store.scopes(held.spans)
             records_of = by_span(held.records)
@@ -248,6 +251,16 @@ class TraceAssembler:
         if self.store is None:
             return 0
         return await self.store.forget()
+
+
+def _contentless(spans: list[Span], waiting: dict[str, list[Span]]) -> set[str]:
+    """The traces of ``spans`` with an LLM span that carries no content of its own (with the
+    spans ``waiting``): only their log records are worth loading."""
+    traces: dict[str, list[Span]] = {}
+    for s in spans:
+        if s.well_formed is None:
+            traces.setdefault(s.trace_id, []).append(s)
+    return {t for t, mine in traces.items() if awaits_content([*waiting.get(t, []), *mine], {})}
 
 
 def _keys(spans: list[Span], records: list[LogEvent]) -> set[SpanKey]:
