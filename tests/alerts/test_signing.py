@@ -87,14 +87,3 @@ def test_any_body_verifies_and_any_flip_fails(body: bytes, secret: bytes, ts: in
     assert verify(secret, header, body, now=ts) == ts
     tampered = body + b"x"
     assert not is_valid(secret, header, tampered, now=ts)
-
-
-def test_a_long_digit_run_after_a_plus_is_linear() -> None:
-    """A '+' and 26 digits before a letter took about 27 s (each split of the digit run was
-    tried); now the run is taken whole."""
-    import time
-
-    text = "call +" + "1" * 26 + "x or +" + "9" * 5000 + "y"
-    started = time.perf_counter()
-    assert redact(text) == text
-    assert time.perf_counter() - started < 1.0

@@ -6,7 +6,7 @@
   encoded) gives the Conversation dashboard's panels the conversation's rows: its roll-up, as
   many transcript rows as it has stored events, its verdicts, its gate decisions.
 - The dashboard shows a conversation full of secrets redacted (``monitor_redact``), and
-  ``monitor_redact`` redacts exactly as ``monitor.alerts.redact.redact`` on a corpus.
+  ``monitor_redact`` redacts exactly as ``monitor.core.redact.redact`` on a corpus.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import asyncpg
 import pytest
 
-from monitor.alerts.redact import redact
+from monitor.core.redact import redact
 from monitor.ingest.rows import event_row
 from monitor.ingest.writer import EventWriter
 from monitor.store.engine import libpq_url
