@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO
 
@@ -80,7 +80,9 @@ def shown_url(url: str) -> str:
 
 
 class Stack:
-    """See the module docstring. ``*_port`` are the preferred ports (0: any free port)."""
+    """See the module docstring. ``*_port`` are the preferred ports (0: any free port);
+    ``env`` is laid over the worker's and the gate's environment last (a soak or a test turning
+    on what ``monitor up`` turns off, such as live alerting)."""
 
     def __init__(
         self,
@@ -91,8 +93,10 @@ class Stack:
         web_port: int = 6066,
         gate_port: int = 6067,
         say: Say = print,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        self.env = dict(env or {})
         self.state_dir = settings.state_dir.resolve()
         self.ports = (broker_port, pg_port, web_port)
         self.gate_port = gate_port
@@ -249,6 +253,7 @@ class Stack:
             # `monitor up` replays alerting over the simulated timeline itself
             # (monitor.alerts.timeline); a live evaluation would race with it
             "MONITOR_ALERTING_ENABLED": "false",
+            **self.env,
         }
 
     def _spawn(
