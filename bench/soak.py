@@ -563,9 +563,11 @@ SELECT
   coalesce(sum(events), 0)
 FROM event_minutes
 """
+# a partitioned table's size is its partitions' (pg_partition_tree lists no plain table)
 SIZES = """
 SELECT t, coalesce((SELECT sum(pg_total_relation_size(relid))
-                    FROM pg_partition_tree(to_regclass(t))), 0)::float8
+                    FROM pg_partition_tree(to_regclass(t))),
+                   pg_total_relation_size(to_regclass(t)), 0)::float8
 FROM unnest($1::text[]) AS t
 """
 
@@ -655,22 +657,28 @@ async def records_counter(bootstrap: str) -> tuple[Any, Any]:
     """(an async callable: the records every topic of the broker holds, the end offsets summed
     (Tansu's memory store deletes nothing); its close)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
 
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
     await consumer.start()
 
     async def count() -> int:
-        topics = await consumer.topics()
         tps = [
-            TopicPartition(t, p)
-            for t in topics
-            if not t.startswith("__")
-            for p in consumer.partitions_for_topic(t) or ()
+            TopicPartition(t["topic"], p["partition"])
+            for t in await admin.describe_topics()  # every topic, the ones made since too
+            if not t["topic"].startswith("__")
+            for p in t["partitions"]
         ]
         ends = await consumer.end_offsets(tps) if tps else {}
         return int(sum(ends.values()))
 
-    return count, consumer.stop
+    async def close() -> None:
+        await consumer.stop()
+        await admin.close()
+
+    return count, close
 
 
 # --- the verdict (pure) -------------------------------------------------------------------
@@ -1030,11 +1038,20 @@ def positive(text: str) -> float:
     return value
 
 
+class Help(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with the defaults, except the ones that are none (required, flags, computed)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="bench/soak.py",
         description=__doc__.split("\n\n")[0].replace("\n", " "),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=Help,
         epilog="Exit status: 0 every check passed; 1 a check failed (memory or lag growing beyond "
         "its bound, an error logged); 2 the load is not proven or the machine was busy (the "
         "figures are printed marked INVALID; --allow-busy accepts a busy machine).",
