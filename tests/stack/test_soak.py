@@ -199,7 +199,8 @@ def test_a_short_soak_on_the_real_stack_samples_every_column_and_proves_its_load
     assert float(last["kafka_sent"]) > 0 and float(last["gate_answered"]) > 0
     assert float(last["http_accepted"]) > 0 and float(last["otlp_spans"]) > 0
     assert all(float(last[f"{p}_rss_mib"]) > 0 for p in ("worker", "gate", "broker", "postgres"))
-    assert float(last["size_events_mib"]) > 0
+    assert float(last["size_events_mib"]) > 0 and float(last["size_conversations_mib"]) > 0
+    assert float(last["broker_records"]) >= float(last["kafka_sent"])
     summary = json.loads((out / "samples.json").read_text())
     assert {p["name"]: p["ok"] for p in summary["proofs"] if p["name"] != "machine quiet"} == {
         p["name"]: True for p in summary["proofs"] if p["name"] != "machine quiet"
