@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import httpx
+import psutil
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -318,6 +319,74 @@ class CpuMeter:
     @staticmethod
     def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+class TreeUsage(NamedTuple):
+    """What a process and its live descendants hold and used (see :func:`tree_usage`)."""
+
+    rss_mib: float  # resident set sizes summed (shared pages counted in every process)
+    pss_mib: float  # proportional set sizes summed: shared pages split between their users
+    processes: int
+    cpu_s: float  # user + system CPU, with that of the children they reaped
+
+
+def tree_usage(pid: int | None) -> TreeUsage:
+    """Memory and CPU of process ``pid`` and its live descendants (a Postgres postmaster and
+    its backends, a worker and what it forked); zeros when it is gone or ``pid`` is None.
+    PSS reads ``smaps_rollup`` (falls back to RSS where it cannot be read)."""
+    if pid is None:
+        return TreeUsage(0.0, 0.0, 0, 0.0)
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return TreeUsage(0.0, 0.0, 0, 0.0)
+    rss = pss = cpu = 0.0
+    alive = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            with proc.oneshot():
+                resident = proc.memory_info().rss
+                times = proc.cpu_times()
+            try:
+                proportional = float(getattr(proc.memory_full_info(), "pss", resident))
+            except psutil.Error:
+                proportional = float(resident)
+            rss += resident
+            pss += proportional
+            cpu += times.user + times.system + times.children_user + times.children_system
+            alive += 1
+    return TreeUsage(rss / 2**20, pss / 2**20, alive, cpu)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot, every core together (``/proc/stat``:
+    all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+class OthersMeter:
+    """Cores the machine spent on anything but the process trees of ``roots`` (a benchmark
+    and what it started) between two :meth:`reading` calls: the machine's busy time (/proc/stat)
+    less theirs (:func:`tree_usage`). A benchmark is measured on a quiet machine when this stays
+    near 0 (kernel threads and system daemons use a few hundredths of a core)."""
+
+    def __init__(self, roots: Callable[[], Iterable[int | None]]) -> None:
+        self.roots = roots
+        self._last = self._now()
+
+    def _now(self) -> tuple[float, float, float]:
+        ours = sum(tree_usage(pid).cpu_s for pid in set(self.roots()))
+        return time.monotonic(), machine_busy_seconds(), ours
+
+    def reading(self) -> float:
+        """Average cores used by other processes since the previous reading (or creation)."""
+        (t0, busy0, ours0), self._last = self._last, self._now()
+        t1, busy1, ours1 = self._last
+        # a process of ours that exited drops its CPU from the sum: never count that as others'
+        return max(0.0, (busy1 - busy0) - max(0.0, ours1 - ours0)) / max(t1 - t0, 1e-9)
 
 
 def postmaster_pid(data_dir: Path) -> int | None:

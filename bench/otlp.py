@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import asyncpg
@@ -50,6 +51,16 @@ PARTITIONS = 4
 BATCH = 512
 
 
+def example_agent() -> ModuleType:
+    """examples/otel_agent.py as a module: its ``conversation(tracer, rng, agent, cid)`` makes
+    one conversation's spans (``invoke_agent`` > ``chat`` > ``execute_tool``)."""
+    spec = importlib.util.spec_from_file_location("otel_agent", REPO / "examples/otel_agent.py")
+    assert spec and spec.loader
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    return agent
+
+
 def make_requests(conversations: int) -> tuple[list[bytes], list[bytes], int]:
     """(gzip protobuf trace bodies, JSON event bodies, events) for the example agent's spans."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -58,10 +69,7 @@ def make_requests(conversations: int) -> tuple[list[bytes], list[bytes], int]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    spec = importlib.util.spec_from_file_location("otel_agent", REPO / "examples/otel_agent.py")
-    assert spec and spec.loader
-    agent = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agent)
+    agent = example_agent()
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "bench-agent"}))
     provider.add_span_processor(SimpleSpanProcessor(memory))

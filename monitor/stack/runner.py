@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO
 
@@ -81,7 +81,9 @@ def shown_url(url: str) -> str:
 
 
 class Stack:
-    """See the module docstring. ``*_port`` are the preferred ports (0: any free port)."""
+    """See the module docstring. ``*_port`` are the preferred ports (0: any free port);
+    ``env`` is laid over the worker's and the gate's environment last (a soak or a test turning
+    on what ``monitor up`` turns off, such as live alerting)."""
 
     def __init__(
         self,
@@ -93,8 +95,10 @@ class Stack:
         gate_port: int = 6067,
         grpc_port: int = 4317,
         say: Say = print,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        self.env = dict(env or {})
         self.state_dir = settings.state_dir.resolve()
         self.ports = (broker_port, pg_port, web_port)
         self.gate_port = gate_port
@@ -261,6 +265,7 @@ class Stack:
             # `monitor up` replays alerting over the simulated timeline itself
             # (monitor.alerts.timeline); a live evaluation would race with it
             "MONITOR_ALERTING_ENABLED": "false",
+            **self.env,
         }
 
     def _spawn(
