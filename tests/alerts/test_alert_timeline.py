@@ -8,6 +8,7 @@ never gets a drift alert.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -105,13 +106,15 @@ def test_drift_alert_fires_and_resolves_in_slack_and_webhook(seeded):
     # recent window is back to it, i.e. about one window after the recovery
     assert RECOVERY < resolved_at <= RECOVERY + timedelta(minutes=45)
     assert not [a for _, a, _ in drift if a == "sim-airline-calibrated"]
-    # the same notifications reached Slack, the resolution threaded under the firing message
+    # the same notifications reached Slack, in the drifting agent's incident thread: its
+    # first alert opened the thread (the drift alert, or another rule that saw the change
+    # first), the drift alert and its resolution are in it
     texts = [(m.get("text", ""), m.get("thread_ts"), m["ts"]) for m in slack.messages]
-    firing = [
-        (t, ts)
-        for t, th, ts in texts
-        if "drift_tier3" in t and th is None and "sim-telecom-drifting" in t
-    ]
-    assert firing, texts
-    replies = [th for t, th, _ in texts if th is not None]
-    assert firing[0][1] in replies
+    scope = "drift_tier3 (agent=sim-telecom-drifting"
+    [(_, fired_in, fired_ts)] = [x for x in texts if f"[FIRING] critical {scope}" in x[0]]
+    [(_, resolved_in, _)] = [x for x in texts if f"[RESOLVED] critical {scope}" in x[0]]
+    root = fired_in or fired_ts
+    assert resolved_in == root, texts
+    [opening] = [m for m in slack.messages if m["ts"] == root]
+    assert opening.get("thread_ts") is None and "sim-telecom-drifting" in opening["text"]
+    assert "New incident" in json.dumps(opening["blocks"])
