@@ -119,4 +119,5 @@ alert_incidents = Table(
     Index(None, "status"),
     Index(None, "incident_key", "opened_at"),
     Index(None, "opened_at"),
+    Index(None, "resolved_at"),
 )
