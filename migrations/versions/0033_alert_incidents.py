@@ -87,6 +87,8 @@ def upgrade() -> None:
         ["incident_key", "opened_at"],
     )
     op.create_index("ix_alert_incidents_opened_at", "alert_incidents", ["opened_at"])
+    # the evaluation's live incidents: open, or resolved within the window
+    op.create_index("ix_alert_incidents_resolved_at", "alert_incidents", ["resolved_at"])
     op.add_column("alert_history", sa.Column("incident_id", sa.Text(), nullable=True))
     op.create_index("ix_alert_history_incident_id", "alert_history", ["incident_id"])
     op.execute(f"CREATE OR REPLACE VIEW v_alerts AS {NEW}")

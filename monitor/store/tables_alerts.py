@@ -142,6 +142,7 @@ alert_incidents = Table(
     Index(None, "status"),
     Index(None, "incident_key", "opened_at"),
     Index(None, "opened_at"),
+    Index(None, "resolved_at"),
 )
 
 alert_exemplars = Table(
