@@ -8,7 +8,6 @@ never gets a drift alert.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
