@@ -21,9 +21,11 @@ docs/otel.md "Transcript reconstruction":
    later in a longer history is a new turn; tool results given as ``tool`` messages only when
    no tool span has that call id and the call was asked in this trace;
 4. a tool span gives the tool result of its call id (else of the earliest unanswered call of
-   that tool name); a failed tool span gives ``ok: false`` and the error; a tool span that
-   succeeded without saying what it returned takes the content of the ``tool`` message
-   answering its call id in a later call's input;
+   that tool name, else of the one unanswered call an LLM span beside it asked for: a
+   framework's handoff span is named otherwise than the call); a failed tool span gives
+   ``ok: false`` and the error; a tool span that succeeded takes as content the ``tool``
+   message answering its call id in a later call's input (what the model was given), else
+   its own result;
 5. an agent span that has LLM calls below it adds no message (its input and output
    repeat its children's) and no usage (its usage is the sum of its children's); its
    confidence goes to the last assistant message below it; but when that message has no text
@@ -219,6 +221,7 @@ class _Trace:
         self.turns: set[tuple[str, int, tuple[str, ...]]] = set()  # user turns taken
         self.last_assistant: dict[str, tuple[int, dict[str, Any]]] = {}  # ancestor -> event
         self._results: dict[str, str | None] | None = None  # call id -> tool message content
+        self.asked_by: dict[str, list[tuple[str, str]]] = {}  # LLM span -> its calls
 
     def ctx(self, span: Span) -> SpanContext:
         return SpanContext.of(span, self.by_id, self.conversation, self.agent)
@@ -349,6 +352,7 @@ class _Trace:
             for i, c in enumerate(calls)
         ]
         self.asked.setdefault(conv, []).extend((c["id"], c["name"]) for c in tool_calls)
+        self.asked_by[span.span_id] = [(c["id"], c["name"]) for c in tool_calls]
         message: dict[str, Any] = {
             "role": "assistant",
             "content": clip(answer.content) if answer else None,
@@ -406,12 +410,14 @@ class _Trace:
                 ),
                 None,
             )
+        if call_id is None and (asked := self._sibling_call(span)) is not None:
+            call_id, name = asked  # a tool span named otherwise than the call (a handoff)
         if call_id is not None:
             self.answered.add(call_id)
         failed = failure_of(span)
         result = span.attr("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
-        if result is None and failed is None and call_id is not None:
-            result = self._told(call_id)
+        if failed is None and call_id is not None and (told := self._told(call_id)) is not None:
+            result = told  # what the model was given for the call
         payload = {
             "call_id": call_id or span.span_id,
             "name": name,
@@ -436,6 +442,19 @@ class _Trace:
                 esc_event["event_id"] = call_event_id(span.trace_id, call_id, "escalation")
             events.append(esc_event)
         return events
+
+    def _sibling_call(self, span: Span) -> tuple[str, str] | None:
+        """The one unanswered call that an LLM span beside ``span`` (same parent: the turn
+        that asked it) asked for, when exactly one is left."""
+        if not span.parent_span_id:
+            return None
+        left = [
+            (i, n)
+            for s in self.children.get(span.parent_span_id, [])
+            for i, n in self.asked_by.get(s.span_id, [])
+            if i not in self.answered
+        ]
+        return left[0] if len(left) == 1 else None
 
     def _told(self, call_id: str) -> str | None:
         """The content of the ``tool`` message answering ``call_id`` in an LLM call's input:

@@ -11,6 +11,7 @@ path (worker, Kafka, Postgres, split exports, restarts) is tests/otel/test_otel_
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -119,3 +120,77 @@ def by_conversation(mapped: Any) -> dict[str, list[tuple[Any, ...]]]:
     for e in unique.values():
         out.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
     return {cid: transcript(events) for cid, events in out.items()}
+
+
+async def test_agents_sdk_handoff_to_a_tool_using_agent(monkeypatch: pytest.MonkeyPatch):
+    """The OpenAI Agents SDK: a triage agent hands the conversation to a refunds agent that
+    calls a tool and answers. The handoff span has no tool call id and another name than the
+    call: it still answers that call, once, with what the model was given; each message is
+    its agent's; the refunds agent's own system prompt is stored when it takes over."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from openai import AsyncOpenAI
+    from openinference.instrumentation import using_session
+
+    from tests.otel.provider import Answer, Call, Provider
+    from tests.otel.support_agent import run_tool
+
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+
+    @function_tool
+    def lookup_order(order: str) -> str:
+        """lookup_order tool"""
+        return run_tool("lookup_order", {"order": order}, frozenset())
+
+    with instrumented("agents", tp):
+        async with Provider() as provider:
+            client = AsyncOpenAI(base_url=provider.base_url, api_key="k", max_retries=0)
+            model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+            refunds = Agent(
+                name="refunds",
+                instructions="You handle refunds.",
+                tools=[lookup_order],
+                model=model,
+            )
+            triage = Agent(
+                name="triage", instructions="Route the user.", handoffs=[refunds], model=model
+            )
+            provider.push(
+                Answer(None, (Call("call_h", "transfer_to_refunds", {}),), 10, 2, "r1"),
+                Answer(None, (Call("call_l", "lookup_order", {"order": "A-17"}),), 20, 4, "r2"),
+                Answer("Refund for A-17 issued.", (), 30, 6, "r3"),
+            )
+            with using_session("handoff-1"):
+                result = await Runner.run(triage, "Refund my order A-17")
+            wire = [body["messages"] for body in provider.requests]
+            await client.close()
+    assert result.final_output == "Refund for A-17 issued."
+    handoff, lookup = wire[1][3], wire[2][5]  # the tool messages the model was given
+    assert (handoff["tool_call_id"], lookup["tool_call_id"]) == ("call_h", "call_l")
+    truth = [
+        ("triage", ("system", wire[0][0]["content"])),
+        ("triage", ("user", "Refund my order A-17")),
+        ("triage", ("assistant", None, (("call_h", "transfer_to_refunds", "{}"),), "m", (10, 2))),
+        (
+            "triage",
+            ("tool_result", "call_h", "transfer_to_refunds", True, handoff["content"], None),
+        ),
+        ("refunds", ("system", wire[1][0]["content"])),
+        (
+            "refunds",
+            ("assistant", None, (("call_l", "lookup_order", '{"order": "A-17"}'),), "m", (20, 4)),
+        ),
+        ("refunds", ("tool_result", "call_l", "lookup_order", True, lookup["content"], None)),
+        ("refunds", ("assistant", "Refund for A-17 issued.", (), "m", (30, 6))),
+    ]
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    events = sorted(
+        (json.loads(e.to_json()) for e in {e.event_id: e for e in mapped.events}.values()),
+        key=lambda e: (datetime.fromisoformat(e["ts"]), e["event_id"]),  # as transcript()
+    )
+    assert {e["conversation_id"] for e in events} == {"handoff-1"}
+    assert transcript(events) == [entry for _, entry in truth]
+    assert [e["agent"]["id"] for e in events] == [agent for agent, _ in truth]
