@@ -60,6 +60,9 @@ _DEAD_LETTER_BYTES = 65536  # of a dead letter's raw bytes, parsed for its conve
 _SEG_ITEMS = "agent_id = :agent AND domain = :domain AND tier = :tier"
 _SEG_ROWS = "agent_id = :agent AND coalesce(domain, '') = :domain AND coalesce(tier, 0) = :tier"
 
+# Every read takes its window's latest rows in the order of an index (time only, so the scan
+# stops at its limit instead of sorting the window), then ranks those precisely.
+#
 # the message of an item, read for the few rows kept (after the limit)
 _ITEM_ROWS = """
 SELECT d.conversation_id, d.event_id, d.ts, d.confidence, d.label, d.label_source,
@@ -78,7 +81,7 @@ SELECT * FROM (
   SELECT DISTINCT ON (conversation_id) * FROM (
     SELECT conversation_id, event_id, ts, confidence, label, label_source
     FROM items WHERE {_SEG_ITEMS} AND ts >= :lo AND ts < :hi AND label = 0 {{extra}}
-    ORDER BY ts DESC, event_id DESC LIMIT :k
+    ORDER BY ts DESC LIMIT :k
   ) latest
   ORDER BY conversation_id, confidence DESC, ts DESC, event_id
 ) f ORDER BY confidence DESC, ts DESC, conversation_id LIMIT :n
@@ -86,7 +89,7 @@ SELECT * FROM (
 _RECENT_ITEMS = f"""
 SELECT conversation_id, event_id, ts, confidence, label, label_source
 FROM items WHERE {_SEG_ITEMS} AND ts >= :lo AND ts < :hi {{extra}}
-ORDER BY ts DESC, event_id DESC LIMIT :n
+ORDER BY ts DESC LIMIT :n
 """
 _BIN_FILTER = (
     " AND agent_version = :version AND confidence >= :c_lo AND (confidence < :c_hi OR :last)"
@@ -108,7 +111,7 @@ _INVERSION_KIND = f"""
    FROM conversations
    WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND min_confidence IS NOT NULL
      AND {{kind}}
-   ORDER BY first_ts DESC, conversation_id DESC LIMIT :k
+   ORDER BY first_ts DESC LIMIT :k
  ) latest
  ORDER BY min_confidence {{order}}, first_ts DESC, conversation_id LIMIT :n)"""
 _INVERSION = text(
@@ -128,24 +131,28 @@ FROM (
     SELECT * FROM conversations
     WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND escalated
       AND escalated_at IS NOT NULL
-    ORDER BY first_ts DESC, conversation_id DESC LIMIT :k
+    ORDER BY first_ts DESC LIMIT :k
   ) latest
   ORDER BY seconds DESC, conversation_id LIMIT :n
 ) s ORDER BY s.seconds DESC, s.conversation_id
 """)
 _FLAGGED = text("""
-SELECT v.id, v.conversation_id, v.judge, v.judge_version, v.item_id, v.categories, v.evidence,
-       v.rationale, v.created_at
-FROM verdicts v LEFT JOIN conversations c ON c.conversation_id = v.conversation_id
-WHERE v.agent_id = :agent AND coalesce(c.domain, '') = :domain AND coalesce(c.tier, 0) = :tier
-  AND v.status = 'ok' AND v.created_at >= :lo AND v.created_at < :hi
-  AND v.categories <> '[]'::jsonb
-ORDER BY v.created_at DESC, v.id DESC LIMIT :k
+SELECT * FROM (
+  SELECT v.id, v.conversation_id, v.judge, v.judge_version, v.item_id, v.categories,
+         v.evidence, v.rationale, v.created_at
+  FROM verdicts v LEFT JOIN conversations c ON c.conversation_id = v.conversation_id
+  WHERE v.agent_id = :agent AND coalesce(c.domain, '') = :domain
+    AND coalesce(c.tier, 0) = :tier AND v.status = 'ok'
+    AND v.created_at >= :lo AND v.created_at < :hi AND v.categories <> '[]'::jsonb
+  ORDER BY v.created_at DESC LIMIT :k
+) f ORDER BY created_at DESC, id DESC
 """)
 _GATE = f"""
-SELECT conversation_id, ts, event_id, body->'gate' FROM events
-WHERE type = 'gate' AND ts >= :lo AND ts < :hi AND {_SEG_ROWS} AND ({{cond}})
-ORDER BY ts DESC, event_id DESC LIMIT :n
+SELECT * FROM (
+  SELECT conversation_id, ts, event_id, body->'gate' FROM events
+  WHERE type = 'gate' AND ts >= :lo AND ts < :hi AND {_SEG_ROWS} AND ({{cond}})
+  ORDER BY ts DESC LIMIT :k
+) g ORDER BY ts DESC, event_id DESC LIMIT :n
 """
 _GATE_CONDITIONS = {
     Pick.GATE_ESCALATED: "body->'gate'->>'decision' = 'escalate'",
@@ -156,7 +163,7 @@ _GATE_PROCEEDED_FAILED = text(f"""
 WITH latest AS (
   SELECT conversation_id, ts, event_id, body->'gate' AS gate
   FROM events WHERE type = 'gate' AND ts >= :lo AND ts < :hi AND {_SEG_ROWS}
-  ORDER BY ts DESC, event_id DESC LIMIT :k
+  ORDER BY ts DESC LIMIT :k
 ), last AS (
   SELECT DISTINCT ON (conversation_id) * FROM latest
   ORDER BY conversation_id, ts DESC, event_id DESC)
@@ -168,8 +175,11 @@ LIMIT :n
 """)
 _DEAD_LETTERS = text(f"""
 SELECT id, reason, field, detail, received_at, substring(raw FROM 1 FOR {_DEAD_LETTER_BYTES})
-FROM dead_letters WHERE received_at >= :lo AND received_at < :hi
-ORDER BY received_at DESC, id DESC LIMIT :n
+FROM (
+  SELECT id, reason, field, detail, received_at, raw FROM dead_letters
+  WHERE received_at >= :lo AND received_at < :hi
+  ORDER BY received_at DESC LIMIT :k
+) d ORDER BY received_at DESC, id DESC LIMIT :n
 """)
 
 
