@@ -21,8 +21,7 @@
    ``alert_groups``), and inserts one outbox row per flushed batch and configured sink (with its
    members' exemplars);
 5. commits: the state changes, incidents, history, exemplars, grouping state and outbox rows
-   become visible together
-   or not at all. The notifier delivers from the outbox afterwards.
+   become visible together or not at all. The notifier delivers from the outbox afterwards.
 
 :func:`run` is the timer loop with leader election: several workers may call it; each first
 tries ``pg_try_advisory_lock(LEADER_LOCK)`` on a dedicated connection (session level). The

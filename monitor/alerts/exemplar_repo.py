@@ -54,13 +54,15 @@ PROMOTE = text(
     " WHERE kept = false AND conversation_id = ANY(CAST(:ids AS text[]))"
 )
 _DRIFT_SLACK = timedelta(minutes=1)  # drift windows end on the minute (as the observations)
-_VERDICTS_READ = 500  # flagged verdicts read per alert, latest first, before the category test
 _DEAD_LETTER_BYTES = 65536  # of a dead letter's raw bytes, parsed for its conversation id
 
 # the alert's segment on the analytics tables (sentinels) and on conversations / events (NULLs)
 _SEG_ITEMS = "agent_id = :agent AND domain = :domain AND tier = :tier"
 _SEG_ROWS = "agent_id = :agent AND coalesce(domain, '') = :domain AND coalesce(tier, 0) = :tier"
 
+# Every read takes its window's latest rows in the order of an index (time only, so the scan
+# stops at its limit instead of sorting the window), then ranks those precisely.
+#
 # the message of an item, read for the few rows kept (after the limit)
 _ITEM_ROWS = """
 SELECT d.conversation_id, d.event_id, d.ts, d.confidence, d.label, d.label_source,
@@ -72,19 +74,22 @@ LEFT JOIN LATERAL (
 ) e ON TRUE
 ORDER BY {order}
 """
-# one item per conversation: its most confident failed one; then the most confident first
+# among the latest :k failed items, one per conversation (its most confident); then the most
+# confident first
 _FAILED_ITEMS = f"""
 SELECT * FROM (
-  SELECT DISTINCT ON (conversation_id) conversation_id, event_id, ts, confidence, label,
-         label_source
-  FROM items WHERE {_SEG_ITEMS} AND ts >= :lo AND ts < :hi AND label = 0 {{extra}}
+  SELECT DISTINCT ON (conversation_id) * FROM (
+    SELECT conversation_id, event_id, ts, confidence, label, label_source
+    FROM items WHERE {_SEG_ITEMS} AND ts >= :lo AND ts < :hi AND label = 0 {{extra}}
+    ORDER BY ts DESC LIMIT :k
+  ) latest
   ORDER BY conversation_id, confidence DESC, ts DESC, event_id
 ) f ORDER BY confidence DESC, ts DESC, conversation_id LIMIT :n
 """
 _RECENT_ITEMS = f"""
 SELECT conversation_id, event_id, ts, confidence, label, label_source
 FROM items WHERE {_SEG_ITEMS} AND ts >= :lo AND ts < :hi {{extra}}
-ORDER BY ts DESC, event_id DESC LIMIT :n
+ORDER BY ts DESC LIMIT :n
 """
 _BIN_FILTER = (
     " AND agent_version = :version AND confidence >= :c_lo AND (confidence < :c_hi OR :last)"
@@ -97,19 +102,23 @@ WHERE {_SEG_ITEMS} AND fired AND recent_to > :lo AND recent_to <= :hi
        OR CAST(:test AS text) = ANY(string_to_array(fired_tests, ',')))
 ORDER BY recent_to DESC, checked_at DESC LIMIT 1
 """)
-_INVERSION = text(f"""
+# each kind among its latest :k conversations of the window
+_INVERSION_KIND = f"""
 (SELECT conversation_id, min_confidence, escalated, outcome_success, escalation_trigger
- FROM conversations
- WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND escalated
-   AND min_confidence IS NOT NULL
- ORDER BY min_confidence DESC, first_ts DESC, conversation_id LIMIT :n)
-UNION ALL
-(SELECT conversation_id, min_confidence, escalated, outcome_success, escalation_trigger
- FROM conversations
- WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND NOT escalated
-   AND outcome_success = false AND min_confidence IS NOT NULL
- ORDER BY min_confidence ASC, first_ts DESC, conversation_id LIMIT :n)
-""")
+ FROM (
+   SELECT conversation_id, min_confidence, escalated, outcome_success, escalation_trigger,
+          first_ts
+   FROM conversations
+   WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND min_confidence IS NOT NULL
+     AND {{kind}}
+   ORDER BY first_ts DESC LIMIT :k
+ ) latest
+ ORDER BY min_confidence {{order}}, first_ts DESC, conversation_id LIMIT :n)"""
+_INVERSION = text(
+    _INVERSION_KIND.format(kind="escalated", order="DESC")
+    + " UNION ALL "
+    + _INVERSION_KIND.format(kind="NOT escalated AND outcome_success = false", order="ASC")
+)
 _SLOWEST = text(f"""
 SELECT s.conversation_id, s.seconds, s.turns, s.escalation_trigger,
        (SELECT e.body->'escalation'->>'reason' FROM events e
@@ -118,25 +127,32 @@ SELECT s.conversation_id, s.seconds, s.turns, s.escalation_trigger,
 FROM (
   SELECT conversation_id, extract(epoch FROM escalated_at - first_ts)::float8 AS seconds,
          escalation_turn - coalesce(first_turn, 0) AS turns, escalation_trigger
-  FROM conversations
-  WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND escalated
-    AND escalated_at IS NOT NULL
+  FROM (
+    SELECT * FROM conversations
+    WHERE {_SEG_ROWS} AND first_ts >= :lo AND first_ts < :hi AND escalated
+      AND escalated_at IS NOT NULL
+    ORDER BY first_ts DESC LIMIT :k
+  ) latest
   ORDER BY seconds DESC, conversation_id LIMIT :n
 ) s ORDER BY s.seconds DESC, s.conversation_id
 """)
-_FLAGGED = text(f"""
-SELECT v.id, v.conversation_id, v.judge, v.judge_version, v.item_id, v.categories, v.evidence,
-       v.rationale, v.created_at
-FROM verdicts v LEFT JOIN conversations c ON c.conversation_id = v.conversation_id
-WHERE v.agent_id = :agent AND coalesce(c.domain, '') = :domain AND coalesce(c.tier, 0) = :tier
-  AND v.status = 'ok' AND v.created_at >= :lo AND v.created_at < :hi
-  AND v.categories <> '[]'::jsonb
-ORDER BY v.created_at DESC, v.id DESC LIMIT {_VERDICTS_READ}
+_FLAGGED = text("""
+SELECT * FROM (
+  SELECT v.id, v.conversation_id, v.judge, v.judge_version, v.item_id, v.categories,
+         v.evidence, v.rationale, v.created_at
+  FROM verdicts v LEFT JOIN conversations c ON c.conversation_id = v.conversation_id
+  WHERE v.agent_id = :agent AND coalesce(c.domain, '') = :domain
+    AND coalesce(c.tier, 0) = :tier AND v.status = 'ok'
+    AND v.created_at >= :lo AND v.created_at < :hi AND v.categories <> '[]'::jsonb
+  ORDER BY v.created_at DESC LIMIT :k
+) f ORDER BY created_at DESC, id DESC
 """)
 _GATE = f"""
-SELECT conversation_id, ts, event_id, body->'gate' FROM events
-WHERE type = 'gate' AND ts >= :lo AND ts < :hi AND {_SEG_ROWS} AND ({{cond}})
-ORDER BY ts DESC, event_id DESC LIMIT :n
+SELECT * FROM (
+  SELECT conversation_id, ts, event_id, body->'gate' FROM events
+  WHERE type = 'gate' AND ts >= :lo AND ts < :hi AND {_SEG_ROWS} AND ({{cond}})
+  ORDER BY ts DESC LIMIT :k
+) g ORDER BY ts DESC, event_id DESC LIMIT :n
 """
 _GATE_CONDITIONS = {
     Pick.GATE_ESCALATED: "body->'gate'->>'decision' = 'escalate'",
@@ -144,9 +160,12 @@ _GATE_CONDITIONS = {
     Pick.GATE_FAIL_OPEN: GATE_FAIL_OPEN,
 }
 _GATE_PROCEEDED_FAILED = text(f"""
-WITH last AS (
-  SELECT DISTINCT ON (conversation_id) conversation_id, ts, event_id, body->'gate' AS gate
+WITH latest AS (
+  SELECT conversation_id, ts, event_id, body->'gate' AS gate
   FROM events WHERE type = 'gate' AND ts >= :lo AND ts < :hi AND {_SEG_ROWS}
+  ORDER BY ts DESC LIMIT :k
+), last AS (
+  SELECT DISTINCT ON (conversation_id) * FROM latest
   ORDER BY conversation_id, ts DESC, event_id DESC)
 SELECT l.conversation_id, l.ts, l.event_id, l.gate, c.outcome_source
 FROM last l JOIN conversations c ON c.conversation_id = l.conversation_id
@@ -156,8 +175,11 @@ LIMIT :n
 """)
 _DEAD_LETTERS = text(f"""
 SELECT id, reason, field, detail, received_at, substring(raw FROM 1 FOR {_DEAD_LETTER_BYTES})
-FROM dead_letters WHERE received_at >= :lo AND received_at < :hi
-ORDER BY received_at DESC, id DESC LIMIT :n
+FROM (
+  SELECT id, reason, field, detail, received_at, raw FROM dead_letters
+  WHERE received_at >= :lo AND received_at < :hi
+  ORDER BY received_at DESC LIMIT :k
+) d ORDER BY received_at DESC, id DESC LIMIT :n
 """)
 
 
@@ -182,7 +204,7 @@ async def choose(
     pick = ex.pick_for(rule.metric)
     if limit <= 0 or pick is Pick.NONE:
         return []
-    window = {"lo": now - rule.window, "hi": now, "n": limit}
+    window = {"lo": now - rule.window, "hi": now, "n": limit, "k": ex.CANDIDATES}
     if pick is Pick.DEAD_LETTERS:
         return ex.ranked(await _dead_letters(conn, window), limit)
     seg = _segment(scope)
@@ -278,7 +300,8 @@ async def _drift(
         else:
             inner = _RECENT_ITEMS.format(extra=_BIN_FILTER)
             order = "d.ts DESC, d.event_id DESC"
-            rows = await _rows(conn, text(_ITEM_ROWS.format(inner=inner, order=order)), p)
+            sql = text(_ITEM_ROWS.format(inner=inner, order=order))
+            rows = await _rows(conn, sql, {**p, "n": limit * 10})  # several per conversation
         for r in rows:
             detail = {
                 **_item_detail(r),

@@ -48,6 +48,9 @@ QUOTE_CHARS = 80
 """The longest excerpt of a message a reason quotes."""
 DETAIL_CHARS = 4000
 """The longest JSON of a verdict's evidence a detail keeps (longer: its quote only)."""
+CANDIDATES = 500
+"""Candidates a pick rule reads at most, the latest of the rule's window first: what bounds the
+cost of a long window (a day of an agent's replies) to the same as a short one's."""
 MIN_BIN_ITEMS = 5.0
 """Effective items a confidence bin needs in each window before its accuracy counts as moved."""
 CONVERSATION_DASHBOARD = "/d/monitor-conversation"
@@ -71,21 +74,26 @@ class Pick(StrEnum):
 
 
 PICK_RULES: Mapping[Pick, str] = {
-    Pick.FAILED_CONFIDENT: "the failed conversations with the highest stated confidence in the "
-    "rule's window (each with its most confident failed reply)",
+    Pick.FAILED_CONFIDENT: "the failed conversations with the highest stated confidence among "
+    "the latest 500 failed replies of the rule's window (each with its most confident failed "
+    "reply)",
     Pick.DRIFT_BINS: "the failed conversations of the latest fired drift check's recent window "
     "in the confidence bins whose accuracy fell most against the reference (largest "
-    "two-proportion z first), most confident first; when no bin lost accuracy, the recent "
-    "conversations of the bins whose share of the traffic grew most",
+    "two-proportion z first), most confident first among each bin's latest 500 failed replies; "
+    "when no bin lost accuracy, the latest conversations of the bins whose share of the traffic "
+    "grew most",
     Pick.INVERSION: "alternately, the escalated conversations with the highest minimum "
-    "confidence and the failed, unescalated ones with the lowest, started in the rule's window",
-    Pick.SLOWEST: "the escalated conversations started in the rule's window that took longest "
-    "from their first event to the escalation",
-    Pick.JUDGE_FLAGGED: "the conversations flagged with the rule's category in the rule's "
-    "window, latest verdict first, with the judge's rationale and evidence",
+    "confidence and the failed, unescalated ones with the lowest, each among the latest 500 of "
+    "its kind started in the rule's window",
+    Pick.SLOWEST: "the escalated conversations that took longest from their first event to the "
+    "escalation, among the latest 500 escalated conversations started in the rule's window",
+    Pick.JUDGE_FLAGGED: "the conversations flagged with the rule's category among the latest "
+    "500 flagged verdicts of the rule's window, latest verdict first, with the judge's rationale "
+    "and evidence",
     Pick.GATE_ESCALATED: "the gate's escalate decisions in the rule's window, latest first",
-    Pick.GATE_PROCEEDED_FAILED: "the failed conversations whose latest gate decision in the "
-    "rule's window was proceed, highest calibrated confidence first",
+    Pick.GATE_PROCEEDED_FAILED: "the failed conversations whose latest gate decision was "
+    "proceed, among the latest 500 decisions of the rule's window, highest calibrated "
+    "confidence first",
     Pick.GATE_DEGRADED: "the gate's degraded decisions (fail open or closed) in the rule's "
     "window, latest first",
     Pick.GATE_FAIL_OPEN: "the gate's enforced fail-open decisions in the rule's window, latest "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from monitor.alerts import exemplar_repo
 from monitor.alerts.backtest import DriftJob
 from monitor.alerts.evaluate import evaluate_once
-from monitor.alerts.exemplars import episode_key
+from monitor.alerts.exemplars import CANDIDATES, episode_key
 from monitor.alerts.observations import category_matches
 from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.sinks.alertmanager import AlertmanagerSink
@@ -153,6 +153,13 @@ def answer(cid: str) -> tuple[str, datetime, float, int]:
     return TRUTH.answers[cid]
 
 
+def _confidences(found: Iterable[tuple[datetime, float]], highest: bool = True) -> list[float]:
+    """The confidences of the latest :data:`CANDIDATES` of ``(time, confidence)``, highest
+    (else lowest) first: what a pick rule reads and ranks."""
+    latest = sorted(found, reverse=True)[:CANDIDATES]
+    return sorted((conf for _, conf in latest), reverse=highest)
+
+
 # --- calibration, Brier, overconfidence: failed, most confident --------------------------------
 
 
@@ -171,16 +178,22 @@ def test_calibration_exemplars_are_the_most_confident_failures(
 ) -> None:
     _, fired, rows = first_episode(walked, rule, agent)
     lo = fired - RULES.rule(rule).window
-    failed = sorted(
-        (
-            conf
-            for a, at, conf, y in TRUTH.answers.values()
-            if a == agent and lo <= at < fired and not y
-        ),
-        reverse=True,
+    failed = _confidences(
+        (at, conf)
+        for a, at, conf, y in TRUTH.answers.values()
+        if a == agent and lo <= at < fired and not y
     )
     assert len(rows) == 3
     assert [answer(r["conversation_id"])[2] for r in rows] == failed[:3]
+    if agent == "over-t3":  # the bound is in play: more failures in the window than it reads
+        assert (
+            sum(
+                1
+                for a, at, _, y in TRUTH.answers.values()
+                if a == agent and lo <= at < fired and not y
+            )
+            > CANDIDATES
+        )
     for r in rows:
         a, at, conf, y = answer(r["conversation_id"])
         assert a == agent and y == 0 and lo <= at < fired
@@ -234,13 +247,10 @@ def test_drift_exemplars_are_failures_of_the_bins_whose_accuracy_fell_most(
     top = fell[0]
     in_top = [r for r in rows if int(bin_index(answer(r["conversation_id"])[2])[0]) == top]
     assert in_top and in_top == rows[: len(in_top)]  # the top bin's first
-    failed_top = sorted(
-        (
-            conf
-            for a, at, conf, y in TRUTH.answers.values()
-            if a == "changed" and rec[0] <= at < rec[1] and not y and int(bin_index(conf)[0]) == top
-        ),
-        reverse=True,
+    failed_top = _confidences(
+        (at, conf)
+        for a, at, conf, y in TRUTH.answers.values()
+        if a == "changed" and rec[0] <= at < rec[1] and not y and int(bin_index(conf)[0]) == top
     )
     assert [answer(r["conversation_id"])[2] for r in in_top] == failed_top[: len(in_top)]
     for r in rows:
@@ -257,8 +267,11 @@ def test_inversion_exemplars_alternate_confident_escalations_and_unsure_misses(w
     _, fired, rows = first_episode(walked, "escalation_inversion", "inverted")
     lo = fired - RULES.rule("escalation_inversion").window
     mine = {c: v for c, v in TRUTH.answers.items() if v[0] == "inverted" and lo <= v[1] < fired}
-    escalated = sorted((v[2] for c, v in mine.items() if c in TRUTH.escalated), reverse=True)
-    missed = sorted(v[2] for c, v in mine.items() if c not in TRUTH.escalated and not v[3])
+    escalated = _confidences((v[1], v[2]) for c, v in mine.items() if c in TRUTH.escalated)
+    missed = _confidences(
+        ((v[1], v[2]) for c, v in mine.items() if c not in TRUTH.escalated and not v[3]),
+        highest=False,
+    )
     assert len(rows) == 3
     got = [(r["conversation_id"] in TRUTH.escalated, answer(r["conversation_id"])[2]) for r in rows]
     assert got == [(True, escalated[0]), (False, missed[0]), (True, escalated[1])]
@@ -337,8 +350,11 @@ def test_gate_escalation_exemplars_are_the_latest_escalations(walked: str) -> No
 def test_gate_proceeded_failure_exemplars_are_the_most_confident_failures(walked: str) -> None:
     _, fired, rows = first_episode(walked, "gate_proceeded_failures", "gate-over")
     mine = _gate_window("gate_proceeded_failures", fired, "gate-over")
+    assert len(mine) > CANDIDATES  # the bound is in play: the latest 500 decisions count
+    latest = sorted(((g[1], c) for c, g in mine.items()), reverse=True)[:CANDIDATES]
     failed = sorted(
-        (g[3] for c, g in mine.items() if g[2] == "proceed" and not answer(c)[3]), reverse=True
+        (mine[c][3] for _, c in latest if mine[c][2] == "proceed" and not answer(c)[3]),
+        reverse=True,
     )
     assert len(rows) == 3
     assert [TRUTH.gate[r["conversation_id"]][3] for r in rows] == failed[:3]
