@@ -1,13 +1,15 @@
 """Reads and writes of ``drift_references``: each segment's drift state
 (:class:`monitor.analytics.drift_policy.Reference`).
 
-``load_references`` returns every stored state keyed by segment; ``save_reference`` upserts
-one (several workers running the same round write the same values, so the last write wins
-harmlessly); ``matching`` filters the stored states by a CLI segment filter.
+``load_references`` returns every stored state keyed by segment; ``save_references`` upserts
+states in one transaction (several workers running the same round write the same values, so the
+last write wins harmlessly); ``matching`` filters the stored
+states by a CLI segment filter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -33,29 +35,38 @@ async def load_references(engine: AsyncEngine) -> dict[SegmentKey, Reference]:
     }
 
 
-async def save_reference(engine: AsyncEngine, key: SegmentKey, ref: Reference) -> None:
-    """Upsert the drift state of segment ``key``."""
-    sql = text(
-        "INSERT INTO drift_references (agent_id, agent_version, domain, tier, ref_from, ref_to,"
-        " clean_since, flagged_since, last_recent_to) VALUES (:a, :v, :d, :t, :rf, :rt, :cs,"
-        " :fs, :lr) ON CONFLICT ON CONSTRAINT pk_drift_references DO UPDATE SET"
-        " ref_from = EXCLUDED.ref_from, ref_to = EXCLUDED.ref_to,"
-        " clean_since = EXCLUDED.clean_since, flagged_since = EXCLUDED.flagged_since,"
-        " last_recent_to = EXCLUDED.last_recent_to, updated_at = now()"
-    )
-    params = {
-        "a": key[0],
-        "v": key[1],
-        "d": key[2],
-        "t": key[3],
-        "rf": ref.ref_from,
-        "rt": ref.ref_to,
-        "cs": ref.clean_since,
-        "fs": ref.flagged_since,
-        "lr": ref.last_recent_to,
+_SAVE_REFERENCES = text(
+    "INSERT INTO drift_references (agent_id, agent_version, domain, tier, ref_from, ref_to,"
+    " clean_since, flagged_since, last_recent_to) SELECT * FROM unnest(CAST(:a AS text[]),"
+    " CAST(:v AS text[]), CAST(:d AS text[]), CAST(:t AS smallint[]),"
+    " CAST(:rf AS timestamptz[]), CAST(:rt AS timestamptz[]), CAST(:cs AS timestamptz[]),"
+    " CAST(:fs AS timestamptz[]), CAST(:lr AS timestamptz[]))"
+    " ON CONFLICT ON CONSTRAINT pk_drift_references DO UPDATE SET"
+    " ref_from = EXCLUDED.ref_from, ref_to = EXCLUDED.ref_to,"
+    " clean_since = EXCLUDED.clean_since, flagged_since = EXCLUDED.flagged_since,"
+    " last_recent_to = EXCLUDED.last_recent_to, updated_at = now()"
+)
+
+
+async def save_references(engine: AsyncEngine, refs: Mapping[SegmentKey, Reference]) -> None:
+    """Upsert the drift states of several segments, in segment order, in one transaction and
+    one statement (every column an array)."""
+    if not refs:
+        return
+    ordered = sorted(refs.items())
+    params: dict[str, list[Any]] = {
+        "a": [k[0] for k, _ in ordered],
+        "v": [k[1] for k, _ in ordered],
+        "d": [k[2] for k, _ in ordered],
+        "t": [k[3] for k, _ in ordered],
+        "rf": [r.ref_from for _, r in ordered],
+        "rt": [r.ref_to for _, r in ordered],
+        "cs": [r.clean_since for _, r in ordered],
+        "fs": [r.flagged_since for _, r in ordered],
+        "lr": [r.last_recent_to for _, r in ordered],
     }
     async with engine.begin() as conn:
-        await conn.execute(sql, params)
+        await conn.execute(_SAVE_REFERENCES, params)
 
 
 def matching(states: dict[SegmentKey, Reference], segment: Segment) -> dict[SegmentKey, Reference]:

@@ -118,7 +118,8 @@ def psi_pvalue(
     if min(n_baseline, n_recent) <= 0 or used < 2:
         return 1.0
     scaled = value * n_baseline * n_recent / (n_baseline + n_recent)
-    return float(stats.chi2.sf(scaled, used - 1))
+    # chi2.sf's own function, without the distribution object's per-call overhead (50 us)
+    return float(special.chdtrc(used - 1, scaled))
 
 
 def ks_raw(baseline_conf: npt.ArrayLike, recent_conf: npt.ArrayLike) -> StatResult:
@@ -134,13 +135,33 @@ def ks_binned(
     n_recent: float,
 ) -> StatResult:
     """Binned KS approximation from per-bin weights and (effective) sample sizes > 0."""
-    b, r = _vec(baseline_weights), _vec(recent_weights)
-    if b.shape != r.shape or not (b.sum() > 0 and r.sum() > 0) or min(n_baseline, n_recent) <= 0:
-        raise ValueError("ks_binned needs equal-length weights with positive sums and n > 0")
-    d = float(np.max(np.abs(np.cumsum(r) / r.sum() - np.cumsum(b) / b.sum())))
-    en = max(1.0, round(n_baseline * n_recent / (n_baseline + n_recent)))
-    p = float(stats.kstwo.sf(d, en))
-    return StatResult(d, min(max(p, 0.0), 1.0))
+    return ks_binned_many([(baseline_weights, recent_weights, n_baseline, n_recent)])[0]
+
+
+def ks_binned_many(
+    windows: Sequence[tuple[npt.ArrayLike, npt.ArrayLike, float, float]],
+) -> list[StatResult]:
+    """:func:`ks_binned` of each ``(baseline_weights, recent_weights, n_baseline, n_recent)``,
+    the p-values in one vectorised ``kstwo.sf`` call, each distinct ``(D, n)`` computed once:
+    the exact two-sided distribution costs 0.1-0.5 ms per value, which a round over thousands
+    of segments would otherwise pay for every one (most share a few sizes and statistics)."""
+    d = np.empty(len(windows), dtype=np.float64)
+    en = np.empty(len(windows), dtype=np.float64)
+    for i, (bw, rw, n_baseline, n_recent) in enumerate(windows):
+        b, r = _vec(bw), _vec(rw)
+        if (
+            b.shape != r.shape
+            or not (b.sum() > 0 and r.sum() > 0)
+            or min(n_baseline, n_recent) <= 0
+        ):
+            raise ValueError("ks_binned needs equal-length weights with positive sums and n > 0")
+        d[i] = np.max(np.abs(np.cumsum(r) / r.sum() - np.cumsum(b) / b.sum()))
+        en[i] = max(1.0, round(n_baseline * n_recent / (n_baseline + n_recent)))
+    if not len(windows):
+        return []
+    pairs, back = np.unique(np.stack([d, en], axis=1), axis=0, return_inverse=True)
+    p = np.clip(np.asarray(stats.kstwo.sf(pairs[:, 0], pairs[:, 1]), dtype=np.float64), 0, 1)
+    return [StatResult(float(di), float(pi)) for di, pi in zip(d, p[back.reshape(-1)], strict=True)]
 
 
 def two_proportion_z(
@@ -161,7 +182,7 @@ def two_proportion_z(
     if se == 0:
         return StatResult(0.0, 1.0)
     z = (p2 - p1) / se
-    return StatResult(z, float(stats.norm.cdf(z)))
+    return StatResult(z, float(special.ndtr(z)))  # norm.cdf's own function
 
 
 def ece_of(sums: BinSums) -> float:

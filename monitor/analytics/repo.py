@@ -125,7 +125,10 @@ def _aligned(t: datetime, step: timedelta) -> bool:
     return _floor(t, step) == t
 
 
-_SUM_COLS = "bin, sum(weight), sum(sum_conf), sum(sum_y), sum(sum_sq_err), sum(sum_w2), sum(count)"
+# sum(count)::bigint: a bigint sum is numeric, which the driver returns as a Decimal per value
+_SUM_COLS = (
+    "bin, sum(weight), sum(sum_conf), sum(sum_y), sum(sum_sq_err), sum(sum_w2), sum(count)::bigint"
+)
 
 
 async def bin_sums(
@@ -153,13 +156,9 @@ async def bin_sums(
         f"WHERE ({windows}) AND {cond} "
         f"GROUP BY {keys + ', ' if keys else ''}bin ORDER BY {keys + ', ' if keys else ''}bin"
     )
-    out: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     async with engine.connect() as conn:
         rows = (await conn.execute(text(sql), params)).all()
-    k = len(group_by)
-    for row in rows:
-        out.setdefault(tuple(row[:k]), []).append(tuple(row[k:]))
-    return {key: BinSums.from_rows(r) for key, r in out.items()}
+    return BinSums.grouped(rows, len(group_by))
 
 
 async def bin_series(

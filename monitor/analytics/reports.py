@@ -19,7 +19,7 @@ from monitor.analytics.advisor import Advice, advise
 from monitor.analytics.bins import sum_all
 from monitor.analytics.calibration import DEFAULT_MIN_SAMPLES, CalibrationReport, calibration_report
 from monitor.analytics.design_effect import design_effects
-from monitor.analytics.drift import DriftCheck, check_drift_sums
+from monitor.analytics.drift import DriftCheck, check_drift_many
 from monitor.analytics.escalation import (
     EscalationBin,
     EscalationTiming,
@@ -36,7 +36,7 @@ from monitor.analytics.recalibration import RecalibrationResult, fit_isotonic
 from monitor.analytics.repo import Segment, bin_range, bin_sums, labelled_items, trials
 from monitor.analytics.repo_escalation import escalation_conversations
 from monitor.analytics.thresholds import Recommendation, ThresholdTable, threshold_table
-from monitor.analytics.write import SegmentKey, save_drift, save_map
+from monitor.analytics.write import SegmentKey, save_drifts, save_map
 
 ALL = "*"
 
@@ -209,19 +209,28 @@ async def run_drift(
     rec = await bin_sums(engine, segment, *windows.recent, group_by=keys)
     deff_b = await design_effects(engine, segment, *windows.baseline, group_by=keys)
     deff_r = await design_effects(engine, segment, *windows.recent, group_by=keys)
-    out: dict[SegmentKey, DriftCheck] = {}
     empty = sum_all([])
-    for key in sorted(set(base) | set(rec)):
-        seg: SegmentKey = (str(key[0]), str(key[1]), str(key[2]), int(key[3]))
-        check = check_drift_sums(
-            base.get(key, empty).with_design_effect(deff_b.get(key, 1.0)),
-            rec.get(key, empty).with_design_effect(deff_r.get(key, 1.0)),
-            alpha=alpha,
-            min_samples=min_samples,
+    segments = sorted(set(base) | set(rec))
+    checks = check_drift_many(
+        [
+            (
+                base.get(key, empty).with_design_effect(deff_b.get(key, 1.0)),
+                rec.get(key, empty).with_design_effect(deff_r.get(key, 1.0)),
+                [],
+            )
+            for key in segments
+        ],
+        alpha=alpha,
+        min_samples=min_samples,
+    )
+    out: dict[SegmentKey, DriftCheck] = {
+        (str(key[0]), str(key[1]), str(key[2]), int(key[3])): check
+        for key, check in zip(segments, checks, strict=True)
+    }
+    if store:
+        await save_drifts(
+            engine, [(k, windows.baseline, windows.recent, c) for k, c in out.items()]
         )
-        out[seg] = check
-        if store:
-            await save_drift(engine, seg, windows.baseline, windows.recent, check)
     return out
 
 

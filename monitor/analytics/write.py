@@ -1,13 +1,15 @@
 """Writes and reads of the analytics results: recalibration maps and drift checks.
 
 ``save_map`` adds a new version per (agent, domain) (versions count from 1; two writers racing
-for the same version fail one of them on the unique key rather than overwrite). ``save_drift``
-upserts on (segment, windows): re-running a check for the same windows replaces its row.
+for the same version fail one of them on the unique key rather than overwrite). ``save_drifts``
+upserts drift checks on (segment, windows), in one transaction: re-running a check for the same
+windows replaces its row.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -113,44 +115,70 @@ _DRIFT_COLS = (
 )
 
 
-async def save_drift(
-    engine: AsyncEngine,
-    key: SegmentKey,
-    baseline: tuple[datetime, datetime],
-    recent: tuple[datetime, datetime],
-    check: DriftCheck,
-) -> None:
-    """Upsert one drift check of segment ``key`` for these windows."""
-    cols = ", ".join(_DRIFT_COLS)
-    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*_DRIFT_COLS, "fired_tests", "reason"))
-    sql = text(
-        "INSERT INTO drift_checks (agent_id, agent_version, domain, tier, baseline_from,"
-        f" baseline_to, recent_from, recent_to, {cols}, fired_tests, reason, details)"
-        " VALUES (:agent_id, :agent_version, :domain, :tier, :bf, :bt, :rf, :rt,"
-        f" {', '.join(':' + c for c in _DRIFT_COLS)}, :fired_tests, :reason,"
-        " CAST(:details AS jsonb))"
-        " ON CONFLICT ON CONSTRAINT uq_drift_checks_segment_windows DO UPDATE SET"
-        f" {sets}, details = EXCLUDED.details, checked_at = now()"
+#: one stored drift check: (segment, baseline window, recent window, check)
+StoredCheck = tuple[SegmentKey, tuple[datetime, datetime], tuple[datetime, datetime], DriftCheck]
+
+#: the stored columns of a drift check with their SQL types, in the order of
+#: :func:`_drift_row`
+_DRIFT_TYPES: tuple[tuple[str, str], ...] = (
+    ("agent_id", "text"),
+    ("agent_version", "text"),
+    ("domain", "text"),
+    ("tier", "smallint"),
+    ("baseline_from", "timestamptz"),
+    ("baseline_to", "timestamptz"),
+    ("recent_from", "timestamptz"),
+    ("recent_to", "timestamptz"),
+    *(
+        (c, "int" if c.startswith("n_") else "bool" if c == "fired" else "float8")
+        for c in _DRIFT_COLS
+    ),
+    ("fired_tests", "text"),
+    ("reason", "text"),
+    ("details", "jsonb"),
+)
+_NAMES = ", ".join(name for name, _ in _DRIFT_TYPES)
+
+# every check of a round in one statement: each column one array (one row per segment); the
+# details travel as text (an array of jsonb would be encoded value by value)
+_SAVE_DRIFTS = text(
+    f"INSERT INTO drift_checks ({_NAMES}) SELECT "
+    + ", ".join(f"{n}::jsonb" if t == "jsonb" else n for n, t in _DRIFT_TYPES)
+    + " FROM unnest("
+    + ", ".join(
+        f"CAST(:c{i} AS {'text' if t == 'jsonb' else t}[])" for i, (_, t) in enumerate(_DRIFT_TYPES)
     )
+    + f") AS u({_NAMES})"
+    " ON CONFLICT ON CONSTRAINT uq_drift_checks_segment_windows DO UPDATE SET"
+    f" {', '.join(f'{c} = EXCLUDED.{c}' for c in (*_DRIFT_COLS, 'fired_tests', 'reason'))},"
+    " details = EXCLUDED.details, checked_at = now()"
+)
+
+
+def _drift_row(stored: StoredCheck) -> tuple[Any, ...]:
+    key, baseline, recent, check = stored
     d = check.to_dict()
-    params: dict[str, Any] = {c: _finite(d[c]) if c != "fired" else d[c] for c in _DRIFT_COLS}
-    params.update(
-        n_baseline=check.n_baseline,
-        n_recent=check.n_recent,
-        agent_id=key[0],
-        agent_version=key[1],
-        domain=key[2],
-        tier=key[3],
-        bf=baseline[0],
-        bt=baseline[1],
-        rf=recent[0],
-        rt=recent[1],
-        fired_tests=",".join(check.fired_tests),
-        reason=check.reason,
-        details=json.dumps(d, default=str),
+    return (
+        *key,
+        *baseline,
+        *recent,
+        *(d[c] if c in ("fired", "n_baseline", "n_recent") else _finite(d[c]) for c in _DRIFT_COLS),
+        ",".join(check.fired_tests),
+        check.reason,
+        json.dumps(d, default=str),
     )
+
+
+async def save_drifts(engine: AsyncEngine, checks: Sequence[StoredCheck]) -> None:
+    """Upsert drift checks, each on its (segment, windows), in segment order, in one transaction
+    and one statement (every column an array): a round over thousands of segments is one
+    statement and one commit, not one of each per segment."""
+    if not checks:
+        return
+    rows = [_drift_row(c) for c in sorted(checks, key=lambda c: c[0])]
+    params = {f"c{i}": list(col) for i, col in enumerate(zip(*rows, strict=True))}
     async with engine.begin() as conn:
-        await conn.execute(sql, params)
+        await conn.execute(_SAVE_DRIFTS, params)
 
 
 async def drift_history(

@@ -16,7 +16,7 @@ import typer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from monitor.analytics.drift_policy import Reference, accept, accepted_since
-from monitor.analytics.drift_state import load_references, matching, save_reference
+from monitor.analytics.drift_state import load_references, matching, save_references
 from monitor.analytics.repo import Segment
 from monitor.analytics.write import SegmentKey
 from monitor.cli import analytics_common as ac
@@ -91,8 +91,7 @@ def register(app: typer.Typer) -> None:
             states = matching(await load_references(engine), segment)
             new, skipped = plan(states, since, length, now)
             if not dry_run:
-                for key, ref in new.items():
-                    await save_reference(engine, key, ref)
+                await save_references(engine, new)
             return new, skipped
 
         new, skipped = ac.run_with_engine(console, go)

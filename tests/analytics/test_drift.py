@@ -14,12 +14,14 @@ from monitor.analytics.bins import BinSums
 from monitor.analytics.drift import (
     PSI_EPSILON,
     DriftCheck,
+    check_drift_many,
     check_drift_raw,
     check_drift_sums,
     ece_change_bootstrap,
     ece_change_permutation,
     ece_of,
     ks_binned,
+    ks_binned_many,
     ks_raw,
     psi,
     psi_level,
@@ -290,3 +292,74 @@ def test_pure_modules_import_no_io_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- a round over many segments ---------------------------------------------------------------
+
+
+def _segments(n: int, seed: int) -> list[tuple[BinSums, BinSums, list[BinSums]]]:
+    """``n`` segments' (baseline, recent) of a few to a few hundred weighted items; some share
+    their sizes and statistics (small windows do), one recent window is empty."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        nb, nr = (int(x) for x in rng.integers(3, 300, 2))
+        b, yb = _agent(seed * 1000 + i, nb)
+        r, yr = _agent(seed * 1000 + i + 500, nr, overconfidence=0.2 * (i % 3 == 0))
+        wb, wr = rng.choice([1.0, 4.0], nb), rng.choice([1.0, 4.0], nr)
+        recent = BinSums.empty() if i == 7 else BinSums.from_items(r, yr, wr)
+        out.append((BinSums.from_items(b, yb, wb), recent, []))
+    small = BinSums.from_items([0.55, 0.65, 0.85], [1.0, 0.0, 1.0])
+    out += [(small, small, []), (small, small, [])]  # identical windows: one KS computed
+    return out
+
+
+def test_check_drift_many_is_check_drift_sums_of_each_segment() -> None:
+    segments = _segments(60, 3)
+    many = check_drift_many(segments, alpha=0.01, min_samples=50, min_reference=100)
+    each = [
+        check_drift_sums(b, r, alpha=0.01, min_samples=50, scan=s, min_reference=100)
+        for b, r, s in segments
+    ]
+    assert many == each
+    assert any(c.fired for c in many) and not all(c.fired for c in many)
+    assert many[7].ks_pvalue is None  # an empty window has no KS
+    assert check_drift_many([]) == []
+
+
+def test_ks_binned_many_is_scipys_kstwo_on_each_pair() -> None:
+    segments = _segments(40, 4)
+    pairs = [
+        (b.weight, r.weight, b.total_n_eff(), r.total_n_eff())
+        for b, r, _ in segments
+        if r.total_weight > 0
+    ]
+    for (bw, rw, nb, nr), got in zip(pairs, ks_binned_many(pairs), strict=True):
+        d = float(np.max(np.abs(np.cumsum(rw) / rw.sum() - np.cumsum(bw) / bw.sum())))
+        en = max(1.0, round(nb * nr / (nb + nr)))
+        assert got.statistic == d
+        assert got.pvalue == min(max(float(stats.kstwo.sf(d, en)), 0.0), 1.0)
+    assert ks_binned_many([]) == []
+    with pytest.raises(ValueError):
+        ks_binned_many([(np.ones(10), np.zeros(10), 5.0, 5.0)])
+
+
+def test_bin_sums_grouped_equals_from_rows_per_group() -> None:
+    rows = []
+    expected = {}
+    for g, (agent, domain) in enumerate([("a", "x"), ("a", "y"), ("b", "x")]):
+        conf, y = _agent(20 + g, 40)
+        sums = BinSums.from_items(conf, y, np.linspace(1, 3, 40))
+        expected[(agent, domain)] = sums
+        rows += [(agent, domain, *tuple(r.values())) for r in sums.to_rows()]
+    got = BinSums.grouped(rows[::-1], 2)  # any row order
+    assert set(got) == set(expected)
+    for key, sums in expected.items():
+        for field in ("weight", "sum_conf", "sum_y", "sum_sq_err", "sum_w2", "count"):
+            assert np.array_equal(getattr(got[key], field), getattr(sums, field)), field
+        assert not got[key].weight.flags.writeable
+    assert BinSums.grouped([], 2) == {}
+    with pytest.raises(ValueError, match="twice"):
+        BinSums.grouped(rows[:1] * 2, 2)
+    with pytest.raises(ValueError, match="bin outside"):
+        BinSums.grouped([("a", "x", 10, 1, 1, 1, 0, 1, 1)], 2)

@@ -5,8 +5,10 @@ chat-completions server: schedule -> judge-requests topic -> judges -> verdicts 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -27,6 +29,7 @@ from monitor.sampling.policy import SamplingPolicy
 from monitor.store.engine import libpq_url
 from tests.db import fetch
 from tests.factories import T0, event
+from tests.judges.long_conversation import long_conversation
 from tests.servers.llm_server import ChatServer, Recorded, Reply, verdicts_json
 from tests.servers.worker import create_topic
 
@@ -501,3 +504,45 @@ async def test_a_conversation_that_grew_after_it_was_judged_is_judged_again(brok
                 assert await loop.schedule_once() == 0
         finally:
             await writer.close()
+
+
+async def test_a_capped_conversation_judged_again_states_what_the_cap_left_out_of_all_of_it(
+    broker, database_url
+):
+    """Above the cap (10 events) when first judged (24 stored) and again after it grew to 60:
+    every verdict of the second judgement states the cap over the 60 events, the gap between
+    its kept events exactly, and none is left from the first."""
+    events = long_conversation(60, "c-capped")
+    topic = f"judge-{uuid.uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    writer = EventWriter(database_url)
+    await writer.write([event_row(e) for e in events[:24]])
+    loop = judge_loop(broker.bootstrap, database_url, topic, minutes=24 * 60)
+    loop.config = replace(loop.config, max_events=10, rejudge_gap_s=0)
+    try:
+        async with consuming(loop):
+            assert await loop.schedule_once() == 1
+            await wait_for(lambda: judged(database_url), 1)
+            await writer.write([event_row(e) for e in events[24:]])
+            assert await loop.schedule_once() == 1
+            await wait_for(lambda: judged(database_url), 1)
+    finally:
+        await writer.close()
+    rows = await fetch(
+        database_url, "SELECT item_id, evidence FROM verdicts WHERE conversation_id = 'c-capped'"
+    )
+    caps = [json.loads(r["evidence"])["truncated"] for r in rows]
+    assert caps and all(c == caps[0] for c in caps)
+    kept = {e.event_id for e in events[:5] + events[-5:]}
+    assert {r["item_id"] for r in rows} - {""} <= kept  # nothing judged from the gap
+    gap = events[5:-5]
+    assert caps[0]["events"] == 60 and (caps[0]["judged"], caps[0]["omitted"]) == (10, 50)
+    assert (caps[0]["omitted_after"], caps[0]["resume_at"]) == (
+        events[4].event_id,
+        events[-5].event_id,
+    )
+    assert caps[0]["omitted_by_type"] == dict(Counter(e.type for e in gap))
+    results = [e.tool_result for e in gap if e.tool_result is not None]
+    assert caps[0]["omitted_tool_results"]["failed"] == sum(not r.ok for r in results)
+    request = await fetch(database_url, "SELECT judged_events, rejudges FROM judge_requests")
+    assert dict(request[0]) == {"judged_events": 60, "rejudges": 1}

@@ -1,0 +1,252 @@
+"""How drift checks scale with the number of segments: ``monitor drift`` and the worker's drift
+round over S domains of one agent, for each S of ``--segments`` (default 50 and 5,000).
+
+Per S, one scratch database on ``DATABASE_URL``'s server (migrated, dropped afterwards) is filled
+through the worker's own write path (``EventWriter.write``: events, conversations, items,
+calibration bins, the design-effect roll-ups) with conversations of the agent, each a user
+message, an assistant message with a confidence and a ground-truth outcome (a labelled item),
+in the last hour (the recent window) and in the 24 hours before it (the reference):
+``--total`` conversations per window split evenly over the S domains (the same traffic in more
+segments: what grows is the work per segment), or ``--per-domain`` conversations per domain and
+window (the traffic grows with S too). Then it times, on that store:
+
+- ``monitor drift --agent AGENT --json`` as a subprocess (wall time, its start-up included, the
+  checks stored), ``--repeat`` times (median);
+- the worker's drift round (:func:`monitor.analytics.periodic.drift_once`, as
+  ``monitor.worker.services.AnalyticsService`` runs it, default settings, scipy imported before:
+  a worker imports it once): the first round (no segment has a reference yet: each gets one)
+  and a second five minutes later (every segment has one).
+
+It checks that each timed run checked every one of the S segments (the load it claims) and
+prints one row per S and the ratio of the largest S to the smallest. Run from the repository
+root::
+
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/drift_scale.py
+    ... bench/drift_scale.py --segments 50 500 5000 --per-domain 20 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.harness import given_postgres, scratch_database  # noqa: E402
+from monitor.analytics.periodic import drift_once  # noqa: E402
+from monitor.config import Settings  # noqa: E402
+from monitor.contract.events import AgentEvent, validate_event  # noqa: E402
+from monitor.core.clock import FixedClock  # noqa: E402
+from monitor.core.lazy import lazy_module  # noqa: E402
+from monitor.ingest.rows import event_row  # noqa: E402
+from monitor.ingest.writer import EventWriter  # noqa: E402
+from monitor.store.engine import make_engine  # noqa: E402
+
+stats = lazy_module("scipy.stats")
+
+AGENT = "agent-drift"
+BATCH = 5000
+
+
+def _events(segments: int, per_window: int, now: datetime, seed: int) -> Iterator[AgentEvent]:
+    """``per_window`` conversations per domain in the recent hour and in the 24 h before it;
+    the reference's confidence slightly higher than its accuracy, the recent one as it."""
+    rng = random.Random(seed)
+    recent = now.replace(second=0, microsecond=0)
+    windows = (
+        (recent - timedelta(hours=25), timedelta(hours=24), 0.05),
+        (recent - timedelta(minutes=58), timedelta(minutes=57), 0.0),
+    )
+    n = 0
+    for d in range(segments):
+        domain = f"d{d:05d}"
+        for start, span, skew in windows:
+            for _ in range(per_window):
+                n += 1
+                cid = f"c{n:08d}"
+                at = start + span * rng.random()
+                conf = rng.uniform(0.3, 0.95)
+                ok = rng.random() < conf - skew
+                base = {"schema": "agent-event/v1", "conversation_id": cid, "agent": {"id": AGENT}}
+                base["context"] = {"domain": domain}
+                yield from (
+                    validate_event(
+                        {
+                            **base,
+                            "event_id": f"{cid}:{i}",
+                            "type": kind,
+                            "ts": (at + timedelta(seconds=i)).isoformat(),
+                            kind: payload,
+                        }
+                    )
+                    for i, (kind, payload) in enumerate(
+                        [
+                            ("message", {"role": "user", "content": "where is my order?"}),
+                            ("message", {"role": "assistant", "content": "ok", "confidence": conf}),
+                            ("outcome", {"success": ok, "source": "ground_truth"}),
+                        ]
+                    )
+                )
+
+
+async def fill(dsn: str, segments: int, per_window: int, now: datetime) -> tuple[int, int]:
+    """Write the traffic; (events, labelled items)."""
+    writer = EventWriter(dsn)
+    await writer.start()
+    written, rows = 0, []
+    try:
+        for e in _events(segments, per_window, now, seed=segments):
+            rows.append(event_row(e))
+            if len(rows) >= BATCH:
+                written += (await writer.write(rows)).inserted
+                rows = []
+        if rows:
+            written += (await writer.write(rows)).inserted
+    finally:
+        await writer.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        items = int(await conn.fetchval("SELECT count(*) FROM items WHERE label IS NOT NULL"))
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+    return written, items
+
+
+def cli_drift(dsn: str, now: datetime) -> tuple[float, int]:
+    """``monitor drift --agent AGENT --json`` at ``now``: (wall seconds, segments checked)."""
+    env = {**os.environ, "MONITOR_DATABASE_URL": dsn, "PYTHONPATH": str(REPO)}
+    env.pop("DATABASE_URL", None)
+    argv = [sys.executable, "-m", "monitor.cli", "drift", "--agent", AGENT, "--json"]
+    argv += ["--at", now.isoformat()]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=3600)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"monitor drift failed ({done.returncode}): {done.stderr[-2000:]}")
+    return seconds, len(json.loads(done.stdout)["checks"])
+
+
+async def worker_round(dsn: str, now: datetime) -> tuple[float, int]:
+    """One drift round as the worker runs it: (seconds, segments whose stored state this
+    round advanced: their recent window ends at or after ``now``)."""
+    s = Settings()
+    engine = make_engine(dsn, pool_size=2)
+    try:
+        t0 = time.perf_counter()
+        await drift_once(
+            engine,
+            FixedClock(now),
+            timedelta(seconds=s.drift_recent_s),
+            s.drift_alpha,
+            s.drift_min_samples,
+            timedelta(seconds=s.drift_reference_s),
+            s.drift_min_reference,
+        )
+        seconds = time.perf_counter() - t0
+    finally:
+        await engine.dispose()
+    conn = await asyncpg.connect(dsn)
+    try:
+        states = int(
+            await conn.fetchval(
+                "SELECT count(*) FROM drift_references WHERE last_recent_to >= $1", now
+            )
+        )
+    finally:
+        await conn.close()
+    return seconds, states
+
+
+@dataclass
+class Row:
+    segments: int
+    per_domain: int
+    events: int
+    items: int
+    fill_s: float
+    cli_s: float
+    round1_s: float
+    round2_s: float
+
+
+async def measure(admin: str, segments: int, per_window: int, repeat: int) -> Row:
+    """Fill a scratch store with ``segments`` domains of ``per_window`` conversations per
+    window and time the drift checks on it (module docstring)."""
+    async with scratch_database(admin, f"drift{segments}") as dsn:
+        now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(seconds=1)
+        t0 = time.perf_counter()
+        events, items = await fill(dsn, segments, per_window, now)
+        fill_s = time.perf_counter() - t0
+        cli = []
+        for _ in range(repeat):
+            seconds, checked = await asyncio.to_thread(cli_drift, dsn, now)
+            assert checked == segments, f"monitor drift checked {checked} of {segments}"
+            cli.append(seconds)
+        first, states = await worker_round(dsn, now)
+        assert states == segments, f"the first round tracked {states} of {segments} segments"
+        later = now + timedelta(minutes=5)  # the next round, as the worker's interval
+        second, states = await worker_round(dsn, later)
+        assert states == segments, f"the second round tracked {states} of {segments} segments"
+        return Row(
+            segments, per_window, events, items, fill_s, statistics.median(cli), first, second
+        )
+
+
+async def main(args: argparse.Namespace) -> None:
+    admin = given_postgres()
+    if not admin:
+        raise SystemExit("set DATABASE_URL to a Postgres server (the admin database)")
+    stats.kstwo.sf(0.5, 10)  # scipy imported (the worker's first round imports it, once)
+    rows = []
+    for s in args.segments:
+        per_domain = args.per_domain or max(1, args.total // s)
+        row = await measure(admin, s, per_domain, args.repeat)
+        rows.append(row)
+        print(
+            f"{row.segments:>6} segments x {row.per_domain:>4} conversations per window"
+            f"  {row.events:>9,} events  {row.items:>8,} items"
+            f"  (fill {row.fill_s:.0f} s)   monitor drift {row.cli_s:6.2f} s"
+            f"   worker round: first {row.round1_s:6.2f} s, next {row.round2_s:6.2f} s",
+            flush=True,
+        )
+    lo, hi = rows[0], rows[-1]
+    print(
+        f"ratio {hi.segments} / {lo.segments} segments: monitor drift "
+        f"{hi.cli_s / lo.cli_s:.2f}x, worker round first {hi.round1_s / lo.round1_s:.2f}x, "
+        f"next {hi.round2_s / lo.round2_s:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--segments", type=int, nargs="+", default=[50, 5000])
+    parser.add_argument(
+        "--total",
+        type=int,
+        default=20_000,
+        help="conversations per window (recent, reference), split over the domains",
+    )
+    parser.add_argument(
+        "--per-domain",
+        type=int,
+        default=0,
+        help="conversations per domain and window instead of --total (traffic grows with S)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="monitor drift runs (median)")
+    asyncio.run(main(parser.parse_args()))
