@@ -165,6 +165,8 @@ def dashboard_sql() -> list[tuple[str, str]]:
     for path in sorted((REPO / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         specs = board.get("templating", {}).get("list", [])
+        # a query variable: multi-valued with "All"; a textbox (the Conversation dashboard's
+        # id): one typed value, and no query of its own
         variables = [
             g.Variable(
                 v["name"],
@@ -173,9 +175,13 @@ def dashboard_sql() -> list[tuple[str, str]]:
                 all_value=v.get("allValue") or None,
                 options=("x",),
             )
+            if v.get("type") != "textbox"
+            else g.Variable(v["name"], options=("x",), selected=("x",))
             for v in specs
         ]
         for v in specs:
+            if v.get("type") == "textbox":
+                continue
             out.append(
                 (
                     f"{path.stem} ${v['name']}",
