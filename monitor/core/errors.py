@@ -35,6 +35,7 @@
         ├── DeliveryError             events the broker did not acknowledge (flush/close)
         ├── BufferFull                no send-buffer space freed within the timeout
         ├── GateError                 the gate answered with a refusal (status + reason)
+        │   └── GateRateLimited       it asked to wait (429/503 with Retry-After)
         └── GateUnavailable           the gate could not be reached or did not answer in time
 
 Callers catch ``MonitorError`` to handle anything the monitor itself reports; library errors
