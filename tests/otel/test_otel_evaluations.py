@@ -241,8 +241,8 @@ async def test_gate_decisions_are_exported_in_the_background_as_evaluations():
 async def test_a_gates_decisions_reach_the_evaluations_endpoint(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path
 ):
-    """The real worker's gate with MONITOR_OTEL_EVALUATIONS_ENDPOINT: every decision it answers
-    reaches the loopback OTLP receiver as an evaluation, counted on /metrics."""
+    """The real gate process with MONITOR_OTEL_EVALUATIONS_ENDPOINT: every decision it answers
+    reaches the loopback OTLP receiver as an evaluation, counted on its /metrics."""
     policy = 'version: "ev-1"\nrules:\n  - agent: "*"\n    threshold: 0.6\n'
     async with (
         LogsReceiver() as receiver,
@@ -266,7 +266,7 @@ async def test_a_gates_decisions_reach_the_evaluations_endpoint(
                     "confidence": confidence,
                     "request_id": f"r{i}",
                 }
-                r = await client.post(f"{worker.url}/v1/gate", json=ask)
+                r = await client.post(f"{worker.gate_url}/v1/gate", json=ask)
                 assert r.status_code == 200, r.text
                 answers.append(r.json())
         for _ in range(100):
@@ -278,7 +278,7 @@ async def test_a_gates_decisions_reach_the_evaluations_endpoint(
             if len(got) == 2:
                 break
             await asyncio.sleep(0.1)
-        text = httpx.get(f"{worker.url}/metrics", timeout=10).text
+        text = httpx.get(f"{worker.gate_url}/metrics", timeout=10).text
     assert [a["decision"] for a in answers] == ["proceed", "escalate"]
     by_id = {attrs(r)["monitor.gate.decision_id"]: attrs(r) for r in got}
     assert set(by_id) == {a["decision_id"] for a in answers}
