@@ -50,8 +50,7 @@ $$"""
 
 def upgrade() -> None:
     op.execute(FUNCTION)
-    op.execute(f"GRANT EXECUTE ON FUNCTION calibration_bins_in(timestamptz, timestamptz)"
-               f" TO {ROLE}")
+    op.execute(f"GRANT EXECUTE ON FUNCTION calibration_bins_in(timestamptz, timestamptz) TO {ROLE}")
 
 
 def downgrade() -> None:

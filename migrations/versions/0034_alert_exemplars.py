@@ -43,9 +43,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("fingerprint", "fired_at", "rank", name="pk_alert_exemplars"),
     )
-    op.create_index(
-        "ix_alert_exemplars_conversation_id", "alert_exemplars", ["conversation_id"]
-    )
+    op.create_index("ix_alert_exemplars_conversation_id", "alert_exemplars", ["conversation_id"])
 
 
 def downgrade() -> None:

@@ -70,24 +70,24 @@ def _bin(conf: str) -> str:
     return f"({terms})"
 
 
-# the patterns of monitor.alerts.redact as POSIX AREs: \m / \M for a word's start / end,
+# the patterns of monitor.core.redact as POSIX AREs: \m / \M for a word's start / end,
 # [[:alnum:]_] for \w
 _W = "[:alnum:]_"
 _KEY = (
     f"\\m(?:{_ci('password')}|{_ci('passwd')}|{_ci('token')}|{_ci('secret')}"
-    f"|{_ci('api')}[_-]?{_ci('key')})\\M[\"']?\\s*[=:]\\s*[\"']?"
+    f"|{_ci('api')}[_-]?{_ci('key')}|(?<!\\.){_ci('authorization')})\\M[\"']?\\s*[=:]\\s*[\"']?"
 )
+_SCHEME = f"(?:(?:{_ci('bearer')}|{_ci('basic')}|{_ci('token')})\\s+)?"
 SECRET_RE = (
     "\\mxox[abposr]-[A-Za-z0-9-]{10,}"
     "|\\mBearer\\s+[A-Za-z0-9._~+/=-]{16,}"
     "|\\msk-[A-Za-z0-9_-]{20,}"
+    "|\\mmk_[A-Za-z0-9_-]{20,}"
     "|\\mAKIA[0-9A-Z]{16}\\M"
-    f"|{_KEY}[^\\s,;\"']+"
+    f"|{_KEY}{_SCHEME}[^\\s,;\"']+"
 )
 CARD_RE = f"(?<![{_W}.,])[0-9](?:[ -]?[0-9]){{12,18}}(?![{_W}]|[.,][0-9])"
-EMAIL_RE = (
-    f"(?<![{_W}.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{{2,}}"
-)
+EMAIL_RE = f"(?<![{_W}.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{{2,}}"
 INTL_RE = f"(?<![{_W}+])\\+[0-9](?:[ .-]?\\(?[0-9]+\\)?)+(?![{_W}]|[.,][0-9])"
 NA_RE = (
     f"(?<![{_W}(.,-])(?:\\([0-9]{{3}}\\) ?|[0-9]{{3}}[ .-])[0-9]{{3}}[ .-][0-9]{{4}}"

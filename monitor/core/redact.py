@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import re
 
-_KEYS = r"password|passwd|token|secret|api[_-]?key|authorization"
+# a dotted name ending in "authorization" (a judge's, "det.authorization: ...") is an
+# identifier, not a header
+_KEYS = r"password|passwd|token|secret|api[_-]?key|(?<!\.)authorization"
 _SECRET = re.compile(
     r"\bxox[abposr]-[A-Za-z0-9-]{10,}"
     r"|\bBearer\s+[A-Za-z0-9._~+/=-]{16,}"

@@ -665,7 +665,11 @@ def test_alerts_show_prints_what_fired_evidence_exemplars_and_next_commands(
     assert out.startswith(
         f"ece_tier3 agent=over-t3, domain=qa, tier=3: firing (critical)  fingerprint {fp}"
     )
-    assert "Calibration error at least" in out and "when it fired: ece (99% lower bound)" in out
+    assert (
+        "Calibration error 0." in out
+        and ", at least 0." in out
+        and "when it fired: ece (99% lower bound)" in out
+    )
     assert "window 1h (evidence up to 6h)" in out
     for r in rows:
         assert f"{r['rank']}. {r['conversation_id']}  failed (outcome:ground_truth)" in out
