@@ -165,7 +165,7 @@ def dashboard_sql() -> list[tuple[str, str]]:
     for path in sorted((REPO / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         specs = board.get("templating", {}).get("list", [])
-        variables = [
+        variables = [  # the scope at All; a textbox (one conversation) typed "x"
             g.Variable(
                 v["name"],
                 multi=True,
@@ -173,9 +173,11 @@ def dashboard_sql() -> list[tuple[str, str]]:
                 all_value=v.get("allValue") or None,
                 options=("x",),
             )
+            if v["type"] == "query"
+            else g.Variable(v["name"], options=("x",), selected=("x",))
             for v in specs
         ]
-        for v in specs:
+        for v in (v for v in specs if v["type"] == "query"):
             out.append(
                 (
                     f"{path.stem} ${v['name']}",
