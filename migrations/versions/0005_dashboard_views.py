@@ -46,10 +46,8 @@ def _bin(conf: str) -> str:
     return f"({terms})"
 
 
-_SEGMENT = (
-    "agent_id, NULLIF(agent_version, '') AS agent_version, NULLIF(domain, '') AS domain, "
+_SEGMENT = "agent_id, NULLIF(agent_version, '') AS agent_version, NULLIF(domain, '') AS domain, " \
     "NULLIF(tier, 0) AS tier"
-)
 
 _WINDOW_END = (
     "window_start + CASE resolution WHEN '1m' THEN interval '1 minute' "
@@ -59,9 +57,8 @@ _WINDOW_END = (
 _DIFFS = ",\n  ".join(
     f"sum(sum_y - sum_conf) FILTER (WHERE bin = {b}) AS d{b}" for b in range(N_BINS)
 )
-_ABS = " + ".join(
-    f"abs(coalesce(sum(sum_y - sum_conf) FILTER (WHERE bin = {b}), 0))" for b in range(N_BINS)
-)
+_ABS = " + ".join(f"abs(coalesce(sum(sum_y - sum_conf) FILTER (WHERE bin = {b}), 0))"
+                  for b in range(N_BINS))
 
 VIEWS: dict[str, str] = {
     "v_calibration_bins": f"""

@@ -37,9 +37,7 @@ def upgrade() -> None:
         sa.Column("flagged_since", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_recent_to", sa.DateTime(timezone=True), nullable=False),
         sa.Column(
-            "updated_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("now()"),
+            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
             nullable=False,
         ),
         sa.PrimaryKeyConstraint(

@@ -31,10 +31,8 @@ depends_on: str | Sequence[str] | None = None
 
 N_BINS = 10  # frozen copies of what this revision was written with
 DELAY = "extract(epoch FROM ingested_at - ts)::float8"
-BUCKET = (
-    f"(CASE WHEN {DELAY} <= 0.001 THEN 0 ELSE least(120, "
-    f"ceil(4 * ln({DELAY} / 0.001) / ln(2)))::int END)"
-)
+BUCKET = (f"(CASE WHEN {DELAY} <= 0.001 THEN 0 ELSE least(120, "
+          f"ceil(4 * ln({DELAY} / 0.001) / ln(2)))::int END)")
 
 
 def _bin(conf: str) -> str:
@@ -58,12 +56,9 @@ FROM conversations c{join}
 WHERE c.sample_weight > 0"""
 
 
-OLD_ESCALATION = _escalation_view(
-    "t.first_turn",
-    """
+OLD_ESCALATION = _escalation_view("t.first_turn", """
 LEFT JOIN LATERAL (SELECT min(e.turn) AS first_turn FROM events e
-                   WHERE e.conversation_id = c.conversation_id) t ON c.escalated""",
-)
+                   WHERE e.conversation_id = c.conversation_id) t ON c.escalated""")
 NEW_ESCALATION = _escalation_view("c.first_turn", "")
 
 OLD_PIPELINE = """
@@ -123,9 +118,8 @@ def upgrade() -> None:
         sa.Column("domain", sa.Text(), server_default="", nullable=False),
         sa.Column("tier", sa.SmallInteger(), server_default="0", nullable=False),
         sa.Column("events", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "minute", "type", "agent_id", "domain", "tier", name="pk_event_minutes"
-        ),
+        sa.PrimaryKeyConstraint("minute", "type", "agent_id", "domain", "tier",
+                                name="pk_event_minutes"),
     )
     op.create_table(
         "ingest_delay_bins",

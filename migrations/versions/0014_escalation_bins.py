@@ -40,19 +40,8 @@ coalesce(c.first_turn, 0), -1), (CASE WHEN c.escalated_at IS NOT NULL THEN (CASE
 greatest(0, extract(epoch FROM c.escalated_at - c.first_ts))::float8 <= 0.001 THEN 0 ELSE
 ceil(16 * ln(greatest(0, extract(epoch FROM c.escalated_at - c.first_ts))::float8 / 0.001) /
 ln(2))::int END) ELSE -1 END)::smallint"""
-KEY_COLUMNS = (
-    "kind",
-    "agent_id",
-    "agent_version",
-    "domain",
-    "tier",
-    "conf_milli",
-    "escalated",
-    "outcome",
-    "weight",
-    "turns",
-    "seconds_bucket",
-)
+KEY_COLUMNS = ("kind", "agent_id", "agent_version", "domain", "tier", "conf_milli", "escalated",
+               "outcome", "weight", "turns", "seconds_bucket")
 N_BINS = 10  # the dashboards' confidence bins, as in v_escalation_conversations (0013)
 
 

@@ -26,16 +26,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 ROLE = "monitor_readonly"
-SUMS = (
-    "conversations",
-    "escalated",
-    "with_outcome",
-    "succeeded",
-    "with_confidence",
-    "confidence_micro",
-    "tool_errors",
-    "tool_results",
-)
+SUMS = ("conversations", "escalated", "with_outcome", "succeeded", "with_confidence",
+        "confidence_micro", "tool_errors", "tool_results")
 # a frozen copy of monitor.ingest.conversation_minutes_sql.backfill() as this revision was written
 BACKFILL = """
 SELECT minute, agent_id, domain, tier, sum(conversations)::bigint, sum(escalated)::bigint,
@@ -58,14 +50,11 @@ def upgrade() -> None:
         sa.Column("domain", sa.Text(), nullable=False),
         sa.Column("tier", sa.SmallInteger(), nullable=False),
         *(sa.Column(name, sa.BigInteger(), nullable=False) for name in SUMS),
-        sa.PrimaryKeyConstraint(
-            "minute", "agent_id", "domain", "tier", name="pk_conversation_minutes"
-        ),
+        sa.PrimaryKeyConstraint("minute", "agent_id", "domain", "tier",
+                                name="pk_conversation_minutes"),
     )
-    op.execute(
-        f"INSERT INTO conversation_minutes (minute, agent_id, domain, tier,"
-        f" {', '.join(SUMS)}) {BACKFILL}"
-    )
+    op.execute(f"INSERT INTO conversation_minutes (minute, agent_id, domain, tier,"
+               f" {', '.join(SUMS)}) {BACKFILL}")
     op.execute(f"GRANT SELECT ON conversation_minutes TO {ROLE}")
 
 

@@ -64,28 +64,19 @@ def upgrade() -> None:
         *_segment(),
         sa.Column("n", sa.BigInteger(), nullable=False),
         sa.Column("multi", sa.Boolean(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "conversation_id",
-            "hour",
-            "agent_id",
-            "agent_version",
-            "domain",
-            "tier",
-            name="pk_item_hours",
-        ),
+        sa.PrimaryKeyConstraint("conversation_id", "hour", "agent_id", "agent_version",
+                                "domain", "tier", name="pk_item_hours"),
     )
-    op.create_index(
-        "ix_item_hours_multi", "item_hours", ["hour"], postgresql_where=sa.text("multi")
-    )
+    op.create_index("ix_item_hours_multi", "item_hours", ["hour"],
+                    postgresql_where=sa.text("multi"))
     op.create_table(
         "design_hours",
         sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
         *_segment(),
         sa.Column("items", sa.BigInteger(), nullable=False),
         sa.Column("conversations", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "hour", "agent_id", "agent_version", "domain", "tier", name="pk_design_hours"
-        ),
+        sa.PrimaryKeyConstraint("hour", "agent_id", "agent_version", "domain", "tier",
+                                name="pk_design_hours"),
     )
     op.create_table(
         "label_hours",
@@ -93,15 +84,8 @@ def upgrade() -> None:
         *_segment(),
         sa.Column("label_source", sa.Text(), nullable=False),
         sa.Column("items", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "hour",
-            "agent_id",
-            "agent_version",
-            "domain",
-            "tier",
-            "label_source",
-            name="pk_label_hours",
-        ),
+        sa.PrimaryKeyConstraint("hour", "agent_id", "agent_version", "domain", "tier",
+                                "label_source", name="pk_label_hours"),
     )
     op.execute(BACKFILL_ITEM_HOURS)
     op.execute(BACKFILL_DESIGN_HOURS)

@@ -50,7 +50,8 @@ $$"""
 
 def upgrade() -> None:
     op.execute(FUNCTION)
-    op.execute(f"GRANT EXECUTE ON FUNCTION calibration_bins_in(timestamptz, timestamptz) TO {ROLE}")
+    op.execute(f"GRANT EXECUTE ON FUNCTION calibration_bins_in(timestamptz, timestamptz)"
+               f" TO {ROLE}")
 
 
 def downgrade() -> None:

@@ -25,19 +25,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 SEGMENT = "agent_id, agent_version, domain, tier"
-KEY_COLUMNS = (
-    "kind",
-    "agent_id",
-    "agent_version",
-    "domain",
-    "tier",
-    "conf_milli",
-    "escalated",
-    "outcome",
-    "weight",
-    "turns",
-    "seconds_bucket",
-)
+KEY_COLUMNS = ("kind", "agent_id", "agent_version", "domain", "tier", "conf_milli", "escalated",
+               "outcome", "weight", "turns", "seconds_bucket")
 # kind -> (turns, seconds_bucket) of its rows, from a kind 1 row, and the column kept
 MARGINALS = {2: ("-1", "seconds_bucket", "seconds_bucket"), 3: ("turns", "-1::smallint", "turns")}
 

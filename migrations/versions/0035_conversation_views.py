@@ -264,14 +264,15 @@ FROM (SELECT DISTINCT ON (t.conversation_id) t.*
 ORDER BY w.confidence DESC, w.ts DESC, w.conversation_id
 LIMIT n""",
     "examples_drift": f"""
-WITH checks AS (
+WITH checks AS MATERIALIZED (
   SELECT DISTINCT ON (d.agent_id, d.agent_version, d.domain, d.tier) d.*
   FROM drift_checks d
   WHERE d.recent_to >= lo AND d.recent_to <= hi
     AND {_scope("d.agent_id", "NULLIF(d.domain, '')", "NULLIF(d.tier, 0)")}
   ORDER BY d.agent_id, d.agent_version, d.domain, d.tier, d.fired DESC, d.recent_to DESC),
-moved AS (
-  SELECT c.*, m.bin, m.acc_base, m.acc_recent
+moved AS MATERIALIZED (
+  SELECT c.agent_id, c.agent_version, c.domain, c.tier, c.recent_from, c.recent_to, c.fired,
+    m.bin, m.acc_base, m.acc_recent
   FROM checks c
   CROSS JOIN LATERAL (
     SELECT r.bin, b.acc AS acc_base, r.acc AS acc_recent
@@ -293,19 +294,25 @@ moved AS (
     LIMIT 1) m)
 SELECT x.ts, x.conversation_id, x.agent_id, NULLIF(x.domain, ''), NULLIF(x.tier, 0),
   x.confidence,
-  'bin ' || to_char(x.bin / {N_BINS}.0, 'FM0.0') || '-' || to_char((x.bin + 1) / {N_BINS}.0, 'FM0.0')
+  'bin ' || to_char(x.bin / {N_BINS}.0, 'FM0.0') || '-'
+    || to_char((x.bin + 1) / {N_BINS}.0, 'FM0.0')
     || ': accuracy ' || to_char(x.acc_base, 'FM0.00') || ' -> ' || to_char(x.acc_recent, 'FM0.00')
     || ' (baseline -> recent' || CASE WHEN x.fired THEN ', drift fired' ELSE '' END
     || '); stated ' || to_char(x.confidence, 'FM0.00') || ', '
     || CASE WHEN x.label = 0 THEN 'wrong' ELSE 'right' END
-FROM (SELECT DISTINCT ON (i.conversation_id) i.ts, i.conversation_id, i.agent_id, i.domain,
-        i.tier, i.confidence, i.label, mv.bin, mv.acc_base, mv.acc_recent, mv.fired
+FROM (SELECT DISTINCT ON (i.conversation_id) i.*, mv.bin, mv.acc_base, mv.acc_recent, mv.fired
       FROM moved mv
-      JOIN items i ON i.agent_id = mv.agent_id AND i.agent_version = mv.agent_version
-        AND i.domain = mv.domain AND i.tier = mv.tier
-        AND i.ts >= mv.recent_from AND i.ts < mv.recent_to
-      WHERE i.weight > 0 AND {_bin("i.confidence")} = mv.bin
-        AND i.label = CASE WHEN mv.acc_recent < mv.acc_base THEN 0 ELSE 1 END
+      -- per segment, its recent window's answers in the bin, newest first
+      CROSS JOIN LATERAL (
+        SELECT it.ts, it.conversation_id, it.agent_id, it.domain, it.tier, it.confidence,
+          it.label
+        FROM items it
+        WHERE it.agent_id = mv.agent_id AND it.ts >= mv.recent_from AND it.ts < mv.recent_to
+          AND it.agent_version = mv.agent_version AND it.domain = mv.domain
+          AND it.tier = mv.tier AND it.weight > 0 AND {_bin("it.confidence")} = mv.bin
+          AND it.label = CASE WHEN mv.acc_recent < mv.acc_base THEN 0 ELSE 1 END
+        ORDER BY it.ts DESC
+        LIMIT 50 * n) i
       ORDER BY i.conversation_id, i.ts DESC) x
 ORDER BY x.fired DESC, abs(x.acc_recent - x.acc_base) DESC, x.ts DESC, x.conversation_id
 LIMIT n""",
@@ -353,14 +360,41 @@ LIMIT n""",
 }
 
 
+#: the drift rule's estimate crosses jit_above_cost (its per-segment bins and items are
+#: estimated far above the few rows they are), and compiling took 130 ms of a 30 ms query at 1M
+#: items (docs/benchmarks.md); without JIT it is planned inside the function (not inlined)
+OPTIONS = {"examples_drift": "\nSET jit = off"}
+
+#: what the Examples rules read in order (without them the calibration and escalation rules
+#: scanned every item / conversation of the range: 0.4-1.2 s at 7 days over 1M items,
+#: docs/benchmarks.md); partial, so a row gets an entry only while it is such a candidate
+INDEXES: dict[str, tuple[str, str, str]] = {
+    "ix_items_wrong_confidence": ("items", "confidence, ts", "label = 0 AND weight > 0"),
+    "ix_conversations_escalated_confidence": (
+        "conversations",
+        "min_confidence",
+        "escalated AND min_confidence IS NOT NULL AND sample_weight > 0",
+    ),
+    "ix_conversations_missed_confidence": (
+        "conversations",
+        "min_confidence",
+        "(NOT outcome_success) AND (NOT escalated) AND min_confidence IS NOT NULL"
+        " AND sample_weight > 0",
+    ),
+}
+
+
 def upgrade() -> None:
+    for name, (table, columns, where) in INDEXES.items():
+        op.execute(f"CREATE INDEX {name} ON {table} ({columns}) WHERE {where}")
     op.add_column("alert_history", sa.Column("estimate", sa.Double(), nullable=True))
     op.add_column("alert_history", sa.Column("samples", sa.Double(), nullable=True))
     op.execute(REDACT)
     for name, sql in VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {sql}")
     for name, sql in FUNCTIONS.items():
-        op.execute(f"CREATE FUNCTION {name}({_ARGS})\n{_RETURNS} AS $body${sql}\n$body$")
+        options = OPTIONS.get(name, "")
+        op.execute(f"CREATE FUNCTION {name}({_ARGS})\n{_RETURNS}{options} AS $body${sql}\n$body$")
     grants = ["monitor_redact(text)", *(f"{n}({_SIGNATURE})" for n in FUNCTIONS)]
     op.execute(
         f"DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') THEN "
@@ -377,3 +411,5 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION monitor_redact(text)")
     op.drop_column("alert_history", "samples")
     op.drop_column("alert_history", "estimate")
+    for name in reversed(INDEXES):
+        op.execute(f"DROP INDEX {name}")

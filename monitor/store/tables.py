@@ -220,6 +220,21 @@ conversations = Table(
     Index(
         "ix_conversations_rejudge", "updated_at", postgresql_where=text("event_count > judge_watch")
     ),
+    # the escalation Examples (migration 0035): escalated conversations of the weighted sample
+    # by minimum confidence, and failed, not escalated ones
+    Index(
+        "ix_conversations_escalated_confidence",
+        "min_confidence",
+        postgresql_where=text("escalated AND min_confidence IS NOT NULL AND sample_weight > 0"),
+    ),
+    Index(
+        "ix_conversations_missed_confidence",
+        "min_confidence",
+        postgresql_where=text(
+            "(NOT outcome_success) AND (NOT escalated) AND min_confidence IS NOT NULL"
+            " AND sample_weight > 0"
+        ),
+    ),
 )
 
 dead_letters = Table(

@@ -87,6 +87,13 @@ items = Table(
     Index(None, "agent_id", "ts"),
     # windows over every agent (design effects) and retention (migration 0018)
     Index(None, "ts"),
+    # the calibration Examples: wrong answers of the weighted sample, most confident first
+    Index(
+        "ix_items_wrong_confidence",
+        "confidence",
+        "ts",
+        postgresql_where=text("label = 0 AND weight > 0"),
+    ),
 )
 
 item_hours = Table(

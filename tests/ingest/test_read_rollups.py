@@ -165,9 +165,7 @@ def dashboard_sql() -> list[tuple[str, str]]:
     for path in sorted((REPO / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
         specs = board.get("templating", {}).get("list", [])
-        # a query variable: multi-valued with "All"; a textbox (the Conversation dashboard's
-        # id): one typed value, and no query of its own
-        variables = [
+        variables = [  # the scope at All; a textbox (one conversation) typed "x"
             g.Variable(
                 v["name"],
                 multi=True,
@@ -175,13 +173,11 @@ def dashboard_sql() -> list[tuple[str, str]]:
                 all_value=v.get("allValue") or None,
                 options=("x",),
             )
-            if v.get("type") != "textbox"
+            if v["type"] == "query"
             else g.Variable(v["name"], options=("x",), selected=("x",))
             for v in specs
         ]
-        for v in specs:
-            if v.get("type") == "textbox":
-                continue
+        for v in (v for v in specs if v["type"] == "query"):
             out.append(
                 (
                     f"{path.stem} ${v['name']}",
