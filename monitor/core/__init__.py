@@ -22,5 +22,6 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "redact",
     "resilience",
     "retention_settings",
+    "throttled_log",
     "yaml_config",
 )

@@ -48,6 +48,7 @@ from monitor.core.errors import (
 )
 from monitor.core.http_body import BodyLimits, ReadChunk, read_body
 from monitor.core.http_guard import Guard, Refusal, unreadable
+from monitor.core.throttled_log import ThrottledExceptionLog
 from monitor.gate.advised import AdvisorCuts
 from monitor.gate.checks import CheckSet, CheckStates
 from monitor.gate.decide import Maps, decide, decision_event
@@ -56,6 +57,8 @@ from monitor.gate.policy import GatePolicy, GateRule
 from monitor.gate.request import GateRequest, HistoryCache, parse_gate_request
 
 log = logging.getLogger("monitor.gate.endpoint")
+# failures a request can provoke: a traceback once a minute per kind, not per request
+_failures = ThrottledExceptionLog(log)
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 LOOPBACK_CALLER = "loopback"  # the identity of a loopback caller granted without a credential
 MEDIA_TYPES = ("application/json", "")
@@ -241,7 +244,7 @@ def decide_gate(
     except UnknownAgent as exc:
         return GateReply(404, {"error": str(exc), "reason": "unknown_agent"})
     except Exception as exc:  # a bug must not become a 500: the rule's fail mode answers
-        log.exception("the gate could not decide")
+        _failures.exception("the gate could not decide", exc)
         return _failed(req, policy, exc, (timer() - started) * 1000.0)
     answer = {**decision.answer(), **(status or {})}
     index, agent_id = decision.rule_index, req.agent.id
@@ -265,7 +268,7 @@ async def finish_gate(
     try:
         answer, event = await finish_llm(p, judge, timer)
     except Exception as exc:  # a bug must not become a 500
-        log.exception("the gate's LLM check failed")
+        _failures.exception("the gate's LLM check failed", exc)
         why = f"{type(exc).__name__}: {exc}"[:300]
         degraded = f"fail {p.rule.fail}: gate error ({why})"
         latency_ms = round((timer() - p.started) * 1000.0, 3)

@@ -30,9 +30,12 @@ from monitor.core.errors import BadBody, BadEncoding, BodyTimeout, BodyTooLarge,
 from monitor.core.http_body import BodyLimits, ReadChunk, body_slot, declared_too_large, read_body
 from monitor.core.http_guard import Guard, Refusal, unreadable
 from monitor.core.http_reply import Offload, Reply, error_reply, json_reply
+from monitor.core.throttled_log import ThrottledExceptionLog
 from monitor.ingest.http import ParsedBatch, parse_events, response_body, status_for
 
 log = logging.getLogger("monitor.ingest.endpoint")
+# a body any authenticated client can send: its traceback once a minute per kind, not per request
+_unparsed = ThrottledExceptionLog(log)
 MEDIA_TYPES = ("application/json", "application/x-ndjson", "application/ndjson", "")
 
 
@@ -124,7 +127,7 @@ async def _ingest(
     except BadBody as exc:
         return error_reply(400, str(exc), "bad_body")
     except Exception as exc:  # never a 500 for a body: nothing was produced yet
-        log.exception("HTTP ingest could not parse a body")
+        _unparsed.exception("HTTP ingest could not parse a body", exc)
         return error_reply(400, f"unreadable body ({type(exc).__name__})", "bad_body")
     if batch.accepted:
         try:
