@@ -4,7 +4,8 @@
 episode's firing notification, the episode's exemplars (:mod:`monitor.alerts.exemplar_repo`),
 and observes its rule again at ``now`` (:func:`monitor.alerts.observations.observe`); it returns
 a JSON-ready dict (``monitor alerts show`` prints it, ``--json`` as is). Every text taken from
-the store is redacted (:func:`monitor.core.redact.redact`).
+the store is redacted (:func:`monitor.core.redact.redact`). :func:`gather_incident` does the
+same for an incident (an id ``inc-...`` or a unique prefix): the incident, then each member.
 """
 
 from __future__ import annotations
@@ -159,3 +160,43 @@ async def gather(engine: AsyncEngine, ident: str, rules: RuleSet, now: datetime)
         next=next_commands(state, rule.metric, window, found, rule.annotations.runbook_url),
     )
     return out
+
+
+async def gather_incident(
+    engine: AsyncEngine, ident: str, rules: RuleSet, now: datetime
+) -> dict[str, Any]:
+    """An incident as ``alerts show inc-...`` prints it, JSON-ready: the incident, then each
+    member alert as :func:`gather` gives it, in the order they joined, and what to run next
+    (raises LookupError: no such incident)."""
+    async with engine.connect() as conn:
+        incident = await repo.find_incident(conn, ident)
+    alerts: list[dict[str, Any]] = []
+    for member in incident.members:
+        try:
+            alerts.append(await gather(engine, member.fingerprint, rules, now))
+        except LookupError:  # its state was deleted (retention): the membership still shows
+            alerts.append({"fingerprint": member.fingerprint, "rule": member.rule, "missing": True})
+    firing_unacked = [
+        a["fingerprint"] for a in alerts if a.get("status") == "firing" and not a.get("acked_by")
+    ]
+    conversations = [
+        x["command"] for a in alerts for x in a.get("exemplars", []) if x.get("command")
+    ]
+    nxt = list(dict.fromkeys(conversations))[:3]
+    if firing_unacked:
+        nxt.append(f"monitor alerts ack {incident.id} --comment '...'")
+    return {
+        "incident": {
+            "id": incident.id,
+            "key": redact(incident.key),
+            "status": incident.status,
+            "severity": incident.severity,
+            "opened_at": incident.opened_at,
+            "resolved_at": incident.resolved_at,
+            "pages": incident.pages,
+            "updates": incident.updates,
+            "firing": list(incident.firing),
+        },
+        "alerts": alerts,
+        "next": nxt,
+    }

@@ -331,6 +331,19 @@ async def save_incidents(conn: AsyncConnection, incidents: Iterable[Incident]) -
         )
 
 
+async def find_incident(conn: AsyncConnection, prefix: str) -> Incident:
+    """The incident whose id is ``prefix`` or starts with it (``inc-`` and at least 4 hex
+    digits). Raises LookupError when none or several match."""
+    if not prefix.startswith("inc-") or len(prefix) < 8:
+        raise LookupError("give an incident id: inc- and at least 4 of its hex digits")
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    q = select(alert_incidents.c.state).where(alert_incidents.c.id.like(escaped + "%"))
+    rows: Sequence[Any] = (await conn.execute(q.limit(2))).scalars().all()
+    if len(rows) != 1:
+        raise LookupError(f"{'no' if not rows else 'more than one'} incident matches {prefix!r}")
+    return Incident.from_dict(rows[0])
+
+
 async def list_incidents(
     conn: AsyncConnection, include_resolved: bool = False, limit: int = 200
 ) -> list[Incident]:

@@ -282,27 +282,54 @@ def register(app: typer.Typer) -> None:
 
     @group.command("ack")
     def ack(
-        fingerprint: str = typer.Argument(..., help="Fingerprint (or a unique prefix)."),
+        fingerprint: str = typer.Argument(
+            ...,
+            help="Fingerprint (or a unique prefix), or an incident id (inc-...): every firing "
+            "alert of the incident not yet acknowledged.",
+        ),
         by: str = typer.Option(..., "--by", envvar="USER", help="Who (default: $USER)."),
         comment: str = typer.Option("", "--comment", help="Why / what is being done."),
         rules_file: Path | None = FILE,
     ) -> None:
-        """Acknowledge a firing alert: no repeats until it resolves."""
+        """Acknowledge a firing alert, or every firing alert of an incident: no repeats until
+        it resolves."""
         rules = _rules_or_exit(rules_file)
         now = datetime.now(UTC)
 
-        async def go(eng: ac.AsyncEngine) -> AlertState:
+        def severity(rule: str) -> str:
+            return rules.rule(rule).severity.value if _has(rules, rule) else ""
+
+        async def go(eng: ac.AsyncEngine) -> list[AlertState]:
             async with eng.begin() as conn:
-                state = await repo.find_state(conn, fingerprint)
-                sev = rules.rule(state.rule).severity.value if _has(rules, state.rule) else ""
-                return await repo.ack(conn, Ack(state.fingerprint, by, now, comment), sev)
+                if not fingerprint.startswith("inc-"):
+                    state = await repo.find_state(conn, fingerprint)
+                    given = Ack(state.fingerprint, by, now, comment)
+                    return [await repo.ack(conn, given, severity(state.rule))]
+                incident = await repo.find_incident(conn, fingerprint)
+                members = [m.fingerprint for m in incident.members]
+                states = await repo.load_states(conn, members)
+                todo = [
+                    s
+                    for f in members
+                    if (s := states.get(f)) is not None
+                    and s.status.value == "firing"
+                    and not s.acked_by
+                ]
+                if not todo:
+                    raise ValueError(f"incident {incident.id} has no unacknowledged firing alert")
+                acked = []
+                for s in todo:
+                    given = Ack(s.fingerprint, by, now, comment)
+                    acked.append(await repo.ack(conn, given, severity(s.rule)))
+                return acked
 
         try:
             done = ac.run_with_engine(ac.console(), go)
         except (LookupError, ValueError) as exc:
             typer.echo(exc.args[0] if exc.args else str(exc), err=True)
             raise typer.Exit(1) from None
-        typer.echo(f"acknowledged {done.fingerprint} ({done.rule}) by {done.acked_by}")
+        for d in done:
+            typer.echo(f"acknowledged {d.fingerprint} ({d.rule}) by {d.acked_by}")
 
     @group.command("rules")
     def rules_cmd(rules_file: Path | None = FILE, as_json: bool = ac.JSON) -> None:

@@ -5,8 +5,10 @@ when, the summary of its firing notification), the evidence (the value against t
 when it fired and now, the interval, the sample size and the window), the exemplars of its
 current or last episode, one line each on why, and the next commands (``monitor conversation
 <id>`` for each exemplar first). ``ID`` is a fingerprint or a unique prefix of at least 4
-characters, as ``monitor alerts ack`` takes. Exit codes: 0 shown, 1 no such alert, 2 bad
-options, an invalid rules file, or no database.
+characters, as ``monitor alerts ack`` takes, or an incident id (``inc-`` and at least 4 of its
+hex digits, as ``monitor alerts list`` shows): the incident, then each of its alerts as above.
+Exit codes: 0 shown, 1 no such alert or incident, 2 bad options, an invalid rules file, or no
+database.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from monitor.alerts.alert_view import gather
+from monitor.alerts.alert_view import gather, gather_incident
 from monitor.alerts.rules import load_alert_rules
 from monitor.cli import analytics_common as ac
 from monitor.config import load_settings
@@ -89,19 +91,47 @@ def render(view: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def render_incident(view: Mapping[str, Any]) -> list[str]:
+    """The lines ``alerts show inc-...`` prints: the incident, each alert indented, next."""
+    inc = view["incident"]
+    lines = [
+        f"[bold]incident {inc['id']}[/] {escape(inc['key'])}: [bold]{inc['status']}[/] "
+        f"({inc['severity']})",
+        f"  opened {_when(inc['opened_at'])}"
+        + (f", resolved {_when(inc['resolved_at'])}" if inc.get("resolved_at") else "")
+        + f"; {inc['pages']} page(s), {inc['updates']} update(s), "
+        f"{len(view['alerts'])} alert(s), {len(inc['firing'])} firing",
+    ]
+    for alert in view["alerts"]:
+        lines.append("")
+        if alert.get("missing"):
+            lines.append(
+                f"  {escape(alert['rule'])}  fingerprint {alert['fingerprint']}: "
+                "its state is no longer stored"
+            )
+            continue
+        lines.extend(f"  {line}" for line in render(alert))
+    if view.get("next"):
+        lines.extend(["", "[bold]Next for the incident[/]"])
+        lines.extend(f"  {escape(c)}" for c in view["next"])
+    return lines
+
+
 def add_show_command(group: typer.Typer) -> None:
     """Add ``show`` to the ``alerts`` command group."""
 
     @group.command("show")
     def show(
-        ident: str = typer.Argument(..., help="Fingerprint (or a unique prefix)."),
+        ident: str = typer.Argument(
+            ..., help="Fingerprint (or a unique prefix), or an incident id (inc-...)."
+        ),
         rules_file: Path | None = typer.Option(
             None, "--file", "-f", help="Rules file (default: settings, else built-in)."
         ),
         as_json: bool = ac.JSON,
     ) -> None:
         """One alert: what fired, the evidence, its exemplars (one line each on why), the
-        next commands."""
+        next commands. Given an incident id (inc-...): the incident and each of its alerts."""
         try:
             rules = load_alert_rules(load_settings(), rules_file)[0]
         except ConfigError as exc:  # names the file and line
@@ -110,6 +140,8 @@ def add_show_command(group: typer.Typer) -> None:
         now = datetime.now(UTC)
 
         async def go(eng: ac.AsyncEngine) -> dict[str, Any]:
+            if ident.startswith("inc-"):
+                return await gather_incident(eng, ident, rules, now)
             return await gather(eng, ident, rules, now)
 
         try:
@@ -121,5 +153,5 @@ def add_show_command(group: typer.Typer) -> None:
             ac.print_json(view)
             return
         console = ac.console()
-        for line in render(view):
+        for line in render_incident(view) if "incident" in view else render(view):
             console.print(line, soft_wrap=True, highlight=False)

@@ -47,12 +47,12 @@ from monitor.core.retention_settings import RetentionSettings
 from monitor.ingest.rows import DeadLetter, event_row
 from monitor.ingest.writer import EventWriter
 from monitor.judges.repo import write_verdicts
-from monitor.store.engine import libpq_url, make_engine
+from monitor.store.engine import drop_database, libpq_url, make_engine
 from monitor.store.retention import run_retention
 from tests.alerts import exemplar_data as data
 from tests.alerts import test_alert_sinks
 from tests.db import fetch
-from tests.seeding import database_copy, engine_on_copy, seeded_database
+from tests.seeding import copy_database, database_copy, engine_on_copy, seeded_database
 from tests.servers.alert_servers import SlackServer, WebhookReceiver
 
 RULES = default_rules()
@@ -687,6 +687,73 @@ def test_alerts_show_prints_what_fired_evidence_exemplars_and_next_commands(
     assert as_json["next"][0] == f"monitor conversation {rows[0]['conversation_id']}"
     missing = runner.invoke(app, ["alerts", "show", "ffffffff"])
     assert missing.exit_code == 1 and "no alert matches 'ffffffff'" in missing.output
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _incident_of(url: str, agent: str) -> tuple[str, list[str]]:
+    """The first incident of ``agent``: its id and its member fingerprints in order."""
+    found = _rows(
+        url,
+        "SELECT id, state FROM alert_incidents WHERE incident_key = $1 ORDER BY opened_at LIMIT 1",
+        f"agent={agent}",
+    )
+    assert found, f"no incident for {agent}"
+    state = _json(found[0]["state"])
+    return found[0]["id"], [m["fingerprint"] for m in state["members"]]
+
+
+def test_alerts_show_and_ack_take_an_incident_id(
+    walked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``alerts show inc-...`` prints the incident, then each of its alerts with its exemplars;
+    ``alerts ack inc-...`` acknowledges every firing alert of it (on a copy of the database)."""
+    monkeypatch.delenv("MONITOR_DATABASE_READ_URL", raising=False)
+    monkeypatch.setenv("MONITOR_DATABASE_URL", walked)
+    inc, members = _incident_of(walked, "over-t3")
+    assert len(members) >= 2  # ece, overconfidence and Brier of one agent: one incident
+    runner = CliRunner()
+    done = runner.invoke(app, ["alerts", "show", inc[:10]], env={"COLUMNS": "100"})
+    assert done.exit_code == 0, done.output
+    out = done.output
+    assert out.startswith(f"incident {inc} agent=over-t3: ")
+    for fp in members:
+        assert f"  fingerprint {fp}" in out
+    fp, _, rows = first_episode(walked, "ece_tier3", "over-t3")
+    assert fp in members
+    for r in rows:
+        assert f"monitor conversation {r['conversation_id']}" in out
+    assert not any(s in out for s in data.LEAKED)
+    as_json = json.loads(runner.invoke(app, ["alerts", "show", inc, "--json"]).output)
+    assert as_json["incident"]["id"] == inc
+    assert [a["fingerprint"] for a in as_json["alerts"]] == members
+    firing = [a["fingerprint"] for a in as_json["alerts"] if a["status"] == "firing"]
+    assert firing and (f"monitor alerts ack {inc} --comment '...'" in as_json["next"])
+    missing = runner.invoke(app, ["alerts", "show", "inc-ffffffff"])
+    assert missing.exit_code == 1 and "no incident matches 'inc-ffffffff'" in missing.output
+
+    copy = asyncio.run(copy_database(walked, "mon_ack"))
+    try:
+        monkeypatch.setenv("MONITOR_DATABASE_URL", copy)
+        acked = runner.invoke(app, ["alerts", "ack", inc, "--by", "oncall", "--comment", "x"])
+        assert acked.exit_code == 0, acked.output
+        assert sorted(acked.output.split("\n")[:-1]) == sorted(
+            f"acknowledged {f} ({a['rule']}) by oncall"
+            for a in as_json["alerts"]
+            for f in [a["fingerprint"]]
+            if f in firing
+        )
+        states = _rows(
+            copy, "SELECT fingerprint, state FROM alert_states WHERE fingerprint = ANY($1)", members
+        )
+        by_fp = {r["fingerprint"]: _json(r["state"]) for r in states}
+        assert all(by_fp[f]["acked_by"] == "oncall" for f in firing)
+        again = runner.invoke(app, ["alerts", "ack", inc, "--by", "oncall"])
+        assert again.exit_code == 1 and "no unacknowledged firing alert" in again.output
+    finally:
+        asyncio.run(drop_database(copy))
 
 
 def _at_once(name: str) -> RuleSet:

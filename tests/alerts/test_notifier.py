@@ -414,6 +414,7 @@ async def test_an_incident_is_one_slack_thread_one_webhook_message_and_keyed_jso
     assert [m.get("thread_ts") for m in bot[1:]] == [root["ts"]] * 3
     assert [m.get("reply_broadcast") for m in bot[1:]] == [True, None, True]
     assert f"New incident `{incident}`" in json.dumps(root["blocks"])
+    assert f"`monitor alerts show {incident}`" in json.dumps(root["blocks"])
     assert f"Incident `{incident}` resolved" in json.dumps(bot[3]["blocks"])
     # the incoming webhook cannot thread: the pages only (the opening one and the re-page)
     assert [m["blocks"][0]["text"]["text"] for m in posted] == [

@@ -313,12 +313,14 @@ _INCIDENT_TEXT = {
 
 def incident_text(n: AnyNotification) -> str | None:
     """One line on the incident a notification (or batch) belongs to and what it is to it,
-    e.g. ``Update to incident `inc-...```; None without an incident."""
+    e.g. ``Update to incident `inc-...```, and the command that shows the incident; None
+    without an incident."""
     if n.incident_id is None:
         return None
     role = n.incident_role or "update"
     template = _INCIDENT_TEXT.get(role, _INCIDENT_TEXT["update"])
-    return template.format(id=_esc(n.incident_id), severity=_esc(_severity(n)))
+    text = template.format(id=_esc(n.incident_id), severity=_esc(_severity(n)))
+    return f"{text} · `monitor alerts show {_esc(n.incident_id)}`"
 
 
 def render_message(payload: Mapping[str, Any], dashboard_url: str) -> dict[str, Any]:
