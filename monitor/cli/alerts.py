@@ -18,8 +18,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from monitor.alerts import repo
+from monitor.alerts import exemplar_repo, repo
 from monitor.alerts.destinations import NO_DESTINATION, destinations
+from monitor.alerts.exemplars import Exemplar, conversation_command
 from monitor.alerts.incidents import Incident
 from monitor.alerts.lifecycle import alert_labels
 from monitor.alerts.rules import RuleSet, rules_to_dict
@@ -30,6 +31,7 @@ from monitor.cli.alert_rules import load_rule_set
 from monitor.cli.alert_rules import rules_or_exit as _rules_or_exit
 from monitor.config import load_settings
 from monitor.core.errors import ConfigError
+from monitor.core.redact import redact
 
 FILE = typer.Option(None, "--file", "-f", help="Rules file (default: settings, else built-in).")
 
@@ -40,9 +42,10 @@ def alert_row(
     silences: list[Silence],
     now: datetime,
     incident: str | None = None,
+    exemplars: list[Exemplar] | None = None,
 ) -> dict[str, Any]:
     """One alert as shown by ``alerts list`` (JSON-ready); ``incident``: the id of the
-    incident it belongs to."""
+    incident it belongs to; ``exemplars``: those of its current episode (redacted)."""
     try:
         rule = rules.rule(state.rule)
     except KeyError:
@@ -73,7 +76,29 @@ def alert_row(
         "flapping": state.flapping,
         "flap_share": state.flap_share,
         "incident": incident,
+        "exemplars": [
+            {
+                "rank": e.rank,
+                "conversation_id": redact(e.conversation_id),
+                "reason": e.reason,
+                "command": conversation_command(redact(e.conversation_id)),
+            }
+            for e in exemplars or []
+            if e.conversation_id
+        ],
     }
+
+
+def first_looks(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per firing alert with exemplars: the command that prints its first
+    exemplar's transcript, the alert and why that conversation (one step to a transcript)."""
+    out = []
+    for r in rows:
+        if r["status"] == "firing" and r["exemplars"]:
+            x = r["exemplars"][0]
+            scope = ",".join(f"{k}={v}" for k, v in r["scope"].items()) or "global"
+            out.append(f"{x['command']}   # {r['rule']} {redact(scope)}: {x['reason']}")
+    return out
 
 
 def incident_row(incident: Incident) -> dict[str, Any]:
@@ -174,7 +199,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Firing, pending and flapping alerts: value against threshold, since, silenced,
         acked, flapping (notifications held), incident; then the open incidents (``--all``:
-        also resolved ones) with their alerts and pages."""
+        also resolved ones) with their alerts and pages; then, per firing alert, the command
+        that prints the transcript of the conversation that shows it best."""
         rules = _rules_or_exit(rules_file)
         now = datetime.now(UTC)
 
@@ -187,7 +213,21 @@ def register(app: typer.Typer) -> None:
             for inc in reversed(found):  # open ones, then the newest, win
                 holder |= {m.fingerprint: inc.id for m in inc.members}
             kept = [s for s in states if show_all or s.flapping or s.status is not Status.RESOLVED]
-            rows = [alert_row(s, rules, silences, now, holder.get(s.fingerprint)) for s in kept]
+            async with eng.connect() as conn:
+                stored = await exemplar_repo.load(
+                    conn, [s.fingerprint for s in kept if s.status is Status.FIRING]
+                )
+            rows = [
+                alert_row(
+                    s,
+                    rules,
+                    silences,
+                    now,
+                    holder.get(s.fingerprint),
+                    stored.get((s.fingerprint, s.fired_at), []) if s.fired_at else [],
+                )
+                for s in kept
+            ]
             return rows, [incident_row(i) for i in found]
 
         rows, incidents = ac.run_with_engine(ac.console(), go, reads=True)
@@ -201,6 +241,13 @@ def register(app: typer.Typer) -> None:
             ac.print_table(ac.console(), alerts_table(rows))
         if incidents:
             ac.print_table(ac.console(), incidents_table(incidents))
+        looks = first_looks(rows)
+        if looks:
+            typer.echo(
+                "conversations that show the firing alerts (monitor alerts show ID for all):"
+            )
+            for line in looks:
+                typer.echo(f"  {line}")
         typer.echo(f"destinations: {', '.join(sinks)}" if sinks else NO_DESTINATION)
 
     @group.command("silence")

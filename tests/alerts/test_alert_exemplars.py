@@ -705,11 +705,12 @@ def _incident_of(url: str, agent: str) -> tuple[str, list[str]]:
     return found[0]["id"], [m["fingerprint"] for m in state["members"]]
 
 
-def test_alerts_show_and_ack_take_an_incident_id(
+def test_alerts_list_show_and_ack_lead_to_transcripts_and_take_an_incident_id(
     walked: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``alerts show inc-...`` prints the incident, then each of its alerts with its exemplars;
-    ``alerts ack inc-...`` acknowledges every firing alert of it (on a copy of the database)."""
+    """``alerts list`` names, per firing alert, the command that prints its first exemplar's
+    transcript; ``alerts show inc-...`` prints the incident, then each of its alerts with its
+    exemplars; ``alerts ack inc-...`` acknowledges every firing alert of it (on a copy)."""
     monkeypatch.delenv("MONITOR_DATABASE_READ_URL", raising=False)
     monkeypatch.setenv("MONITOR_DATABASE_URL", walked)
     inc, members = _incident_of(walked, "over-t3")
@@ -731,6 +732,14 @@ def test_alerts_show_and_ack_take_an_incident_id(
     assert [a["fingerprint"] for a in as_json["alerts"]] == members
     firing = [a["fingerprint"] for a in as_json["alerts"] if a["status"] == "firing"]
     assert firing and (f"monitor alerts ack {inc} --comment '...'" in as_json["next"])
+    listed = runner.invoke(app, ["alerts", "list"], env={"COLUMNS": "100"})
+    assert listed.exit_code == 0, listed.output
+    first = f"monitor conversation {rows[0]['conversation_id']}   # ece_tier3 agent=over-t3,"
+    assert first in listed.output and inc in listed.output
+    listed_json = json.loads(runner.invoke(app, ["alerts", "list", "--json"]).output)
+    (row,) = [a for a in listed_json["alerts"] if a["fingerprint"] == fp]
+    assert [x["conversation_id"] for x in row["exemplars"]] == [r["conversation_id"] for r in rows]
+    assert not any(s in listed.output for s in data.LEAKED)
     missing = runner.invoke(app, ["alerts", "show", "inc-ffffffff"])
     assert missing.exit_code == 1 and "no incident matches 'inc-ffffffff'" in missing.output
 
