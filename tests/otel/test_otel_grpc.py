@@ -134,6 +134,32 @@ async def test_official_grpc_exporters_store_every_conversation_exactly(
     await asyncio.to_thread(lp.shutdown)
 
 
+@pytest.mark.parametrize("flavor", ["openinference", "agents"])
+async def test_span_only_instrumentations_over_grpc_store_every_conversation_exactly(
+    flavor: str, worker: WorkerProcess, database_url: str
+):
+    """OpenInference on the openai client, and the Agents SDK under OpenInference's
+    instrumentor, exported with the official gRPC span exporter (gzip, batches of 2: each
+    trace over several calls): every conversation stored exactly, as over HTTP."""
+    headers = (("authorization", f"Bearer {TOKEN}"),)
+    out = OTLPSpanExporter(
+        worker.grpc_target, insecure=True, headers=headers, compression=grpc.Compression.Gzip
+    )
+    tp = TracerProvider(resource=Resource.create({"service.name": f"grpc-{flavor}"}))
+    tp.add_span_processor(
+        BatchSpanProcessor(out, max_export_batch_size=2, schedule_delay_millis=50)
+    )
+    with instrumented(flavor, tp):
+        truths = await play(flavor, tp, cases_for(flavor), f"grpc-{flavor}")
+    assert await asyncio.to_thread(tp.force_flush, 30_000)
+    want = sum(len(t.entries) for t in truths.values())
+    assert await wait_for_count(database_url, want, stable_s=1.5) == want
+    assert_exact(truths, await stored(database_url))
+    assert grpc_errors(worker, TRACES, "INVALID_ARGUMENT") == 0
+    assert healthy(worker)
+    await asyncio.to_thread(tp.shutdown)
+
+
 async def test_an_oversize_message_is_resource_exhausted(worker: WorkerProcess):
     code, details, trailing, _ = await call(worker.grpc_target, TRACES, b"\x0a" * (MAX_BODY + 1))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details
