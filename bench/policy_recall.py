@@ -19,8 +19,12 @@ default judge** (each flag counts), **labelling as the monitor would** on that p
 outcomes (the floor on the lower end of the interval, per agent x domain, else pooled:
 :func:`monitor.judges.quality.labelling`) and, on the held-apart part, **labelling decided on
 the development runs** (what was known before: the development part's decisions, pooled for
-the agents it never saw) and **labelling on both parts** (a monitor that watched every agent
-of both parts and has all their outcomes). A default rule whose held-apart precision is below
+the agents it never saw), **labelling on both parts** (a monitor that watched every agent
+of both parts and has all their outcomes) and a what-if the monitor does not do: **the
+development decisions with a domain's default policy rules pooled as one judge** (every rule
+labels when the lower end of the interval of "any policy rule" on the development runs clears
+the floor; it measures what partial pooling of rules would give, docs/benchmarks.md says why
+the monitor does not). A default rule whose held-apart precision is below
 the floor is marked for opt-in. Then the default rules as the gate sees a call against the
 tool's own refusals (:func:`refusals`) and the cost: the policy rules' wall time per
 conversation as a ratio to the four deterministic judges, and the p99 of one gate-style
@@ -64,6 +68,7 @@ from monitor.judges.quality import (
     any_judge,
     judge_quality,
     labelling,
+    labels,
     labels_in,
 )
 from monitor.judges.runner import JudgeRunner
@@ -190,6 +195,19 @@ def measure_part(
     }
 
 
+def rules_pooled(dev: dict[str, Any]) -> Any:
+    """The development part's labelling decisions, and every default policy rule labelling when
+    the lower end of "any policy rule" on the development part clears the floor (the what-if
+    row of the module docstring; the monitor does not pool rules)."""
+    decided = labels_in(dev["labelling"])
+    pooled = labels(dev["any"]["any policy rule"].precision)
+
+    def decide(judge: str, version: str, agent_id: str, domain: str) -> bool:
+        return decided(judge, version, agent_id, domain) or (pooled and judge.startswith("policy."))
+
+    return decide
+
+
 def compare(
     parts: dict[str, dict[str, Any]], floor: float = DEFAULT_PRECISION_FLOOR
 ) -> list[dict[str, Any]]:
@@ -257,6 +275,9 @@ def main() -> None:
             dev, held = parts["development"], parts["held apart"]
             held["any"]["any judge, labelling decided on development"] = any_judge(
                 held["judgements"], labels_in(dev["labelling"])
+            )
+            held["any"]["what-if: development, policy rules pooled"] = any_judge(
+                held["judgements"], rules_pooled(dev)
             )
             every = labelling(dev["judgements"] + held["judgements"])
             held["any"]["any judge, labelling on both parts"] = any_judge(

@@ -10,7 +10,9 @@ Pure: ``re``, ``json`` and ``decimal`` only; :func:`check_figures` walks a conve
 - Identifiers: tokens of 5+ letters/digits/underscores mixing letters and digits (``HAT271``,
   ``EHGLP3``, ``#W1234567``, ``certificate_8045380``) or runs of 6+ digits; ordinals, decades
   and numbers with a unit (``1950s``, ``100km``, ``1080p``) and amounts/dates are not
-  identifiers. Matching is case-insensitive on whole tokens (a source
+  identifiers, nor is an identifier given as an example of a format ("your user ID, like
+  'sara_doe_496'", "e.g. ZFA04Y": :data:`_EXAMPLE_RE` right before it). Matching is
+  case-insensitive on whole tokens (a source
   token ``certificate_8045380`` also supplies its parts ``certificate`` and ``8045380``).
 """
 
@@ -71,6 +73,11 @@ _DMY_RE = re.compile(
 )
 _ID_RE = re.compile(
     r"#?\b(?:(?=[A-Za-z0-9_]*\d)(?=[A-Za-z0-9_]*[A-Za-z])[A-Za-z0-9_]{5,}|\d{6,})\b"
+)
+#: the words that introduce an example of a format right before an identifier (its quote optional)
+_EXAMPLE_RE = re.compile(
+    r"\b(?:like|e\.g\.,?|for example,?|for instance,?|such as|as in)\s*['\"`\u2018\u201c]?$",
+    re.IGNORECASE,
 )
 _ORDINAL_RE = re.compile(r"^\d+(?:st|nd|rd|th)$", re.IGNORECASE)
 #: A number with a unit or a decade ("1950s", "100km", "1080p", "4k") is a quantity, not an id.
@@ -171,7 +178,12 @@ def extract_figures(text: str | None) -> list[Figure]:
     for m in _ID_RE.finditer(text):
         raw = m.group(0)
         inside = any(s <= m.start() and m.end() <= e for s, e in taken)
-        if not inside and not _ORDINAL_RE.match(raw) and not _QUANTITY_RE.match(raw):
+        if (
+            not inside
+            and not _ORDINAL_RE.match(raw)
+            and not _QUANTITY_RE.match(raw)
+            and not _EXAMPLE_RE.search(text, max(0, m.start() - 24), m.start())
+        ):
             figures.append(Figure("identifier", raw, raw.lstrip("#").lower()))
     unique: dict[tuple[str, str], Figure] = {}
     for f in figures:

@@ -5,9 +5,12 @@ an action *was done*: perfect or passive-perfect forms ("I have cancelled", "has
 "I've updated"), "is/are now <done>" ("is now updated"), "successfully <done>" and the first
 person simple past ("I cancelled", "I just booked"). It ignores sentences that are questions,
 offers, plans or conditions ("I can cancel", "would you like me to", "once I cancel", "I will",
-"if ...", "to confirm, ..."), negated sentences ("was not added", "cannot be refunded") and
-things the airline/merchant did ("was cancelled by the airline"). Plain "was/were <done>" is not
-a claim (it mostly retells history: "your flight was cancelled").
+"if ...", "to confirm, ..."), negated sentences ("was not added", "cannot be refunded", "none
+... have been cancelled", "no indication that ..."), things the airline/merchant did ("was
+cancelled by the airline", "the airline has cancelled"), the user's own consent ("you've
+confirmed", active only: "you have been refunded" is a claim) and checks reported with a
+generic verb ("I've confirmed that ...", "I've completed the search"). Plain "was/were <done>"
+is not a claim (it mostly retells history: "your flight was cancelled").
 
 Each claim maps to an action *family* whose tool-name patterns (fnmatch, lower case) say which
 successful tool call backs it; see :data:`FAMILY_TOOLS`. Read-only tools (``get_*``, ``search_*``,
@@ -24,12 +27,13 @@ from string import ascii_lowercase as _ASCII_LOWER
 
 # family -> tool-name patterns whose successful call backs a claim of that family.
 # refund also accepts *cancel*: cancelling a paid booking is how the refund is issued; and an
-# item change (*exchange*, *modify*item*): it pays or refunds the price difference. book also
+# item change (*exchange*, *modify*item*) or an update (*update*: a cheaper cabin or flight): it
+# pays or refunds the price difference. book also
 # accepts any write on an order (*order*: "your return request for order #W1 has been
 # submitted" is backed by the return), and exchange an item modification.
 FAMILY_TOOLS: dict[str, tuple[str, ...]] = {
     "cancel": ("*cancel*",),
-    "refund": ("*refund*", "*return*", "*cancel*", "*exchange*", "*modify*item*"),
+    "refund": ("*refund*", "*return*", "*cancel*", "*exchange*", "*modify*item*", "*update*"),
     "address": ("*address*",),
     "book": ("*book*", "*reserv*", "*order*"),
     "modify": ("*update*", "*modify*", "*change*", "*upgrade*", "*exchange*", "*rebook*"),
@@ -147,12 +151,21 @@ _CLAIM_RE = re.compile(
 _CLAIM_VERBS = tuple(sorted({*_VERB_FAMILY, *_CHANGE_VERBS, *_GENERIC_VERBS}))
 _NOUN_RE = re.compile(r"\b(" + "|".join(_NOUN_FAMILY) + r")\b", re.IGNORECASE)
 _NOT_A_CLAIM_RE = re.compile(
-    r"\b(?:not|never|no longer|cannot|unable|once|if|whether|when|before|after|would|could|"
+    r"\b(?:not|never|none|no (?:indication|sign|record|evidence)|no longer|cannot|unable|once|"
+    r"if|whether|when|before|after|would|could|"
     r"should|shall|will|can|(?-i:may)|might|want|like|need|let me|going to|to confirm|"
     r"please confirm)\b|n't\b",
     re.IGNORECASE,
 )
 _BY_OTHERS_RE = re.compile(r"\s*by the (?:airline|carrier|merchant|seller|bank)\b", re.I)
+# the subject right before the claim is someone else ("the airline has cancelled", "you've
+# confirmed": the user's consent), or the verb reports a check, not an action ("I've confirmed
+# that ...", "I've completed the search").
+_OTHERS_SUBJECT_RE = re.compile(
+    r"\b(?:the|your) (?:airline|carrier|merchant|seller|bank)\s*$", re.I
+)
+_YOU_RE = re.compile(r"\byou\s*$", re.I)  # active only: "you have been refunded" is a claim
+_CHECK_RE = re.compile(r"\s+(?:that|whether|the (?:search|check|review|lookup))\b", re.I)
 _CLAUSE_RE = re.compile(r"[,;:]|\b(?:and|but|so|while)\b", re.IGNORECASE)
 _PASSIVE_RE = re.compile(r"\b(?:been|is|are|was|were)\b", re.IGNORECASE)
 _SENTENCE_RE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -278,16 +291,23 @@ def _claims(text: str) -> tuple[Claim, ...]:
             continue
         seen: set[str] = set()
         for m in _CLAIM_RE.finditer(sentence):
-            if _NOT_A_CLAIM_RE.search(sentence, 0, m.end()) or _BY_OTHERS_RE.match(
-                sentence, m.end()
+            if (
+                _NOT_A_CLAIM_RE.search(sentence, 0, m.end())
+                or _BY_OTHERS_RE.match(sentence, m.end())
+                or _OTHERS_SUBJECT_RE.search(sentence, 0, m.start())
+                or ("been" not in m.group(0).lower() and _YOU_RE.search(sentence, 0, m.start()))
+                or (m.group("verb").lower() in _CHECK_VERBS and _CHECK_RE.match(sentence, m.end()))
             ):
-                continue  # an offer, condition or negation governs this clause
+                continue  # an offer, condition, negation, someone else's act or a check
             passive = bool(_PASSIVE_RE.search(m.group(0)))
             family = _family_of(m.group("verb"), sentence, m.start(), m.end(), passive)
             if family is not None and family not in seen:
                 seen.add(family)
                 out.append(Claim(family, m.group(0).strip(), sentence))
     return tuple(out)
+
+
+_CHECK_VERBS = frozenset({"confirmed", "completed", "verified"})
 
 
 @lru_cache(maxsize=4096)

@@ -108,6 +108,9 @@ def test_claim_backed_by_successful_matching_call_passes_with_evidence() -> None
         ("return_delivered_order_items", True, "Your order has been processed.", 1),
         ("modify_pending_order_items", True, "Your lamp has been exchanged.", 1),
         ("get_order_details", True, "Your order has been processed.", 0),  # read-only
+        # airline: a cheaper cabin or flight refunds the difference; passive "you" is a claim
+        ("update_reservation_flights", True, "A refund of $2492 has been processed.", 1),
+        ("get_reservation_details", True, "You have been refunded $6,594.", 0),
     ],
 )
 def test_claim_matching_by_family(tool: str, ok: bool, claim: str, label: int) -> None:
@@ -133,6 +136,13 @@ def test_claim_matching_by_family(tool: str, ok: bool, claim: str, label: int) -
         "I have checked your reservation and found two flights.",
         "To confirm, you want me to cancel reservation XEHM4B and refund it?",
         "The refund will be processed to your original payment method.",
+        # checks, someone else's act, the user's consent and negations
+        "I've confirmed that you are a Gold member, entitled to 3 free checked bags.",
+        "I have confirmed that all flights in reservation Q69X3R are in the future.",
+        "I've completed the search for direct flights from EWR to LAX.",
+        "You've confirmed that you do not want to purchase travel insurance.",
+        "There is no indication that the airline has cancelled the flight.",
+        "None of your reservations appear to have been canceled this month.",
     ],
 )
 def test_offers_questions_plans_and_history_are_not_claims(text: str) -> None:
@@ -328,6 +338,14 @@ def test_failure_superseded_by_a_successful_retry_is_not_checked() -> None:
 
 
 # --- unsupported figure ----------------------------------------------------------------------
+
+
+def test_an_identifier_given_as_an_example_of_a_format_is_not_a_figure() -> None:
+    text = (
+        "Please share your user ID (it should be something like 'sara_doe_496') and your "
+        "reservation ID (e.g., ZFA04Y), such as the one for flight HAT271 in your e-mail."
+    )
+    assert [f.key for f in extract_figures(text)] == ["hat271"]
 
 
 def test_figure_extraction_and_normalisation() -> None:
