@@ -3,6 +3,7 @@
     .venv/bin/python bench/alert_quality.py [--seeds 1-6] [--days 7] [--jobs 2] [--quick]
     .venv/bin/python bench/alert_quality.py --real-only --seeds 1-3 --jobs 2
     .venv/bin/python bench/alert_quality.py --drift-variants --seeds 1-3 --jobs 2
+    .venv/bin/python bench/alert_quality.py --oracle-trace --seeds 1-3
 
 0. **Real answers** (``tests/data/answers/stated_confidence_answers.csv``: real models'
    stated confidence and correctness, MIT, see tests/data/answers/SOURCE.md) resampled at 150
@@ -29,7 +30,10 @@
    threshold) and the healthy ones. Drift delay against the oracle: per change, the first
    page's delay against that of a detector that knows the change time and both (bin, correct)
    distributions (a likelihood-ratio test at the sequential drift test's false-alarm bound,
-   bench/real_agents.py), on the 5-minute evaluation grid.
+   bench/real_agents.py), on the 5-minute evaluation grid, and the same oracle with its before
+   distribution as a 24 h reference estimates it. ``--oracle-trace``: per change, every 5 min,
+   the oracle's log likelihood ratio (both) beside the sequential drift test's log e-value
+   since the exact change point and on its candidate windows.
 
 Two parts, each in one run with the shipped code (monitor.alerts.timeline_sim: the real
 drift checks, drift reference policy, observation builders and alert lifecycle on in-memory
@@ -63,6 +67,8 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
 from bench.real_agents import (
@@ -71,6 +77,7 @@ from bench.real_agents import (
     REAL_HOURS,
     T0,
     TIER3,
+    as_reference_sees,
     cell_probabilities,
     oracle_delay,
     real_agents,
@@ -78,7 +85,8 @@ from bench.real_agents import (
 from monitor.alerts.rules import RuleSet, default_rules
 from monitor.alerts.states import Kind
 from monitor.alerts.timeline_sim import DriftSettings, SimStream, Timeline, alert_timeline
-from monitor.analytics.drift_tests import SURPRISE_THETAS
+from monitor.analytics.drift_policy import SCAN_WINDOWS
+from monitor.analytics.drift_tests import SURPRISE_THETAS, surprise_e_detector
 from monitor.sim.answers import answer_items, parse_pools
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 
@@ -372,10 +380,11 @@ def report_problems(runs: list[dict[str, Timeline]], name: str) -> None:
         print(f"| {label} ({len(agents)}) | " + " | ".join("; ".join(c) for c in cells) + " |")
 
 
-def oracle_delays(seeds: list[int]) -> list[float | None]:
+def oracle_delays(seeds: list[int], smoothed: bool = False) -> list[float | None]:
     """Per seed and changed agent (in :data:`CHANGED` order), minutes from the change until
     the oracle detector fires (bench/real_agents.py ``oracle_delay``), rounded up to the next
-    5-minute evaluation (no detector here can page between two)."""
+    5-minute evaluation (no detector here can page between two). ``smoothed``: its before
+    distribution as a 24 h reference sees it (``as_reference_sees``)."""
     pools = parse_pools(ANSWERS.read_text())
     agents, _ = real_agents()
     change = T0 + timedelta(hours=24)
@@ -385,6 +394,8 @@ def oracle_delays(seeds: list[int]) -> list[float | None]:
             agent = agents[name]
             items = answer_items(agent, pools, T0, T0 + timedelta(hours=REAL_HOURS), PER_HOUR, seed)
             before = cell_probabilities(pools, agent.phases[0][1])
+            if smoothed:
+                before = as_reference_sees(before)
             after = cell_probabilities(pools, agent.phases[1][1])
             found = oracle_delay(items, change, before, after)
             out.append(None if found is None else 5 * math.ceil(found / 5))
@@ -395,19 +406,20 @@ def report_oracle(seeds: list[int], pages: list[float | None], drift: list[float
     """Each change's page delay against the oracle's (the criterion: within 1.5 times it, and
     within 60 min wherever the oracle needs 40 min or less)."""
     oracle = oracle_delays(seeds)
+    smooth = oracle_delays(seeds, smoothed=True)
     print(
         "| change (seed) | oracle (min) | first page (min) | drift_tier3 fired (min) "
-        "| page / oracle | met |"
+        "| page / oracle | met | oracle, before as a 24 h reference sees it (min) |"
     )
-    print("|---|---|---|---|---|---|")
-    for i, (o, p, d) in enumerate(zip(oracle, pages, drift, strict=True)):
+    print("|---|---|---|---|---|---|---|")
+    for i, (o, p, d, so) in enumerate(zip(oracle, pages, drift, smooth, strict=True)):
         name = f"{CHANGED[i % 2].split(':')[1]} ({seeds[i // 2]})"
         ratio = None if o is None or p is None else p / max(o, 5)
         met = ratio is not None and ratio <= 1.5 and (o is None or o > 40 or (p or 0) <= 60)
         print(
             f"| {name} | {o} | {p} | {d} | "
             + ("-" if ratio is None else f"{ratio:.2f}")
-            + f" | {'yes' if met else 'no'} |"
+            + f" | {'yes' if met else 'no'} | {so} |"
         )
 
 
@@ -502,6 +514,44 @@ def report_real(seeds: list[int], jobs: int) -> None:
         report_oracle(seeds, anyrule, delays)
 
 
+def report_oracle_trace(seeds: list[int], minutes: int = 120) -> None:
+    """Per seed and change, every 5 min for ``minutes`` after it: the oracle's log likelihood
+    ratio since the change (plain, and with the before distribution as a 24 h reference sees
+    it), and the sequential drift test's log e-value against the check's reference on the
+    answers since the exact change point and on its candidate windows (as the worker reads
+    them, before any check fired)."""
+    pools = parse_pools(ANSWERS.read_text())
+    agents, _ = real_agents()
+    change = T0 + timedelta(hours=24)
+    for seed in seeds:
+        stream = real_stream(seed)
+        for name in CHANGED:
+            agent = agents[name]
+            seg = next(s for s in stream.segs if s[0] == name)
+            items = answer_items(agent, pools, T0, T0 + timedelta(hours=REAL_HOURS), PER_HOUR, seed)
+            before = cell_probabilities(pools, agent.phases[0][1])
+            after = np.log(np.maximum(cell_probabilities(pools, agent.phases[1][1]), 1e-12))
+            llr = after - np.log(np.maximum(before, 1e-12))
+            llr_seen = after - np.log(as_reference_sees(before))
+            print(
+                f"\n{name} seed {seed}: min, oracle, oracle (before as seen), ours since the "
+                "change, ours on the candidate windows"
+            )
+            for m in range(5, minutes + 1, 5):
+                at = change + timedelta(minutes=m)
+                cells = [(min(int(c * 10), 9), y) for t, c, y in items if change <= t < at]
+                rec0 = at - DriftSettings().recent
+                ref = stream.sums(seg, max(T0, rec0 - DriftSettings().reference), rec0)
+                exact = surprise_e_detector(ref, [stream.sums(seg, change, at)]).statistic
+                scan = surprise_e_detector(
+                    ref, [stream.sums(seg, at - w, at) for w in SCAN_WINDOWS]
+                ).statistic
+                print(
+                    f"{m:4d} {sum(float(llr[c]) for c in cells):6.1f} "
+                    f"{sum(float(llr_seen[c]) for c in cells):6.1f} {exact:6.1f} {scan:6.1f}"
+                )
+
+
 DRIFT_VARIANTS: dict[str, tuple[DriftSettings, int]] = {
     "fixed-window tests, for: 30m (before)": (DriftSettings(scan=(), min_reference=0.0), 30),
     "+ reference >= 1000, for: 30m": (DriftSettings(scan=()), 30),
@@ -580,11 +630,19 @@ def main() -> None:
     ap.add_argument(
         "--drift-variants", action="store_true", help="only the drift designs on real answers"
     )
+    ap.add_argument(
+        "--oracle-trace",
+        action="store_true",
+        help="only the oracle's and the drift test's evidence every 5 min after each change",
+    )
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     if args.quick:
         seeds, args.days = seeds[:2], 3.0
+    if args.oracle_trace:
+        report_oracle_trace(seeds[:3])
+        return
     if args.drift_variants:
         report_drift_variants(seeds[:3], args.jobs)
         return

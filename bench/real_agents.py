@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from monitor.analytics.drift_tests import SURPRISE_PSEUDOCOUNT
 from monitor.sim.answers import (
     METRICS,
     AnswerAgent,
@@ -88,6 +89,22 @@ def cell_probabilities(pools: dict[str, Pool], mix: Mixture, n_bins: int = 10) -
             bins = np.minimum((pool.conf * n_bins).astype(int), n_bins - 1)
             np.add.at(out, (bins, pool.y.astype(int)), p / len(pool.conf))
     return out
+
+
+REFERENCE_ANSWERS = 24 * PER_HOUR
+"""Answers in the drift check's 24 h reference at :data:`PER_HOUR`."""
+
+
+def as_reference_sees(cells: np.ndarray, n: int = REFERENCE_ANSWERS) -> np.ndarray:
+    """``cells`` (a ``cell_probabilities`` table) as a reference of ``n`` answers estimates
+    them: each cell's expected count plus the sequential test's 0.5 pseudocount
+    (``SURPRISE_PSEUDOCOUNT``), renormalised. A cell the resampled pools never produce has
+    probability 0, so the plain oracle reads one answer there as ``log(after / 1e-12)`` (21
+    nats and more, set by the floor, not by the answers): it pages at that answer whatever
+    its threshold. No detector that learns the before distribution from answers can; this
+    oracle is the same detector with that one advantage removed."""
+    smoothed = cells * n + SURPRISE_PSEUDOCOUNT
+    return np.asarray(smoothed / smoothed.sum(), dtype=np.float64)
 
 
 def oracle_delay(
