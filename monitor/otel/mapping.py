@@ -208,6 +208,7 @@ class _Trace:
         self.wraps_llm = {  # spans with an LLM span below them
             a.span_id for s in spans if self.kinds[s.span_id] == "llm" for a in self._ancestors(s)
         }
+        self.wraps_llm |= _outer_twins(spans, self.kinds)  # rule 1 for spans not nested
         self.tool_span_calls = {
             str(c) for s in spans if self.kinds[s.span_id] == "tool" and (c := _call_id(s))
         }
@@ -573,6 +574,34 @@ class _Trace:
             }
             events.append(event(span, self.ctx(span), "outcome", "outcome", payload, end))
         return events
+
+
+def _outer_twins(spans: list[Span], kinds: dict[str, str]) -> set[str]:
+    """LLM spans describing the same call as an LLM span beside them (the same parent) whose
+    time lies within theirs: an instrumentation that does not nest its LLM span around the
+    client library's (OpenLLMetry's LangChain handler with openai-v2 on the client). The same
+    call: the same ``gen_ai.response.id``, or the same output messages, or both failed. The
+    inner one is the closer to the wire and speaks (rule 1); the outer ones are returned."""
+    llm = [s for s in spans if kinds[s.span_id] == "llm"]
+    by_parent: dict[str, list[Span]] = {}
+    for s in llm:
+        by_parent.setdefault(s.parent_span_id, []).append(s)
+    outer: set[str] = set()
+    for group in by_parent.values():
+        for a in group:
+            for b in group:
+                if a is b or not (
+                    a.start_unix_nano < b.start_unix_nano and b.end_unix_nano < a.end_unix_nano
+                ):
+                    continue
+                rid = a.attr("gen_ai.response.id")
+                if (
+                    (rid is not None and rid == b.attr("gen_ai.response.id"))
+                    or (failure_of(a) is not None and failure_of(b) is not None)
+                    or (bool(output_messages(a)) and output_messages(a) == output_messages(b))
+                ):
+                    outer.add(a.span_id)
+    return outer
 
 
 def _own_answer(span: Span) -> Message | None:

@@ -39,7 +39,7 @@ from monitor.otel.context import SpanContext, agent_of
 from monitor.otel.decode import JSON, PROTOBUF, decode_request
 from monitor.otel.langchain import messages_in, tool_message_in
 from monitor.otel.mapping import MappingConfig, map_spans
-from tests.otel.conformance import transcript
+from tests.otel.conformance import instrumented, transcript
 from tests.otel.graph_agent import GRAPH, GRAPH_FLAVORS, instrumented_graph, play_graph
 from tests.otel.support_agent import Truth, cases
 from tests.otel.test_otel_conformance import TOKEN, metric, start_worker, stored
@@ -112,6 +112,44 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str):
     )
     llm_errors = sum(e[0] == "llm_error" for t in truths.values() for e in t.entries)
     assert mapped.failures == {"tool": tool_errors, "llm_call": llm_errors}
+
+
+CLIENT_ERRORS = {"OpenAIAPIError": "InternalServerError", "OpenAIRateLimitError": "RateLimitError"}
+
+
+async def test_openllmetry_and_openai_v2_on_the_client_each_call_stored_once(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """OpenLLMetry's LangChain instrumentation and openai-v2 on the client at once: two LLM
+    spans per model call, siblings (openai-v2 does not read OpenLLMetry's suppression key), the
+    client's within the other's time with the same answer. One assistant message per call: the
+    client's span speaks, so a failure's type is the ``openai`` client's exception, not
+    langchain-openai's wrapper."""
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    flavor = "langgraph_traceloop"
+    tp, memory = provider_for(flavor)
+    with instrumented_graph(flavor, tp), instrumented("genai", tp):
+        truths = await play_graph(cases(), flavor)
+    spans = list(memory.get_finished_spans())
+    chats = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
+    calls = sum(e[0] in ("assistant", "llm_error") for t in truths.values() for e in t.entries)
+    assert len(chats) == 2 * calls  # each call described twice
+    names = {s.context.span_id: s.name for s in spans}
+    # siblings: both under the node's task span, neither inside the other
+    assert all(s.parent and names[s.parent.span_id].startswith("execute_task") for s in chats)
+    body = encode_spans(spans).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for e in mapped.events:
+        by_conv.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
+    for truth in truths.values():
+        truth.entries = [
+            ("llm_error", CLIENT_ERRORS[e[1]], e[2]) if e[0] == "llm_error" else e
+            for e in truth.entries
+        ]
+    assert_same(truths, by_conv)
 
 
 @pytest.fixture
