@@ -39,6 +39,7 @@ from monitor.otel.context import SpanContext, agent_of
 from monitor.otel.decode import JSON, PROTOBUF, decode_request
 from monitor.otel.langchain import messages_in, tool_message_in
 from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.spans import Span
 from tests.otel.conformance import instrumented, transcript
 from tests.otel.graph_agent import GRAPH, GRAPH_FLAVORS, instrumented_graph, play_graph
 from tests.otel.support_agent import Truth, cases
@@ -319,3 +320,35 @@ def test_openllmetry_run_id_is_not_the_agent():
     assert workflow.attributes["gen_ai.agent.id"] != GRAPH
     assert agent_of(workflow) == GRAPH
     assert {SpanContext.of(s, by_id).agent_id for s in spans} == {GRAPH}
+
+
+def test_concurrent_calls_beside_each_other_are_not_twins():
+    """Rule 1 beside a span needs the same answer: two model calls of one node run at once, one
+    within the other's time, with different answers, are two calls (both stored); with the
+    same response id they are one call described twice (the inner one stored)."""
+
+    def chat(span_id: str, start: int, end: int, text: str, rid: str) -> Span:
+        output = [{"role": "assistant", "parts": [{"type": "text", "content": text}]}]
+        return Span(
+            trace_id="ab" * 16,
+            span_id=span_id,
+            parent_span_id="cd" * 8,
+            name="chat m",
+            start_unix_nano=start,
+            end_unix_nano=end,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": "c",
+                "gen_ai.output.messages": json.dumps(output),
+                "gen_ai.response.id": rid,
+            },
+        )
+
+    outer = chat("1" * 16, 1_000_000, 9_000_000, "first", "r-1")
+    for inner, stored_texts in (
+        (chat("2" * 16, 2_000_000, 8_000_000, "second", "r-2"), ["first", "second"]),
+        (chat("2" * 16, 2_000_000, 8_000_000, "first", "r-1"), ["first"]),
+    ):
+        mapped = map_spans([outer, inner], MappingConfig())
+        texts = [e.message.content for e in mapped.events if e.type == "message"]
+        assert sorted(t for t in texts if t) == stored_texts
