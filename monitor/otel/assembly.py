@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from monitor.otel.context import AGENT_ATTRIBUTES, CONVERSATION_ATTRIBUTES, kind_of, named_once
+from monitor.otel.context import CONVERSATION_ATTRIBUTES, kind_of, named_agent, named_once
 from monitor.otel.log_events import LogEvent, awaits_content
 from monitor.otel.spans import Span
 
@@ -54,7 +54,7 @@ class TraceContext:
     def of(spans: list[Span]) -> TraceContext:
         return TraceContext(
             named_once(spans, CONVERSATION_ATTRIBUTES),
-            named_once(spans, AGENT_ATTRIBUTES),
+            named_agent(spans),
             any(kind_of(s) == "llm" for s in spans),
         )
 

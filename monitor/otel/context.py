@@ -66,7 +66,7 @@ class SpanContext:
             return None
 
         res = span.resource
-        agent = first(*AGENT_ATTRIBUTES) or trace_agent
+        agent = next((a for s in chain if (a := agent_of(s)) is not None), None) or trace_agent
         agent = agent or res.get("gen_ai.agent.id") or res.get("gen_ai.agent.name")
         agent = agent or res.get("service.name") or "unknown_service"
         conversation = first(*CONVERSATION_ATTRIBUTES) or trace_conversation or span.trace_id
@@ -78,6 +78,21 @@ class SpanContext:
             conversation_id=str(conversation),
             model=_str(model),
         )
+
+
+def agent_of(span: Span) -> Any:
+    """The agent ``span`` names (``AGENT_ATTRIBUTES``, first present). OpenLLMetry's spans
+    (``traceloop.span.kind`` set) carry LangChain's run id, new at every invocation, as
+    ``gen_ai.agent.id``: there the agent is its name."""
+    if "traceloop.span.kind" in span.attributes:
+        return span.attr("gen_ai.agent.name", "agent.name")
+    return span.attr(*AGENT_ATTRIBUTES)
+
+
+def named_agent(spans: list[Span]) -> str | None:
+    """The agent the spans name when they name exactly one (:func:`agent_of`), else None."""
+    values = {str(v) for s in spans if (v := agent_of(s)) is not None}
+    return values.pop() if len(values) == 1 else None
 
 
 def named_once(spans: list[Span], names: tuple[str, ...]) -> str | None:

@@ -62,13 +62,8 @@ from monitor.otel.build import (
     usage,
 )
 from monitor.otel.context import SpanContext, kind_of
-from monitor.otel.messages import (
-    Message,
-    agent_messages,
-    input_messages,
-    output_messages,
-    system_instructions,
-)
+from monitor.otel.langchain import agent_messages, tool_message_in
+from monitor.otel.messages import Message, input_messages, output_messages, system_instructions
 from monitor.otel.spans import STATUS_ERROR, Span
 
 LLM_ERROR_TOOL = "llm"
@@ -142,7 +137,9 @@ def failure_of(span: Span) -> Failure | None:
     if raw_type is not None:
         cleaned = str(raw_type).removeprefix("<class '").removesuffix("'>")
         error_type = cleaned.rsplit(".", 1)[-1]
-    message = span.status_message or str(exc_attrs.get("exception.message") or "") or "error"
+    # the exception's own message before the status description (LangChain's run error
+    # appends the traceback to it)
+    message = str(exc_attrs.get("exception.message") or "") or span.status_message or "error"
     status = span.attr("http.response.status_code", "http.status_code")
     if status is None and (found := _HTTP_STATUS.search(message)):
         status = found.group(1)
@@ -207,9 +204,11 @@ class _Trace:
         for s in spans:
             self.children.setdefault(s.parent_span_id, []).append(s)
         self.kinds = {s.span_id: kind_of(s) for s in spans}
+        self.has_llm = "llm" in self.kinds.values()
         self.wraps_llm = {  # spans with an LLM span below them
             a.span_id for s in spans if self.kinds[s.span_id] == "llm" for a in self._ancestors(s)
         }
+        self.wraps_llm |= _outer_twins(spans, self.kinds)  # rule 1 for spans not nested
         self.tool_span_calls = {
             str(c) for s in spans if self.kinds[s.span_id] == "tool" and (c := _call_id(s))
         }
@@ -401,6 +400,9 @@ class _Trace:
         ctx = self.ctx(span)
         name = str(span.attr("gen_ai.tool.name", "tool.name", "traceloop.entity.name") or span.name)
         call_id = _call_id(span)
+        result = span.attr("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+        if (wrapped := tool_message_in(result)) is not None:  # a LangChain ToolMessage
+            result, call_id = wrapped.content, call_id or wrapped.call_id
         if call_id is None:  # the earliest call of that name not answered yet
             call_id = next(
                 (
@@ -415,7 +417,6 @@ class _Trace:
         if call_id is not None:
             self.answered.add(call_id)
         failed = failure_of(span)
-        result = span.attr("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
         if failed is None and call_id is not None and (told := self._told(call_id)) is not None:
             result = told  # what the model was given for the call
         payload = {
@@ -488,7 +489,10 @@ class _Trace:
             if confidence is not None and last is not None:
                 last[1]["message"]["confidence"] = confidence
                 last[1]["message"]["confidence_source"] = "other"
-        elif not self.known_llm:  # (a late agent span of a trace whose LLM calls spoke: nothing)
+        elif not self.known_llm and not self.has_llm:
+            # the only witness: no LLM span in the trace (nor in its part mapped before); an
+            # agent span beside LLM spans (a graph's routing function named "...agent...",
+            # a late agent span of a trace whose LLM calls spoke) repeats what they say
             prompt = agent_messages(span, "input")
             if prompt and prompt[-1].role == "user":
                 payload = {"role": "user", "content": clip(prompt[-1].content)}
@@ -502,7 +506,7 @@ class _Trace:
 
     def _answer(self, span: Span, ctx: SpanContext, confidence: float | None) -> dict[str, Any]:
         """The agent span's own answer (part ``answer``), with its confidence."""
-        answer = next((m for m in agent_messages(span, "output") if m.role == "assistant"), None)
+        answer = _own_answer(span)
         message: dict[str, Any] = {
             "role": "assistant",
             "content": clip(answer.content) if answer else None,
@@ -514,8 +518,8 @@ class _Trace:
         return event(span, ctx, "message", "answer", message, end)
 
     def _said(self, span: Span) -> bool:
-        """The agent span has an output of its own (an answer)."""
-        return any(m.role == "assistant" for m in agent_messages(span, "output"))
+        """The agent span has an output of its own (an answer with text)."""
+        return _own_answer(span) is not None
 
     def _content_off(
         self, span: Span, ctx: SpanContext, last: dict[str, Any] | None
@@ -527,7 +531,7 @@ class _Trace:
         if prompt and prompt[-1].role == "user":
             payload = {"role": "user", "content": clip(prompt[-1].content)}
             events.append(event(span, ctx, "message", "user", payload, span.start_unix_nano))
-        answer = next((m for m in agent_messages(span, "output") if m.role == "assistant"), None)
+        answer = _own_answer(span)
         bare = last is not None and last["message"].get("content") is None
         if answer is not None and last is not None and bare and not last["message"]["tool_calls"]:
             last["message"]["content"] = clip(answer.content)
@@ -570,6 +574,41 @@ class _Trace:
             }
             events.append(event(span, self.ctx(span), "outcome", "outcome", payload, end))
         return events
+
+
+def _outer_twins(spans: list[Span], kinds: dict[str, str]) -> set[str]:
+    """LLM spans describing the same call as an LLM span beside them (the same parent) whose
+    time lies within theirs: an instrumentation that does not nest its LLM span around the
+    client library's (OpenLLMetry's LangChain handler with openai-v2 on the client). The same
+    call: the same ``gen_ai.response.id``, or the same output messages, or both failed. The
+    inner one is the closer to the wire and speaks (rule 1); the outer ones are returned."""
+    llm = [s for s in spans if kinds[s.span_id] == "llm"]
+    by_parent: dict[str, list[Span]] = {}
+    for s in llm:
+        by_parent.setdefault(s.parent_span_id, []).append(s)
+    outer: set[str] = set()
+    for group in by_parent.values():
+        for a in group:
+            for b in group:
+                if a is b or not (
+                    a.start_unix_nano < b.start_unix_nano and b.end_unix_nano < a.end_unix_nano
+                ):
+                    continue
+                rid = a.attr("gen_ai.response.id")
+                if (
+                    (rid is not None and rid == b.attr("gen_ai.response.id"))
+                    or (failure_of(a) is not None and failure_of(b) is not None)
+                    or (bool(output_messages(a)) and output_messages(a) == output_messages(b))
+                ):
+                    outer.add(a.span_id)
+    return outer
+
+
+def _own_answer(span: Span) -> Message | None:
+    """The last assistant message with text in an agent span's output (a framework's state
+    output holds the whole history: its last answer is the agent's)."""
+    said = [m for m in agent_messages(span, "output") if m.role == "assistant" and m.content]
+    return said[-1] if said else None
 
 
 def _new_user_messages(prompt: list[Message]) -> list[Message]:

@@ -126,6 +126,12 @@ def agent_messages(span: Span, side: str) -> list[Message]:
     return [Message(role, value if isinstance(value, str) else json.dumps(value, default=str))]
 
 
+def convention_messages(span: Span, side: str) -> list[Message]:
+    """The ``input`` or ``output`` messages a convention above wrote on ``span`` (no
+    ``output.value`` fallback)."""
+    return _messages(span, side)
+
+
 def _messages(span: Span, side: str) -> list[Message]:
     semconv = span.attributes.get(f"gen_ai.{side}.messages")
     if semconv is not None:
