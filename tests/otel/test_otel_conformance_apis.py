@@ -1,0 +1,107 @@
+"""Conformance beyond chat completions: the OpenAI Responses API and Anthropic's Messages API,
+with tool use, under their real instrumentations (tests/otel/api_agents.py), against the
+loopback provider speaking each API (tests/otel/provider.py).
+
+At the decoder (official OTLP encoders, protobuf and JSON, then the monitor's decoder and
+mapping) and end to end (the official OTLP/HTTP and OTLP/gRPC exporters to the real worker,
+traces split over several requests; the events read back from Postgres), per conversation the
+transcript must equal what the agent really sent and received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as json_spans
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from monitor.otel.decode import JSON, PROTOBUF, decode_request
+from monitor.otel.mapping import MappingConfig, map_spans
+from tests.otel.api_agents import API_FLAVORS
+from tests.otel.conformance import PYDANTIC_AI, cases_for, instrumented, play
+from tests.otel.test_otel_conformance import TOKEN, assert_exact, exporter, start_worker, stored
+from tests.otel.test_otel_conformance_spans import by_conversation
+from tests.servers.worker import WorkerProcess, create_topic, wait_for_count
+
+
+@pytest.fixture
+def capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
+
+
+FLAVORS = (*API_FLAVORS, PYDANTIC_AI)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
+async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capture: None):
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    with instrumented(flavor, tp):
+        truths = await play(flavor, tp, cases_for(flavor), flavor)
+    finished = list(memory.get_finished_spans())
+    if encoding == PROTOBUF:
+        body = encode_spans(finished).SerializeToString()
+    else:
+        body = str(json_spans(finished).to_json()).encode()
+    mapped = map_spans(decode_request(body, encoding), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    got = by_conversation(mapped)
+    assert set(got) == set(truths)
+    for cid, truth in truths.items():
+        assert got[cid] == truth.entries, cid
+
+
+@pytest.fixture
+async def worker(
+    broker: Any, topic_name: str, database_url: str, tmp_path: Path
+) -> AsyncIterator[WorkerProcess]:
+    await create_topic(broker.bootstrap, topic_name)
+    w = start_worker(broker, database_url, topic_name, tmp_path)
+    try:
+        await w.wait_ready()
+        yield w
+    finally:
+        w.stop()
+
+
+def grpc_exporter(worker: WorkerProcess) -> SpanExporter:
+    headers = (("authorization", f"Bearer {TOKEN}"),)
+    return GrpcExporter(
+        worker.grpc_target, insecure=True, headers=headers, compression=grpc.Compression.Gzip
+    )
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_every_api_stored_exactly_over_each_transport(
+    worker: WorkerProcess, database_url: str, transport: str, capture: None
+):
+    """Every API flavor's every case through the real worker, each trace over several
+    requests (batches of 2 spans); OTLP/HTTP protobuf + gzip, or OTLP/gRPC + gzip."""
+    out = exporter(worker, "protobuf") if transport == "http" else grpc_exporter(worker)
+    tp = TracerProvider(resource=Resource.create({"service.name": f"apis-{transport}"}))
+    tp.add_span_processor(
+        BatchSpanProcessor(out, max_export_batch_size=2, schedule_delay_millis=50)
+    )
+    truths: dict[str, Any] = {}
+    for flavor in FLAVORS:
+        with instrumented(flavor, tp):
+            truths |= await play(flavor, tp, cases_for(flavor), f"{flavor}-{transport}")
+    assert await asyncio.to_thread(tp.force_flush, 30_000)
+    want = sum(len(t.entries) for t in truths.values())
+    assert await wait_for_count(database_url, want, stable_s=1.5) == want
+    assert_exact(truths, await stored(database_url))
+    await asyncio.to_thread(tp.shutdown)
