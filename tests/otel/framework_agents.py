@@ -112,3 +112,65 @@ async def run_pydantic_ai(provider: Provider, tp: TracerProvider, case: Case, ci
         history = result.all_messages()
     await client.close()
     return wire_truth(provider, start, case, cid)
+
+
+async def run_sub_agent_as_tool(
+    provider: Provider, tp: TracerProvider, cid: str
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The OpenAI Agents SDK (chat completions model) under
+    ``openinference-instrumentation-openai-agents``: a ``support`` agent whose tool
+    ``ask_orders`` is an ``orders`` agent (``as_tool``) that itself calls ``lookup_order``,
+    one ``Runner.run`` under ``using_session(cid)`` (install the instrumentor on ``tp`` first).
+    The truth, read from the wire, as (agent, entry): each model request's new system, user and
+    tool messages and the scripted answer, under the agent that made the request."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from openinference.instrumentation import using_session
+
+    from tests.otel.provider import Answer, Call
+
+    @function_tool
+    def lookup_order(order: str) -> str:
+        """lookup_order tool"""
+        return run_tool("lookup_order", {"order": order}, frozenset())
+
+    client = openai.AsyncOpenAI(base_url=provider.base_url, api_key="k", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="support-model", openai_client=client)
+    orders = Agent(
+        name="orders", instructions="You look orders up.", tools=[lookup_order], model=model
+    )
+    support = Agent(
+        name="support",
+        instructions=SYSTEM,
+        tools=[orders.as_tool(tool_name="ask_orders", tool_description="Ask the orders agent")],
+        model=model,
+    )
+    script = (
+        Answer(None, (Call("call_ask", "ask_orders", {"input": "Where is A-17?"}),), 10, 2, "s1"),
+        Answer(None, (Call("call_look", "lookup_order", {"order": "A-17"}),), 20, 4, "o1"),
+        Answer("A-17 has shipped.", (), 30, 6, "o2"),
+        Answer("Your order A-17 has shipped.", (), 40, 8, "s2"),
+    )
+    provider.script.clear()
+    provider.push(*script)
+    start = len(provider.requests)
+    with using_session(cid):
+        result = await Runner.run(support, "Where is my order A-17?")
+    await client.close()
+    assert result.final_output == "Your order A-17 has shipped."
+    truth: list[tuple[str, tuple[Any, ...]]] = []
+    seen: dict[str, int] = {}  # agent -> messages of its last request, plus its answer
+    names = {"call_ask": "ask_orders", "call_look": "lookup_order"}
+    for body, answer in zip(provider.requests[start:], script, strict=True):
+        messages = body["messages"]
+        agent = "support" if messages[0]["content"] == SYSTEM else "orders"
+        for m in messages[seen.get(agent, 0) :]:
+            if m["role"] in ("system", "user"):
+                truth.append((agent, (m["role"], m["content"])))
+            elif m["role"] == "tool":
+                call = m["tool_call_id"]
+                truth.append((agent, ("tool_result", call, names[call], True, m["content"], None)))
+        calls = tuple((c.id, c.name, json.dumps(c.arguments, sort_keys=True)) for c in answer.calls)
+        usage = (answer.prompt_tokens, answer.completion_tokens)
+        truth.append((agent, ("assistant", answer.content, calls, "support-model", usage)))
+        seen[agent] = len(messages) + 1
+    return truth

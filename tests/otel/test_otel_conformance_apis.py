@@ -11,7 +11,9 @@ transcript must equal what the agent really sent and received.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,8 @@ from monitor.otel.decode import JSON, PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
 from tests.otel.api_agents import API_FLAVORS
 from tests.otel.conformance import PYDANTIC_AI, cases_for, instrumented, play, transcript
+from tests.otel.framework_agents import run_sub_agent_as_tool
+from tests.otel.provider import Provider
 from tests.otel.test_otel_conformance import TOKEN, exporter, start_worker, stored
 from tests.otel.test_otel_conformance_spans import by_conversation
 from tests.servers.worker import WorkerProcess, create_topic, wait_for_count
@@ -81,6 +85,36 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capt
         assert settled(got[cid]) == settled(truth.entries), cid
 
 
+async def play_sub_agent(tp: TracerProvider, cid: str) -> list[tuple[str, tuple[Any, ...]]]:
+    with instrumented("agents", tp):
+        async with Provider() as provider:
+            return await run_sub_agent_as_tool(provider, tp, cid)
+
+
+def by_agent(events: list[dict[str, Any]]) -> list[tuple[str, tuple[Any, ...]]]:
+    """(agent id, transcript entry) in the transcript's order."""
+    ordered = sorted(events, key=lambda e: (datetime.fromisoformat(e["ts"]), e["event_id"]))
+    return list(zip([e["agent"]["id"] for e in ordered], transcript(ordered), strict=True))
+
+
+async def test_a_sub_agent_used_as_a_tool_speaks_under_its_own_agent_id():
+    """The Agents SDK's ``agent.as_tool``: the sub-agent runs inside the calling agent's tool
+    span. Its system prompt, its input (as its user message), its calls, their results and its
+    answer are its own; the call of the tool and the tool's result (the sub-agent's answer,
+    as the calling model was given it) are the calling agent's; one conversation, in order."""
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    truth = await play_sub_agent(tp, "sub-agent-1")
+    assert [a for a, _ in truth] == ["support"] * 3 + ["orders"] * 5 + ["support"] * 2
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    events = [json.loads(e.to_json()) for e in mapped.events]
+    assert {e["conversation_id"] for e in events} == {"sub-agent-1"}
+    assert by_agent(events) == truth
+
+
 @pytest.fixture
 async def worker(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path
@@ -105,7 +139,8 @@ def grpc_exporter(worker: WorkerProcess) -> SpanExporter:
 async def test_every_api_stored_exactly_over_each_transport(
     worker: WorkerProcess, database_url: str, transport: str, capture: None
 ):
-    """Every API flavor's every case through the real worker, each trace over several
+    """Every API flavor's every case and pydantic-ai's, and the Agents SDK's sub-agent used
+    as a tool (each message under its agent), through the real worker, each trace over several
     requests (batches of 2 spans); OTLP/HTTP protobuf + gzip, or OTLP/gRPC + gzip."""
     out = exporter(worker, "protobuf") if transport == "http" else grpc_exporter(worker)
     tp = TracerProvider(resource=Resource.create({"service.name": f"apis-{transport}"}))
@@ -116,10 +151,12 @@ async def test_every_api_stored_exactly_over_each_transport(
     for flavor in FLAVORS:
         with instrumented(flavor, tp):
             truths |= await play(flavor, tp, cases_for(flavor), f"{flavor}-{transport}")
+    sub = await play_sub_agent(tp, f"sub-agent-{transport}")  # the Agents SDK's as_tool
     assert await asyncio.to_thread(tp.force_flush, 30_000)
-    want = sum(len(t.entries) for t in truths.values())
+    want = sum(len(t.entries) for t in truths.values()) + len(sub)
     assert await wait_for_count(database_url, want, stable_s=1.5) == want
     got = await stored(database_url)
+    assert by_agent(got.pop(f"sub-agent-{transport}")) == sub
     assert set(got) == set(truths)
     for cid, truth in truths.items():
         assert settled(transcript(got[cid])) == settled(truth.entries), cid
