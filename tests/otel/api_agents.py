@@ -12,6 +12,8 @@ Flavours (``run_api``):
 - ``responses``: ``client.responses.create`` of the official ``openai`` client under
   ``openinference-instrumentation-openai`` (openai-v2 2.4b0 does not instrument the Responses
   API), OpenInference ``AGENT`` / ``TOOL`` spans, ``using_session``;
+- ``responses_ll``: the same calls under Traceloop's ``opentelemetry-instrumentation-openai``
+  (OpenLLMetry), the agent and tools as GenAI spans of ``opentelemetry-util-genai`` (below);
 - ``anthropic_oi``: ``anthropic.AsyncAnthropic().messages.create`` under
   ``openinference-instrumentation-anthropic``, the same OpenInference agent and tool spans;
 - ``anthropic_ll``: the same client under Traceloop's ``opentelemetry-instrumentation-anthropic``
@@ -34,6 +36,10 @@ from tests.otel.provider import Call, Provider
 from tests.otel.support_agent import SYSTEM, TOOLS, Case, Truth, run_tool
 
 API_FLAVORS = ("responses", "anthropic_oi", "anthropic_ll")
+# flavors that do not pass yet (tests/otel/test_otel_conformance_apis.py marks them xfail):
+# Traceloop's openai 0.62.4 records a Responses function call's item id (``fc_...``) as its
+# tool call id instead of its ``call_id``, the id the tool result and the next call name it by
+API_GAPS = ("responses_ll",)
 MODEL = "support-model"
 Record = Callable[[str | None, Exception | None], None]
 
@@ -166,7 +172,7 @@ async def converse_api(
 
 
 def _client(flavor: str, provider: Provider, case: Case) -> Any:
-    if flavor == "responses":
+    if flavor.startswith("responses"):
         from openai import AsyncOpenAI
 
         return AsyncOpenAI(base_url=provider.base_url, api_key="k", max_retries=case.client_retries)
@@ -183,8 +189,8 @@ async def run_api(
     provider.script.clear()
     provider.push(*case.script)
     client = _client(flavor, provider, case)
-    api = "responses" if flavor == "responses" else "anthropic"
-    if flavor == "anthropic_ll":
+    api = "responses" if flavor.startswith("responses") else "anthropic"
+    if flavor.endswith("_ll"):
         await _genai_agent(api, client, tp, case, truth, cid)
     else:
         await _openinference_agent(api, client, tp, case, truth, cid)

@@ -12,7 +12,7 @@ from typing import Any
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from tests.otel.api_agents import API_FLAVORS, run_api
+from tests.otel.api_agents import API_FLAVORS, API_GAPS, run_api
 from tests.otel.framework_agents import PYDANTIC_AI_CASES, run_pydantic_ai
 from tests.otel.provider import Provider
 from tests.otel.support_agent import (
@@ -51,7 +51,7 @@ API_CASES = tuple(c for c in AGENT_SDK_CASES if c != "streaming")
 def cases_for(flavor: str) -> list[Case]:
     if flavor == PYDANTIC_AI:
         return [c for c in cases() if c.name in PYDANTIC_AI_CASES]
-    if flavor in API_FLAVORS:
+    if flavor in (*API_FLAVORS, *API_GAPS):
         return [c for c in cases() if c.name in API_CASES]
     return [c for c in cases() if flavor != "agents" or c.name in AGENT_SDK_CASES]
 
@@ -67,7 +67,7 @@ def instrumented(
     if flavor == PYDANTIC_AI:  # instrumented by its InstrumentationSettings on ``tp``
         yield
         return
-    if flavor in API_FLAVORS:
+    if flavor in (*API_FLAVORS, *API_GAPS):
         with api_instrumented(flavor, tp):
             yield
         return
@@ -105,6 +105,10 @@ def api_instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
         from openinference.instrumentation.openai import OpenAIInstrumentor as OIOpenAI
 
         instrumentor = OIOpenAI()
+    elif flavor == "responses_ll":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor as LLOpenAI
+
+        instrumentor = LLOpenAI()
     elif flavor == "anthropic_oi":
         from openinference.instrumentation.anthropic import AnthropicInstrumentor as OIAnthropic
 

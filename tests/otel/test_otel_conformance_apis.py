@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from monitor.otel.decode import JSON, PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
-from tests.otel.api_agents import API_FLAVORS
+from tests.otel.api_agents import API_FLAVORS, API_GAPS
 from tests.otel.conformance import PYDANTIC_AI, cases_for, instrumented, play, transcript
 from tests.otel.framework_agents import run_sub_agent_as_tool
 from tests.otel.provider import Provider
@@ -64,7 +64,16 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> None:
 FLAVORS = (*API_FLAVORS, PYDANTIC_AI)
 
 
-@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize(
+    "flavor",
+    [
+        *FLAVORS,
+        *(
+            pytest.param(f, marks=pytest.mark.xfail(strict=True, reason="call ids: see API_GAPS"))
+            for f in API_GAPS
+        ),
+    ],
+)
 @pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
 async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capture: None):
     memory = InMemorySpanExporter()
