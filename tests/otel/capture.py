@@ -1,6 +1,7 @@
 """Capture the spans of real instrumentations as OTLP/JSON fixtures (tests/data/otel/).
 
     .venv/bin/python -m tests.otel.capture
+    .venv/bin/python -m tests.otel.capture --check FLAVOR   # exit 0 iff every case is exact
 
 Each fixture is one conversation of the conformance suite (tests/otel/api_agents.py,
 tests/otel/framework_agents.py) played against the loopback provider under the real
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
@@ -47,6 +49,31 @@ async def capture(flavor: str, case: str) -> tuple[bytes, list[tuple[object, ...
     return body.encode(), truth.entries
 
 
+async def check(flavor: str) -> bool:
+    """Every case of ``flavor`` mapped exactly (protobuf)? In a process of its own: an
+    instrumentor that does not undo all it patched (Traceloop's openai 0.62.4) must not leave
+    the next tests' clients patched."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as proto
+
+    from monitor.otel.decode import PROTOBUF, decode_request
+    from monitor.otel.mapping import MappingConfig, map_spans
+    from tests.otel.test_otel_conformance_spans import by_conversation
+
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    with instrumented(flavor, tp):
+        truths = await play(flavor, tp, cases_for(flavor), flavor)
+    body = proto(memory.get_finished_spans()).SerializeToString()
+    got = by_conversation(map_spans(decode_request(body, PROTOBUF), MappingConfig()))
+    exact = True
+    for cid, truth in truths.items():
+        if got.get(cid) != truth.entries:
+            print(cid, "differs:", got.get(cid), "!=", truth.entries)
+            exact = False
+    return exact
+
+
 async def main() -> None:
     os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
@@ -58,4 +85,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--check"]:
+        sys.exit(0 if asyncio.run(check(sys.argv[2])) else 1)
     asyncio.run(main())

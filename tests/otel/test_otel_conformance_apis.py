@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
@@ -67,16 +70,31 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> None:
 FLAVORS = (*API_FLAVORS, PYDANTIC_AI)
 
 
-@pytest.mark.parametrize(
-    "flavor",
-    [
-        *FLAVORS,
-        *(
-            pytest.param(f, marks=pytest.mark.xfail(strict=True, reason="call ids: see API_GAPS"))
-            for f in API_GAPS
-        ),
-    ],
-)
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="tool call ids: see API_GAPS")
+@pytest.mark.parametrize("flavor", API_GAPS)
+def test_known_gaps_are_not_reconstructed_exactly(flavor: str):
+    """The flavors that fail (API_GAPS), in a process of their own (``tests.otel.capture
+    --check``: Traceloop's openai instrumentor leaves patches behind when uninstrumented); this
+    test fails (strict) once they pass."""
+    env = {
+        **os.environ,
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.otel.capture", "--check", flavor],
+        cwd=Path(__file__).resolve().parent.parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if "Traceback" in run.stderr:  # not the known gap: a crash (not the expected failure)
+        raise RuntimeError(run.stderr[-2000:])
+    assert run.returncode == 0, run.stdout[-2000:]
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
 @pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
 async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, capture: None):
     memory = InMemorySpanExporter()
