@@ -92,7 +92,9 @@ async def run_pydantic_ai(provider: Provider, tp: TracerProvider, case: Case, ci
         instructions=SYSTEM,
         retries=0,
     )
-    agent.instrument = InstrumentationSettings(tracer_provider=tp)  # (an init argument before 2.7x)
+    agent.instrument = InstrumentationSettings(
+        tracer_provider=tp
+    )  # (2.78 takes no `instrument` argument)
     for t in TOOLS:
         name = t["function"]["name"]
 
