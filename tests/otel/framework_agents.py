@@ -92,9 +92,8 @@ async def run_pydantic_ai(provider: Provider, tp: TracerProvider, case: Case, ci
         instructions=SYSTEM,
         retries=0,
     )
-    agent.instrument = InstrumentationSettings(
-        tracer_provider=tp
-    )  # (2.78 takes no `instrument` argument)
+    # (2.78's Agent takes no ``instrument`` argument: the property)
+    agent.instrument = InstrumentationSettings(tracer_provider=tp)
     for t in TOOLS:
         name = t["function"]["name"]
 
