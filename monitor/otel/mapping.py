@@ -63,13 +63,21 @@ from monitor.otel.build import (
 )
 from monitor.otel.context import SpanContext, kind_of
 from monitor.otel.langchain import agent_messages, tool_message_in
-from monitor.otel.messages import Message, input_messages, output_messages, system_instructions
+from monitor.otel.messages import (
+    Message,
+    answer_of,
+    input_messages,
+    output_messages,
+    system_instructions,
+)
 from monitor.otel.spans import STATUS_ERROR, Span
 
 LLM_ERROR_TOOL = "llm"
 AGENT_ERROR_TOOL = "agent"
 US = 1000  # one microsecond in nanoseconds: the store's time resolution
-_HTTP_STATUS = re.compile(r"\b(?:Error code|status(?: code)?)[:= ]+(\d{3})\b", re.IGNORECASE)
+_HTTP_STATUS = re.compile(r"\b(?:Error code|status(?:[ _]code)?)[:= ]+(\d{3})\b", re.IGNORECASE)
+# an error message that starts with the HTTP status (the ``anthropic`` client's: "500 ...")
+_LEADING_STATUS = re.compile(r"([45]\d{2}) [A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,7 @@ def failure_of(span: Span) -> Failure | None:
     # appends the traceback to it)
     message = str(exc_attrs.get("exception.message") or "") or span.status_message or "error"
     status = span.attr("http.response.status_code", "http.status_code")
-    if status is None and (found := _HTTP_STATUS.search(message)):
+    if status is None and (found := _HTTP_STATUS.search(message) or _LEADING_STATUS.match(message)):
         status = found.group(1)
     error = message
     if (
@@ -344,7 +352,7 @@ class _Trace:
         outputs = output_messages(span)
         if outputs:
             self.with_content.add(span.span_id)
-        answer: Message | None = next((m for m in outputs if m.role == "assistant"), None)
+        answer: Message | None = answer_of(span, outputs)
         calls = answer.tool_calls if answer else ()
         tool_calls: list[dict[str, Any]] = [
             {"id": c.id or f"{span.span_id}-{i}", "name": c.name, "arguments": c.arguments}
@@ -525,8 +533,11 @@ class _Trace:
         self, span: Span, ctx: SpanContext, last: dict[str, Any] | None
     ) -> list[dict[str, Any]]:
         """LLM spans without content (capture off): the agent span's input is the user
-        message, its output the text of the last answer when that has neither text nor calls."""
-        events: list[dict[str, Any]] = []
+        message, its output the text of the last answer when that has neither text nor calls;
+        its system instructions (``gen_ai.system_instructions``), once per conversation, just
+        before (a framework that records a call's prompt only with its response, e.g.
+        pydantic-ai, leaves a failed call without content: the agent span has it)."""
+        events = self._agent_systems(span, ctx)
         prompt = agent_messages(span, "input")
         if prompt and prompt[-1].role == "user":
             payload = {"role": "user", "content": clip(prompt[-1].content)}
@@ -535,6 +546,22 @@ class _Trace:
         bare = last is not None and last["message"].get("content") is None
         if answer is not None and last is not None and bare and not last["message"]["tool_calls"]:
             last["message"]["content"] = clip(answer.content)
+        return events
+
+    def _agent_systems(self, span: Span, ctx: SpanContext) -> list[dict[str, Any]]:
+        """The agent span's own system instructions not given yet in its conversation."""
+        conv = ctx.conversation_id
+        texts = [
+            t for t in system_instructions(span) if system_event_id(conv, t) not in self.systems
+        ]
+        self.systems.update(system_event_id(conv, t) for t in texts)
+        events = []
+        for i, content in enumerate(texts):
+            at = span.start_unix_nano - (len(texts) - i) * US
+            payload = {"role": "system", "content": clip(content)}
+            e = event(span, ctx, "message", "system", payload, at)
+            e["event_id"] = system_event_id(conv, content)
+            events.append(e)
         return events
 
     def _error(

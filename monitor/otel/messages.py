@@ -72,6 +72,31 @@ def output_messages(span: Span) -> list[Message]:
     return _messages(span, "output") or _output_value(span)
 
 
+def answer_of(span: Span, outputs: list[Message]) -> Message | None:
+    """The one assistant message an LLM call gave, from its output messages: the first
+    assistant message (the first choice of a chat completion); but a Responses API call (its
+    ``output.value`` a ``response`` object) answers in output items, which OpenInference
+    renders one message each (a text, then each function call): together they are one answer,
+    texts joined and calls in order."""
+    answers = [m for m in outputs if m.role == "assistant"]
+    if len(answers) < 2 or not _is_response(span.attributes.get("output.value")):
+        return answers[0] if answers else None
+    texts = [m.content for m in answers if m.content]
+    calls = tuple(c for m in answers for c in m.tool_calls)
+    return Message("assistant", "\n".join(texts) if texts else None, calls)
+
+
+def _is_response(value: Any) -> bool:
+    """``value`` is a Responses API response in JSON (``"object": "response"``)."""
+    if not isinstance(value, str) or '"response"' not in value:
+        return False
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("object") == "response"
+
+
 def _output_value(span: Span) -> list[Message]:
     value = span.attributes.get("output.value")
     if not isinstance(value, str) or not value.lstrip().startswith(("{", "[")):
@@ -119,6 +144,8 @@ def agent_messages(span: Span, side: str) -> list[Message]:
     found = _messages(span, side)
     if found:
         return found
+    if side == "input" and (history := span.attributes.get("pydantic_ai.all_messages")):
+        return _from_json_list(history)  # pydantic-ai's run: the history, this turn's at the end
     value = span.attr(f"{side}.value", f"traceloop.entity.{side}")
     if value is None:
         return []
@@ -165,7 +192,28 @@ def _from_json_list(value: Any) -> list[Message]:
     out = []
     for item in value:
         if isinstance(item, dict):
-            out.append(_semconv_message(item))
+            out.extend(_split_tool_responses(item))
+    return out
+
+
+def _split_tool_responses(item: dict[str, Any]) -> list[Message]:
+    """A message as one or more: each ``tool_call_response`` part is a ``tool`` message of its
+    call id, whatever the role that carries it (Anthropic returns tool results as ``tool_result``
+    blocks of a ``user`` message, several at once after parallel calls), and the other parts,
+    if any, the message of its role; without such parts, the message as it is."""
+    parts = item.get("parts")
+    if not isinstance(parts, list):
+        return [_semconv_message(item)]
+    responses = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"]
+    if not responses:
+        return [_semconv_message(item)]
+    out = [
+        _semconv_message({"role": "tool", "parts": [p], "tool_call_id": p.get("id")})
+        for p in responses
+    ]
+    rest = [p for p in parts if not (isinstance(p, dict) and p.get("type") == "tool_call_response")]
+    if rest:
+        out.append(_semconv_message({**item, "parts": rest}))
     return out
 
 
@@ -187,7 +235,7 @@ def _semconv_message(item: dict[str, Any]) -> Message:
             calls.append(_call(part.get("id"), part["name"], part.get("arguments")))
         elif part.get("type") == "tool_call_response":
             call_id = part.get("id") or call_id
-            response = part.get("response")
+            response = part.get("response", part.get("result"))  # (pydantic-ai: ``result``)
             if response is not None:
                 texts.append(response if isinstance(response, str) else _dumps(response))
     for call in item.get("tool_calls") or []:

@@ -12,6 +12,8 @@ from typing import Any
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
+from tests.otel.api_agents import API_FLAVORS, API_GAPS, run_api
+from tests.otel.framework_agents import PYDANTIC_AI_CASES, run_pydantic_ai
 from tests.otel.provider import Provider
 from tests.otel.support_agent import (
     Case,
@@ -25,6 +27,8 @@ from tests.otel.support_agent import (
 FLAVORS = ("genai", "openinference", "agents")
 # the genai flavor with openai-v2's legacy (semconv 1.30) path: content as per-message log events
 LEGACY = "genai_legacy"
+# pydantic-ai's own instrumentation (tests/otel/framework_agents.py): nothing to install
+PYDANTIC_AI = "pydantic_ai"
 # every case: the Agents SDK runs its own loop (it does not retry a failed call itself)
 AGENT_SDK_CASES = (
     "plain",
@@ -39,7 +43,16 @@ AGENT_SDK_CASES = (
 )
 
 
+# the Responses and Anthropic flavors (tests/otel/api_agents.py): every case but streaming (the
+# loopback provider answers those APIs in JSON only)
+API_CASES = tuple(c for c in AGENT_SDK_CASES if c != "streaming")
+
+
 def cases_for(flavor: str) -> list[Case]:
+    if flavor == PYDANTIC_AI:
+        return [c for c in cases() if c.name in PYDANTIC_AI_CASES]
+    if flavor in (*API_FLAVORS, *API_GAPS):
+        return [c for c in cases() if c.name in API_CASES]
     return [c for c in cases() if flavor != "agents" or c.name in AGENT_SDK_CASES]
 
 
@@ -51,6 +64,13 @@ def instrumented(
     duration (set the content-capture environment before entering: the instrumentations read it
     when instrumenting)."""
     instrumentor: Any
+    if flavor == PYDANTIC_AI:  # instrumented by its InstrumentationSettings on ``tp``
+        yield
+        return
+    if flavor in (*API_FLAVORS, *API_GAPS):
+        with api_instrumented(flavor, tp):
+            yield
+        return
     if flavor == LEGACY:
         with legacy_openai_v2(tp, lp or LoggerProvider()):
             yield
@@ -71,6 +91,33 @@ def instrumented(
     if lp is not None:
         providers["logger_provider"] = lp
     instrumentor.instrument(**providers)
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
+@contextmanager
+def api_instrumented(flavor: str, tp: TracerProvider) -> Iterator[None]:
+    """The instrumentor of an API flavor (tests/otel/api_agents.py) on ``tp``."""
+    instrumentor: Any
+    if flavor == "responses":
+        from openinference.instrumentation.openai import OpenAIInstrumentor as OIOpenAI
+
+        instrumentor = OIOpenAI()
+    elif flavor == "responses_ll":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor as LLOpenAI
+
+        instrumentor = LLOpenAI()
+    elif flavor == "anthropic_oi":
+        from openinference.instrumentation.anthropic import AnthropicInstrumentor as OIAnthropic
+
+        instrumentor = OIAnthropic()
+    else:
+        from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+
+        instrumentor = AnthropicInstrumentor()
+    instrumentor.instrument(tracer_provider=tp)
     try:
         yield
     finally:
@@ -111,12 +158,16 @@ async def play(flavor: str, tp: TracerProvider, cases: list[Case], prefix: str) 
         LEGACY: run_genai,
         "openinference": run_openinference,
         "agents": run_agents,
-    }[flavor]
+        PYDANTIC_AI: run_pydantic_ai,
+    }.get(flavor)
     truths: dict[str, Truth] = {}
     async with Provider() as provider:
         for case in cases:
             cid = f"{prefix}-{case.name}"
-            truths[cid] = await run(provider, tp, case, cid)
+            if run is None:
+                truths[cid] = await run_api(flavor, provider, tp, case, cid)
+            else:
+                truths[cid] = await run(provider, tp, case, cid)
     return truths
 
 

@@ -5,6 +5,11 @@ HTTP request: :class:`Answer` (a completion with text and/or tool calls, as JSON
 request asks ``stream: true``, as server-sent events in several chunks, with a usage chunk when
 ``stream_options.include_usage``), or :class:`Fail` (any status, e.g. 500 or 429 with
 ``Retry-After: 0``). Every request body is recorded.
+
+The same script also answers the OpenAI Responses API (``POST /v1/responses``: an ``output``
+list of ``message`` / ``function_call`` items) and Anthropic's Messages API (``POST
+/v1/messages``: ``text`` / ``tool_use`` content blocks; point the ``anthropic`` client at
+``root_url``), as JSON (not streamed), errors in each API's own error shape.
 """
 
 from __future__ import annotations
@@ -56,12 +61,19 @@ class Provider:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def root_url(self) -> str:
+        """The server's root (the ``anthropic`` client appends ``/v1/messages`` itself)."""
+        return f"http://127.0.0.1:{self.port}"
+
     def push(self, *actions: Action) -> None:
         self.script.extend(actions)
 
     async def __aenter__(self) -> Provider:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/responses", self._handle_responses)
+        app.router.add_post("/v1/messages", self._handle_messages)
         self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=0.2)
         return self
 
@@ -88,6 +100,89 @@ class Provider:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _next(self, request: web.Request) -> tuple[dict[str, Any], Action]:
+        body = await request.json()
+        self.requests.append(body)
+        return body, self.script.popleft() if self.script else Fail(500, "script exhausted")
+
+    async def _handle_responses(self, request: web.Request) -> web.StreamResponse:
+        body, action = await self._next(request)
+        if isinstance(action, Fail):
+            error = {"error": {"message": action.message, "type": "server_error", "code": None}}
+            return web.json_response(error, status=action.status, headers=action.headers)
+        return web.json_response(_response(action, body.get("model", "m")))
+
+    async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
+        body, action = await self._next(request)
+        if isinstance(action, Fail):
+            kind = "rate_limit_error" if action.status == 429 else "api_error"
+            error = {"type": "error", "error": {"type": kind, "message": action.message}}
+            return web.json_response(error, status=action.status, headers=action.headers)
+        return web.json_response(_anthropic_message(action, body.get("model", "m")))
+
+
+def _response(answer: Answer, model: str) -> dict[str, Any]:
+    """A Responses API response: the text as a ``message`` item, each call a ``function_call``."""
+    output: list[dict[str, Any]] = []
+    if answer.content is not None:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{answer.response_id}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": answer.content, "annotations": []}],
+            }
+        )
+    for c in answer.calls:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{c.id}",
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": json.dumps(c.arguments),
+                "status": "completed",
+            }
+        )
+    return {
+        "id": answer.response_id,
+        "object": "response",
+        "created_at": 1,
+        "model": model,
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": answer.prompt_tokens,
+            "output_tokens": answer.completion_tokens,
+            "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _anthropic_message(answer: Answer, model: str) -> dict[str, Any]:
+    """An Anthropic Messages API message: a ``text`` block, then a ``tool_use`` per call."""
+    content: list[dict[str, Any]] = []
+    if answer.content is not None:
+        content.append({"type": "text", "text": answer.content})
+    for c in answer.calls:
+        content.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+    return {
+        "id": answer.response_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if answer.calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": answer.prompt_tokens, "output_tokens": answer.completion_tokens},
+    }
 
 
 def _tool_calls(answer: Answer) -> list[dict[str, Any]]:
