@@ -222,9 +222,15 @@ class _Trace:
         self.last_assistant: dict[str, tuple[int, dict[str, Any]]] = {}  # ancestor -> event
         self._results: dict[str, str | None] | None = None  # call id -> tool message content
         self.asked_by: dict[str, list[tuple[str, str]]] = {}  # LLM span -> its calls
+        self._contexts: dict[str, SpanContext] = {}  # span id -> its context (immutable)
 
     def ctx(self, span: Span) -> SpanContext:
-        return SpanContext.of(span, self.by_id, self.conversation, self.agent)
+        """The span's context, worked out once per span (it depends on the trace only)."""
+        found = self._contexts.get(span.span_id)
+        if found is None:
+            found = SpanContext.of(span, self.by_id, self.conversation, self.agent)
+            self._contexts[span.span_id] = found
+        return found
 
     def below(self, span: Span) -> list[Span]:
         found: list[Span] = []
