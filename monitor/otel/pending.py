@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 
-from sqlalchemy import delete, func, select, tuple_
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import ColumnElement, Text, any_, bindparam, delete, func, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -172,11 +172,8 @@ class PendingTraces:
             await conn.execute(stmt, rows)  # executemany, as park
             keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
             if keys:
-                await conn.execute(
-                    delete(pending_t).where(
-                        tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(keys)
-                    )
-                )
+                trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
+                await conn.execute(_DELETE_SPANS, {"trace_ids": trace_ids, "span_ids": span_ids})
             if used:
                 await _delete_records(conn, used)
 
@@ -255,7 +252,7 @@ class PendingTraces:
         records = await _records(conn, ids)
         arrivals = await conn.execute(
             select(records_t.c.trace_id, func.max(records_t.c.received_at))
-            .where(records_t.c.trace_id.in_(ids))
+            .where(_among(records_t.c.trace_id, ids))
             .group_by(records_t.c.trace_id)
         )
         for trace_id, at in arrivals.tuples():
@@ -285,7 +282,7 @@ class PendingTraces:
             for table in (pending_t, records_t):
                 rows = await conn.execute(
                     select(table.c.trace_id, table.c.scope)
-                    .where(table.c.trace_id.in_(ids), table.c.scope.is_not(None))
+                    .where(_among(table.c.trace_id, ids), table.c.scope.is_not(None))
                     .distinct()
                 )
                 for trace_id, scope in rows.tuples():
@@ -341,10 +338,28 @@ class PendingTraces:
         return int(result.rowcount or 0)
 
 
+def _among(column: ColumnElement[str], ids: list[str]) -> ColumnElement[bool]:
+    """``column = ANY(:ids)``: one array parameter, so one statement whatever the number of
+    ids (an ``IN`` list is compiled and prepared again for each count)."""
+    return column == any_(bindparam("ids", ids, type_=ARRAY(Text)))
+
+
+# the keys as two arrays: one statement whatever their number (a prepared statement reused),
+# not an IN list of as many parameters, compiled and prepared again for each count
+_KEYS = (
+    func.unnest(bindparam("trace_ids", type_=ARRAY(Text)), bindparam("span_ids", type_=ARRAY(Text)))
+    .table_valued("trace_id", "span_id")
+    .render_derived()
+)
+_DELETE_SPANS = delete(pending_t).where(
+    tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(select(_KEYS.c.trace_id, _KEYS.c.span_id))
+)
+
+
 async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]:
     """The waiting spans of the traces ``ids``."""
     rows = await conn.execute(
-        select(pending_t.c.trace_id, pending_t.c.span).where(pending_t.c.trace_id.in_(ids))
+        select(pending_t.c.trace_id, pending_t.c.span).where(_among(pending_t.c.trace_id, ids))
     )
     out: dict[str, list[Span]] = {}
     for trace_id, text in rows:
@@ -354,7 +369,7 @@ async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]
 
 async def _records(conn: AsyncConnection, ids: list[str]) -> list[LogEvent]:
     """The waiting log records of the traces ``ids``."""
-    rows = await conn.execute(select(records_t.c.record).where(records_t.c.trace_id.in_(ids)))
+    rows = await conn.execute(select(records_t.c.record).where(_among(records_t.c.trace_id, ids)))
     return [LogEvent.from_json(str(text)) for (text,) in rows]
 
 
@@ -373,7 +388,7 @@ async def _contexts(conn: AsyncConnection, ids: list[str]) -> dict[str, TraceCon
             traces_t.c.conversation_id,
             traces_t.c.agent_id,
             traces_t.c.llm_calls,
-        ).where(traces_t.c.trace_id.in_(ids))
+        ).where(_among(traces_t.c.trace_id, ids))
     )
     return {str(t): _context(c, a, k) for t, c, a, k in known}
 
