@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 
-from sqlalchemy import ColumnElement, Text, any_, bindparam, delete, func, select, tuple_
+from sqlalchemy import Boolean, ColumnElement, Text, any_, bindparam, delete, func, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -148,28 +148,17 @@ class PendingTraces:
                 await _delete_records(conn, used)
         if not settled:
             return
-        now = self.now()
-        rows = [
-            {
-                "trace_id": trace_id,
-                "conversation_id": ctx.conversation_id,
-                "agent_id": ctx.agent_id,
-                "llm_calls": ctx.llm_calls,
-                "how": how,
-                "resolved_at": now,
-            }
-            for trace_id, (how, ctx) in sorted(settled.items())
-        ]
-        stmt = insert(traces_t)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[traces_t.c.trace_id],
-            set_={
-                "resolved_at": stmt.excluded.resolved_at,
-                "llm_calls": traces_t.c.llm_calls | stmt.excluded.llm_calls,
-            },
-        )
+        ordered = sorted(settled.items())
+        columns = {
+            "trace_ids": [trace_id for trace_id, _ in ordered],
+            "conversation_ids": [ctx.conversation_id for _, (_, ctx) in ordered],
+            "agent_ids": [ctx.agent_id for _, (_, ctx) in ordered],
+            "llm_calls": [ctx.llm_calls for _, (_, ctx) in ordered],
+            "hows": [how for _, (how, _) in ordered],
+            "resolved_at": self.now(),
+        }
         async with self.engine.begin() as conn:
-            await conn.execute(stmt, rows)  # executemany, as park
+            await conn.execute(_REMEMBER_TRACES, columns)
             keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
             if keys:
                 trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
@@ -341,7 +330,7 @@ class PendingTraces:
 def _among(column: ColumnElement[str], ids: list[str]) -> ColumnElement[bool]:
     """``column = ANY(:ids)``: one array parameter, so one statement whatever the number of
     ids (an ``IN`` list is compiled and prepared again for each count)."""
-    return column == any_(bindparam("ids", ids, type_=ARRAY(Text)))
+    return column == any_(bindparam("ids", ids, type_=ARRAY(Text), unique=True))
 
 
 # the keys as two arrays: one statement whatever their number (a prepared statement reused),
@@ -353,6 +342,39 @@ _KEYS = (
 )
 _DELETE_SPANS = delete(pending_t).where(
     tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(select(_KEYS.c.trace_id, _KEYS.c.span_id))
+)
+
+
+# the settled traces as one array per column (one statement whatever their number); a trace
+# mapped again keeps its first context, its time is renewed and it had LLM calls if either had
+_SETTLED = (
+    func.unnest(
+        bindparam("trace_ids", type_=ARRAY(Text)),
+        bindparam("conversation_ids", type_=ARRAY(Text)),
+        bindparam("agent_ids", type_=ARRAY(Text)),
+        bindparam("llm_calls", type_=ARRAY(Boolean)),
+        bindparam("hows", type_=ARRAY(Text)),
+    )
+    .table_valued("trace_id", "conversation_id", "agent_id", "llm_calls", "how")
+    .render_derived()
+)
+_INSERT_TRACES = insert(traces_t).from_select(
+    ["trace_id", "conversation_id", "agent_id", "llm_calls", "how", "resolved_at"],
+    select(
+        _SETTLED.c.trace_id,
+        _SETTLED.c.conversation_id,
+        _SETTLED.c.agent_id,
+        _SETTLED.c.llm_calls,
+        _SETTLED.c.how,
+        bindparam("resolved_at", type_=traces_t.c.resolved_at.type),
+    ),
+)
+_REMEMBER_TRACES = _INSERT_TRACES.on_conflict_do_update(
+    index_elements=[traces_t.c.trace_id],
+    set_={
+        "resolved_at": _INSERT_TRACES.excluded.resolved_at,
+        "llm_calls": traces_t.c.llm_calls | _INSERT_TRACES.excluded.llm_calls,
+    },
 )
 
 
