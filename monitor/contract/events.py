@@ -73,6 +73,9 @@ EVENT_TYPES: tuple[str, ...] = (
     "gate",
 )
 
+#: how ``attributes`` are measured: compact JSON, non-ASCII escaped (so its length is in bytes)
+_ATTRIBUTES_JSON = json.JSONEncoder(separators=(",", ":"), default=str)
+
 EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback", "gate"]
 Payload = (
     MessagePayload
@@ -124,7 +127,7 @@ class AgentEvent(_Strict):
     @classmethod
     def _attributes_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
-            size = len(json.dumps(value, separators=(",", ":"), default=str).encode())
+            size = len(_ATTRIBUTES_JSON.encode(value))  # ASCII: characters are bytes
             if size > MAX_ATTRIBUTES_BYTES:
                 raise ValueError(
                     f"attributes_too_large: {size} bytes serialized, limit {MAX_ATTRIBUTES_BYTES}"

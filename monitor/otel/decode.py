@@ -119,6 +119,8 @@ def attributes_of(pairs: Any) -> dict[str, Any]:
 def value_of(value: AnyValue) -> Any:
     """An OTLP ``AnyValue`` as Python: scalars, lists, dicts; bytes as hex; empty as None."""
     which = value.WhichOneof("value")
+    if which == "string_value":  # most attributes: first
+        return value.string_value
     if which is None:
         return None
     if which == "array_value":

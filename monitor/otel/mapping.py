@@ -229,9 +229,24 @@ class _Trace:
         self.last_assistant: dict[str, tuple[int, dict[str, Any]]] = {}  # ancestor -> event
         self._results: dict[str, str | None] | None = None  # call id -> tool message content
         self.asked_by: dict[str, list[tuple[str, str]]] = {}  # LLM span -> its calls
+        self._contexts: dict[str, SpanContext] = {}  # span id -> its context (immutable)
+        self._inputs: dict[str, list[Message]] = {}  # LLM span id -> its input messages
 
     def ctx(self, span: Span) -> SpanContext:
-        return SpanContext.of(span, self.by_id, self.conversation, self.agent)
+        """The span's context, worked out once per span (it depends on the trace only)."""
+        found = self._contexts.get(span.span_id)
+        if found is None:
+            found = SpanContext.of(span, self.by_id, self.conversation, self.agent)
+            self._contexts[span.span_id] = found
+        return found
+
+    def _input(self, span: Span) -> list[Message]:
+        """The LLM span's input messages, parsed once per span (``_llm`` and ``_told`` read
+        them; the list is not changed)."""
+        found = self._inputs.get(span.span_id)
+        if found is None:
+            found = self._inputs[span.span_id] = input_messages(span)
+        return found
 
     def below(self, span: Span) -> list[Span]:
         found: list[Span] = []
@@ -289,7 +304,7 @@ class _Trace:
         ctx = self.ctx(span)
         conv = ctx.conversation_id
         events: list[dict[str, Any]] = []
-        prompt = input_messages(span)
+        prompt = self._input(span)
         if prompt:
             self.with_content.add(span.span_id)
         systems = [
@@ -474,7 +489,7 @@ class _Trace:
             for s in self.by_id.values():
                 if self.kinds[s.span_id] != "llm" or s.span_id in self.wraps_llm:
                     continue
-                for m in input_messages(s):
+                for m in self._input(s):
                     if m.role == "tool" and m.tool_call_id:
                         self._results.setdefault(m.tool_call_id, m.content)
         return self._results.get(call_id)

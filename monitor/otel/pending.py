@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 
-from sqlalchemy import delete, func, select, tuple_
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Boolean, ColumnElement, Text, any_, bindparam, delete, func, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -148,35 +148,21 @@ class PendingTraces:
                 await _delete_records(conn, used)
         if not settled:
             return
-        now = self.now()
-        rows = [
-            {
-                "trace_id": trace_id,
-                "conversation_id": ctx.conversation_id,
-                "agent_id": ctx.agent_id,
-                "llm_calls": ctx.llm_calls,
-                "how": how,
-                "resolved_at": now,
-            }
-            for trace_id, (how, ctx) in sorted(settled.items())
-        ]
-        stmt = insert(traces_t)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[traces_t.c.trace_id],
-            set_={
-                "resolved_at": stmt.excluded.resolved_at,
-                "llm_calls": traces_t.c.llm_calls | stmt.excluded.llm_calls,
-            },
-        )
+        ordered = sorted(settled.items())
+        columns = {
+            "trace_ids": [trace_id for trace_id, _ in ordered],
+            "conversation_ids": [ctx.conversation_id for _, (_, ctx) in ordered],
+            "agent_ids": [ctx.agent_id for _, (_, ctx) in ordered],
+            "llm_calls": [ctx.llm_calls for _, (_, ctx) in ordered],
+            "hows": [how for _, (how, _) in ordered],
+            "resolved_at": self.now(),
+        }
         async with self.engine.begin() as conn:
-            await conn.execute(stmt, rows)  # executemany, as park
+            await conn.execute(_REMEMBER_TRACES, columns)
             keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
             if keys:
-                await conn.execute(
-                    delete(pending_t).where(
-                        tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(keys)
-                    )
-                )
+                trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
+                await conn.execute(_DELETE_SPANS, {"trace_ids": trace_ids, "span_ids": span_ids})
             if used:
                 await _delete_records(conn, used)
 
@@ -255,7 +241,7 @@ class PendingTraces:
         records = await _records(conn, ids)
         arrivals = await conn.execute(
             select(records_t.c.trace_id, func.max(records_t.c.received_at))
-            .where(records_t.c.trace_id.in_(ids))
+            .where(_among(records_t.c.trace_id, ids))
             .group_by(records_t.c.trace_id)
         )
         for trace_id, at in arrivals.tuples():
@@ -285,7 +271,7 @@ class PendingTraces:
             for table in (pending_t, records_t):
                 rows = await conn.execute(
                     select(table.c.trace_id, table.c.scope)
-                    .where(table.c.trace_id.in_(ids), table.c.scope.is_not(None))
+                    .where(_among(table.c.trace_id, ids), table.c.scope.is_not(None))
                     .distinct()
                 )
                 for trace_id, scope in rows.tuples():
@@ -341,10 +327,61 @@ class PendingTraces:
         return int(result.rowcount or 0)
 
 
+def _among(column: ColumnElement[str], ids: list[str]) -> ColumnElement[bool]:
+    """``column = ANY(:ids)``: one array parameter, so one statement whatever the number of
+    ids (an ``IN`` list is compiled and prepared again for each count)."""
+    return column == any_(bindparam("ids", ids, type_=ARRAY(Text), unique=True))
+
+
+# the keys as two arrays: one statement whatever their number (a prepared statement reused),
+# not an IN list of as many parameters, compiled and prepared again for each count
+_KEYS = (
+    func.unnest(bindparam("trace_ids", type_=ARRAY(Text)), bindparam("span_ids", type_=ARRAY(Text)))
+    .table_valued("trace_id", "span_id")
+    .render_derived()
+)
+_DELETE_SPANS = delete(pending_t).where(
+    tuple_(pending_t.c.trace_id, pending_t.c.span_id).in_(select(_KEYS.c.trace_id, _KEYS.c.span_id))
+)
+
+
+# the settled traces as one array per column (one statement whatever their number); a trace
+# mapped again keeps its first context, its time is renewed and it had LLM calls if either had
+_SETTLED = (
+    func.unnest(
+        bindparam("trace_ids", type_=ARRAY(Text)),
+        bindparam("conversation_ids", type_=ARRAY(Text)),
+        bindparam("agent_ids", type_=ARRAY(Text)),
+        bindparam("llm_calls", type_=ARRAY(Boolean)),
+        bindparam("hows", type_=ARRAY(Text)),
+    )
+    .table_valued("trace_id", "conversation_id", "agent_id", "llm_calls", "how")
+    .render_derived()
+)
+_INSERT_TRACES = insert(traces_t).from_select(
+    ["trace_id", "conversation_id", "agent_id", "llm_calls", "how", "resolved_at"],
+    select(
+        _SETTLED.c.trace_id,
+        _SETTLED.c.conversation_id,
+        _SETTLED.c.agent_id,
+        _SETTLED.c.llm_calls,
+        _SETTLED.c.how,
+        bindparam("resolved_at", type_=traces_t.c.resolved_at.type),
+    ),
+)
+_REMEMBER_TRACES = _INSERT_TRACES.on_conflict_do_update(
+    index_elements=[traces_t.c.trace_id],
+    set_={
+        "resolved_at": _INSERT_TRACES.excluded.resolved_at,
+        "llm_calls": traces_t.c.llm_calls | _INSERT_TRACES.excluded.llm_calls,
+    },
+)
+
+
 async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]:
     """The waiting spans of the traces ``ids``."""
     rows = await conn.execute(
-        select(pending_t.c.trace_id, pending_t.c.span).where(pending_t.c.trace_id.in_(ids))
+        select(pending_t.c.trace_id, pending_t.c.span).where(_among(pending_t.c.trace_id, ids))
     )
     out: dict[str, list[Span]] = {}
     for trace_id, text in rows:
@@ -354,7 +391,7 @@ async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]
 
 async def _records(conn: AsyncConnection, ids: list[str]) -> list[LogEvent]:
     """The waiting log records of the traces ``ids``."""
-    rows = await conn.execute(select(records_t.c.record).where(records_t.c.trace_id.in_(ids)))
+    rows = await conn.execute(select(records_t.c.record).where(_among(records_t.c.trace_id, ids)))
     return [LogEvent.from_json(str(text)) for (text,) in rows]
 
 
@@ -373,7 +410,7 @@ async def _contexts(conn: AsyncConnection, ids: list[str]) -> dict[str, TraceCon
             traces_t.c.conversation_id,
             traces_t.c.agent_id,
             traces_t.c.llm_calls,
-        ).where(traces_t.c.trace_id.in_(ids))
+        ).where(_among(traces_t.c.trace_id, ids))
     )
     return {str(t): _context(c, a, k) for t, c, a, k in known}
 

@@ -60,8 +60,9 @@ class Span:
 
     def attr(self, *names: str) -> Any:
         """The value of the first of ``names`` present on the span (None if none is)."""
+        attributes = self.attributes
         for name in names:
-            value = self.attributes.get(name)
+            value = attributes.get(name)
             if value is not None and value != "":
                 return value
         return None

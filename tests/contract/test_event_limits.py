@@ -6,10 +6,12 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.auth.authorizer import Authorizer, Grant
 from monitor.contract.events import decode_event
-from monitor.contract.limits import MAX_JSON_DEPTH, printable
+from monitor.contract.limits import MAX_JSON_DEPTH, _storable, check_characters, printable
 from monitor.core.errors import InvalidEvent
 from monitor.ingest.http import parse_events
 from tests.factories import event_dict
@@ -97,3 +99,58 @@ def test_pretty_single_object_and_auth_scheme():
 def test_printable_escapes_only_what_the_store_cannot_hold():
     assert printable("plain é ✓") == "plain é ✓"
     assert printable("a\x00b\ud800c") == "a\\u0000b\\ud800c"
+
+
+class _Text(str):
+    pass
+
+
+def _bad_strings(obj: object) -> list[str]:
+    """Reference: every string and ``str`` key reachable through dicts and lists that the store
+    cannot hold (what ``check_characters`` must find)."""
+    found: list[str] = []
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(k for k in value if isinstance(k, str))
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+                if "\x00" in value:
+                    found.append(value)
+            except UnicodeEncodeError:
+                found.append(value)
+    return found
+
+
+_TEXT = st.text(alphabet=st.sampled_from(["a", "é", "\x00", "\ud800", "\udc00", "😀", "\\"]))
+_LEAF = _TEXT | _TEXT.map(_Text) | st.integers() | st.none() | st.booleans() | st.floats()
+_VALUES = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(_TEXT | _TEXT.map(_Text) | st.integers(), inner, max_size=4)
+        | st.tuples(inner)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_check_characters_fast_walk_agrees_with_the_full_walk(obj: object) -> None:
+    """The path-less fast walk only lets through what the full walk accepts, and the answer
+    is the same either way: raised exactly when a reachable string cannot be stored."""
+    bad = _bad_strings(obj)
+    if _storable(obj):
+        assert not bad
+    if bad:
+        with pytest.raises(InvalidEvent) as info:
+            check_characters(obj)
+        assert info.value.reason == "invalid_character"
+    else:
+        check_characters(obj)
