@@ -47,7 +47,7 @@ _KEYS = ("agent_id", "agent_version", "domain", "tier")
 async def _window_sums(
     engine: AsyncEngine, lo: datetime, hi: datetime, segment: Segment
 ) -> dict[SegmentKey, BinSums]:
-    sums = await bin_sums(engine, segment, lo, hi, group_by=_KEYS)
+    sums = await bin_sums(engine, segment, lo, hi, group_by=_KEYS, ordered=False)
     deffs = await design_effects(engine, segment, lo, hi, group_by=_KEYS)
     return {
         (str(k[0]), str(k[1]), str(k[2]), int(k[3])): s.with_design_effect(deffs.get(k, 1.0))
