@@ -18,7 +18,8 @@ window (the traffic grows with S too). Then it times, on that store:
   and a second five minutes later (every segment has one).
 
 It checks that each timed run checked every one of the S segments (the load it claims) and
-prints one row per S and the ratio of the largest S to the smallest. Run from the repository
+prints one row per S, the ratio of the largest S to the smallest against the goal (at most
+3x) and the load average (a shared machine's figures are upper bounds). Run from the repository
 root::
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/drift_scale.py
@@ -61,6 +62,7 @@ stats = lazy_module("scipy.stats")
 
 AGENT = "agent-drift"
 BATCH = 5000
+GOAL = 3.0  # the largest S within this many times the smallest S's time
 
 
 def _events(segments: int, per_window: int, now: datetime, seed: int) -> Iterator[AgentEvent]:
@@ -222,15 +224,20 @@ async def main(args: argparse.Namespace) -> None:
             f"{row.segments:>6} segments x {row.per_domain:>4} conversations per window"
             f"  {row.events:>9,} events  {row.items:>8,} items"
             f"  (fill {row.fill_s:.0f} s)   monitor drift {row.cli_s:6.2f} s"
-            f"   worker round: first {row.round1_s:6.2f} s, next {row.round2_s:6.2f} s",
+            f"   worker round: first {row.round1_s:6.2f} s, next {row.round2_s:6.2f} s"
+            f"   (load {os.getloadavg()[0]:.1f})",
             flush=True,
         )
     lo, hi = rows[0], rows[-1]
-    print(
-        f"ratio {hi.segments} / {lo.segments} segments: monitor drift "
-        f"{hi.cli_s / lo.cli_s:.2f}x, worker round first {hi.round1_s / lo.round1_s:.2f}x, "
-        f"next {hi.round2_s / lo.round2_s:.2f}x"
-    )
+    ratios = {
+        "monitor drift": hi.cli_s / lo.cli_s,
+        "worker round, first": hi.round1_s / lo.round1_s,
+        "worker round, next": hi.round2_s / lo.round2_s,
+    }
+    print(f"ratio {hi.segments} / {lo.segments} segments (goal: at most {GOAL:g}x):")
+    for name, ratio in ratios.items():
+        print(f"  {name:<20} {ratio:5.2f}x  {'met' if ratio <= GOAL else 'NOT met'}")
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
