@@ -15,8 +15,11 @@ stopped; a failing run is logged and retried at the next tick.
 Cost: a round is a fixed number of set-based reads (every segment's sums of a window in one
 query; the sequential test's scan windows only when some reference is large enough for it),
 the checks computed together (:func:`monitor.analytics.drift.check_drift_many`), and one
-statement each for the checks and the states: thousands of segments cost a few milliseconds of
-work each and no round trip or commit of their own (``bench/drift_scale.py``).
+statement each for the checks and the states: thousands of segments cost a fraction of a
+millisecond of work each and no round trip or commit of their own. The independent reads (the
+states and the recent window; a window's bin sums and design effects) and the two writes run
+two at a time on two connections, so the store works while the worker decodes or checks
+(``bench/drift_scale.py``).
 """
 
 from __future__ import annotations
