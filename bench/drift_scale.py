@@ -15,7 +15,8 @@ window (the traffic grows with S too). Then it times, on that store:
 - the worker's drift round (:func:`monitor.analytics.periodic.drift_once`, as
   ``monitor.worker.services.AnalyticsService`` runs it, default settings, scipy imported before:
   a worker imports it once): the first round (no segment has a reference yet: each gets one)
-  and a second five minutes later (every segment has one).
+  and a second five minutes later (every segment has one), ``--repeat`` pairs, each from no
+  stored drift check or state (medians).
 
 It checks that each timed run checked every one of the S segments (the load it claims) and
 prints one row per S, the ratio of the largest S to the smallest against the goal (at most
@@ -175,6 +176,15 @@ async def worker_round(dsn: str, now: datetime) -> tuple[float, int]:
     return seconds, states
 
 
+async def clear_drift(dsn: str) -> None:
+    """No stored drift check or state: the next round is a first round again."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("DELETE FROM drift_checks; DELETE FROM drift_references")
+    finally:
+        await conn.close()
+
+
 @dataclass
 class Row:
     segments: int
@@ -200,13 +210,25 @@ async def measure(admin: str, segments: int, per_window: int, repeat: int) -> Ro
             seconds, checked = await asyncio.to_thread(cli_drift, dsn, now)
             assert checked == segments, f"monitor drift checked {checked} of {segments}"
             cli.append(seconds)
-        first, states = await worker_round(dsn, now)
-        assert states == segments, f"the first round tracked {states} of {segments} segments"
-        later = now + timedelta(minutes=5)  # the next round, as the worker's interval
-        second, states = await worker_round(dsn, later)
-        assert states == segments, f"the second round tracked {states} of {segments} segments"
+        firsts, seconds = [], []
+        for _ in range(repeat):  # each pair from no drift state, as the first pair
+            await clear_drift(dsn)
+            first, states = await worker_round(dsn, now)
+            assert states == segments, f"the first round tracked {states} of {segments} segments"
+            later = now + timedelta(minutes=5)  # the next round, as the worker's interval
+            second, states = await worker_round(dsn, later)
+            assert states == segments, f"the second round tracked {states} of {segments} segments"
+            firsts.append(first)
+            seconds.append(second)
         return Row(
-            segments, per_window, events, items, fill_s, statistics.median(cli), first, second
+            segments,
+            per_window,
+            events,
+            items,
+            fill_s,
+            statistics.median(cli),
+            statistics.median(firsts),
+            statistics.median(seconds),
         )
 
 
@@ -255,5 +277,10 @@ if __name__ == "__main__":
         default=0,
         help="conversations per domain and window instead of --total (traffic grows with S)",
     )
-    parser.add_argument("--repeat", type=int, default=1, help="monitor drift runs (median)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="monitor drift runs and worker round pairs, each pair from no drift state (medians)",
+    )
     asyncio.run(main(parser.parse_args()))
