@@ -1,14 +1,15 @@
 """How drift checks scale with the number of segments: ``monitor drift`` and the worker's drift
 round over S domains of one agent, for each S of ``--segments`` (default 50 and 5,000).
 
-Per S, one scratch database on ``DATABASE_URL``'s server (migrated, dropped afterwards) is filled
+Per S, one scratch database on ``DATABASE_URL``'s server (migrated, dropped at the end) is filled
 through the worker's own write path (``EventWriter.write``: events, conversations, items,
 calibration bins, the design-effect roll-ups) with conversations of the agent, each a user
 message, an assistant message with a confidence and a ground-truth outcome (a labelled item),
 in the last hour (the recent window) and in the 24 hours before it (the reference):
 ``--total`` conversations per window split evenly over the S domains (the same traffic in more
 segments: what grows is the work per segment), or ``--per-domain`` conversations per domain and
-window (the traffic grows with S too). Then it times, on that store:
+window (the traffic grows with S too). Once every store is filled it times, on each store in
+turn (``--repeat`` rounds of all stores: a shared machine's load then weighs on every S alike):
 
 - ``monitor drift --agent AGENT --json`` as a subprocess (wall time, its start-up included, the
   checks stored), ``--repeat`` times (median);
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -39,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -197,39 +199,33 @@ class Row:
     round2_s: float
 
 
-async def measure(admin: str, segments: int, per_window: int, repeat: int) -> Row:
-    """Fill a scratch store with ``segments`` domains of ``per_window`` conversations per
-    window and time the drift checks on it (module docstring)."""
-    async with scratch_database(admin, f"drift{segments}") as dsn:
-        now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(seconds=1)
-        t0 = time.perf_counter()
-        events, items = await fill(dsn, segments, per_window, now)
-        fill_s = time.perf_counter() - t0
-        cli = []
-        for _ in range(repeat):
-            seconds, checked = await asyncio.to_thread(cli_drift, dsn, now)
-            assert checked == segments, f"monitor drift checked {checked} of {segments}"
-            cli.append(seconds)
-        firsts, seconds = [], []
-        for _ in range(repeat):  # each pair from no drift state, as the first pair
-            await clear_drift(dsn)
-            first, states = await worker_round(dsn, now)
-            assert states == segments, f"the first round tracked {states} of {segments} segments"
-            later = now + timedelta(minutes=5)  # the next round, as the worker's interval
-            second, states = await worker_round(dsn, later)
-            assert states == segments, f"the second round tracked {states} of {segments} segments"
-            firsts.append(first)
-            seconds.append(second)
-        return Row(
-            segments,
-            per_window,
-            events,
-            items,
-            fill_s,
-            statistics.median(cli),
-            statistics.median(firsts),
-            statistics.median(seconds),
-        )
+@dataclass
+class Store:
+    segments: int
+    per_domain: int
+    dsn: str
+    now: datetime
+    events: int
+    items: int
+    fill_s: float
+    cli: list[float] = field(default_factory=list)
+    firsts: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+async def time_once(st: Store) -> None:
+    """One ``monitor drift`` run and one pair of worker rounds from no drift state on ``st``."""
+    seconds, checked = await asyncio.to_thread(cli_drift, st.dsn, st.now)
+    assert checked == st.segments, f"monitor drift checked {checked} of {st.segments}"
+    st.cli.append(seconds)
+    await clear_drift(st.dsn)
+    first, states = await worker_round(st.dsn, st.now)
+    assert states == st.segments, f"the first round tracked {states} of {st.segments} segments"
+    later = st.now + timedelta(minutes=5)  # the next round, as the worker's interval
+    second, states = await worker_round(st.dsn, later)
+    assert states == st.segments, f"the second round tracked {states} of {st.segments} segments"
+    st.firsts.append(first)
+    st.seconds.append(second)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -237,17 +233,39 @@ async def main(args: argparse.Namespace) -> None:
     if not admin:
         raise SystemExit("set DATABASE_URL to a Postgres server (the admin database)")
     stats.kstwo.sf(0.5, 10)  # scipy imported (the worker's first round imports it, once)
-    rows = []
-    for s in args.segments:
-        per_domain = args.per_domain or max(1, args.total // s)
-        row = await measure(admin, s, per_domain, args.repeat)
-        rows.append(row)
+    async with contextlib.AsyncExitStack() as stack:
+        stores = []
+        for s in args.segments:  # every store filled first, then the timings interleaved
+            per_domain = args.per_domain or max(1, args.total // s)
+            dsn = await stack.enter_async_context(scratch_database(admin, f"drift{s}"))
+            now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(seconds=1)
+            t0 = time.perf_counter()
+            events, items = await fill(dsn, s, per_domain, now)
+            fill_s = time.perf_counter() - t0
+            stores.append(Store(s, per_domain, dsn, now, events, items, fill_s))
+        # round-robin: a shared machine's load changes as much between S as within one S
+        for _ in range(args.repeat):
+            for st in stores:
+                await time_once(st)
+    rows = [
+        Row(
+            st.segments,
+            st.per_domain,
+            st.events,
+            st.items,
+            st.fill_s,
+            statistics.median(st.cli),
+            statistics.median(st.firsts),
+            statistics.median(st.seconds),
+        )
+        for st in stores
+    ]
+    for row in rows:
         print(
             f"{row.segments:>6} segments x {row.per_domain:>4} conversations per window"
             f"  {row.events:>9,} events  {row.items:>8,} items"
             f"  (fill {row.fill_s:.0f} s)   monitor drift {row.cli_s:6.2f} s"
-            f"   worker round: first {row.round1_s:6.2f} s, next {row.round2_s:6.2f} s"
-            f"   (load {os.getloadavg()[0]:.1f})",
+            f"   worker round: first {row.round1_s:6.2f} s, next {row.round2_s:6.2f} s",
             flush=True,
         )
     lo, hi = rows[0], rows[-1]
