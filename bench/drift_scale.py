@@ -1,24 +1,27 @@
 """How drift checks scale with the number of segments: ``monitor drift`` and the worker's drift
 round over S domains of one agent, for each S of ``--segments`` (default 50 and 5,000).
 
-Per S, one scratch database on ``DATABASE_URL``'s server (migrated, dropped afterwards) is filled
+Per S, one scratch database on ``DATABASE_URL``'s server (migrated, dropped at the end) is filled
 through the worker's own write path (``EventWriter.write``: events, conversations, items,
 calibration bins, the design-effect roll-ups) with conversations of the agent, each a user
 message, an assistant message with a confidence and a ground-truth outcome (a labelled item),
 in the last hour (the recent window) and in the 24 hours before it (the reference):
 ``--total`` conversations per window split evenly over the S domains (the same traffic in more
 segments: what grows is the work per segment), or ``--per-domain`` conversations per domain and
-window (the traffic grows with S too). Then it times, on that store:
+window (the traffic grows with S too). Once every store is filled it times, on each store in
+turn (``--repeat`` rounds of all stores: a shared machine's load then weighs on every S alike):
 
 - ``monitor drift --agent AGENT --json`` as a subprocess (wall time, its start-up included, the
   checks stored), ``--repeat`` times (median);
 - the worker's drift round (:func:`monitor.analytics.periodic.drift_once`, as
   ``monitor.worker.services.AnalyticsService`` runs it, default settings, scipy imported before:
   a worker imports it once): the first round (no segment has a reference yet: each gets one)
-  and a second five minutes later (every segment has one).
+  and a second five minutes later (every segment has one), ``--repeat`` pairs, each from no
+  stored drift check or state (medians).
 
 It checks that each timed run checked every one of the S segments (the load it claims) and
-prints one row per S and the ratio of the largest S to the smallest. Run from the repository
+prints one row per S, the ratio of the largest S to the smallest against the goal (at most
+3x) and the load average (a shared machine's figures are upper bounds). Run from the repository
 root::
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/drift_scale.py
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -37,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -61,6 +65,7 @@ stats = lazy_module("scipy.stats")
 
 AGENT = "agent-drift"
 BATCH = 5000
+GOAL = 3.0  # the largest S within this many times the smallest S's time
 
 
 def _events(segments: int, per_window: int, now: datetime, seed: int) -> Iterator[AgentEvent]:
@@ -173,6 +178,15 @@ async def worker_round(dsn: str, now: datetime) -> tuple[float, int]:
     return seconds, states
 
 
+async def clear_drift(dsn: str) -> None:
+    """No stored drift check or state: the next round is a first round again."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("DELETE FROM drift_checks; DELETE FROM drift_references")
+    finally:
+        await conn.close()
+
+
 @dataclass
 class Row:
     segments: int
@@ -185,27 +199,33 @@ class Row:
     round2_s: float
 
 
-async def measure(admin: str, segments: int, per_window: int, repeat: int) -> Row:
-    """Fill a scratch store with ``segments`` domains of ``per_window`` conversations per
-    window and time the drift checks on it (module docstring)."""
-    async with scratch_database(admin, f"drift{segments}") as dsn:
-        now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(seconds=1)
-        t0 = time.perf_counter()
-        events, items = await fill(dsn, segments, per_window, now)
-        fill_s = time.perf_counter() - t0
-        cli = []
-        for _ in range(repeat):
-            seconds, checked = await asyncio.to_thread(cli_drift, dsn, now)
-            assert checked == segments, f"monitor drift checked {checked} of {segments}"
-            cli.append(seconds)
-        first, states = await worker_round(dsn, now)
-        assert states == segments, f"the first round tracked {states} of {segments} segments"
-        later = now + timedelta(minutes=5)  # the next round, as the worker's interval
-        second, states = await worker_round(dsn, later)
-        assert states == segments, f"the second round tracked {states} of {segments} segments"
-        return Row(
-            segments, per_window, events, items, fill_s, statistics.median(cli), first, second
-        )
+@dataclass
+class Store:
+    segments: int
+    per_domain: int
+    dsn: str
+    now: datetime
+    events: int
+    items: int
+    fill_s: float
+    cli: list[float] = field(default_factory=list)
+    firsts: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+async def time_once(st: Store) -> None:
+    """One ``monitor drift`` run and one pair of worker rounds from no drift state on ``st``."""
+    seconds, checked = await asyncio.to_thread(cli_drift, st.dsn, st.now)
+    assert checked == st.segments, f"monitor drift checked {checked} of {st.segments}"
+    st.cli.append(seconds)
+    await clear_drift(st.dsn)
+    first, states = await worker_round(st.dsn, st.now)
+    assert states == st.segments, f"the first round tracked {states} of {st.segments} segments"
+    later = st.now + timedelta(minutes=5)  # the next round, as the worker's interval
+    second, states = await worker_round(st.dsn, later)
+    assert states == st.segments, f"the second round tracked {states} of {st.segments} segments"
+    st.firsts.append(first)
+    st.seconds.append(second)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -213,11 +233,34 @@ async def main(args: argparse.Namespace) -> None:
     if not admin:
         raise SystemExit("set DATABASE_URL to a Postgres server (the admin database)")
     stats.kstwo.sf(0.5, 10)  # scipy imported (the worker's first round imports it, once)
-    rows = []
-    for s in args.segments:
-        per_domain = args.per_domain or max(1, args.total // s)
-        row = await measure(admin, s, per_domain, args.repeat)
-        rows.append(row)
+    async with contextlib.AsyncExitStack() as stack:
+        stores = []
+        for s in args.segments:  # every store filled first, then the timings interleaved
+            per_domain = args.per_domain or max(1, args.total // s)
+            dsn = await stack.enter_async_context(scratch_database(admin, f"drift{s}"))
+            now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(seconds=1)
+            t0 = time.perf_counter()
+            events, items = await fill(dsn, s, per_domain, now)
+            fill_s = time.perf_counter() - t0
+            stores.append(Store(s, per_domain, dsn, now, events, items, fill_s))
+        # round-robin: a shared machine's load changes as much between S as within one S
+        for _ in range(args.repeat):
+            for st in stores:
+                await time_once(st)
+    rows = [
+        Row(
+            st.segments,
+            st.per_domain,
+            st.events,
+            st.items,
+            st.fill_s,
+            statistics.median(st.cli),
+            statistics.median(st.firsts),
+            statistics.median(st.seconds),
+        )
+        for st in stores
+    ]
+    for row in rows:
         print(
             f"{row.segments:>6} segments x {row.per_domain:>4} conversations per window"
             f"  {row.events:>9,} events  {row.items:>8,} items"
@@ -226,11 +269,15 @@ async def main(args: argparse.Namespace) -> None:
             flush=True,
         )
     lo, hi = rows[0], rows[-1]
-    print(
-        f"ratio {hi.segments} / {lo.segments} segments: monitor drift "
-        f"{hi.cli_s / lo.cli_s:.2f}x, worker round first {hi.round1_s / lo.round1_s:.2f}x, "
-        f"next {hi.round2_s / lo.round2_s:.2f}x"
-    )
+    ratios = {
+        "monitor drift": hi.cli_s / lo.cli_s,
+        "worker round, first": hi.round1_s / lo.round1_s,
+        "worker round, next": hi.round2_s / lo.round2_s,
+    }
+    print(f"ratio {hi.segments} / {lo.segments} segments (goal: at most {GOAL:g}x):")
+    for name, ratio in ratios.items():
+        print(f"  {name:<20} {ratio:5.2f}x  {'met' if ratio <= GOAL else 'NOT met'}")
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
@@ -248,5 +295,10 @@ if __name__ == "__main__":
         default=0,
         help="conversations per domain and window instead of --total (traffic grows with S)",
     )
-    parser.add_argument("--repeat", type=int, default=1, help="monitor drift runs (median)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="monitor drift runs and worker round pairs, each pair from no drift state (medians)",
+    )
     asyncio.run(main(parser.parse_args()))

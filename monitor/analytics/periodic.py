@@ -15,8 +15,11 @@ stopped; a failing run is logged and retried at the next tick.
 Cost: a round is a fixed number of set-based reads (every segment's sums of a window in one
 query; the sequential test's scan windows only when some reference is large enough for it),
 the checks computed together (:func:`monitor.analytics.drift.check_drift_many`), and one
-statement each for the checks and the states: thousands of segments cost a few milliseconds of
-work each and no round trip or commit of their own (``bench/drift_scale.py``).
+statement each for the checks and the states: thousands of segments cost a fraction of a
+millisecond of work each and no round trip or commit of their own. The independent reads (the
+states and the recent window; a window's bin sums and design effects) and the two writes run
+two at a time on two connections, so the store works while the worker decodes or checks
+(``bench/drift_scale.py``).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ _KEYS = ("agent_id", "agent_version", "domain", "tier")
 async def _window_sums(
     engine: AsyncEngine, lo: datetime, hi: datetime, segment: Segment
 ) -> dict[SegmentKey, BinSums]:
-    sums = await bin_sums(engine, segment, lo, hi, group_by=_KEYS)
-    deffs = await design_effects(engine, segment, lo, hi, group_by=_KEYS)
+    sums, deffs = await asyncio.gather(  # two connections: the store works while we decode
+        bin_sums(engine, segment, lo, hi, group_by=_KEYS, ordered=False),
+        design_effects(engine, segment, lo, hi, group_by=_KEYS),
+    )
     return {
         (str(k[0]), str(k[1]), str(k[2]), int(k[3])): s.with_design_effect(deffs.get(k, 1.0))
         for k, s in sums.items()
@@ -80,8 +85,9 @@ async def drift_against_references(
     items never fires (:data:`monitor.analytics.drift_policy.MIN_REFERENCE`)."""
     seg = segment if segment is not None else Segment()
     rec = drift_windows(now, recent).recent
-    states = await load_references(engine)
-    recent_sums = await _window_sums(engine, *rec, seg)
+    states, recent_sums = await asyncio.gather(
+        load_references(engine), _window_sums(engine, *rec, seg)
+    )
     cache: dict[Window, dict[SegmentKey, BinSums]] = {}
     refs: dict[SegmentKey, tuple[Window, BinSums]] = {}
     for key in sorted(recent_sums):
@@ -109,11 +115,16 @@ async def drift_against_references(
     for (key, (ref, _)), check in zip(refs.items(), checks, strict=True):
         advanced[key] = advance(states.get(key), ref, rec, check.fired)
         out[key] = (ref, check)
-    # one transaction each for all segments (one per segment cost more than the checks)
+    # one transaction each for all segments (one per segment cost more than the checks), the
+    # two on two connections at once (different tables: neither waits for the other)
+    writes = []
     if store:
-        await save_drifts(engine, [(key, ref, rec, check) for key, (ref, check) in out.items()])
+        writes.append(
+            save_drifts(engine, [(key, ref, rec, check) for key, (ref, check) in out.items()])
+        )
     if track:
-        await save_references(engine, advanced)
+        writes.append(save_references(engine, advanced))
+    await asyncio.gather(*writes)
     return out
 
 

@@ -155,6 +155,10 @@ _SAVE_DRIFTS = text(
 )
 
 
+# ``json.dumps(d, default=str)`` builds an encoder per call; a round encodes thousands
+_DETAILS_JSON = json.JSONEncoder(default=str).encode
+
+
 def _drift_row(stored: StoredCheck) -> tuple[Any, ...]:
     key, baseline, recent, check = stored
     d = check.to_dict()
@@ -165,7 +169,7 @@ def _drift_row(stored: StoredCheck) -> tuple[Any, ...]:
         *(d[c] if c in ("fired", "n_baseline", "n_recent") else _finite(d[c]) for c in _DRIFT_COLS),
         ",".join(check.fired_tests),
         check.reason,
-        json.dumps(d, default=str),
+        _DETAILS_JSON(d),
     )
 
 
