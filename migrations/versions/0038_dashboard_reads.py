@@ -10,9 +10,12 @@ episode, silenced or held as flapping, from its latest history row as before: th
 then NULL). ``value`` stays the state's latest observed value (it moves after the summary).
 
 ``v_verdict_rows``: one row per verdict (``v_verdicts`` without the categories unnested), for
-the judges panels that count verdicts, not categories.
+the judges panels that count verdicts, not categories; ``ix_verdicts_created_at_rows`` replaces
+``ix_verdicts_created_at`` with the same key and the columns those panels read included, so a
+range of verdicts is read from the index alone (no categories unnested, no heap visited; the
+conversation is joined only for a domain or tier filter or the outcome).
 
-The downgrade restores 0033's ``v_alerts`` and drops ``v_verdict_rows``.
+The downgrade restores 0033's ``v_alerts`` and ``ix_verdicts_created_at`` and drops the rest.
 
 Revision ID: 0038
 Revises: 0037
@@ -84,13 +87,34 @@ _GRANT = (
 )
 
 
+#: what the judges panels read of a verdict besides its time
+VERDICT_ROW_COLUMNS = [
+    "agent_id",
+    "judge",
+    "judge_version",
+    "status",
+    "label",
+    "latency_ms",
+    "conversation_id",
+]
+
+
 def upgrade() -> None:
     op.execute(f"CREATE OR REPLACE VIEW v_alerts AS {NEW_ALERTS}")
     op.execute(f"CREATE VIEW v_verdict_rows AS {VERDICT_ROWS}")
     op.execute(_GRANT.format(name="v_verdict_rows"))
+    op.create_index(
+        "ix_verdicts_created_at_rows",
+        "verdicts",
+        ["created_at"],
+        postgresql_include=VERDICT_ROW_COLUMNS,
+    )
+    op.drop_index("ix_verdicts_created_at", table_name="verdicts")
 
 
 def downgrade() -> None:
+    op.create_index("ix_verdicts_created_at", "verdicts", ["created_at"])
+    op.drop_index("ix_verdicts_created_at_rows", table_name="verdicts")
     op.execute("DROP VIEW v_verdict_rows")
     op.execute("DROP VIEW v_alerts")
     op.execute(f"CREATE VIEW v_alerts AS {OLD_ALERTS}")
