@@ -155,13 +155,18 @@ async def test_rewritten_judges_panels_return_the_rows_of_their_reference(
                 panel = panels[title]
                 new = panel["targets"][0]["rawSql"]
                 assert new != old, f"{title}: not rewritten (drop it from REFERENCE)"
-                args = {
-                    "time_range": scenario.time_range,
-                    "interval_ms": g.panel_interval_ms(panel, scenario.time_range, None),
-                    "variables": variables,
-                }
-                want = await run_sql(conn, g.interpolate(old, **args))
-                got = await run_sql(conn, g.interpolate(new, **args))
+                interval = g.panel_interval_ms(panel, scenario.time_range, None)
+
+                def sql(raw: str) -> str:
+                    return g.interpolate(
+                        raw,
+                        time_range=scenario.time_range,  # noqa: B023 - used in this iteration
+                        interval_ms=interval,  # noqa: B023
+                        variables=variables,  # noqa: B023
+                    )
+
+                want = await run_sql(conn, sql(old))
+                got = await run_sql(conn, sql(new))
                 where = f"{title} [{scenario.name}]"
                 assert got.columns == want.columns, where
                 assert got.types == want.types, where
