@@ -64,7 +64,20 @@ verdicts = Table(
     UniqueConstraint(
         "conversation_id", "item_id", "judge", "judge_version", name="uq_verdicts_item_judge"
     ),
-    Index(None, "created_at"),
+    # the judges dashboard reads a range of verdicts from this index alone (migration 0038)
+    Index(
+        "ix_verdicts_created_at_rows",
+        "created_at",
+        postgresql_include=[
+            "agent_id",
+            "judge",
+            "judge_version",
+            "status",
+            "label",
+            "latency_ms",
+            "conversation_id",
+        ],
+    ),
     Index(None, "agent_id", "created_at"),
 )
 

@@ -38,11 +38,13 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Double,
+    Index,
     Integer,
     PrimaryKeyConstraint,
     SmallInteger,
     Table,
     Text,
+    text,
 )
 
 from monitor.store.tables import TS, metadata, required
@@ -141,4 +143,12 @@ escalation_bins = Table(
     required("seconds_bucket", SmallInteger),
     required("conversations", BigInteger),
     PrimaryKeyConstraint("resolution", "window_start", *ESCALATION_KEY, name="pk_escalation_bins"),
+    # "Time to escalation per agent" reads the hourly seconds marginals of the range from this
+    # index alone (migration 0038), not the heap of every kind
+    Index(
+        "ix_escalation_bins_seconds_1h",
+        "window_start",
+        postgresql_include=["agent_id", "domain", "tier", "seconds_bucket", "conversations"],
+        postgresql_where=text("resolution = '1h' AND kind = 2"),
+    ),
 )

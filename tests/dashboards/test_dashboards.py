@@ -54,6 +54,7 @@ VIEWS = {
     "v_escalation_bins",
     "v_drift_checks",
     "v_verdicts",
+    "v_verdict_rows",
     "v_judge_labelling",
     "v_alerts",
     "v_alert_annotations",
