@@ -15,6 +15,7 @@ every value that is not exactly on an interior edge.)
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -194,8 +195,10 @@ class BinSums:
         if len(cols) != key_len + len(ROW_FIELDS):
             raise ValueError(f"rows must have {key_len} key fields and {ROW_FIELDS}")
         groups: dict[tuple[Any, ...], int] = {}
+        # zip() of no columns is empty: without key fields every row is of the one group ()
+        keys = zip(*cols[:key_len], strict=True) if key_len else itertools.repeat((), len(rows))
         index = np.fromiter(
-            (groups.setdefault(k, len(groups)) for k in zip(*cols[:key_len], strict=True)),
+            (groups.setdefault(k, len(groups)) for k in keys),
             dtype=np.intp,
             count=len(rows),
         )

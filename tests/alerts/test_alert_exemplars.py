@@ -314,7 +314,8 @@ def test_judge_exemplars_are_the_latest_flagged_with_the_judges_evidence(walked:
         for v in data.verdicts(TRUTH)
         if any(category_matches(rule.category or "", c) for c in v.categories)
     }
-    assert len(flagged) == 8  # the run's claims no tool call backs
+    assert len(flagged) == 2  # the run's action claims no tool call backs (checks, consent and
+    # negations are not claims: docs/benchmarks.md, "Judge quality on tau2-bench runs")
     expected = sorted(
         (c for c in flagged if fired - rule.window <= judged_at[c] < fired),
         key=lambda c: judged_at[c],

@@ -363,3 +363,10 @@ def test_bin_sums_grouped_equals_from_rows_per_group() -> None:
         BinSums.grouped(rows[:1] * 2, 2)
     with pytest.raises(ValueError, match="bin outside"):
         BinSums.grouped([("a", "x", 10, 1, 1, 1, 0, 1, 1)], 2)
+    # no key fields: every row is of the one group () (bin_sums with group_by=())
+    conf, y = _agent(7, 40)
+    whole = BinSums.from_items(conf, y, np.linspace(1, 3, 40))
+    (only,) = BinSums.grouped([tuple(r.values()) for r in whole.to_rows()], 0).items()
+    assert only[0] == ()
+    for field in ("weight", "sum_conf", "sum_y", "sum_sq_err", "sum_w2", "count"):
+        assert np.array_equal(getattr(only[1], field), getattr(whole, field)), field
