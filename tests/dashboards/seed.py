@@ -97,8 +97,9 @@ FABRICATION_TYPES = ("pricing", "authorization", "account", "history")
 def rubric_verdicts(conv: Conversation) -> list[Verdict]:
     """What an LLM rubric judge says about a conversation: agrees with the outcome ~92% of the
     time (conversation ids, and so which ones it gets wrong, change with the time of seeding: at
-    92% its pooled precision stays clear of the labelling floor whatever they are), names failure categories (and a fabrication type) when it says 'wrong', and errors
-    (timeouts) on ~4% of the conversations."""
+    92% its pooled precision stays clear of the labelling floor whatever they are), names
+    failure categories (and a fabrication type) when it says 'wrong', and errors (timeouts) on
+    ~4% of the conversations."""
     cid = conv.conversation_id
     outcome = next((e.outcome.success for e in conv.events if e.outcome is not None), None)
     latency = 400 + 2600 * _unit(cid, "latency")
