@@ -11,6 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from monitor.consume.guarded_fetch import GAP_CONFIRM_S, Gap, GuardedFetch, Held, held_at
+from monitor.stack.broker import EmbeddedBroker
 from tests.servers.worker import create_topics
 
 PRODUCERS = 4
@@ -62,7 +63,7 @@ async def _produce(
 
 @pytest.mark.slow
 async def test_records_written_concurrently_by_producers_are_all_read(
-    broker, topic_name: str
+    broker: EmbeddedBroker, topic_name: str
 ) -> None:
     """Four producers write one partition as fast as they can while a consumer reads it through
     ``GuardedFetch``: every acknowledged record is read, though the broker showed a gap (a later
