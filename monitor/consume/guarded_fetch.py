@@ -186,6 +186,13 @@ class GuardedFetch:
             if held.gap is not None:
                 if held.gap != before:
                     self.gaps_held += 1
+                    log.info(
+                        "partition %s[%s]: offsets from %d on not returned before later ones; "
+                        "read again (a batch written concurrently, not yet readable)",
+                        tp.topic,
+                        tp.partition,
+                        held.gap.start,
+                    )
                 self._gaps[tp] = held.gap
                 _seek(consumer, tp, held.gap.start)
             if held.cut is None:
