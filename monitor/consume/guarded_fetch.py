@@ -171,8 +171,14 @@ class GuardedFetch:
         now = self._clock()
         out = {}
         for tp, recs in batch.items():
+            expected = self._fetched.get(tp)
+            first, last = recs[0].offset, recs[-1].offset
+            contiguous = last - first == len(recs) - 1 and (expected is None or first <= expected)
+            if contiguous and tp not in self._gaps:  # the common case, at no cost
+                out[tp] = recs
+                continue
             before = self._gaps.pop(tp, None)
-            held = held_at(self._fetched.get(tp), [r.offset for r in recs], before, now)
+            held = held_at(expected, [r.offset for r in recs], before, now)
             if held.passed is not None:
                 self.gaps_passed += 1
                 log.warning(
