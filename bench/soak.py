@@ -1212,14 +1212,16 @@ async def soak(
             want = (n.kafka_sent, n.http_accepted, n.otlp_expected_events, n.gate_decisions)
             if tuple(stored[:4]) != want:  # before the stack stops: the broker keeps no files
                 print("- not everything stored: tracing the missing ids", flush=True)
-                traced |= {
-                    "sources": await trace_missing(
+                try:  # the run's figures are worth more than the trace: it must not lose them
+                    traced["sources"] = await trace_missing(
                         db, running.kafka_bootstrap, running.settings, n, want, stored
-                    ),
-                    "gate_health": (await sampler.http.get(f"{running.gate_url}/health")).json(),
-                }
-                for name, url in (("worker", running.web_url), ("gate", running.gate_url)):
-                    texts[name] = (await sampler.http.get(f"{url}/metrics")).text
+                    )
+                    gate = await sampler.http.get(f"{running.gate_url}/health")
+                    traced["gate_health"] = gate.json()
+                    for name, url in (("worker", running.web_url), ("gate", running.gate_url)):
+                        texts[name] = (await sampler.http.get(f"{url}/metrics")).text
+                except Exception as exc:
+                    traced["error"] = f"the trace failed: {exc!r}"
     finally:
         await sampler.aclose()
         await close_records()
@@ -1434,9 +1436,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in result["load_errors"][:5]:
         print(f"  load failure: {line}")
     if result["missing"]:
-        print(f"missing ids (all of them in {out / 'missing.json'}):")
-        for line in missing_lines(result["missing"]["sources"]):
+        print(f"missing ids (the first {TRACED} per source traced in {out / 'missing.json'}):")
+        for line in missing_lines(result["missing"].get("sources", {})):
             print(line)
+        if "error" in result["missing"]:
+            print(f"  {result['missing']['error']}")
     print(json.dumps({k: summary[k] for k in ("verdict", "sent", "stored", "gate_ms_p50_p99")}))
     print(f"\n{verdict}: samples in {out / 'samples.csv'}, plot {png}")
     if not valid:
