@@ -41,7 +41,18 @@ drained, every event the broker acknowledged and every event ``/v1/events`` acce
 mapping makes, every gate call was answered and its decision event stored, each source ran at
 no less than bench/gate.py's ``VALID_SHARE`` (80 %) of its rate, judges judged, retention ran
 on schedule; and the machine was quiet: other processes used at most ``--quiet-cores`` on
-average (``--allow-busy`` reports a busy machine and goes on).
+average (``--allow-busy`` reports a busy machine and goes on). "Sent" is what the receiver
+acknowledged: a Kafka event counts once a ``flush()`` after its ``send()`` returned (the broker
+acknowledged it), an HTTP event once ``/v1/events`` answered it ``accepted``, a gate call once
+answered with the id of its decision event (``decision_id``; an answer in the rule's fail mode
+has no decision event and fails the proof on its own).
+
+**When a source's events are not all stored**, the soak traces them before the stack stops:
+which ids (events, gate decisions) are not in ``event_ids``, and for each whether it is in
+``dead_letters`` (reason, detail), in the broker's events topic (partition and offset, against
+the worker's committed offset there) or nowhere; ``missing.json`` holds it, with the gate's
+``/health`` (its decision outbox) and both processes' ``/metrics``. The state directory
+(Postgres's data, the gate's disk buffer, the logs) is then kept and its path printed.
 
 **Checks** (exit 1): least-squares slopes (scipy ``linregress``) in MiB/hour over the second
 half of the run (the first half is warm-up) of the worker's and the gate's RSS and Postgres's
@@ -75,7 +86,9 @@ import re
 import shutil
 import statistics
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,6 +106,8 @@ from bench.gate import body as gate_body
 from bench.otlp import example_agent
 from monitor.config import Settings
 from monitor.contract.events import AgentEvent
+from monitor.ingest.rows import event_key
+from monitor.sdk.batches import key_hash
 from monitor.sim.traffic import AgentSpec, Simulator, default_agents
 from monitor.stack.ports import free_port
 from monitor.stack.runner import Running, Stack
@@ -191,8 +206,11 @@ class Counts:
     """What the load sent and what answered, updated as it runs."""
 
     kafka_sent: int = 0  # acknowledged by the broker (flushed)
+    kafka_ids: list[str] = dataclasses.field(default_factory=list)  # sent in order: the first
+    # kafka_sent acknowledged
     http_posted: int = 0  # events in the requests
     http_accepted: int = 0  # events /v1/events accepted
+    http_ids: list[str] = dataclasses.field(default_factory=list)  # their ids
     http_failed_requests: int = 0
     otlp_requests: int = 0
     otlp_conversations: int = 0
@@ -200,8 +218,12 @@ class Counts:
     otlp_rejected_spans: int = 0
     otlp_failed_requests: int = 0
     otlp_expected_events: int = 0  # what the spans' mapping makes
+    otlp_ids: dict[str, str] = dataclasses.field(default_factory=dict)  # their ids: conversation
     gate_calls: int = 0
     gate_answered: int = 0
+    gate_decisions: int = 0  # answers naming their decision event (decision_id)
+    gate_ids: dict[str, str] = dataclasses.field(default_factory=dict)  # decision id: conversation
+    gate_no_event: int = 0  # answered in the rule's fail mode: no decision event
     gate_failed: int = 0
     gate_ms: list[float] = dataclasses.field(default_factory=list)
     notifications: int = 0
@@ -301,6 +323,7 @@ class Load:
                 if await self.stopped_within(due):
                     break
                 await emitter.send(event)
+                self.n.kafka_ids.append(event.event_id)
                 sent += 1
                 if time.monotonic() - flushed >= 1.0:
                     await emitter.flush()
@@ -331,7 +354,13 @@ class Load:
                     r = await client.post(
                         url, content=body, headers={"Content-Type": "application/json"}
                     )
-                    accepted = int(r.json().get("accepted", 0)) if r.status_code < 500 else 0
+                    answer = r.json() if r.status_code < 500 else {}
+                    accepted = int(answer.get("accepted", 0))
+                    self.n.http_ids.extend(
+                        x["event_id"]
+                        for x in answer.get("results", ())
+                        if x.get("status") == "accepted"
+                    )
                 except (httpx.HTTPError, ValueError) as exc:
                     r, accepted = None, 0
                     self.n.failed(f"/v1/events: {exc!r}")
@@ -400,6 +429,7 @@ class Load:
                 answer.ParseFromString(r.content)
                 self.n.otlp_rejected_spans += answer.partial_success.rejected_spans
                 self.n.otlp_expected_events += len({e.event_id for e in mapped.events})
+                self.n.otlp_ids.update((e.event_id, e.conversation_id) for e in mapped.events)
 
     async def gate(self, ready: asyncio.Event) -> None:
         """Open-loop calls to the gate process, call ``i`` at ``start + i / --gate-rate``."""
@@ -414,9 +444,11 @@ class Load:
         async def call(client: httpx.AsyncClient, i: int) -> None:
             async with limit:
                 t = time.perf_counter()
+                cid = f"soak-gate-{i:07d}"
                 try:
-                    r = await client.post(url, content=gate_body(f"soak-gate-{i:07d}"))
-                    ok = r.status_code == 200 and "decision" in r.json()
+                    r = await client.post(url, content=gate_body(cid))
+                    answer = r.json() if r.status_code == 200 else {}
+                    ok = "decision" in answer
                 except (httpx.HTTPError, ValueError) as exc:
                     self.n.gate_failed += 1
                     self.n.failed(f"/v1/gate: {exc!r}")
@@ -424,6 +456,12 @@ class Load:
                 if ok:
                     self.n.gate_answered += 1
                     self.n.gate_ms.append((time.perf_counter() - t) * 1000)
+                    if decision_id := answer.get("decision_id"):
+                        self.n.gate_decisions += 1
+                        self.n.gate_ids[decision_id] = cid
+                    else:  # the rule's fail mode: the gate could not decide, no event made
+                        self.n.gate_no_event += 1
+                        self.n.failed(f"/v1/gate answered with no decision event: {answer}")
                 else:
                     self.n.gate_failed += 1
                     self.n.failed(f"/v1/gate answered {r.status_code}: {r.text[:200]}")
@@ -813,9 +851,12 @@ def proofs(
         rate("otlp", n.otlp_conversations, args.otlp_rate, "conversations"),
         Check(
             "gate calls answered",
-            n.gate_answered == n.gate_calls and decisions == n.gate_answered,
-            f"{n.gate_answered:,} of {n.gate_calls:,} answered ({n.gate_failed} failed); "
-            f"{decisions:,} decision events stored",
+            n.gate_answered == n.gate_calls
+            and n.gate_no_event == 0
+            and decisions == n.gate_decisions,
+            f"{n.gate_answered:,} of {n.gate_calls:,} answered ({n.gate_failed} failed, "
+            f"{n.gate_no_event} in the rule's fail mode, with no decision event); "
+            f"{decisions:,} decision events stored of {n.gate_decisions:,} answered with one",
         ),
         rate("gate", n.gate_answered, args.gate_rate, "calls"),
         Check(
@@ -928,13 +969,189 @@ def report(checked: list[Check], proved: list[Check], samples: list[dict[str, An
 async def drain(sampler: Sampler, load: Load, timeout_s: float) -> tuple[int, int, int, int, int]:
     """Wait (at most ``timeout_s``) until every source's events are stored; what is stored."""
     n = load.n
-    want = (n.kafka_sent, n.http_accepted, n.otlp_expected_events, n.gate_answered)
+    want = (n.kafka_sent, n.http_accepted, n.otlp_expected_events, n.gate_decisions)
     deadline = time.monotonic() + timeout_s
     while True:
         stored = await sampler.stored()
         if stored[:4] == want or time.monotonic() > deadline:
             return stored
         await asyncio.sleep(1.0)
+
+
+SOURCES = ("kafka", "http", "otlp", "gate")
+#: the ids traced one by one (dead letters, topic) per source; the rest are only counted
+TRACED = 200
+#: the longest read of the events topic when tracing (its partitions holding a missing id)
+TOPIC_SCAN_S = 300.0
+FOUND_KEYS = """
+SELECT k::text FROM unnest($1::uuid[]) AS k
+WHERE EXISTS (SELECT 1 FROM event_ids WHERE event_key = k)
+"""
+DEAD_LETTERS_OF = """
+SELECT id, reason, field, left(detail, 300) AS detail, source, source_partition, source_offset,
+       received_at::text AS received_at
+FROM dead_letters WHERE position($1::bytea IN raw) > 0 ORDER BY id LIMIT 3
+"""
+
+
+def conversation_of(event_id: str) -> str:
+    """The conversation of a simulated event's id (``<conversation_id>:<position>``)."""
+    return event_id.rsplit(":", 1)[0]
+
+
+def acknowledged_ids(n: Counts) -> dict[str, list[tuple[str, str]]]:
+    """Per source, the ``(event id, conversation id)`` of every event its receiver
+    acknowledged (gate: every decision event an answer named); pure."""
+    return {
+        "kafka": [(i, conversation_of(i)) for i in n.kafka_ids[: n.kafka_sent]],
+        "http": [(i, conversation_of(i)) for i in n.http_ids],
+        "otlp": list(n.otlp_ids.items()),
+        "gate": list(n.gate_ids.items()),
+    }
+
+
+def needle(event_id: str) -> bytes:
+    """The bytes of ``event_id`` in an event's compact JSON (``AgentEvent.to_json``)."""
+    return b'"event_id":' + json.dumps(event_id).encode()
+
+
+async def ids_stored(db: asyncpg.Connection, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` are claimed in ``event_ids`` (the writer's de-duplication keys; the
+    keys of an emptied unsampled leaf are deleted with it, so an old event may be stored and
+    not found)."""
+    by_key = {uuid.UUID(event_key(i)): i for i in ids}
+    keys = list(by_key)
+    found: set[str] = set()
+    for lo in range(0, len(keys), 20_000):
+        rows = await db.fetch(FOUND_KEYS, keys[lo : lo + 20_000])
+        found.update(by_key[uuid.UUID(r[0])] for r in rows)
+    return found
+
+
+async def in_topic(
+    bootstrap: str, settings: Settings, wanted: dict[str, str], timeout_s: float
+) -> tuple[dict[str, dict[str, int | None]], str | None]:
+    """Where the events topic (``settings.topic_events`` on ``bootstrap``) holds the ids of
+    ``wanted`` (event id: conversation id, which names the partition as the producers'
+    partitioner does): per id found, its partition, offset and the committed offset there of
+    the worker's group (``settings.consumer_group``); and why the read stopped short, if it
+    did."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    topic = settings.topic_events
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    # of the worker's group, only asked its committed offsets (OffsetFetch): it joins nothing
+    group = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=settings.consumer_group, enable_auto_commit=False
+    )
+    await consumer.start()
+    await group.start()
+    found: dict[str, dict[str, int | None]] = {}
+    try:
+        await consumer.topics()  # the cluster's metadata, fetched
+        parts = sorted(consumer.partitions_for_topic(topic) or ())
+        if not parts:
+            return found, f"the broker knows no partition of {topic}"
+        needles: dict[int, dict[bytes, str]] = {}
+        for event_id, cid in wanted.items():
+            partition = parts[key_hash(cid.encode()) % len(parts)]
+            needles.setdefault(partition, {})[needle(event_id)] = event_id
+        tps = [TopicPartition(topic, p) for p in needles]
+        committed = {tp.partition: await group.committed(tp) for tp in tps}
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout_s
+        left = {tp for tp in tps if ends[tp] > 0}
+        while left:
+            if time.monotonic() > deadline:
+                return found, f"read for {timeout_s:.0f} s, not to the end"
+            batch = await consumer.getmany(*left, timeout_ms=1000, max_records=5000)
+            for tp, records in batch.items():
+                for record in records:
+                    for text, event_id in needles[tp.partition].items():
+                        if text in (record.value or b""):
+                            found[event_id] = {
+                                "partition": tp.partition,
+                                "offset": record.offset,
+                                "committed": committed.get(tp.partition),
+                            }
+                if records and records[-1].offset + 1 >= ends[tp]:
+                    left.discard(tp)
+        return found, None
+    finally:
+        await consumer.stop()
+        await group.stop()
+
+
+async def trace_missing(
+    db: asyncpg.Connection,
+    bootstrap: str,
+    settings: Settings,
+    n: Counts,
+    want: Sequence[int],
+    stored: Sequence[int],
+) -> dict[str, Any]:
+    """Per source whose stored count differs from what its receiver acknowledged: the ids not
+    found in ``event_ids`` and, for the first :data:`TRACED`, where each is (module
+    docstring)."""
+    out: dict[str, Any] = {}
+    wanted: dict[str, str] = {}
+    for source, ids in acknowledged_ids(n).items():
+        i = SOURCES.index(source)
+        if want[i] == stored[i]:
+            continue
+        present = await ids_stored(db, [e for e, _ in ids])
+        gone = [(e, c) for e, c in ids if e not in present]
+        out[source] = {
+            "acknowledged": want[i],
+            "stored": stored[i],
+            "ids_known": len(ids),
+            "ids_not_found": len(gone),
+            "missing": [],
+        }
+        for event_id, cid in gone[:TRACED]:
+            dead = [dict(r) for r in await db.fetch(DEAD_LETTERS_OF, needle(event_id))]
+            out[source]["missing"].append(
+                {"event_id": event_id, "conversation_id": cid, "dead_letters": dead}
+            )
+            if not dead:
+                wanted[event_id] = cid
+    found, short = ({}, None)
+    if wanted:
+        found, short = await in_topic(bootstrap, settings, wanted, TOPIC_SCAN_S)
+    for source in out.values():
+        for m in source["missing"]:
+            where = found.get(m["event_id"])
+            m["topic"] = where
+            if m["dead_letters"]:
+                m["where"] = "dead_letters"
+            elif where is None:
+                m["where"] = "nowhere" if short is None else f"not in the topic as read ({short})"
+            elif where["committed"] is not None and where["offset"] < where["committed"]:
+                m["where"] = "topic, below the worker's committed offset: skipped by the consumer"
+            else:
+                m["where"] = "topic, not consumed yet"
+    return out
+
+
+def missing_lines(traced: dict[str, Any]) -> list[str]:
+    """The trace of the missing ids in a few lines (counts by where, the first ids); pure."""
+    lines = []
+    for source, t in traced.items():
+        lines.append(
+            f"  {source}: {t['stored']:,} stored of {t['acknowledged']:,} acknowledged; "
+            f"{t['ids_not_found']:,} of {t['ids_known']:,} ids not in event_ids"
+        )
+        wheres: dict[str, int] = {}
+        for m in t["missing"]:
+            wheres[m["where"]] = wheres.get(m["where"], 0) + 1
+        for where, count in wheres.items():
+            lines.append(f"    {count} {where}")
+        for m in t["missing"][:5]:
+            at = m["topic"] or (m["dead_letters"][0] if m["dead_letters"] else {})
+            lines.append(f"    {m['event_id']}: {m['where']} {at}")
+    return lines
 
 
 async def soak(
@@ -955,6 +1172,8 @@ async def soak(
     records, close_records = await records_counter(running.kafka_bootstrap)
     sampler = Sampler(stack, running, load, db, errors, records)
     samples: list[dict[str, Any]] = []
+    traced: dict[str, Any] = {}  # the missing ids, when some are (trace_missing)
+    texts: dict[str, str] = {}  # the worker's and the gate's /metrics then
     duration = args.minutes * 60
     marks = [k * args.sample_s for k in range(int(duration // args.sample_s) + 1)]
     if duration - marks[-1] > 1e-6:
@@ -989,6 +1208,20 @@ async def soak(
             stored = await drain(sampler, load, args.drain_s)
             metrics = await sampler.worker_metrics()
             samples[-1]["error_lines"] = await asyncio.to_thread(errors.scan)
+            n = load.n
+            want = (n.kafka_sent, n.http_accepted, n.otlp_expected_events, n.gate_decisions)
+            if tuple(stored[:4]) != want:  # before the stack stops: the broker keeps no files
+                print("- not everything stored: tracing the missing ids", flush=True)
+                try:  # the run's figures are worth more than the trace: it must not lose them
+                    traced["sources"] = await trace_missing(
+                        db, running.kafka_bootstrap, running.settings, n, want, stored
+                    )
+                    gate = await sampler.http.get(f"{running.gate_url}/health")
+                    traced["gate_health"] = gate.json()
+                    for name, url in (("worker", running.web_url), ("gate", running.gate_url)):
+                        texts[name] = (await sampler.http.get(f"{url}/metrics")).text
+                except Exception as exc:
+                    traced["error"] = f"the trace failed: {exc!r}"
     finally:
         await sampler.aclose()
         await close_records()
@@ -1008,6 +1241,8 @@ async def soak(
         "proofs": proved,
         "error_examples": errors.examples,
         "load_errors": load.n.errors,
+        "missing": traced,
+        "metrics_texts": texts,
         "summary": {
             "seconds": round(seconds, 1),
             "sent": {
@@ -1015,6 +1250,7 @@ async def soak(
                 "http_events": load.n.http_accepted,
                 "otlp_spans": load.n.otlp_spans,
                 "gate_calls": load.n.gate_calls,
+                "gate_decisions": load.n.gate_decisions,
             },
             "stored": dict(zip(("kafka", "http", "otlp", "gate", "all"), stored, strict=True)),
             "gate_ms_p50_p99": [
@@ -1126,7 +1362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{os.cpu_count()} cores; output in {out}",
         flush=True,
     )
-    with harness.work_dir("bench-soak-") as workdir:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    keep = True  # unless the load is proven: a failed run's state is what explains it
+    try:
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
             state_dir=workdir / "state",
@@ -1153,8 +1391,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             for log in (*stack.state_dir.glob("*.log"), stack.state_dir / "pg" / "server.log"):
                 with contextlib.suppress(OSError):
                     shutil.copy(log, logs / log.name)
-    samples, checked, proved = result["samples"], result["checks"], result["proofs"]
-    load_ok = all(c.ok for c in proved if c.name != "machine quiet")
+        samples, checked, proved = result["samples"], result["checks"], result["proofs"]
+        load_ok = all(c.ok for c in proved if c.name != "machine quiet")
+        keep = not load_ok
+    finally:
+        if keep:
+            print(
+                f"state directory kept: {workdir / 'state'} (Postgres's data in pg/, the gate's "
+                "disk buffer in gate-buffer*/, the logs; remove it when done)",
+                flush=True,
+            )
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     quiet = all(c.ok for c in proved if c.name == "machine quiet")
     valid = load_ok and (quiet or args.allow_busy)
     passed = all(c.ok for c in checked)
@@ -1173,8 +1421,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "proofs": [dataclasses.asdict(c) for c in proved],
         "error_examples": result["error_examples"],
         "load_errors": result["load_errors"],
+        "state_dir_kept": str(workdir / "state") if keep else None,
     }
     write_samples(out, samples, summary)
+    if result["missing"]:
+        (out / "missing.json").write_text(json.dumps(result["missing"], indent=1, default=str))
+        for name, text in result["metrics_texts"].items():
+            (out / f"{name}-metrics.txt").write_text(text)
     title = f"bench/soak.py --minutes {args.minutes:g}, {stamp} UTC: {verdict}"
     png = plot(out, samples, title)
     report(checked, proved, samples)
@@ -1182,6 +1435,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  error line: {line}")
     for line in result["load_errors"][:5]:
         print(f"  load failure: {line}")
+    if result["missing"]:
+        print(f"missing ids (the first {TRACED} per source traced in {out / 'missing.json'}):")
+        for line in missing_lines(result["missing"].get("sources", {})):
+            print(line)
+        if "error" in result["missing"]:
+            print(f"  {result['missing']['error']}")
     print(json.dumps({k: summary[k] for k in ("verdict", "sent", "stored", "gate_ms_p50_p99")}))
     print(f"\n{verdict}: samples in {out / 'samples.csv'}, plot {png}")
     if not valid:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,17 @@ from bench.soak import (
     Counts,
     ErrorLines,
     checks,
+    missing_lines,
     parse_args,
     proofs,
+    trace_missing,
 )
+from monitor.config import Settings
+from monitor.sdk import EventEmitter
+from monitor.sim.traffic import Simulator
+from monitor.stack.broker import EmbeddedBroker
+from monitor.store.engine import libpq_url
+from tests.servers.worker import create_topic
 
 REPO = Path(__file__).resolve().parents[2]
 BOUNDS: dict[str, Any] = {
@@ -114,6 +124,7 @@ def test_the_load_is_proven_only_when_everything_sent_was_stored_at_its_rate() -
         otlp_expected_events=3300,
         gate_calls=3000,
         gate_answered=3000,
+        gate_decisions=3000,
     )
     metrics = {"monitor_judged_conversations_total": 500.0, "sum:monitor_retention_runs_total": 11}
     stored = (48_000, 12_000, 3300, 3000, 66_300)
@@ -125,10 +136,75 @@ def test_the_load_is_proven_only_when_everything_sent_was_stored_at_its_rate() -
     assert [c.name for c in slow if not c.ok] == ["kafka rate"]
     busy = proofs(n, stored, metrics, proof_args(), 600.0, [0.2, 1.4])
     assert [c.name for c in busy if not c.ok] == ["machine quiet"]
+    failing_open = dataclasses.replace(n, gate_no_event=1, gate_decisions=2999)
+    no_event = proofs(failing_open, (*stored[:3], 2999, 66_299), metrics, proof_args(), 600.0, [0])
+    assert [c.name for c in no_event if not c.ok] == ["gate calls answered"]
     unjudged = proofs(
         n, stored, {**metrics, "monitor_judged_conversations_total": 0}, proof_args(), 600.0, [0.0]
     )
     assert [c.name for c in unjudged if not c.ok] == ["judges judged"]
+
+
+async def test_the_missing_ids_are_traced_to_the_dead_letters_the_topic_or_nowhere(
+    broker: EmbeddedBroker, topic_name: str, database_url: str
+) -> None:
+    """Of four Kafka events acknowledged, one stored, one dead-lettered, one in the topic below
+    the worker's committed offset (skipped) and one nowhere: the trace says which is where."""
+    import asyncpg
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    events = list(Simulator(3, datetime.now(UTC) - timedelta(minutes=5)).events(2))[:4]
+    stored, dead, skipped, lost = events
+    await create_topic(broker.bootstrap, topic_name)
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        topic_events=topic_name,
+        consumer_group=f"{topic_name}-ingest",
+    )
+    async with EventEmitter(broker.bootstrap, topic_name, idempotent=False) as emitter:
+        await emitter.send(skipped)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        group_id=settings.consumer_group,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic_name, p) for p in range(4)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.commit({tp: end for tp, end in ends.items() if end})  # read past it
+    finally:
+        await consumer.stop()
+    db = await asyncpg.connect(libpq_url(database_url))
+    try:
+        await db.execute(
+            "INSERT INTO event_ids (event_key, ts, conversation_id) VALUES (md5($1)::uuid, $2, $3)",
+            stored.event_id,
+            stored.ts,
+            stored.conversation_id,
+        )
+        raw = dead.to_json()
+        await db.execute(
+            "INSERT INTO dead_letters (source, reason, detail, raw, raw_md5) "
+            "VALUES ('t', 'store_rejected', 'x', $1::bytea, md5($1::bytea))",
+            raw,
+        )
+        n = Counts(kafka_sent=4, kafka_ids=[e.event_id for e in events])
+        traced = await trace_missing(db, broker.bootstrap, settings, n, (4, 0, 0, 0), (1, 0, 0, 0))
+    finally:
+        await db.close()
+    assert list(traced) == ["kafka"]
+    kafka = traced["kafka"]
+    assert (kafka["ids_known"], kafka["ids_not_found"]) == (4, 3)
+    where = {m["event_id"]: m["where"] for m in kafka["missing"]}
+    assert where == {
+        dead.event_id: "dead_letters",
+        skipped.event_id: "topic, below the worker's committed offset: skipped by the consumer",
+        lost.event_id: "nowhere",
+    }
+    assert kafka["missing"][0]["dead_letters"][0]["reason"] == "store_rejected"
+    assert any("1 nowhere" in line for line in missing_lines(traced))
 
 
 def test_error_lines_of_every_log_format_are_counted_and_the_rest_not(tmp_path: Path) -> None:
