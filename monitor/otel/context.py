@@ -24,8 +24,10 @@ AGENT_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
 def kind_of(span: Span) -> str:
     """``agent``, ``llm``, ``tool`` or ``other`` from the conventions' span kind attributes."""
     op = span.attr("gen_ai.operation.name")
+    if op in AGENT_OPERATIONS:
+        return "agent"
     oi = str(span.attr("openinference.span.kind", "traceloop.span.kind") or "").upper()
-    if op in AGENT_OPERATIONS or oi == "AGENT":
+    if oi == "AGENT":
         return "agent"
     if op in LLM_OPERATIONS or oi == "LLM" or span.attr("llm.request.type") == "chat":
         return "llm"

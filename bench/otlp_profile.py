@@ -1,0 +1,119 @@
+"""Where the worker's CPU goes on ``/v1/traces``, in process: decode, map, store.
+
+The bodies are ``bench/otlp.py``'s (the examples/otel_agent.py agent's spans from the real OTel
+SDK, 512-span batches, gzip protobuf). Each body is inflated, decoded (``decode_request``) and
+handed to a real ``TraceAssembler`` over a freshly migrated scratch database
+(``PendingTraces``), as the worker does; ``publish`` serializes the events as the producer does
+(``AgentEvent.to_json``). CPU time (``time.process_time``, this process only: Postgres's own
+work is not counted, the client side of each statement is) per step and per stored event:
+
+- decode: inflating and ``decode_request``;
+- map: ``map_spans`` over the same spans as whole traces (no store), measured on its own;
+- handle: ``TraceAssembler.handle`` (the store's look-ups, parking, settling and the mapping);
+- publish: the events' JSON.
+
+``--profile N`` prints the N costliest functions of ``handle`` (cProfile, cumulative). Uses
+``DATABASE_URL``'s server when set, else a private embedded Postgres::
+
+    .venv/bin/python bench/otlp_profile.py                       # 3,000 conversations
+    .venv/bin/python bench/otlp_profile.py --profile 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gzip
+import pstats
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
+
+from bench.harness import on_postgres, scratch_database
+from bench.otlp import make_requests
+from monitor.contract.events import AgentEvent
+from monitor.otel.decode import PROTOBUF, decode_request
+from monitor.otel.mapping import MappingConfig, map_spans
+from monitor.otel.pending import PendingLimits, PendingTraces
+from monitor.otel.spans import Span
+from monitor.otel.traces import TraceAssembler
+from monitor.store.engine import make_engine
+
+
+def decode_all(bodies: list[bytes]) -> list[list[Span]]:
+    return [decode_request(gzip.decompress(b), PROTOBUF) for b in bodies]
+
+
+async def run(db_url: str, args: argparse.Namespace) -> None:
+    bodies, _, events, n_spans = make_requests(args.conversations)
+    print(f"{args.conversations} conversations: {n_spans} spans, {events} events")
+    t0 = time.process_time()
+    requests = decode_all(bodies)
+    decode_s = time.process_time() - t0
+
+    config = MappingConfig()
+    t0 = time.process_time()
+    for spans in requests:  # the mapping alone: each body's traces, whole ones only
+        map_spans(spans, config)
+    map_s = time.process_time() - t0
+
+    published: list[AgentEvent] = []
+
+    async def publish(batch: list[AgentEvent]) -> None:
+        for e in batch:
+            e.to_json()
+        published.extend(batch)
+
+    async with scratch_database(db_url, "otlpprof") as url:
+        engine = make_engine(url, pool_size=2)
+        store = PendingTraces(engine, PendingLimits(), lambda: datetime.now(UTC))
+        assembler = TraceAssembler(config, store)
+        await assembler.waiting()  # connects
+        profiler = cProfile.Profile(time.process_time) if args.profile else None
+        t0 = time.process_time()
+        if profiler:
+            profiler.enable()
+        for spans in requests:
+            await assembler.handle(spans, publish)
+        if profiler:
+            profiler.disable()
+        handle_s = time.process_time() - t0
+        t0 = time.process_time()
+        for e in published:
+            e.to_json()
+        publish_s = time.process_time() - t0
+        await engine.dispose()
+    stored = len({e.event_id for e in published})
+    assert stored == events, (stored, events)
+
+    def per(seconds: float) -> str:
+        return f"{seconds * 1e6 / stored:6.1f} us/event"
+
+    print(f"decode  {decode_s:6.2f} s  {per(decode_s)}")
+    print(f"map     {map_s:6.2f} s  {per(map_s)}  (map_spans alone, per request)")
+    print(f"handle  {handle_s - publish_s:6.2f} s  {per(handle_s - publish_s)}  (without publish)")
+    print(f"publish {publish_s:6.2f} s  {per(publish_s)}  (events' JSON)")
+    total = decode_s + handle_s
+    print(f"total   {total:6.2f} s  {per(total)}  (decode + handle + publish)")
+    if profiler:
+        stats: Any = pstats.Stats(profiler)
+        stats.sort_stats("cumulative").print_stats(args.profile)
+        stats.sort_stats("tottime").print_stats(args.profile)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conversations", type=int, default=3000)
+    parser.add_argument("--profile", type=int, default=0, help="Print the N costliest calls.")
+    args = parser.parse_args()
+    on_postgres("bench-otlp-profile-", lambda url: run(url, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
