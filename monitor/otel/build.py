@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from monitor.core.errors import InvalidEvent
@@ -65,7 +65,7 @@ def event(
 def timestamp(nanos: int) -> datetime:
     """Unix nanoseconds as a datetime truncated to the microsecond, exactly (no float)."""
     seconds, rest = divmod(nanos, 1_000_000_000)
-    return datetime.fromtimestamp(seconds, tz=UTC) + timedelta(microseconds=rest // 1000)
+    return datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=rest // 1000)
 
 
 def call_event_id(trace_id: str, call_id: str, part: str) -> str:

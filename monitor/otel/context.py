@@ -15,23 +15,14 @@ from typing import Any
 
 from monitor.otel.spans import Span
 
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id")
 AGENT_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
 
 
 def kind_of(span: Span) -> str:
-    """``agent``, ``llm``, ``tool`` or ``other`` from the conventions' span kind attributes."""
-    op = span.attr("gen_ai.operation.name")
-    oi = str(span.attr("openinference.span.kind", "traceloop.span.kind") or "").upper()
-    if op in AGENT_OPERATIONS or oi == "AGENT":
-        return "agent"
-    if op in LLM_OPERATIONS or oi == "LLM" or span.attr("llm.request.type") == "chat":
-        return "llm"
-    if op == "execute_tool" or oi == "TOOL":
-        return "tool"
-    return "other"
+    """``agent``, ``llm``, ``tool`` or ``other`` from the conventions' span kind attributes
+    (:attr:`monitor.otel.spans.Span.kind`, worked out once per span)."""
+    return span.kind
 
 
 @dataclass(frozen=True)

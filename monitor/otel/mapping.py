@@ -61,7 +61,13 @@ from monitor.otel.build import (
     text,
     usage,
 )
-from monitor.otel.context import SpanContext, kind_of
+from monitor.otel.context import (
+    CONVERSATION_ATTRIBUTES,
+    SpanContext,
+    kind_of,
+    named_agent,
+    named_once,
+)
 from monitor.otel.langchain import agent_messages, tool_message_in
 from monitor.otel.messages import (
     Message,
@@ -204,9 +210,10 @@ class _Trace:
         self.config = config
         self.out = out
         spans = list(by_id.values())
-        named = TraceContext.of(spans)
-        self.conversation = named.conversation_id or (known.conversation_id if known else None)
-        self.agent = named.agent_id or (known.agent_id if known else None)
+        # what ``TraceContext.of`` names (its LLM calls are ``has_llm`` below)
+        named_conversation = named_once(spans, CONVERSATION_ATTRIBUTES)
+        self.conversation = named_conversation or (known.conversation_id if known else None)
+        self.agent = named_agent(spans) or (known.agent_id if known else None)
         self.known_llm = known is not None and known.llm_calls  # mapped before, with LLM calls
         self.children: dict[str, list[Span]] = {}
         for s in spans:
@@ -231,6 +238,7 @@ class _Trace:
         self.asked_by: dict[str, list[tuple[str, str]]] = {}  # LLM span -> its calls
         self._contexts: dict[str, SpanContext] = {}  # span id -> its context (immutable)
         self._inputs: dict[str, list[Message]] = {}  # LLM span id -> its input messages
+        self._answers: dict[str, Message | None] = {}  # agent span id -> its own answer
 
     def ctx(self, span: Span) -> SpanContext:
         """The span's context, worked out once per span (it depends on the trace only)."""
@@ -247,6 +255,13 @@ class _Trace:
         if found is None:
             found = self._inputs[span.span_id] = input_messages(span)
         return found
+
+    def _own_answer(self, span: Span) -> Message | None:
+        """:func:`_own_answer` of the agent span, parsed once per span (``_said``, ``_answer``
+        and ``_content_off`` read it)."""
+        if span.span_id not in self._answers:
+            self._answers[span.span_id] = _own_answer(span)
+        return self._answers[span.span_id]
 
     def below(self, span: Span) -> list[Span]:
         found: list[Span] = []
@@ -308,7 +323,9 @@ class _Trace:
         if prompt:
             self.with_content.add(span.span_id)
         systems = [
-            t for t in system_instructions(span) if system_event_id(conv, t) not in self.systems
+            t
+            for t in system_instructions(span, prompt)
+            if system_event_id(conv, t) not in self.systems
         ]
         self.systems.update(system_event_id(conv, t) for t in systems)
         news = _new_user_messages(prompt)
@@ -529,7 +546,7 @@ class _Trace:
 
     def _answer(self, span: Span, ctx: SpanContext, confidence: float | None) -> dict[str, Any]:
         """The agent span's own answer (part ``answer``), with its confidence."""
-        answer = _own_answer(span)
+        answer = self._own_answer(span)
         message: dict[str, Any] = {
             "role": "assistant",
             "content": clip(answer.content) if answer else None,
@@ -542,7 +559,7 @@ class _Trace:
 
     def _said(self, span: Span) -> bool:
         """The agent span has an output of its own (an answer with text)."""
-        return _own_answer(span) is not None
+        return self._own_answer(span) is not None
 
     def _content_off(
         self, span: Span, ctx: SpanContext, last: dict[str, Any] | None
@@ -557,7 +574,7 @@ class _Trace:
         if prompt and prompt[-1].role == "user":
             payload = {"role": "user", "content": clip(prompt[-1].content)}
             events.append(event(span, ctx, "message", "user", payload, span.start_unix_nano))
-        answer = _own_answer(span)
+        answer = self._own_answer(span)
         bare = last is not None and last["message"].get("content") is None
         if answer is not None and last is not None and bare and not last["message"]["tool_calls"]:
             last["message"]["content"] = clip(answer.content)

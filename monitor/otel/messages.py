@@ -41,9 +41,10 @@ class Message:
     tool_call_id: str | None = None
 
 
-def system_instructions(span: Span) -> list[str]:
+def system_instructions(span: Span, inputs: list[Message] | None = None) -> list[str]:
     """The system prompt texts of ``span``: ``gen_ai.system_instructions`` (a JSON list of
-    parts, or a string) and the ``system``-role input messages, each distinct text once."""
+    parts, or a string) and the ``system``-role input messages, each distinct text once;
+    ``inputs``: the span's :func:`input_messages` when the caller has them already."""
     texts: list[str] = []
     value = span.attributes.get("gen_ai.system_instructions")
     if isinstance(value, str):
@@ -56,7 +57,9 @@ def system_instructions(span: Span) -> list[str]:
             texts.append(part["content"])
         elif isinstance(part, str):
             texts.append(part)
-    texts.extend(m.content for m in input_messages(span) if m.role == "system" and m.content)
+    if inputs is None:
+        inputs = input_messages(span)
+    texts.extend(m.content for m in inputs if m.role == "system" and m.content)
     return list(dict.fromkeys(texts))
 
 

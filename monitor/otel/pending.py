@@ -23,6 +23,7 @@ from sqlalchemy import Boolean, ColumnElement, Text, any_, bindparam, delete, fu
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import CollectionAggregate
 
 from monitor.config import Settings
 from monitor.core.errors import StoreUnavailable
@@ -71,15 +72,19 @@ class PendingTraces:
         self.now = now
 
     @_guarded
-    async def load(self, trace_ids: Iterable[str], with_records: bool = True) -> Waiting:
-        """The waiting spans (and, ``with_records``, log records) and the remembered contexts
-        of ``trace_ids``."""
+    async def load(
+        self, trace_ids: Iterable[str], with_records: bool = True, with_contexts: bool = True
+    ) -> Waiting:
+        """The waiting spans of ``trace_ids`` and (``with_records``) their log records and
+        (``with_contexts``) the remembered contexts of those already mapped; without
+        ``with_contexts``, the contexts of the traces with waiting spans only."""
         ids = sorted(set(trace_ids))
         if not ids:
             return Waiting()
         async with self.engine.connect() as conn:
             waiting = await _spans(conn, ids)
-            resolved = await _contexts(conn, ids)
+            known = ids if with_contexts else sorted(waiting)
+            resolved = await _contexts(conn, known) if known else {}
             records = await _records(conn, ids) if with_records else []
         return Waiting(waiting, resolved, records)
 
@@ -267,17 +272,19 @@ class PendingTraces:
         if not ids:
             return {}
         out: dict[str, list[tuple[str, ...]]] = {}
+        among = _any_of(ids)  # one array parameter for both tables
+        spans, records = (
+            select(table.c.trace_id, table.c.scope).where(
+                table.c.trace_id == among, table.c.scope.is_not(None)
+            )
+            for table in (pending_t, records_t)
+        )
         async with self.engine.connect() as conn:
-            for table in (pending_t, records_t):
-                rows = await conn.execute(
-                    select(table.c.trace_id, table.c.scope)
-                    .where(_among(table.c.trace_id, ids), table.c.scope.is_not(None))
-                    .distinct()
-                )
-                for trace_id, scope in rows.tuples():
-                    patterns = tuple(str(p) for p in scope)
-                    if patterns not in out.get(str(trace_id), []):
-                        out.setdefault(str(trace_id), []).append(patterns)
+            rows = await conn.execute(spans.union(records))  # one statement, distinct rows
+            for trace_id, scope in rows.tuples():
+                patterns = tuple(str(p) for p in scope)
+                if patterns not in out.get(str(trace_id), []):
+                    out.setdefault(str(trace_id), []).append(patterns)
         return out
 
     @_guarded
@@ -330,7 +337,12 @@ class PendingTraces:
 def _among(column: ColumnElement[str], ids: list[str]) -> ColumnElement[bool]:
     """``column = ANY(:ids)``: one array parameter, so one statement whatever the number of
     ids (an ``IN`` list is compiled and prepared again for each count)."""
-    return column == any_(bindparam("ids", ids, type_=ARRAY(Text), unique=True))
+    return column == _any_of(ids)
+
+
+def _any_of(ids: list[str]) -> CollectionAggregate[bool]:
+    """``ANY(:ids)``, the right side of :func:`_among`."""
+    return any_(bindparam("ids", ids, type_=ARRAY(Text), unique=True))
 
 
 # the keys as two arrays: one statement whatever their number (a prepared statement reused),

@@ -4,17 +4,22 @@
 bool, int, float, list, dict; bytes as hex), ids as lowercase hex, times in Unix nanoseconds,
 and the attributes of the resource that emitted it. A span whose ids have the wrong length
 keeps them as given; the mapping rejects it (OTLP partial success) instead of the decoder.
+A span is not changed once made (its attributes neither): what is worked out of it alone
+(``kind``, ``well_formed``) is worked out once, on first use, and kept on it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 STATUS_UNSET = 0
 STATUS_OK = 1
 STATUS_ERROR = 2
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,23 @@ class Span:
                 return value
         return None
 
-    @property
+    @cached_property
+    def kind(self) -> str:
+        """``agent``, ``llm``, ``tool`` or ``other`` from the conventions' span kind attributes
+        (``gen_ai.operation.name``, ``openinference.span.kind``, ``traceloop.span.kind``)."""
+        op = self.attr("gen_ai.operation.name")
+        if op in AGENT_OPERATIONS:
+            return "agent"
+        oi = str(self.attr("openinference.span.kind", "traceloop.span.kind") or "").upper()
+        if oi == "AGENT":
+            return "agent"
+        if op in LLM_OPERATIONS or oi == "LLM" or self.attr("llm.request.type") == "chat":
+            return "llm"
+        if op == "execute_tool" or oi == "TOOL":
+            return "tool"
+        return "other"
+
+    @cached_property
     def well_formed(self) -> str | None:
         """None when the ids are valid hex of the OTLP lengths, else the reason."""
         if len(self.trace_id) != 32 or self.trace_id == "0" * 32 or not _is_hex(self.trace_id):

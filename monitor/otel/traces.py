@@ -88,7 +88,9 @@ class Waiting:
 class PendingStore(Protocol):
     """The durable side (``monitor.otel.pending.PendingTraces``)."""
 
-    def load(self, trace_ids: Iterable[str], with_records: bool = True) -> Awaitable[Waiting]: ...
+    def load(
+        self, trace_ids: Iterable[str], with_records: bool = True, with_contexts: bool = True
+    ) -> Awaitable[Waiting]: ...
     def park(
         self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
     ) -> Awaitable[None]: ...
@@ -203,7 +205,8 @@ class TraceAssembler:
         await self.settle(prepared)
         if self.store is None or not prepared.settle:
             return prepared
-        held = await self.store.load(prepared.settle, with_records=False)
+        # the contexts of the traces just settled are only needed when spans wait for them
+        held = await self.store.load(prepared.settle, with_records=False, with_contexts=False)
         if held.spans:
             held.records = await self.store.records(held.spans)
             todo = expire(held.spans, held.contexts, "late")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -137,9 +138,9 @@ async def test_deadline_and_count_bound_map_under_the_trace_id(
     bounded = TraceAssembler(config, store(database_url, clock, max_spans=3))
     trace_a = [s for s in children if s.trace_id == children[0].trace_id]
     trace_b = [s for s in children if s.trace_id != children[0].trace_id]
-    await send(bounded, [Span(**{**s.__dict__, "trace_id": "a" * 32}) for s in trace_a])
+    await send(bounded, [replace(s, trace_id="a" * 32) for s in trace_a])
     clock.at += timedelta(seconds=1)
-    await send(bounded, [Span(**{**s.__dict__, "trace_id": "b" * 32}) for s in trace_b])
+    await send(bounded, [replace(s, trace_id="b" * 32) for s in trace_b])
     published.clear()
     assert await sweep_once(bounded, publish) == {"overflow": 1}
     assert {e.conversation_id for e in published} == {"a" * 32}
@@ -201,7 +202,7 @@ async def test_root_overtaking_the_llm_spans_waits_for_them_or_the_grace_period(
     assert dump(list({e.event_id: e for x in firsts for e in x}.values())) == whole
 
     # an agent-only trace (no LLM span ever): mapped by the sweep once quiet for the grace
-    agent_only = [Span(**{**s.__dict__, "trace_id": "d" * 32}) for s in rest if s.is_local_root]
+    agent_only = [replace(s, trace_id="d" * 32) for s in rest if s.is_local_root]
     assert await send(a, agent_only) == []
     published: list[AgentEvent] = []
 
@@ -306,7 +307,7 @@ async def test_waiting_spans_are_mapped_only_for_agents_their_keys_allow(
 
 def _moved(span: Span, digit: str) -> Span:
     """``span`` in another trace (the first 8 hex digits of its trace id replaced)."""
-    return Span(**{**span.__dict__, "trace_id": digit * 8 + span.trace_id[8:]})
+    return replace(span, trace_id=digit * 8 + span.trace_id[8:])
 
 
 @pytest.fixture
