@@ -232,6 +232,12 @@ class Settings(BaseSettings, RetentionSettings, GateSettings, HttpSettings):
         "reserved 'gate:' ids from the gate only. Unset: a random key kept in "
         "state_dir/gate-origin.key (workers sharing a topic must set the same value).",
     )
+    gc_interval_s: float = positive(
+        60.0,
+        "Seconds between the full garbage collections of the worker and the gate process "
+        "(monitor/core/gc_tuning.py: the database clients leave cyclic garbage that only a full "
+        "collection frees; each pause is tens of milliseconds).",
+    )
     keys_refresh_s: float = positive(
         30.0,
         "Seconds between the worker's reloads of the API keys "

@@ -10,26 +10,30 @@ modules, the app, the history cache): the pauses were the bulk of the gate's tai
 object alive then (imports, settings, the app) to the permanent generation (``gc.freeze``), so
 no collection walks them again, and raises the thresholds so collections run less often.
 
-The oldest generation must still be collected: SQLAlchemy builds every statement as a graph
-with reference cycles (an expression, its type's comparator, its bind parameters), and asyncpg's
-statement cache entries and their timers form cycles too, so a process that runs queries leaves
-a steady stream of cyclic garbage that reference counting never frees. Whatever of it is still
-in flight when a younger generation is collected moves to the oldest one, and only a full
-collection frees it: with an oldest-generation threshold that is never reached the worker grew
-by ~84 MiB an hour under the soak's load (about 4,000 such objects a minute). A full collection
-is considered after every second collection of the middle generation (about every 10 million
-allocations net, minutes apart under load) and, as CPython always does, runs only once the
-objects promoted since the last one exceed a quarter of those that survived it: its pause is
-bounded by the live objects outside the frozen set, and the garbage waiting for it by what a
-few minutes produce.
+Raised thresholds alone leak. The thresholds count container allocations *net* of
+deallocations, and a process in a steady state allocates about as much as it frees, so a
+young collection came every 20 minutes or so under the soak's load, and an older one never.
+Meanwhile the database clients leave a steady stream of cyclic garbage that reference
+counting never frees (SQLAlchemy builds every statement as a graph with cycles: an expression,
+its type's comparator, its bind parameters; asyncpg's statement cache entries and their timers
+form cycles too): about 4,000 objects a minute there, and the worker grew by ~84 MiB an hour.
+So each process also runs :func:`collect_periodically`: a full collection every
+:data:`COLLECT_EVERY_S` seconds, whose pause is bounded by the objects outside the frozen set
+(about 65,000 in the soak's worker: tens of milliseconds once a minute), and the garbage
+waiting for it by what one interval produces.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+from collections.abc import Awaitable, Callable
 
 #: (generation 0 allocations, generation 1 and generation 2 collection ratios)
-THRESHOLDS = (100_000, 50, 1)
+THRESHOLDS = (100_000, 50, 1000)
+
+#: Seconds between the full collections of :func:`collect_periodically`.
+COLLECT_EVERY_S = 60.0
 
 
 def tune_gc() -> None:
@@ -37,3 +41,14 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*THRESHOLDS)
+
+
+async def collect_periodically(
+    interval_s: float = COLLECT_EVERY_S,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+) -> None:
+    """Run a full collection every ``interval_s`` seconds, until cancelled (the module
+    docstring says why); ``sleep`` is injected for tests."""
+    while True:
+        await sleep(interval_s)
+        gc.collect()

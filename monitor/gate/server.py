@@ -40,7 +40,7 @@ from monitor.auth.keys import Scope
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError
-from monitor.core.gc_tuning import tune_gc
+from monitor.core.gc_tuning import collect_periodically, tune_gc
 from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate.answering import GATE, GateAnswerer, gate_limits
@@ -286,7 +286,7 @@ async def serve(settings: Settings) -> None:
     """Run one gate process until SIGINT/SIGTERM, at the priority of ``gate_nice``. Once
     serving (imports, state and app built), :func:`tune_gc` freezes what is alive and raises
     the collector's thresholds, as the worker does: fewer, shorter collection pauses in the
-    answers' tail."""
+    answers' tail; a full collection runs every ``gc_interval_s``, as in the worker."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -297,7 +297,9 @@ async def serve(settings: Settings) -> None:
     try:
         await server.start()
         tune_gc()
+        collector = asyncio.create_task(collect_periodically(settings.gc_interval_s))
         await stop.wait()
+        collector.cancel()
     finally:
         await server.close()
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -36,6 +43,7 @@ class OpsMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        GCCollector(registry=self.registry)  # python_gc_*: the collector's runs and what they freed
         counter = _declare(Counter, self.registry)
         gauge = _declare(Gauge, self.registry)
         histogram = _declare(Histogram, self.registry)

@@ -39,7 +39,7 @@ from monitor.auth.keys import Scope
 from monitor.config import Settings
 from monitor.core.clock import SystemClock
 from monitor.core.errors import MonitorError, StoreUnavailable
-from monitor.core.gc_tuning import tune_gc
+from monitor.core.gc_tuning import collect_periodically, tune_gc
 from monitor.core.http_body import BodyLimits, ReadChunk
 from monitor.core.http_guard import Guard
 from monitor.core.http_reply import Reply, error_reply
@@ -81,7 +81,18 @@ def create_app(settings: Settings) -> faust.App:
     wired = _add_services(app, settings, metrics, clock)
     access = _add_key_cache(app, settings, wired.ingest, clock)
     _add_routes(app, settings, metrics, clock, wired, access)
+    _add_collector(app, settings)
     return app
+
+
+def _add_collector(app: faust.App, settings: Settings) -> None:
+    """A full garbage collection every ``gc_interval_s`` while the worker runs (the cyclic
+    garbage of the database clients: monitor/core/gc_tuning.py)."""
+
+    async def collect() -> None:
+        await collect_periodically(settings.gc_interval_s)
+
+    cast(Any, app).task(collect)
 
 
 def _faust_app(settings: Settings, metrics: OpsMetrics) -> faust.App:

@@ -1,64 +1,34 @@
-"""The worker's collector settings still free cyclic garbage that outlives a young collection.
-
-Run in a subprocess: :func:`monitor.core.gc_tuning.tune_gc` freezes every object alive and
-changes the process's thresholds, which must not leak into the test process. The generations'
-ratios are the worker's; the youngest generation's threshold is divided by 100 so that the
-hundreds of young collections a full one waits for take a second, not a minute."""
+"""The periodic full collection frees cyclic garbage that outlived a young collection (the
+worker and the gate process run it: tests/gate/test_gate_server.py reads it on /metrics)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import asyncio
+import gc
 
-# Makes cycles the way SQLAlchemy statements do (objects referring to each other) and keeps
-# the last thousand alive, as queries in flight are, so every young collection finds some of
-# them reachable and promotes them: only a full collection can free those.
-PROGRAM = """
-import collections, gc, json, sys
-from monitor.core.gc_tuning import THRESHOLDS, tune_gc
+import pytest
 
-tune_gc()
-ratios = json.loads(sys.argv[1]) or THRESHOLDS[1:]
-gc.set_threshold(THRESHOLDS[0] // 100, *ratios)
+from monitor.core.gc_tuning import collect_periodically
+
 
 class Node:
-    def __init__(self):
-        self.other = Other(self)
-
-class Other:
-    def __init__(self, node):
-        self.node = node
-        self.payload = [node, {"k": node}]
-
-in_flight = collections.deque(maxlen=1000)
-before = gc.get_stats()[2]["collections"]
-for _ in range(600_000):  # ~2.4 million container allocations: ~2,400 young collections
-    in_flight.append(Node())
-in_flight.clear()
-print(json.dumps({
-    "full_collections": gc.get_stats()[2]["collections"] - before,
-    "tracked": len(gc.get_objects()),
-}))
-"""
+    def __init__(self) -> None:
+        self.me = self
 
 
-def run(ratios: list[int]) -> dict[str, int]:
-    out = subprocess.run(
-        [sys.executable, "-c", PROGRAM, json.dumps(ratios)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    result: dict[str, int] = json.loads(out.stdout)
-    return result
+async def test_a_periodic_collection_frees_promoted_garbage() -> None:
+    nodes = [Node() for _ in range(1000)]
+    gc.collect(1)  # alive now: promoted to the oldest generation
+    assert sum(isinstance(o, Node) for o in gc.get_objects(2)) >= 1000
+    del nodes  # garbage now, and only a full collection finds it
+    slept: list[float] = []
 
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) > 1:
+            raise asyncio.CancelledError
 
-def test_promoted_cyclic_garbage_is_collected_under_the_tuned_thresholds() -> None:
-    tuned = run([])
-    assert tuned["full_collections"] >= 1
-    # what is left is the garbage of the last few minutes' worth at most, not all of it
-    never = run([50, 1000])  # the oldest generation's threshold never reached
-    assert never["full_collections"] == 0
-    assert tuned["tracked"] * 4 < never["tracked"], (tuned, never)
+    with pytest.raises(asyncio.CancelledError):
+        await collect_periodically(7.0, sleep)
+    assert slept == [7.0, 7.0]
+    assert not any(isinstance(o, Node) for o in gc.get_objects())

@@ -71,13 +71,13 @@ rules:
 
 @asynccontextmanager
 async def worker_and_gate(
-    bootstrap: str, database_url: str, topic: str, tmp: Path, policy: str
+    bootstrap: str, database_url: str, topic: str, tmp: Path, policy: str, **extra: str
 ) -> AsyncIterator[tuple[WorkerProcess, GateProcess]]:
-    """A worker, then a gate process, both ready with ``FAST`` settings and the gate policy
-    ``policy`` (the YAML, written to ``tmp/gate.yaml``); both stopped on exit."""
+    """A worker, then a gate process, both ready with ``FAST`` settings, ``extra`` and the
+    gate policy ``policy`` (the YAML, written to ``tmp/gate.yaml``); both stopped on exit."""
     path = tmp / "gate.yaml"
     path.write_text(policy)
-    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(path)}
+    env = {**FAST, "MONITOR_GATE_POLICY_FILE": str(path), **extra}
     await create_topic(bootstrap, topic)
     worker = WorkerProcess(bootstrap, database_url, topic, tmp, **env).start()
     gate_ = GateProcess(bootstrap, database_url, topic, tmp, **env)
@@ -119,9 +119,18 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
     broker: Any, topic_name: str, tmp_path: Path, database_url: str
 ) -> None:
     async with worker_and_gate(
-        broker.bootstrap, database_url, topic_name, tmp_path, SLOW_POLICY
+        broker.bootstrap,
+        database_url,
+        topic_name,
+        tmp_path,
+        SLOW_POLICY,
+        MONITOR_GC_INTERVAL_S="0.5",
     ) as (worker, gate_):
         assert status(gate_)["status"] == "ok", status(gate_)
+        # both processes run a full collection every gc_interval_s, shown on /metrics
+        full = {
+            p: labelled(p, "python_gc_collections_total", generation="2") for p in (worker, gate_)
+        }
         answers = await gate(gate_, range(25))
         assert all(a["maps_loaded_at"] and "maps_stale" not in a for a in answers)
         await stored_exactly(database_url, 25, worker)
@@ -149,6 +158,10 @@ async def test_gate_process_answers_and_a_worker_stores_its_decision_events(
             assert labelled(gate_, degraded, rule="0", agent="slow-bot", kind=kind) == 1
         assert labelled(gate_, degraded, rule="1", agent="agent-a", kind="fail_open") == 0
         await stored_exactly(database_url, 26, worker)
+        await asyncio.sleep(1.5)
+        for process, before in full.items():
+            after = labelled(process, "python_gc_collections_total", generation="2")
+            assert after >= before + 2, (process.url, before, after)
         assert gate_.stop() == 0, gate_.log_tail()
 
 
