@@ -152,3 +152,78 @@ escalation_bins = Table(
         postgresql_where=text("resolution = '1h' AND kind = 2"),
     ),
 )
+
+# The three verdict roll-ups are kept by triggers on ``verdicts`` (migration 0039, which says
+# what each holds): every writer of verdicts, retention included, keeps them in step.
+_VERDICT_SEGMENT = ("agent_id", "domain", "tier")
+
+verdict_pairs = Table(
+    "verdict_pairs",
+    metadata,
+    required("conversation_id", Text),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("verdicts", Integer),
+    required("labelled", Integer),
+    required("flagged", Integer),
+    PrimaryKeyConstraint(
+        "conversation_id", "judge", "judge_version", "minute", name="pk_verdict_pairs"
+    ),
+    # the outcome-comparing judges panels read the labelled pairs of a range from this index
+    Index(
+        "ix_verdict_pairs_labelled",
+        "minute",
+        postgresql_include=[
+            "judge",
+            "judge_version",
+            "conversation_id",
+            "agent_id",
+            "domain",
+            "tier",
+            "flagged",
+        ],
+        postgresql_where=text("labelled > 0"),
+    ),
+)
+
+verdict_minutes = Table(
+    "verdict_minutes",
+    metadata,
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("status", Text),
+    required("bucket", SmallInteger),
+    required("verdicts", BigInteger),
+    required("latency_ms", Double),
+    PrimaryKeyConstraint(
+        "minute",
+        *_VERDICT_SEGMENT,
+        "judge",
+        "judge_version",
+        "status",
+        "bucket",
+        name="pk_verdict_minutes",
+    ),
+)
+
+verdict_category_minutes = Table(
+    "verdict_category_minutes",
+    metadata,
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("category", Text),
+    required("verdicts", BigInteger),
+    PrimaryKeyConstraint(
+        "minute", *_VERDICT_SEGMENT, "category", name="pk_verdict_category_minutes"
+    ),
+)
