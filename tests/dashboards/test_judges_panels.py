@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from fractions import Fraction
 from typing import Any
 
+from monitor.judges import latency_buckets as lb
 from tests.dashboards import grafana_sql as g
 from tests.dashboards.test_dashboard_sql import (
     Scenario,
@@ -197,3 +199,63 @@ async def test_rewritten_judges_panels_return_the_rows_of_their_reference(
     assert checked == len(REFERENCE) * len(scenarios)
     # the comparison is not vacuous: every panel shows something in some scenario
     assert nonempty == set(REFERENCE), set(REFERENCE) - nonempty
+
+
+#: the verdicts' latencies per time bucket and judge, as the "Judge latency" panel groups them
+LATENCIES = """
+SELECT
+  $__timeGroupAlias(time, $__interval),
+  judge, latency_ms
+FROM {MINUTES} v
+WHERE verdict_row
+  AND $__timeFilter(time)
+  AND ('__all__' IN ($agent) OR agent_id IN ($agent))
+  AND ('__all__' IN ($domain) OR domain IN ($domain))
+  AND ('__all__' IN ($tier) OR tier::text IN ($tier))"""
+
+
+async def test_judge_latency_panel_shows_the_histogram_percentiles_of_the_verdicts(
+    seeded_dashboard_url: str,
+) -> None:
+    """ "Judge latency" shows, per time bucket and judge, the upper edge of the histogram
+    bucket holding the nearest-rank p50 / p95 of the verdicts' latencies
+    (:func:`monitor.judges.latency_buckets.percentile` over every verdict of the whole minutes
+    of the range): never below that latency and at most one bucket (9.1 %) above it."""
+    board = dashboards()["monitor-judges"]
+    panel = {p["title"]: p for p in all_panels(board)}["Judge latency"]
+    compared = 0
+    async with seeded_connection(seeded_dashboard_url) as conn:
+        scenarios = await seeded_scenarios(conn, board)
+        for scenario in scenarios:
+            problems: list[str] = []
+            variables = await resolve_variables(conn, board, scenario, problems)
+            assert not problems, problems
+            interval = g.panel_interval_ms(panel, scenario.time_range, None)
+
+            def sql(raw: str) -> str:
+                return g.interpolate(
+                    raw,
+                    time_range=scenario.time_range,  # noqa: B023 - used in this iteration
+                    interval_ms=interval,  # noqa: B023
+                    variables=variables,  # noqa: B023
+                )
+
+            got = await run_sql(conn, sql(panel["targets"][0]["rawSql"]))
+            assert got.columns == ["time", "metric", "p50", "p95"], scenario.name
+            raw = await run_sql(conn, sql(LATENCIES.replace("{MINUTES}", MINUTES)))
+            groups: dict[tuple[Any, str], list[float]] = {}
+            for t, judge, ms in raw.rows:
+                groups.setdefault((t, judge), []).append(ms)
+            want = {}
+            for k, xs in groups.items():
+                counts = lb.histogram(xs)
+                want[k] = (lb.percentile(counts, 0.5), lb.percentile(counts, 0.95))
+                for q, shown in zip((0.5, 0.95), want[k], strict=True):
+                    exact = sorted(xs)[math.ceil(Fraction(str(q)) * len(xs)) - 1]
+                    assert shown is not None
+                    assert exact <= shown <= max(1.0, exact * lb.MAX_RATIO * (1 + 1e-12))
+            rows = {(t, m): (p50, p95) for t, m, p50, p95 in got.rows}
+            assert len(rows) == len(got.rows), scenario.name
+            assert rows == want, scenario.name
+            compared += len(want)
+    assert compared > 0  # the seeded verdicts show in some scenario: not vacuous

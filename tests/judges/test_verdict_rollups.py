@@ -176,8 +176,8 @@ async def test_rollups_equal_the_recount_after_writes_replacements_and_retention
         assert await assert_equal(conn, seg) == 22
         # spread over days and minutes (the UPDATE trigger moves them between keys)
         await conn.execute(
-            "UPDATE verdicts SET created_at = $1::timestamptz - make_interval(days => (id % 6)::int,"
-            " mins => (id % 4)::int)",
+            "UPDATE verdicts SET created_at = $1::timestamptz"
+            " - make_interval(days => (id % 6)::int, mins => (id % 4)::int)",
             NOW,
         )
         assert len({k[0] for k in (await stored(conn))["minutes"]}) > 6
