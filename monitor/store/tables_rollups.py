@@ -1,7 +1,8 @@
 """Read roll-ups kept at ingest so that no dashboard or CLI read scans ``events``.
 
-All of them are maintained by the batch statement of :mod:`monitor.ingest.rollup_sql`, from the
-rows it actually inserted (a replayed event changes nothing), in the same transaction:
+All of them but the verdict roll-ups are maintained by the batch statement of
+:mod:`monitor.ingest.rollup_sql`, from the rows it actually inserted (a replayed event changes
+nothing), in the same transaction:
 
 ``event_minutes``
     Events per (minute of ``ingested_at``, type, agent, domain, tier). Any time range aligned
@@ -30,6 +31,12 @@ rows it actually inserted (a replayed event changes nothing), in the same transa
 ``segment_values``
     Every agent id, domain and tier (as text) ever stored on a conversation, by ``kind``
     (``agent`` / ``domain`` / ``tier``): the options of the dashboards' template variables.
+``verdict_minutes``, ``verdict_category_minutes``, ``verdict_pairs``
+    ``verdicts`` summed per whole minute of ``created_at`` (counts and a latency histogram;
+    categories; per conversation x judge x version, with the flags the outcome-comparing panels
+    read). Kept by statement-level triggers on ``verdicts`` (migration 0039, which says what
+    each holds), so every writer of verdicts, re-judging and retention included, keeps them
+    equal to a recount; the judges dashboard reads them.
 """
 
 from __future__ import annotations
