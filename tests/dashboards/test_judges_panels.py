@@ -41,7 +41,7 @@ REFERENCE: dict[str, str] = {
     "Verdicts": """
 SELECT sum(verdict_row::int) AS "verdicts",
   sum((verdict_row AND status = 'error')::int) AS "errors"
-FROM v_verdicts
+FROM {MINUTES} v
 WHERE $__timeFilter(time)
   AND ('__all__' IN ($agent) OR agent_id IN ($agent))
   AND ('__all__' IN ($domain) OR domain IN ($domain))
@@ -62,7 +62,7 @@ SELECT (count(*) FILTER (WHERE flagged AND failed))::float
 FROM per_conv""",
     "Judge error rate": """
 SELECT avg((status = 'error')::int) AS "error rate"
-FROM v_verdicts
+FROM {MINUTES} v
 WHERE verdict_row
   AND $__timeFilter(time)
   AND ('__all__' IN ($agent) OR agent_id IN ($agent))
