@@ -1,13 +1,14 @@
-"""The judges dashboard's panels give the rows they gave when they read ``v_verdicts``.
+"""The judges dashboard's panels give the rows their earlier SQL over ``v_verdicts`` gives.
 
-The panels that count verdicts (not categories) read ``v_verdict_rows`` (one row per verdict;
-the categories panels keep ``v_verdicts``) so that they scan a covering
-index instead of unnesting every verdict's categories; :data:`REFERENCE` holds each panel's
-earlier SQL (over ``v_verdicts``, categories unnested). On the seeded database (real
-conversations judged by the deterministic judges, rubric verdicts, errors among them), for
-every scenario of the dashboards' SQL walk (default range, whole history, each variable at one
-and two values and at a value that matches nothing) and for ranges that cut the verdicts in
-the middle, each panel returns the same rows as its reference.
+The panels over verdicts read the per-minute roll-ups of migration 0039 (``v_verdict_minutes``,
+``v_verdict_categories``, ``v_verdict_pairs``); :data:`REFERENCE` holds each panel's earlier SQL
+over ``v_verdicts`` (categories unnested), read at whole minutes as the panels now promise. On
+the seeded database (real conversations judged by the deterministic judges, rubric verdicts,
+errors among them), for every scenario of the dashboards' SQL walk (default range, whole
+history, each variable at one and two values and at a value that matches nothing) and for
+ranges that cut the verdicts in the middle, each panel returns the same rows as its reference.
+"Judge latency" shows histogram percentiles: it is compared with
+:func:`monitor.judges.latency_buckets.percentile` over the verdicts instead.
 """
 
 from __future__ import annotations
