@@ -199,6 +199,10 @@ async def judge_and_check(dsn: str, now: datetime) -> tuple[int, int]:
     try:
         checks = int(await conn.fetchval("SELECT count(*) FROM drift_checks"))
         await conn.execute("VACUUM ANALYZE verdicts")
+        for rollup in ("verdict_minutes", "verdict_category_minutes", "verdict_pairs"):
+            # kept by triggers on verdicts (migration 0039), so filled by the INSERT above
+            if await conn.fetchval("SELECT to_regclass($1)", rollup) is not None:
+                await conn.execute(f"VACUUM ANALYZE {rollup}")
         await conn.execute("VACUUM ANALYZE drift_checks")
     finally:
         await conn.close()

@@ -1,7 +1,8 @@
 """Read roll-ups kept at ingest so that no dashboard or CLI read scans ``events``.
 
-All of them are maintained by the batch statement of :mod:`monitor.ingest.rollup_sql`, from the
-rows it actually inserted (a replayed event changes nothing), in the same transaction:
+All of them but the verdict roll-ups are maintained by the batch statement of
+:mod:`monitor.ingest.rollup_sql`, from the rows it actually inserted (a replayed event changes
+nothing), in the same transaction:
 
 ``event_minutes``
     Events per (minute of ``ingested_at``, type, agent, domain, tier). Any time range aligned
@@ -30,6 +31,12 @@ rows it actually inserted (a replayed event changes nothing), in the same transa
 ``segment_values``
     Every agent id, domain and tier (as text) ever stored on a conversation, by ``kind``
     (``agent`` / ``domain`` / ``tier``): the options of the dashboards' template variables.
+``verdict_minutes``, ``verdict_category_minutes``, ``verdict_pairs``
+    ``verdicts`` summed per whole minute of ``created_at`` (counts and a latency histogram;
+    categories; per conversation x judge x version, with the flags the outcome-comparing panels
+    read). Kept by statement-level triggers on ``verdicts`` (migration 0039, which says what
+    each holds), so every writer of verdicts, re-judging and retention included, keeps them
+    equal to a recount; the judges dashboard reads them.
 """
 
 from __future__ import annotations
@@ -150,5 +157,80 @@ escalation_bins = Table(
         "window_start",
         postgresql_include=["agent_id", "domain", "tier", "seconds_bucket", "conversations"],
         postgresql_where=text("resolution = '1h' AND kind = 2"),
+    ),
+)
+
+# The three verdict roll-ups are kept by triggers on ``verdicts`` (migration 0039, which says
+# what each holds): every writer of verdicts, retention included, keeps them in step.
+_VERDICT_SEGMENT = ("agent_id", "domain", "tier")
+
+verdict_pairs = Table(
+    "verdict_pairs",
+    metadata,
+    required("conversation_id", Text),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("verdicts", Integer),
+    required("labelled", Integer),
+    required("flagged", Integer),
+    PrimaryKeyConstraint(
+        "conversation_id", "judge", "judge_version", "minute", name="pk_verdict_pairs"
+    ),
+    # the outcome-comparing judges panels read the labelled pairs of a range from this index
+    Index(
+        "ix_verdict_pairs_labelled",
+        "minute",
+        postgresql_include=[
+            "judge",
+            "judge_version",
+            "conversation_id",
+            "agent_id",
+            "domain",
+            "tier",
+            "flagged",
+        ],
+        postgresql_where=text("labelled > 0"),
+    ),
+)
+
+verdict_minutes = Table(
+    "verdict_minutes",
+    metadata,
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("status", Text),
+    required("bucket", SmallInteger),
+    required("verdicts", BigInteger),
+    required("latency_ms", Double),
+    PrimaryKeyConstraint(
+        "minute",
+        *_VERDICT_SEGMENT,
+        "judge",
+        "judge_version",
+        "status",
+        "bucket",
+        name="pk_verdict_minutes",
+    ),
+)
+
+verdict_category_minutes = Table(
+    "verdict_category_minutes",
+    metadata,
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("category", Text),
+    required("verdicts", BigInteger),
+    PrimaryKeyConstraint(
+        "minute", *_VERDICT_SEGMENT, "category", name="pk_verdict_category_minutes"
     ),
 )
