@@ -53,10 +53,12 @@ FABRICATION_TYPES: tuple[FabricationType, ...] = get_args(FabricationType)
 ALL_CATEGORIES = FAILURE_CATEGORIES + tuple(f"fabrication:{t}" for t in FABRICATION_TYPES)
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def _natural(event_id: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders digit runs by value: ``c:9`` before ``c:10`` (memoized: a pure
-    function of the id, and a conversation's ids come back with every gate request)."""
+    function of the id, and a conversation's ids come back with every gate request; only ties
+    of time and turn need it, so a few thousand ids suffice, and a larger memo only fills for
+    an hour in a worker, whose judges see each id once)."""
     return tuple(
         (0, int(part)) if part.isdigit() else (1, part)
         for part in re.split(r"(\d+)", event_id)
