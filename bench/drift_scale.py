@@ -17,9 +17,9 @@ turn (``--repeat`` rounds of all stores: a shared machine's load then weighs on 
   ``monitor.worker.services.AnalyticsService`` runs it, default settings, scipy imported before:
   a worker imports it once; the worker's collector settings,
   :func:`monitor.core.gc_tuning.tune_gc`, without which full collections walking every
-  imported object ran in each round over thousands of segments): the first round (no segment has a reference yet: each gets one)
-  and a second five minutes later (every segment has one), ``--repeat`` pairs, each from no
-  stored drift check or state (medians).
+  imported object ran in each round over thousands of segments): the first round (no segment
+  has a reference yet: each gets one) and a second five minutes later (every segment has one),
+  ``--repeat`` pairs, each from no stored drift check or state (medians).
 
 It checks that each timed run checked every one of the S segments (the load it claims) and
 prints one row per S, the ratio of the largest S to the smallest against the goal (at most
