@@ -91,11 +91,12 @@ async def drift_against_references(
     )
     cache: dict[Window, dict[SegmentKey, BinSums]] = {}
     refs: dict[SegmentKey, tuple[Window, BinSums]] = {}
+    none = sum_all([])  # one empty reference for all without items (read-only: shared)
     for key in sorted(recent_sums):
         ref = reference_window(states.get(key), rec[0], reference)
         if ref not in cache:  # most segments share their reference window: one query each
             cache[ref] = await _window_sums(engine, *ref, seg)
-        refs[key] = (ref, cache[ref].get(key, sum_all([])))
+        refs[key] = (ref, cache[ref].get(key, none))
     # the sequential test's windows, read only when a reference is large enough for it
     scans = (
         [await _window_sums(engine, rec[1] - w, rec[1], seg) for w in SCAN_WINDOWS]
