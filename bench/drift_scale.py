@@ -15,9 +15,11 @@ turn (``--repeat`` rounds of all stores: a shared machine's load then weighs on 
   checks stored), ``--repeat`` times (median);
 - the worker's drift round (:func:`monitor.analytics.periodic.drift_once`, as
   ``monitor.worker.services.AnalyticsService`` runs it, default settings, scipy imported before:
-  a worker imports it once): the first round (no segment has a reference yet: each gets one)
-  and a second five minutes later (every segment has one), ``--repeat`` pairs, each from no
-  stored drift check or state (medians).
+  a worker imports it once; the worker's collector settings,
+  :func:`monitor.core.gc_tuning.tune_gc`, without which full collections walking every
+  imported object ran in each round over thousands of segments): the first round (no segment
+  has a reference yet: each gets one) and a second five minutes later (every segment has one),
+  ``--repeat`` pairs, each from no stored drift check or state (medians).
 
 It checks that each timed run checked every one of the S segments (the load it claims) and
 prints one row per S, the ratio of the largest S to the smallest against the goal (at most
@@ -56,6 +58,7 @@ from monitor.analytics.periodic import drift_once  # noqa: E402
 from monitor.config import Settings  # noqa: E402
 from monitor.contract.events import AgentEvent, validate_event  # noqa: E402
 from monitor.core.clock import FixedClock  # noqa: E402
+from monitor.core.gc_tuning import tune_gc  # noqa: E402
 from monitor.core.lazy import lazy_module  # noqa: E402
 from monitor.ingest.rows import event_row  # noqa: E402
 from monitor.ingest.writer import EventWriter  # noqa: E402
@@ -233,6 +236,7 @@ async def main(args: argparse.Namespace) -> None:
     if not admin:
         raise SystemExit("set DATABASE_URL to a Postgres server (the admin database)")
     stats.kstwo.sf(0.5, 10)  # scipy imported (the worker's first round imports it, once)
+    tune_gc()  # as the worker does once started (monitor.worker.app.run_worker)
     async with contextlib.AsyncExitStack() as stack:
         stores = []
         for s in args.segments:  # every store filled first, then the timings interleaved

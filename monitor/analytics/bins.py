@@ -179,14 +179,20 @@ class BinSums:
 
     @classmethod
     def grouped(
-        cls, rows: Sequence[Sequence[Any]], key_len: int, n_bins: int = DEFAULT_BINS
+        cls,
+        rows: Sequence[Sequence[Any]],
+        key_len: int,
+        n_bins: int = DEFAULT_BINS,
+        design_effects: Mapping[tuple[Any, ...], float] | None = None,
     ) -> dict[tuple[Any, ...], BinSums]:
         """Sums per group from rows ``(*key, bin, weight, sum_conf, sum_y, sum_sq_err, sum_w2,
         count)`` holding at most one row per (key, bin) (a query grouped by key and bin), in
         one vectorised pass: a round over thousands of segments builds them at the cost of a
         few array operations, not of a loop per row and field (:meth:`from_rows`, which adds
-        repeated bins). Each group's sums are read-only views of shared arrays. Raises
-        ValueError for a bin outside ``0 .. n_bins-1`` or a (key, bin) given twice."""
+        repeated bins). Each group's sums are read-only views of shared arrays.
+        ``design_effects``: each group's sums :meth:`with_design_effect` of its value (groups
+        absent: 1), the same numbers without a second instance per group. Raises ValueError
+        for a bin outside ``0 .. n_bins-1``, a (key, bin) given twice or a design effect < 1."""
         _check_n_bins(n_bins)
         if not rows:
             return {}
@@ -213,11 +219,18 @@ class BinSums:
         acc[:, cell] = values[1:]
         sums = acc.reshape(len(_SUM_FIELDS), len(groups), n_bins)
         counts = sums[-1].astype(np.int64)
+        if design_effects is not None:
+            deff = np.fromiter(
+                (design_effects.get(k, 1.0) for k in groups), dtype=np.float64, count=len(groups)
+            )
+            if not np.all(deff >= 1.0):
+                raise ValueError("design effect must be >= 1")
+            sums[4] *= deff[:, None]  # each product as with_design_effect's, bit for bit
         sums.flags.writeable = False  # their views below are read-only too
         counts.flags.writeable = False
+        w, c, y, e, w2 = sums[0], sums[1], sums[2], sums[3], sums[4]
         return {
-            key: cls._valid(sums[0, g], sums[1, g], sums[2, g], sums[3, g], sums[4, g], counts[g])
-            for key, g in groups.items()
+            key: cls._valid(w[g], c[g], y[g], e[g], w2[g], counts[g]) for key, g in groups.items()
         }
 
     @classmethod
@@ -234,10 +247,16 @@ class BinSums:
         per-instance checks of ``__post_init__`` (a round over thousands of segments builds
         several instances per segment; the checks were a third of that cost)."""
         out = object.__new__(cls)
-        for name, arr in zip(
-            _SUM_FIELDS, (weight, sum_conf, sum_y, sum_sq_err, sum_w2, count), strict=True
-        ):
-            object.__setattr__(out, name, arr)
+        # the instance dict written at once (a frozen dataclass's fields live there; one
+        # object.__setattr__ per field cost as much again)
+        out.__dict__.update(
+            weight=weight,
+            sum_conf=sum_conf,
+            sum_y=sum_y,
+            sum_sq_err=sum_sq_err,
+            sum_w2=sum_w2,
+            count=count,
+        )
         return out
 
     # -- accessors ----------------------------------------------------------------------------

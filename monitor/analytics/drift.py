@@ -47,6 +47,7 @@ from monitor.analytics.drift_tests import (
     SURPRISE_CONCENTRATIONS,
     SURPRISE_GROUPS,
     SURPRISE_LOG_THRESHOLD,
+    _rows,
     _vec,
 )
 from monitor.analytics.drift_tests import FloatArray as FloatArray
@@ -190,11 +191,13 @@ def window_totals_many(windows: Sequence[tuple[BinSums, BinSums]]) -> list[Windo
     if n == 0:
         return []
     k = len(_vec(windows[0][0].weight))
-    if any(len(_vec(b.weight)) != k or len(_vec(r.weight)) != k for b, r in windows):
+    # BinSums hold 1-d arrays: their lengths are their sizes
+    if any(b.weight.shape != (k,) or r.weight.shape != (k,) for b, r in windows):
         return [window_totals(b, r) for b, r in windows]
 
     def stack(field: str, which: int) -> FloatArray:
-        return np.stack([_vec(getattr(w[which], field)) for w in windows])
+        # BinSums' arrays are 1-d, each field of one shape: every one of length k
+        return _rows([getattr(w[which], field) for w in windows], k)
 
     wb_bins, wr_bins = stack("weight", 0), stack("weight", 1)
     wb, wr = wb_bins.sum(axis=1), wr_bins.sum(axis=1)
@@ -214,37 +217,67 @@ def window_totals_many(windows: Sequence[tuple[BinSums, BinSums]]) -> list[Windo
         pb = (wb_bins[rows] / wb[rows, None] + PSI_EPSILON) / scale
         pr = (wr_bins[rows] / wr[rows, None] + PSI_EPSILON) / scale
         psis[rows] = ((pr - pb) * np.log(pr / pb)).sum(axis=1)
-    out = []
-    for i, (base, rec) in enumerate(windows):
-        w_b, w_r = float(wb[i]), float(wr[i])
+    # the per-pair scalars as Python floats at once (indexing arrays element by element
+    # costs more than the arithmetic); the arithmetic below is that of window_totals
+    wb_, wr_, s2b_, s2r_ = wb.tolist(), wr.tolist(), s2b.tolist(), s2r.tolist()
+    yb_, yr_, gb_, gr_ = yb.tolist(), yr.tolist(), gap_b.tolist(), gap_r.tolist()
+    nb_, nr_, psis_, used_, ok_ = (
+        nb.tolist(),
+        nr.tolist(),
+        psis.tolist(),
+        used.tolist(),
+        ok.tolist(),
+    )
+    ne: list[tuple[float, float] | None] = []  # None: a pair window_totals takes (and raises)
+    chi: dict[int, tuple[int, float]] = {}  # pair -> (degrees of freedom, PSI's chi-square)
+    for i in range(n):
+        w_b, w_r = wb_[i], wr_[i]
         empty = not (w_b > 0 and w_r > 0)
-        if not empty and not ok[i]:
-            out.append(window_totals(base, rec))  # raises as psi does
+        if not empty and not ok_[i]:
+            ne.append(None)
             continue
-        s2_b, s2_r = float(s2b[i]), float(s2r[i])
+        s2_b, s2_r = s2b_[i], s2r_[i]
         ne_b = w_b**2 / s2_b if s2_b > 0 else 0.0
         ne_r = w_r**2 / s2_r if s2_r > 0 else 0.0
-        p = None if empty else float(psis[i])
-        p_psi = None
-        if p is not None:
-            if min(ne_b, ne_r) <= 0 or used[i] < 2:
-                p_psi = 1.0
-            else:
-                p_psi = float(special.chdtrc(used[i] - 1, p * ne_b * ne_r / (ne_b + ne_r)))
+        ne.append((ne_b, ne_r))
+        if not (empty or min(ne_b, ne_r) <= 0 or used_[i] < 2):
+            chi[i] = (used_[i] - 1, psis_[i] * ne_b * ne_r / (ne_b + ne_r))
+    # PSI's p-values in one ufunc call (each element's value is the scalar call's)
+    pvs = dict(
+        zip(
+            chi,
+            special.chdtrc(
+                np.array([c[0] for c in chi.values()], dtype=np.float64),
+                np.array([c[1] for c in chi.values()], dtype=np.float64),
+            ).tolist()
+            if chi
+            else [],
+            strict=True,
+        )
+    )
+    out = []
+    for i, (base, rec) in enumerate(windows):
+        sizes = ne[i]
+        if sizes is None:
+            out.append(window_totals(base, rec))  # raises as psi does
+            continue
+        ne_b, ne_r = sizes
+        w_b, w_r = wb_[i], wr_[i]
+        empty = not (w_b > 0 and w_r > 0)
         out.append(
             WindowTotals(
                 ne_b=ne_b,
                 ne_r=ne_r,
                 w_b=w_b,
                 w_r=w_r,
-                n_b=int(nb[i]),
-                n_r=int(nr[i]),
-                psi=p,
-                psi_pvalue=p_psi,
-                acc_b=None if empty else min(1.0, float(yb[i]) / w_b),
-                acc_r=None if empty else min(1.0, float(yr[i]) / w_r),
-                ece_b=None if empty else float(gap_b[i] / wb[i]),
-                ece_r=None if empty else float(gap_r[i] / wr[i]),
+                n_b=int(nb_[i]),
+                n_r=int(nr_[i]),
+                psi=None if empty else psis_[i],
+                psi_pvalue=None if empty else pvs.get(i, 1.0),
+                acc_b=None if empty else min(1.0, yb_[i] / w_b),
+                acc_r=None if empty else min(1.0, yr_[i] / w_r),
+                ece_b=None if empty else gb_[i] / w_b,
+                ece_r=None if empty else gr_[i] / w_r,
             )
         )
     return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +55,16 @@ class StatResult:
 
 def _vec(x: npt.ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=np.float64).reshape(-1)
+
+
+def _rows(vectors: Sequence[npt.NDArray[Any]], k: int) -> FloatArray:
+    """1-d arrays of length ``k`` (the caller checks) as the float rows of one array:
+    ``np.stack``'s values, filled row by row (``np.stack`` wraps and checks each of thousands
+    of arrays first, several times the cost)."""
+    out = np.empty((len(vectors), k), dtype=np.float64)
+    for i, v in enumerate(vectors):
+        out[i] = v
+    return out
 
 
 @dataclass(frozen=True)
@@ -154,8 +165,10 @@ def ks_binned_many(
             raise ValueError(bad)
         en[i] = max(1.0, round(n_baseline * n_recent / (n_baseline + n_recent)))
     bs, rs = [_vec(w[0]) for w in windows], [_vec(w[1]) for w in windows]
-    if len({x.shape for x in bs + rs}) == 1:  # one shape: the statistics row by row at once
-        b, r = np.stack(bs), np.stack(rs)
+    k = len(bs[0])
+    if all(len(x) == k for x in bs) and all(len(x) == k for x in rs):
+        # one shape: the statistics row by row at once
+        b, r = _rows(bs, k), _rows(rs, k)
         sb, sr = b.sum(axis=1), r.sum(axis=1)
         if not (np.all(sb > 0) and np.all(sr > 0)):
             raise ValueError(bad)

@@ -28,6 +28,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -36,7 +37,7 @@ from monitor.analytics.design_effect import design_effects
 from monitor.analytics.drift import DriftCheck, check_drift_many, runs_surprise
 from monitor.analytics.drift_policy import SCAN_WINDOWS, Reference, advance, reference_window
 from monitor.analytics.drift_state import load_references, save_references
-from monitor.analytics.repo import Segment, bin_sums
+from monitor.analytics.repo import Segment, bin_sum_rows
 from monitor.analytics.reports import drift_windows
 from monitor.analytics.write import SegmentKey, save_drifts
 from monitor.core.clock import Clock
@@ -50,14 +51,14 @@ _KEYS = ("agent_id", "agent_version", "domain", "tier")
 async def _window_sums(
     engine: AsyncEngine, lo: datetime, hi: datetime, segment: Segment
 ) -> dict[SegmentKey, BinSums]:
-    sums, deffs = await asyncio.gather(  # two connections: the store works while we decode
-        bin_sums(engine, segment, lo, hi, group_by=_KEYS, ordered=False),
+    rows, deffs = await asyncio.gather(  # two connections: the store works while we decode
+        bin_sum_rows(engine, segment, lo, hi, group_by=_KEYS, ordered=False),
         design_effects(engine, segment, lo, hi, group_by=_KEYS),
     )
-    return {
-        (str(k[0]), str(k[1]), str(k[2]), int(k[3])): s.with_design_effect(deffs.get(k, 1.0))
-        for k, s in sums.items()
-    }
+    # the keys as stored (text, text, text, smallint: SegmentKey's types), each group's sums
+    # with its design effect applied while grouping
+    sums = BinSums.grouped(rows, len(_KEYS), design_effects=deffs)
+    return cast(dict[SegmentKey, BinSums], sums)
 
 
 Window = tuple[datetime, datetime]
@@ -90,11 +91,12 @@ async def drift_against_references(
     )
     cache: dict[Window, dict[SegmentKey, BinSums]] = {}
     refs: dict[SegmentKey, tuple[Window, BinSums]] = {}
+    none = sum_all([])  # one empty reference for all without items (read-only: shared)
     for key in sorted(recent_sums):
         ref = reference_window(states.get(key), rec[0], reference)
         if ref not in cache:  # most segments share their reference window: one query each
             cache[ref] = await _window_sums(engine, *ref, seg)
-        refs[key] = (ref, cache[ref].get(key, sum_all([])))
+        refs[key] = (ref, cache[ref].get(key, none))
     # the sequential test's windows, read only when a reference is large enough for it
     scans = (
         [await _window_sums(engine, rec[1] - w, rec[1], seg) for w in SCAN_WINDOWS]

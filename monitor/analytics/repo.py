@@ -144,6 +144,23 @@ async def bin_sums(
     ``ordered``: the groups in key order (the store's collation); ``False`` leaves them in the
     order the store returns them, saving the sort of every (group, bin) row (a drift round
     over thousands of segments looks its groups up by key)."""
+    rows = await bin_sum_rows(engine, segment, start, end, group_by, ordered=ordered)
+    return BinSums.grouped(rows, len(group_by))
+
+
+async def bin_sum_rows(
+    engine: AsyncEngine,
+    segment: Segment,
+    start: datetime,
+    end: datetime,
+    group_by: Sequence[str] = ("agent_id",),
+    *,
+    ordered: bool = True,
+) -> Sequence[Sequence[Any]]:
+    """The rows :func:`bin_sums` sums, ``(*group_by, bin, weight, sum_conf, sum_y,
+    sum_sq_err, sum_w2, count)``, one per (group, bin), for
+    :meth:`~monitor.analytics.bins.BinSums.grouped` (a caller that applies design effects
+    while grouping)."""
     bad = set(group_by) - {"agent_id", "agent_version", "domain", "tier"}
     if bad:
         raise ValueError(f"cannot group by {sorted(bad)}")
@@ -163,8 +180,7 @@ async def bin_sums(
         + (f" ORDER BY {keys + ', ' if keys else ''}bin" if ordered else "")
     )
     async with engine.connect() as conn:
-        rows = (await conn.execute(text(sql), params)).all()
-    return BinSums.grouped(rows, len(group_by))
+        return (await conn.execute(text(sql), params)).all()
 
 
 async def bin_series(

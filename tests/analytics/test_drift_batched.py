@@ -17,6 +17,7 @@ from monitor.analytics.drift import DriftCheck
 from monitor.analytics.drift_state import load_references
 from monitor.analytics.periodic import drift_against_references
 from monitor.analytics.repo import Segment
+from monitor.analytics.reports import drift_windows
 from monitor.contract.events import AgentEvent, validate_event
 from monitor.sim.traffic import Simulator, default_agents
 from monitor.store.engine import make_engine
@@ -65,9 +66,13 @@ def seeded(migrated_template_url: str) -> Iterator[str]:
         yield url
 
 
+_COLUMNS = (
+    "n_baseline, n_recent, psi, ks_statistic, ks_pvalue, accuracy_baseline, accuracy_recent,"
+    " accuracy_pvalue, ece_baseline, ece_recent, ece_delta, ece_pvalue"
+)
 _STORED = (
     "SELECT agent_id, agent_version, domain, tier, recent_from, recent_to, baseline_from,"
-    " baseline_to, fired, fired_tests, reason, details FROM drift_checks"
+    f" baseline_to, fired, fired_tests, reason, details, {_COLUMNS} FROM drift_checks"
     " ORDER BY recent_to, agent_id, agent_version, domain, tier"
 )
 
@@ -135,3 +140,22 @@ def test_a_batched_round_is_each_segments_round(seeded):
     assert tiny and not tiny[0].fired and tiny[0].reason.startswith("too few samples")
     assert tiny[0].n_recent > 0
     assert len(b_stored) == sum(len(f) for f in b_found)
+    # each check is stored whole, every field once: its columns and its details give it back
+    returned = {
+        (*key, drift_windows(at, RECENT).recent[1]): check
+        for at, found in zip(ROUNDS, b_found, strict=True)
+        for key, (_, check) in found.items()
+    }
+    columns = [c.strip() for c in _COLUMNS.split(",")]
+    assert set(columns).isdisjoint(b_stored[0][11]) and "reason" not in b_stored[0][11]
+    for row in b_stored:
+        key = (*row[:4], row[5])
+        stored = DriftCheck(
+            **row[11],
+            **dict(zip(columns, row[12:], strict=True)),
+            fired=row[8],
+            fired_tests=tuple(t for t in row[9].split(",") if t),
+            reason=row[10],
+        )
+        assert stored == returned.pop(key)  # bit for bit (a float column holds the double)
+    assert not returned
