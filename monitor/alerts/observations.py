@@ -35,6 +35,7 @@ Metric definitions (see :mod:`monitor.alerts.rule_models`):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
@@ -59,6 +60,8 @@ LagSource = Callable[[], float | None]
 """Returns the current consumer lag in records (None when unknown)."""
 
 _DRIFT_SLACK = timedelta(minutes=1)
+#: the rules that read each segment's escalation conversations
+ESCALATION_METRICS = frozenset({Metric.ESCALATION_INVERSION, Metric.TIME_TO_ESCALATION_P90_S})
 
 
 def segment_scope(segment: SegmentTuple) -> dict[str, str]:
@@ -240,11 +243,23 @@ def gate_observations(
 
 
 class _Reader:
-    """Per-evaluation cache: one query per (family, window), shared by rules."""
+    """Per-evaluation cache: one query per (family, window), shared by rules.
 
-    def __init__(self, engine: AsyncEngine, now: datetime) -> None:
+    A segment's escalation conversations (one object per distinct key of a window that may be a
+    day long) are kept only for the windows in ``shared_escalation``, those more than one rule
+    reads: kept for every segment, they made the evaluation's peak memory, and so the worker's
+    resident size, grow with everything its longest window holds; read and dropped, the peak
+    is one segment's."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        now: datetime,
+        shared_escalation: frozenset[timedelta] = frozenset(),
+    ) -> None:
         self.engine = engine
         self.now = now
+        self.shared_escalation = shared_escalation
         self.cache: dict[tuple[Any, ...], Any] = {}
 
     async def get(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
@@ -281,13 +296,19 @@ class _Reader:
                 ("drift", w), lambda: repo.latest_drift_checks(eng, lo, now + _DRIFT_SLACK)
             )
             return drift_observations(rule, rows, now)
-        if m in (Metric.ESCALATION_INVERSION, Metric.TIME_TO_ESCALATION_P90_S):
+        if m in ESCALATION_METRICS:
             segs = await self.get(("segs", w), lambda: repo.conversation_segments(eng, lo, now))
             out = []
             for seg in segs:
-                if rule.scope.matches(segment_scope(seg)):
-                    convs = await self.get(("esc", w, seg), _bind(_convs, eng, seg, lo, now))
-                    out.append(escalation_observation(rule, seg, convs, now))
+                if not rule.scope.matches(segment_scope(seg)):
+                    continue
+                read = _bind(_convs, eng, seg, lo, now)
+                if w in self.shared_escalation:
+                    convs = await self.get(("esc", w, seg), read)
+                else:
+                    convs = await read()
+                out.append(escalation_observation(rule, seg, convs, now))
+                del convs
             return out
         if m is Metric.JUDGE_FAILURE_RATE:
             rows = await self.get(("verdicts", w), lambda: repo.verdict_categories(eng, lo, now))
@@ -326,7 +347,8 @@ async def observe(
     """Observations of every rule at ``now`` (aware), in rule order then scope order."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    reader = _Reader(engine, now)
+    windows = Counter(r.window for r in rules.rules if r.metric in ESCALATION_METRICS)
+    reader = _Reader(engine, now, frozenset(w for w, n in windows.items() if n > 1))
     out: list[Observation] = []
     for rule in rules.rules:
         out.extend(await reader.rule(rule, lag, stall))

@@ -255,14 +255,15 @@ async def test_group_wait_holds_then_flushes_together(engine: AsyncEngine) -> No
     assert {n.fingerprint for n in r.batches[0].notifications} >= {seg_fp("ece_high", OVER)}
 
 
-async def test_escalation_observations_per_segment(engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("p90_window", ["2h", "3h"])  # one read shared by both rules; one each
+async def test_escalation_observations_per_segment(engine: AsyncEngine, p90_window: str) -> None:
     rs = load_rules(
-        """
+        f"""
 rules:
-  - {name: inv, metric: escalation_inversion, comparison: ">=", threshold: 1, window: 2h,
-     severity: critical, annotations: {summary: i}}
-  - {name: p90, metric: time_to_escalation_p90_s, scope: {tier: 1}, comparison: ">",
-     threshold: 20, window: 2h, severity: warning, annotations: {summary: p}}
+  - {{name: inv, metric: escalation_inversion, comparison: ">=", threshold: 1, window: 2h,
+     severity: critical, annotations: {{summary: i}}}}
+  - {{name: p90, metric: time_to_escalation_p90_s, scope: {{tier: 1}}, comparison: ">",
+     threshold: 20, window: {p90_window}, severity: warning, annotations: {{summary: p}}}}
 """,
         "esc.yaml",
     )
