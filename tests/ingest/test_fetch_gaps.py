@@ -15,7 +15,10 @@ from monitor.stack.broker import EmbeddedBroker
 from tests.servers.worker import create_topics
 
 PRODUCERS = 4
-RACE_DEADLINE_S = 120.0  # the race shows within 20 s on the 2-core machine (4 runs of 4)
+# The race showed within 20 s on a 2-core machine in 4 runs of 4, and never in 120 s (871,273
+# records) on another: the broker does not always race, so the read-everything assertion is the
+# contract and the gap count is reported, not required. The pure tests above pin the gap rule.
+RACE_DEADLINE_S = 30.0
 
 
 def test_contiguous_offsets_are_returned_whole() -> None:
@@ -66,8 +69,10 @@ async def test_records_written_concurrently_by_producers_are_all_read(
     broker: EmbeddedBroker, topic_name: str
 ) -> None:
     """Four producers write one partition as fast as they can while a consumer reads it through
-    ``GuardedFetch``: every acknowledged record is read, though the broker showed a gap (a later
-    batch readable before an earlier one) that a plain fetch would have moved past."""
+    ``GuardedFetch``: every acknowledged record is read, in offset order, even where the broker
+    showed a gap (a later batch readable before an earlier one) that a plain fetch would have
+    moved past. Whether the broker races in the time given varies by machine; the gaps held are
+    printed (``-s``) so a run shows whether the guard was exercised."""
     await create_topics(broker.bootstrap, (topic_name, 1))
     tp = TopicPartition(topic_name, 0)
     consumer = AIOKafkaConsumer(
@@ -107,10 +112,8 @@ async def test_records_written_concurrently_by_producers_are_all_read(
         stop.set()
         await asyncio.gather(*producers, return_exceptions=True)
         await consumer.stop()
-    assert fetch.gaps_held >= 1, (
-        f"no gap in {RACE_DEADLINE_S:.0f} s of {len(acked):,} records: the broker no longer "
-        "shows batches out of order (then this guard may go)"
-    )
+    print(f"{fetch.gaps_held} gap(s) held in {len(acked):,} acknowledged records")
+    assert acked, "the producers wrote nothing"
     assert len(acked - values) == 0, f"{len(acked - values)} acknowledged records never read"
     assert read == list(range(len(read))), "offsets read out of order or with a hole"
     assert fetch.gaps_passed == 0  # every gap was filled, none taken as control records
