@@ -74,6 +74,13 @@ _NOT_EXEMPLAR = (
     "NOT EXISTS (SELECT 1 FROM alert_exemplars x WHERE x.conversation_id = {t}.conversation_id)"
 )
 
+# these DELETEs hold the rows they delete when the triggers of migration 0040 refresh the judge
+# flags against outcomes, so they refresh as bulk writers (one table lock, waited for after the
+# refreshes in progress; none per conversation, which would wait for an ingest writer that waits
+# for one of those rows)
+_BULK_TABLES = ("DELETE FROM conversations ", "DELETE FROM verdicts ")
+VERDICT_TRUTH_BULK = "monitor.verdict_truth_bulk"
+
 # (name in reports and metrics, horizon attribute, DELETE statement with :cut)
 _DELETES: tuple[tuple[str, str, str], ...] = (
     # an id is forgotten only once its events partition is gone (a kept replayed day stays
@@ -207,6 +214,8 @@ async def _step(
 
 
 async def _delete(conn: AsyncConnection, sql: str, cut: datetime) -> int:
+    if sql.startswith(_BULK_TABLES):
+        await conn.execute(text(f"SET LOCAL {VERDICT_TRUTH_BULK} = on"))
     result = await conn.execute(text(sql), {"cut": cut})
     return int(getattr(result, "rowcount", 0) or 0)
 

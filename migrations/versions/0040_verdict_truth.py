@@ -1,0 +1,291 @@
+"""judge flags against outcomes: ``verdict_truth`` and ``verdict_truth_minutes``
+
+The judges dashboard's "Precision of judge flags" and "Judges against ground truth" count, per
+(judge, judge version), the conversations with a labelled verdict in the range and a known
+outcome: whether one of their labelled pairs there flagged them, and whether they failed. They
+read these two tables instead of joining every ``verdict_pairs`` row of the range with
+``conversations``:
+
+- ``verdict_truth``: one row per row of ``v_verdict_pairs`` with ``labelled > 0`` and a known
+  ``outcome_success`` (same key, segment and minute), with ``flagged`` (``flagged > 0``),
+  ``failed`` (``NOT outcome_success``) and ``solo``: the (conversation, judge, judge version)
+  has no other such row (at any time).
+- ``verdict_truth_minutes``: the solo rows counted per (minute, agent, domain, tier, judge,
+  judge version, flagged, failed) in ``pairs``; a key whose count falls to 0 is deleted.
+
+A solo row is its conversation's whole contribution for its judge and version wherever the
+range and the filters fall, so the panels sum ``verdict_truth_minutes`` and group only the
+non-solo rows of ``verdict_truth`` (view ``v_verdict_truth_shared``: a conversation judged in
+more than one minute by one judge version) by conversation: the same rows as grouping every pair.
+
+Kept exact by recomputing, for every conversation a statement touched, its rows from
+``verdict_pairs`` and ``conversations`` (:func:`verdict_truth_refresh`): the counts change by
+(new solo rows) - (stored solo rows). Statement-level triggers call it:
+
+- on ``verdicts`` (INSERT, UPDATE, DELETE; named after migration 0039's ``verdict_rollups_*``
+  so they fire after them and read the updated ``verdict_pairs``): a new judgement, a re-judged
+  conversation's replaced verdicts, the retention DELETE;
+- on ``conversations`` (INSERT and DELETE of a row with an outcome, UPDATE changing
+  ``outcome_success``): a late outcome, a changed one, a conversation row arriving after its
+  verdicts, the retention DELETE (its verdicts' pairs stay, without outcome: they leave the
+  panels, as in the join).
+
+TRUNCATE of either empties both tables.
+
+Locks, always in this order, so the verdict trigger and the outcome trigger cannot wait for
+each other in a cycle: (1) the conversations' advisory lock (``pg_advisory_xact_lock(7301,
+hashtext(conversation_id))``, keys ascending). The ingest writer and the judges' writer take it
+(``LOCK_CONVERSATIONS``) before the statements that fire the triggers, so for them the refresh
+takes nothing new; for other writers of up to :data:`BULK` conversations the refresh takes it,
+after ``ROW EXCLUSIVE`` on ``verdict_truth``. A bulk writer (more conversations in one statement,
+or a transaction with ``SET LOCAL monitor.verdict_truth_bulk = on``: the retention DELETEs, which
+hold the rows they delete before their trigger fires) takes ``SHARE ROW EXCLUSIVE`` on
+``verdict_truth`` instead: it waits for every refresh in progress to commit and holds off new ones
+until it commits, without a lock per conversation (thousands of advisory locks would exhaust the
+lock table). (2) the ``verdict_truth`` rows of those conversations; (3) the
+``verdict_truth_minutes`` keys, ascending (one upsert ordered by key; the keys it emptied are
+then deleted, already held). Serialising per conversation also keeps the refresh exact between a
+verdict writer and an outcome writer of one conversation: the second waits for the first to
+commit and its following statements read what the first wrote (READ COMMITTED, a snapshot per
+statement). A writer that, after a refresh, waits in the same transaction for a row held by a
+bulk writer (e.g. a conversation re-judged while retention deletes it) can still deadlock with
+it; Postgres aborts one of the two (a retention step is retried at the next run).
+
+The upgrade fills both tables from the stored pairs; the downgrade drops triggers, functions,
+views and tables.
+
+Revision ID: 0040
+Revises: 0039
+Create Date: 2026-12-08 00:30:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0040"
+down_revision: str | None = "0039"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_KEY = "minute, agent_id, domain, tier, judge, judge_version, flagged, failed"
+_PK = "conversation_id, judge, judge_version, minute"
+_ROW = f"{_PK}, agent_id, domain, tier, flagged, failed, solo"
+
+# the rows verdict_truth should hold for the conversations matched by {where}
+_CURRENT = """
+SELECT p.conversation_id, p.judge, p.judge_version, p.minute, p.agent_id, p.domain, p.tier,
+  p.flagged > 0 AS flagged, NOT c.outcome_success AS failed,
+  count(*) OVER (PARTITION BY p.conversation_id, p.judge, p.judge_version) = 1 AS solo
+FROM verdict_pairs p JOIN conversations c ON c.conversation_id = p.conversation_id
+WHERE p.labelled > 0 AND c.outcome_success IS NOT NULL AND {where}"""
+
+BULK = 1000
+"""More conversations than this in one statement: the refresh locks the table, not each one."""
+FLAG = "monitor.verdict_truth_bulk"
+"""A transaction that sets this to ``on`` (``SET LOCAL``) refreshes as a bulk writer."""
+
+REFRESH = f"""
+CREATE FUNCTION verdict_truth_refresh(cids text[]) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  zero tid[];
+BEGIN
+  IF cardinality(cids) IS NULL OR cardinality(cids) = 0 THEN
+    RETURN;
+  END IF;
+  IF cardinality(cids) > {BULK} OR current_setting('{FLAG}', true) = 'on' THEN
+    LOCK TABLE verdict_truth IN SHARE ROW EXCLUSIVE MODE;
+  ELSE
+    LOCK TABLE verdict_truth IN ROW EXCLUSIVE MODE;
+    PERFORM count(pg_advisory_xact_lock(7301, h))
+    FROM (SELECT DISTINCT hashtext(c) AS h FROM unnest(cids) AS c ORDER BY 1) AS keys;
+  END IF;
+  WITH d AS (
+    SELECT {_KEY}, sum(n) AS n FROM (
+      SELECT {_KEY}, -1 AS n FROM verdict_truth
+      WHERE conversation_id = ANY(cids) AND solo
+      UNION ALL
+      SELECT {_KEY}, 1 FROM ({_CURRENT.format(where="p.conversation_id = ANY(cids)")}) AS cur
+      WHERE solo) AS x
+    GROUP BY {_KEY} HAVING sum(n) <> 0
+  ), up AS (
+    INSERT INTO verdict_truth_minutes AS m ({_KEY}, pairs)
+    SELECT {_KEY}, n FROM d ORDER BY {_KEY}
+    ON CONFLICT ({_KEY}) DO UPDATE SET pairs = m.pairs + EXCLUDED.pairs
+    RETURNING m.ctid AS row, m.pairs)
+  SELECT array_agg(row) FILTER (WHERE pairs = 0) INTO zero FROM up;
+  IF zero IS NOT NULL THEN
+    DELETE FROM verdict_truth_minutes WHERE ctid = ANY(zero) AND pairs = 0;
+  END IF;
+  DELETE FROM verdict_truth WHERE conversation_id = ANY(cids);
+  INSERT INTO verdict_truth ({_ROW})
+  SELECT {_ROW} FROM ({_CURRENT.format(where="p.conversation_id = ANY(cids)")}) AS cur
+  ORDER BY {_PK};
+END
+$fn$"""
+
+ON_VERDICTS = """
+CREATE FUNCTION verdict_truth_verdicts() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    PERFORM verdict_truth_refresh(ARRAY(SELECT DISTINCT conversation_id FROM new_verdicts));
+  ELSIF TG_OP = 'DELETE' THEN
+    PERFORM verdict_truth_refresh(ARRAY(SELECT DISTINCT conversation_id FROM old_verdicts));
+  ELSIF TG_OP = 'UPDATE' THEN
+    PERFORM verdict_truth_refresh(ARRAY(
+      SELECT conversation_id FROM old_verdicts UNION SELECT conversation_id FROM new_verdicts));
+  ELSE
+    TRUNCATE verdict_truth, verdict_truth_minutes;
+  END IF;
+  RETURN NULL;
+END
+$fn$"""
+
+ON_CONVERSATIONS = """
+CREATE FUNCTION verdict_truth_conversations() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    PERFORM verdict_truth_refresh(ARRAY(
+      SELECT conversation_id FROM new_conversations WHERE outcome_success IS NOT NULL));
+  ELSIF TG_OP = 'DELETE' THEN
+    PERFORM verdict_truth_refresh(ARRAY(
+      SELECT conversation_id FROM old_conversations WHERE outcome_success IS NOT NULL));
+  ELSIF TG_OP = 'UPDATE' THEN
+    PERFORM verdict_truth_refresh(ARRAY(
+      SELECT n.conversation_id FROM new_conversations n
+      LEFT JOIN old_conversations o ON o.conversation_id = n.conversation_id
+      WHERE n.outcome_success IS DISTINCT FROM o.outcome_success));
+  ELSE
+    TRUNCATE verdict_truth, verdict_truth_minutes;
+  END IF;
+  RETURN NULL;
+END
+$fn$"""
+
+TRIGGERS = {
+    "verdict_truth_insert": (
+        "AFTER INSERT ON verdicts REFERENCING NEW TABLE AS new_verdicts",
+        "verdict_truth_verdicts",
+    ),
+    "verdict_truth_update": (
+        "AFTER UPDATE ON verdicts REFERENCING OLD TABLE AS old_verdicts NEW TABLE AS new_verdicts",
+        "verdict_truth_verdicts",
+    ),
+    "verdict_truth_delete": (
+        "AFTER DELETE ON verdicts REFERENCING OLD TABLE AS old_verdicts",
+        "verdict_truth_verdicts",
+    ),
+    "verdict_truth_truncate": ("AFTER TRUNCATE ON verdicts", "verdict_truth_verdicts"),
+    "conversation_truth_insert": (
+        "AFTER INSERT ON conversations REFERENCING NEW TABLE AS new_conversations",
+        "verdict_truth_conversations",
+    ),
+    "conversation_truth_update": (
+        "AFTER UPDATE ON conversations"
+        " REFERENCING OLD TABLE AS old_conversations NEW TABLE AS new_conversations",
+        "verdict_truth_conversations",
+    ),
+    "conversation_truth_delete": (
+        "AFTER DELETE ON conversations REFERENCING OLD TABLE AS old_conversations",
+        "verdict_truth_conversations",
+    ),
+    "conversation_truth_truncate": (
+        "AFTER TRUNCATE ON conversations",
+        "verdict_truth_conversations",
+    ),
+}
+_TABLES = {name: spec.split(" ON ")[1].split()[0] for name, (spec, _) in TRIGGERS.items()}
+
+VIEWS = {
+    "v_verdict_truth_minutes": (
+        "SELECT minute AS time, agent_id, domain, tier, judge, judge_version, flagged, failed,"
+        " pairs FROM verdict_truth_minutes"
+    ),
+    "v_verdict_truth_shared": (
+        "SELECT minute AS time, conversation_id, agent_id, domain, tier, judge, judge_version,"
+        " flagged, failed FROM verdict_truth WHERE NOT solo"
+    ),
+}
+
+_GRANT = (
+    "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'monitor_readonly') THEN"
+    " GRANT SELECT ON {name} TO monitor_readonly; END IF; END $$"
+)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "verdict_truth",
+        sa.Column("conversation_id", sa.Text, nullable=False),
+        sa.Column("judge", sa.Text, nullable=False),
+        sa.Column("judge_version", sa.Text, nullable=False),
+        sa.Column("minute", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("agent_id", sa.Text, nullable=False),
+        sa.Column("domain", sa.Text, nullable=False),
+        sa.Column("tier", sa.SmallInteger, nullable=False),
+        sa.Column("flagged", sa.Boolean, nullable=False),
+        sa.Column("failed", sa.Boolean, nullable=False),
+        sa.Column("solo", sa.Boolean, nullable=False),
+        sa.PrimaryKeyConstraint(*_PK.split(", "), name="pk_verdict_truth"),
+    )
+    op.create_index(
+        "ix_verdict_truth_shared",
+        "verdict_truth",
+        ["minute"],
+        postgresql_include=[
+            "judge",
+            "judge_version",
+            "conversation_id",
+            "agent_id",
+            "domain",
+            "tier",
+            "flagged",
+            "failed",
+        ],
+        postgresql_where=sa.text("NOT solo"),
+    )
+    op.create_table(
+        "verdict_truth_minutes",
+        sa.Column("minute", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("agent_id", sa.Text, nullable=False),
+        sa.Column("domain", sa.Text, nullable=False),
+        sa.Column("tier", sa.SmallInteger, nullable=False),
+        sa.Column("judge", sa.Text, nullable=False),
+        sa.Column("judge_version", sa.Text, nullable=False),
+        sa.Column("flagged", sa.Boolean, nullable=False),
+        sa.Column("failed", sa.Boolean, nullable=False),
+        sa.Column("pairs", sa.BigInteger, nullable=False),
+        sa.PrimaryKeyConstraint(*_KEY.split(", "), name="pk_verdict_truth_minutes"),
+    )
+    op.execute(REFRESH)
+    op.execute(ON_VERDICTS)
+    op.execute(ON_CONVERSATIONS)
+    for name, (spec, function) in TRIGGERS.items():
+        op.execute(f"CREATE TRIGGER {name} {spec} FOR EACH STATEMENT EXECUTE FUNCTION {function}()")
+    # the pairs stored before
+    op.execute(
+        f"INSERT INTO verdict_truth ({_ROW}) SELECT {_ROW}"
+        f" FROM ({_CURRENT.format(where='true')}) AS cur"
+    )
+    op.execute(
+        f"INSERT INTO verdict_truth_minutes ({_KEY}, pairs) SELECT {_KEY}, count(*)"
+        f" FROM verdict_truth WHERE solo GROUP BY {_KEY}"
+    )
+    for name, sql in VIEWS.items():
+        op.execute(f"CREATE VIEW {name} AS {sql}")
+        op.execute(_GRANT.format(name=name))
+
+
+def downgrade() -> None:
+    for name in VIEWS:
+        op.execute(f"DROP VIEW {name}")
+    for name in TRIGGERS:
+        op.execute(f"DROP TRIGGER {name} ON {_TABLES[name]}")
+    op.execute("DROP FUNCTION verdict_truth_conversations()")
+    op.execute("DROP FUNCTION verdict_truth_verdicts()")
+    op.execute("DROP FUNCTION verdict_truth_refresh(text[])")
+    op.drop_table("verdict_truth_minutes")
+    op.drop_table("verdict_truth")
