@@ -37,6 +37,12 @@ nothing), in the same transaction:
     read). Kept by statement-level triggers on ``verdicts`` (migration 0039, which says what
     each holds), so every writer of verdicts, re-judging and retention included, keeps them
     equal to a recount; the judges dashboard reads them.
+``verdict_truth``, ``verdict_truth_minutes``
+    The labelled pairs whose conversation has an outcome (flagged? failed? the conversation's
+    only one for its judge version?) and the per-minute counts of those that are: kept by
+    triggers on ``verdicts`` and on ``conversations`` (migration 0040), so re-judging, late or
+    changed outcomes and retention keep them equal to a recount; the judges dashboard's
+    precision and ground-truth panels read them.
 """
 
 from __future__ import annotations
@@ -232,5 +238,66 @@ verdict_category_minutes = Table(
     required("verdicts", BigInteger),
     PrimaryKeyConstraint(
         "minute", *_VERDICT_SEGMENT, "category", name="pk_verdict_category_minutes"
+    ),
+)
+
+# Judge flags against conversation outcomes, kept by triggers on ``verdicts`` and on
+# ``conversations`` (migration 0040, which says what each holds and in what order they lock):
+# the rows of ``verdict_pairs`` with a label and an outcome, and the per-minute counts of those
+# that are their conversation's only one for their judge version.
+verdict_truth = Table(
+    "verdict_truth",
+    metadata,
+    required("conversation_id", Text),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("flagged", Boolean),
+    required("failed", Boolean),
+    required("solo", Boolean),
+    PrimaryKeyConstraint(
+        "conversation_id", "judge", "judge_version", "minute", name="pk_verdict_truth"
+    ),
+    # the judges panels group the pairs that are not solo of a range from this index
+    Index(
+        "ix_verdict_truth_shared",
+        "minute",
+        postgresql_include=[
+            "judge",
+            "judge_version",
+            "conversation_id",
+            "agent_id",
+            "domain",
+            "tier",
+            "flagged",
+            "failed",
+        ],
+        postgresql_where=text("NOT solo"),
+    ),
+)
+
+verdict_truth_minutes = Table(
+    "verdict_truth_minutes",
+    metadata,
+    required("minute", TS),
+    required("agent_id", Text),
+    required("domain", Text),
+    required("tier", SmallInteger),
+    required("judge", Text),
+    required("judge_version", Text),
+    required("flagged", Boolean),
+    required("failed", Boolean),
+    required("pairs", BigInteger),
+    PrimaryKeyConstraint(
+        "minute",
+        *_VERDICT_SEGMENT,
+        "judge",
+        "judge_version",
+        "flagged",
+        "failed",
+        name="pk_verdict_truth_minutes",
     ),
 )
