@@ -71,17 +71,31 @@ down_revision: str | None = "0039"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_KEY = "minute, agent_id, domain, tier, judge, judge_version, flagged, failed"
+_KEY = "minute, last_minute, agent_id, domain, tier, judge, judge_version, flagged, failed"
 _PK = "conversation_id, judge, judge_version, minute"
-_ROW = f"{_PK}, agent_id, domain, tier, flagged, failed, solo"
+_ROW = (
+    f"{_PK}, agent_id, domain, tier, flagged, failed, first_minute, last_minute, flagged_any,"
+    " uniform"
+)
+# a row of verdict_truth counted in verdict_truth_minutes: its pair's first row, if uniform
+_COUNTED = "uniform AND minute = first_minute"
+# the key of verdict_truth_minutes of a counted row
+_COUNT_KEY = (
+    "first_minute AS minute, last_minute, agent_id, domain, tier, judge, judge_version,"
+    " flagged_any AS flagged, failed"
+)
 
 # the rows verdict_truth should hold for the conversations matched by {where}
 _CURRENT = """
 SELECT p.conversation_id, p.judge, p.judge_version, p.minute, p.agent_id, p.domain, p.tier,
   p.flagged > 0 AS flagged, NOT c.outcome_success AS failed,
-  count(*) OVER (PARTITION BY p.conversation_id, p.judge, p.judge_version) = 1 AS solo
+  min(p.minute) OVER w AS first_minute, max(p.minute) OVER w AS last_minute,
+  bool_or(p.flagged > 0) OVER w AS flagged_any,
+  min(p.agent_id) OVER w = max(p.agent_id) OVER w AND min(p.domain) OVER w = max(p.domain) OVER w
+    AND min(p.tier) OVER w = max(p.tier) OVER w AS uniform
 FROM verdict_pairs p JOIN conversations c ON c.conversation_id = p.conversation_id
-WHERE p.labelled > 0 AND c.outcome_success IS NOT NULL AND {where}"""
+WHERE p.labelled > 0 AND c.outcome_success IS NOT NULL AND {where}
+WINDOW w AS (PARTITION BY p.conversation_id, p.judge, p.judge_version)"""
 
 BULK = 1000
 """More conversations than this in one statement: the refresh locks the table, not each one."""
@@ -105,11 +119,12 @@ BEGIN
   END IF;
   WITH d AS (
     SELECT {_KEY}, sum(n) AS n FROM (
-      SELECT {_KEY}, -1 AS n FROM verdict_truth
-      WHERE conversation_id = ANY(cids) AND solo
+      SELECT {_COUNT_KEY}, -1 AS n FROM verdict_truth
+      WHERE conversation_id = ANY(cids) AND {_COUNTED}
       UNION ALL
-      SELECT {_KEY}, 1 FROM ({_CURRENT.format(where="p.conversation_id = ANY(cids)")}) AS cur
-      WHERE solo) AS x
+      SELECT {_COUNT_KEY}, 1
+      FROM ({_CURRENT.format(where="p.conversation_id = ANY(cids)")}) AS cur
+      WHERE {_COUNTED}) AS x
     GROUP BY {_KEY} HAVING sum(n) <> 0
   ), up AS (
     INSERT INTO verdict_truth_minutes AS m ({_KEY}, pairs)
@@ -199,14 +214,23 @@ TRIGGERS = {
 }
 _TABLES = {name: spec.split(" ON ")[1].split()[0] for name, (spec, _) in TRIGGERS.items()}
 
+# the rows of a range that the panels group: of pairs not uniform, and of pairs spanning the
+# range's start or end (the two GiST scans, then exactly first_minute < start / last_minute > end)
+SPAN = "tstzrange(first_minute, last_minute, '[]')"
+INDEXES = {
+    "ix_verdict_truth_mixed": "(minute) WHERE NOT uniform",
+    "ix_verdict_truth_span": f"USING gist ({SPAN})",
+}
+
 VIEWS = {
     "v_verdict_truth_minutes": (
-        "SELECT minute AS time, agent_id, domain, tier, judge, judge_version, flagged, failed,"
-        " pairs FROM verdict_truth_minutes"
+        "SELECT minute AS time, last_minute, agent_id, domain, tier, judge, judge_version,"
+        " flagged, failed, pairs FROM verdict_truth_minutes"
     ),
-    "v_verdict_truth_shared": (
+    "v_verdict_truth": (
         "SELECT minute AS time, conversation_id, agent_id, domain, tier, judge, judge_version,"
-        " flagged, failed FROM verdict_truth WHERE NOT solo"
+        f" flagged, failed, first_minute, last_minute, uniform, {SPAN} AS span"
+        " FROM verdict_truth"
     ),
 }
 
@@ -228,28 +252,18 @@ def upgrade() -> None:
         sa.Column("tier", sa.SmallInteger, nullable=False),
         sa.Column("flagged", sa.Boolean, nullable=False),
         sa.Column("failed", sa.Boolean, nullable=False),
-        sa.Column("solo", sa.Boolean, nullable=False),
+        sa.Column("first_minute", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_minute", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("flagged_any", sa.Boolean, nullable=False),
+        sa.Column("uniform", sa.Boolean, nullable=False),
         sa.PrimaryKeyConstraint(*_PK.split(", "), name="pk_verdict_truth"),
     )
-    op.create_index(
-        "ix_verdict_truth_shared",
-        "verdict_truth",
-        ["minute"],
-        postgresql_include=[
-            "judge",
-            "judge_version",
-            "conversation_id",
-            "agent_id",
-            "domain",
-            "tier",
-            "flagged",
-            "failed",
-        ],
-        postgresql_where=sa.text("NOT solo"),
-    )
+    for name, spec in INDEXES.items():
+        op.execute(f"CREATE INDEX {name} ON verdict_truth {spec}")
     op.create_table(
         "verdict_truth_minutes",
         sa.Column("minute", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_minute", sa.DateTime(timezone=True), nullable=False),
         sa.Column("agent_id", sa.Text, nullable=False),
         sa.Column("domain", sa.Text, nullable=False),
         sa.Column("tier", sa.SmallInteger, nullable=False),
@@ -271,9 +285,10 @@ def upgrade() -> None:
         f" FROM ({_CURRENT.format(where='true')}) AS cur"
     )
     op.execute(
-        f"INSERT INTO verdict_truth_minutes ({_KEY}, pairs) SELECT {_KEY}, count(*)"
-        f" FROM verdict_truth WHERE solo GROUP BY {_KEY}"
+        f"INSERT INTO verdict_truth_minutes ({_KEY}, pairs) SELECT {_COUNT_KEY}, count(*)"
+        f" FROM verdict_truth WHERE {_COUNTED} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9"
     )
+    op.execute("ANALYZE verdict_truth, verdict_truth_minutes")
     for name, sql in VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {sql}")
         op.execute(_GRANT.format(name=name))

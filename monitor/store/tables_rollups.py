@@ -257,25 +257,20 @@ verdict_truth = Table(
     required("tier", SmallInteger),
     required("flagged", Boolean),
     required("failed", Boolean),
-    required("solo", Boolean),
+    required("first_minute", TS),
+    required("last_minute", TS),
+    required("flagged_any", Boolean),
+    required("uniform", Boolean),
     PrimaryKeyConstraint(
         "conversation_id", "judge", "judge_version", "minute", name="pk_verdict_truth"
     ),
-    # the judges panels group the pairs that are not solo of a range from this index
+    # the judges panels group, of a range, the rows of pairs not uniform and of pairs spanning
+    # the range's start or end
+    Index("ix_verdict_truth_mixed", "minute", postgresql_where=text("NOT uniform")),
     Index(
-        "ix_verdict_truth_shared",
-        "minute",
-        postgresql_include=[
-            "judge",
-            "judge_version",
-            "conversation_id",
-            "agent_id",
-            "domain",
-            "tier",
-            "flagged",
-            "failed",
-        ],
-        postgresql_where=text("NOT solo"),
+        "ix_verdict_truth_span",
+        text("tstzrange(first_minute, last_minute, '[]')"),
+        postgresql_using="gist",
     ),
 )
 
@@ -283,6 +278,7 @@ verdict_truth_minutes = Table(
     "verdict_truth_minutes",
     metadata,
     required("minute", TS),
+    required("last_minute", TS),
     required("agent_id", Text),
     required("domain", Text),
     required("tier", SmallInteger),
@@ -293,6 +289,7 @@ verdict_truth_minutes = Table(
     required("pairs", BigInteger),
     PrimaryKeyConstraint(
         "minute",
+        "last_minute",
         *_VERDICT_SEGMENT,
         "judge",
         "judge_version",

@@ -79,24 +79,29 @@ FROM volume v LEFT JOIN per_judge p USING (judge, judge_version)
 ORDER BY v.judge, v.judge_version""",
 }
 
-#: the rows the two tables should hold, recounted from the view they replace
-RECOUNT_ROWS = """
-SELECT conversation_id, judge, judge_version, time, agent_id, domain, tier, flagged > 0,
-  NOT outcome_success,
-  count(*) OVER (PARTITION BY conversation_id, judge, judge_version) = 1
-FROM v_verdict_pairs WHERE labelled > 0 AND outcome_success IS NOT NULL"""
+#: the rows the two tables should hold, recounted from the view they replace: per labelled pair
+#: with an outcome, its (conversation, judge, version)'s first and last minute, whether any of
+#: its rows flags and whether all of them have one segment
+TRIPLES = """
+WITH p AS (SELECT * FROM v_verdict_pairs WHERE labelled > 0 AND outcome_success IS NOT NULL),
+t AS (SELECT conversation_id, judge, judge_version, min(time) AS f, max(time) AS l,
+        bool_or(flagged > 0) AS fa, count(DISTINCT (agent_id, domain, tier)) = 1 AS u
+      FROM p GROUP BY 1, 2, 3)"""
+RECOUNT_ROWS = f"""{TRIPLES}
+SELECT conversation_id, judge, judge_version, p.time, agent_id, domain, tier, flagged > 0,
+  NOT outcome_success, t.f, t.l, t.fa, t.u
+FROM p JOIN t USING (conversation_id, judge, judge_version)"""
 STORED_ROWS = """
 SELECT conversation_id, judge, judge_version, minute, agent_id, domain, tier, flagged, failed,
-  solo FROM verdict_truth"""
-RECOUNT_MINUTES = f"""
-SELECT time, agent_id, domain, tier, judge, judge_version, flagged > 0, NOT outcome_success,
-  count(*) FROM v_verdict_pairs p
-WHERE labelled > 0 AND outcome_success IS NOT NULL AND NOT EXISTS (
-  SELECT 1 FROM ({RECOUNT_ROWS}) o WHERE o.conversation_id = p.conversation_id
-    AND o.judge = p.judge AND o.judge_version = p.judge_version AND o.time <> p.time)
-GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"""
+  first_minute, last_minute, flagged_any, uniform FROM verdict_truth"""
+RECOUNT_MINUTES = f"""{TRIPLES}
+SELECT t.f, t.l, agent_id, domain, tier, judge, judge_version, t.fa, NOT outcome_success,
+  count(*)
+FROM p JOIN t USING (conversation_id, judge, judge_version)
+WHERE t.u AND p.time = t.f
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
 STORED_MINUTES = """
-SELECT minute, agent_id, domain, tier, judge, judge_version, flagged, failed, pairs
+SELECT minute, last_minute, agent_id, domain, tier, judge, judge_version, flagged, failed, pairs
 FROM verdict_truth_minutes"""
 
 
@@ -106,6 +111,8 @@ def render(sql: str, lo: datetime, hi: datetime, agent: str, domain: str, tier: 
         sql.replace(
             "$__timeFilter(time)", f"time BETWEEN '{lo.isoformat()}' AND '{hi.isoformat()}'"
         )
+        .replace("$__timeFrom()", f"'{lo.isoformat()}'")
+        .replace("$__timeTo()", f"'{hi.isoformat()}'")
         .replace("$agent", f"'{agent}'")
         .replace("$domain", f"'{domain}'")
         .replace("$tier", f"'{tier}'")
@@ -191,7 +198,7 @@ async def step(
     """One random write; returns its name."""
     kind = rng.choice(
         ("judge", "judge", "rejudge", "move", "outcome", "outcome", "late", "drop", "delete",
-         "bulk", "retention")
+         "bulk", "retention", "segment")
     )  # fmt: skip
     cids = rng.sample(CONVERSATIONS, rng.randrange(1, 5))
     if kind in ("judge", "rejudge"):
@@ -216,6 +223,13 @@ async def step(
     elif kind == "late":  # conversation rows arriving after their verdicts
         for c in cids:
             await add_conversation(conn, rng, c)
+    elif kind == "segment":  # later pairs of these conversations get another segment
+        await conn.execute(
+            "UPDATE conversations SET domain = $2, tier = $3 WHERE conversation_id = ANY($1)",
+            cids,
+            rng.choice(DOMAINS),
+            rng.choice((1, 2, None)),
+        )
     elif kind == "drop":
         await conn.execute("DELETE FROM conversations WHERE conversation_id = ANY($1)", cids)
     elif kind == "delete":
@@ -252,7 +266,7 @@ async def test_flags_against_outcomes_stay_exact_under_random_writes(database_ur
     conn = await asyncpg.connect(dsn)
     engine = make_engine(database_url)
     kinds: set[str] = set()
-    seen = shared = 0
+    seen = shared = mixed_max = 0
     try:
         for seed in range(3):
             rng = random.Random(seed)
@@ -263,17 +277,19 @@ async def test_flags_against_outcomes_stay_exact_under_random_writes(database_ur
             for _ in range(30):
                 kinds.add(await step(rng, pool, conn, engine))
                 seen += await check(conn, rng)
-                shared = max(
-                    shared,
-                    await conn.fetchval("SELECT count(*) FROM verdict_truth WHERE NOT solo"),
+                spanning, mixed = await conn.fetchrow(
+                    "SELECT count(*) FILTER (WHERE first_minute < last_minute),"
+                    " count(*) FILTER (WHERE NOT uniform) FROM verdict_truth"
                 )
+                shared, mixed_max = max(shared, spanning), max(mixed_max, mixed)
     finally:
         await engine.dispose()
         await conn.close()
         await pool.close()
-    assert len(kinds) == 9, kinds
+    assert len(kinds) == 10, kinds
     assert seen > 100  # not vacuous: the panels showed something
     assert shared > 0  # conversations judged in several minutes by one judge version
+    assert mixed_max > 0  # and with pairs of several segments
 
 
 async def test_a_concurrent_judgement_and_outcome_leave_the_counts_exact(
