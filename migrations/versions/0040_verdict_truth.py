@@ -1,26 +1,33 @@
 """judge flags against outcomes: ``verdict_truth`` and ``verdict_truth_minutes``
 
 The judges dashboard's "Precision of judge flags" and "Judges against ground truth" count, per
-(judge, judge version), the conversations with a labelled verdict in the range and a known
-outcome: whether one of their labelled pairs there flagged them, and whether they failed. They
-read these two tables instead of joining every ``verdict_pairs`` row of the range with
-``conversations``:
+(judge, judge version), the conversations with a labelled pair (``v_verdict_pairs`` row,
+``labelled > 0``) in the range and a known outcome: whether one of their labelled pairs in the
+range flagged them (``flagged > 0``), and whether they failed. They read these two tables instead
+of grouping every labelled pair of the range, joined with ``conversations``, by conversation:
 
-- ``verdict_truth``: one row per row of ``v_verdict_pairs`` with ``labelled > 0`` and a known
-  ``outcome_success`` (same key, segment and minute), with ``flagged`` (``flagged > 0``),
-  ``failed`` (``NOT outcome_success``) and ``solo``: the (conversation, judge, judge version)
-  has no other such row (at any time).
-- ``verdict_truth_minutes``: the solo rows counted per (minute, agent, domain, tier, judge,
-  judge version, flagged, failed) in ``pairs``; a key whose count falls to 0 is deleted.
+- ``verdict_truth``: one row per labelled pair with a known ``outcome_success`` (same key,
+  segment and minute), with ``flagged``, ``failed`` (``NOT outcome_success``) and, over the
+  (conversation, judge, judge version)'s rows (at any time): ``first_minute``,
+  ``last_minute``, ``flagged_any`` and ``uniform`` (all of them in one segment: agent, domain,
+  tier).
+- ``verdict_truth_minutes``: the uniform (conversation, judge, judge version)s counted once,
+  per (first minute, last minute, agent, domain, tier, judge, judge version, flagged_any,
+  failed), in ``pairs``; a key whose count falls to 0 is deleted.
 
-A solo row is its conversation's whole contribution for its judge and version wherever the
-range and the filters fall, so the panels sum ``verdict_truth_minutes`` and group only the
-non-solo rows of ``verdict_truth`` (view ``v_verdict_truth_shared``: a conversation judged in
-more than one minute by one judge version) by conversation: the same rows as grouping every pair.
+For a range [start, end] (whole minutes) a uniform (conversation, judge, version) with
+``start <= first_minute`` and ``last_minute <= end`` has all its rows in the range: it is one
+conversation, flagged if ``flagged_any``, and passes a segment filter as all its rows do. So the
+panels sum ``verdict_truth_minutes`` over those keys and group by conversation only the other
+rows of the range: of a (conversation, judge, version) that spans the range's start or end
+(found by the GiST index on ``tstzrange(first_minute, last_minute, '[]')``) or is not uniform
+(a partial index): the same rows as grouping every pair (view ``v_verdict_truth``, with
+``span``; ``v_verdict_truth_minutes``; both with ``minute`` as ``time``).
 
 Kept exact by recomputing, for every conversation a statement touched, its rows from
-``verdict_pairs`` and ``conversations`` (:func:`verdict_truth_refresh`): the counts change by
-(new solo rows) - (stored solo rows). Statement-level triggers call it:
+``verdict_pairs`` and ``conversations`` (SQL function ``verdict_truth_refresh``): the counts
+change by (the new counted rows) - (the stored ones), a counted row being the first row of a
+uniform (conversation, judge, version). Statement-level triggers call it:
 
 - on ``verdicts`` (INSERT, UPDATE, DELETE; named after migration 0039's ``verdict_rollups_*``
   so they fire after them and read the updated ``verdict_pairs``): a new judgement, a re-judged
