@@ -58,6 +58,8 @@ VIEWS = {
     "v_verdict_minutes",
     "v_verdict_categories",
     "v_verdict_pairs",
+    "v_verdict_truth_minutes",
+    "v_verdict_truth",
     "v_judge_labelling",
     "v_alerts",
     "v_alert_annotations",
