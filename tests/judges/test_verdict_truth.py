@@ -19,11 +19,14 @@ from typing import Any
 import asyncpg
 
 from monitor.core.retention_settings import RetentionSettings
+from monitor.ingest.rows import event_row
+from monitor.ingest.writer import EventWriter
 from monitor.judges.base import Verdict
 from monitor.judges.repo import Judgement, write_verdicts
 from monitor.store.engine import downgrade, libpq_url, make_engine, upgrade
 from monitor.store.retention import run_retention
 from tests.dashboards.test_dashboards import dashboards
+from tests.factories import event
 from tests.test_deploy_files import all_panels
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -388,3 +391,34 @@ async def test_migration_builds_the_tables_from_stored_pairs_and_downgrades(
         assert after != before
     finally:
         await conn.close()
+
+
+async def test_outcomes_stored_by_the_ingest_writer_reach_the_counts(
+    writer: EventWriter, database_url: str
+) -> None:
+    """The ingest writer's own statements (its batch upsert of ``conversations``) fire the
+    outcome trigger: an outcome arriving after the verdicts, then one ranked above it."""
+    dsn = libpq_url(database_url)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await writer.write([event_row(event("e1", "c1", at=0, confidence=0.9, turn=1))])
+        flags = [Verdict("det.a", "1", "c1", "c1-i", "ok", label=0, score=0.0, latency_ms=1.0)]
+        await write_verdicts(pool, {"c1": "agent-a"}, flags, [Judgement("c1", events=1)])
+        assert await conn.fetchval("SELECT count(*) FROM verdict_truth") == 0  # no outcome yet
+
+        async def outcome(eid: str, at: int, success: bool, source: str) -> None:
+            row = event(eid, "c1", "outcome", at=at, success=success, reward=None, source=source)
+            await writer.write([event_row(row)])
+
+        await outcome("o1", 100, False, "csat")
+        assert await rows(conn, STORED_ROWS) == await rows(conn, RECOUNT_ROWS)
+        assert await conn.fetchval("SELECT failed FROM verdict_truth") is True
+        await outcome("o2", 200, True, "ground_truth")
+        assert await rows(conn, STORED_ROWS) == await rows(conn, RECOUNT_ROWS)
+        assert await rows(conn, STORED_MINUTES) == await rows(conn, RECOUNT_MINUTES)
+        assert await conn.fetchval("SELECT failed FROM verdict_truth") is False
+        assert await conn.fetchval("SELECT sum(pairs) FROM verdict_truth_minutes") == 1
+    finally:
+        await conn.close()
+        await pool.close()
