@@ -17,13 +17,28 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Boolean, ColumnElement, Text, any_, bindparam, delete, func, select, tuple_
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    delete,
+    func,
+    literal_column,
+    null,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import CollectionAggregate
+from sqlalchemy.sql.selectable import CompoundSelect
 
 from monitor.config import Settings
 from monitor.core.errors import StoreUnavailable
@@ -81,12 +96,17 @@ class PendingTraces:
         ids = sorted(set(trace_ids))
         if not ids:
             return Waiting()
-        async with self.engine.connect() as conn:
-            waiting = await _spans(conn, ids)
-            known = ids if with_contexts else sorted(waiting)
-            resolved = await _contexts(conn, known) if known else {}
-            records = await _records(conn, ids) if with_records else []
-        return Waiting(waiting, resolved, records)
+        out = Waiting()
+        async with self.engine.connect() as conn:  # one statement: one round trip, one snapshot
+            rows = await conn.execute(_LOAD[with_records, with_contexts], {"ids": ids})
+            for part, trace_id, body, conversation, agent, llm_calls in rows.tuples():
+                if part == _SPAN:
+                    out.spans.setdefault(str(trace_id), []).append(Span.from_json(str(body)))
+                elif part == _CONTEXT:
+                    out.contexts[str(trace_id)] = _context(conversation, agent, llm_calls)
+                else:
+                    out.records.append(LogEvent.from_json(str(body)))
+        return out
 
     @_guarded
     async def records(self, trace_ids: Iterable[str]) -> list[LogEvent]:
@@ -388,6 +408,48 @@ _REMEMBER_TRACES = _INSERT_TRACES.on_conflict_do_update(
         "llm_calls": traces_t.c.llm_calls | _INSERT_TRACES.excluded.llm_calls,
     },
 )
+
+
+_SPAN, _CONTEXT, _RECORD = 0, 1, 2
+
+
+def _load_statement(with_records: bool, with_contexts: bool) -> CompoundSelect[Any]:
+    """``PendingTraces.load`` as one statement: the waiting spans of the traces ``:ids``, the
+    remembered contexts of those already mapped (without ``with_contexts``: of those with
+    waiting spans only) and (``with_records``) their waiting log records, as rows ``(part,
+    trace_id, body, conversation_id, agent_id, llm_calls)``; ``part`` says which."""
+    ids = any_(bindparam("ids", type_=ARRAY(Text)))
+    text, flag = cast(null(), Text), cast(null(), Boolean)
+    spans = select(
+        literal_column(str(_SPAN)), pending_t.c.trace_id, pending_t.c.span, text, text, flag
+    ).where(pending_t.c.trace_id == ids)
+    contexts = select(
+        literal_column(str(_CONTEXT)),
+        traces_t.c.trace_id,
+        text,
+        traces_t.c.conversation_id,
+        traces_t.c.agent_id,
+        traces_t.c.llm_calls,
+    ).where(traces_t.c.trace_id == ids)
+    if not with_contexts:
+        waits = select(pending_t.c.span_id).where(pending_t.c.trace_id == traces_t.c.trace_id)
+        contexts = contexts.where(waits.exists())
+    parts = [spans, contexts]
+    if with_records:
+        parts.append(
+            select(
+                literal_column(str(_RECORD)),
+                records_t.c.trace_id,
+                records_t.c.record,
+                text,
+                text,
+                flag,
+            ).where(records_t.c.trace_id == ids)
+        )
+    return union_all(*parts)
+
+
+_LOAD = {(r, c): _load_statement(r, c) for r in (False, True) for c in (False, True)}
 
 
 async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]:
