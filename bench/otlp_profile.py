@@ -11,7 +11,9 @@ work is not counted, the client side of each statement is) per step and per stor
 - map: ``map_spans`` over the same spans as whole traces (no store), measured on its own;
 - handle: ``TraceAssembler.handle`` (the store's look-ups, parking, settling and the mapping);
 - store: of handle, the calls to the store (``PendingTraces``; their client side);
-- publish: the events' JSON.
+- publish: the events' JSON;
+- validate: the contract validation of the events as the mapping builds them (dicts), apart
+  (it is inside map and handle).
 
 Each step's least CPU time over ``--repeat`` runs is printed (a loaded machine inflates some
 runs). The collector is tuned as in the worker (``monitor.core.gc_tuning.tune_gc``, after the
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a scr
 
 from bench.harness import on_postgres, scratch_database
 from bench.otlp import make_requests
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import AgentEvent, validate_event
 from monitor.core.gc_tuning import tune_gc
 from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
@@ -74,6 +76,7 @@ async def run(db_url: str, args: argparse.Namespace) -> None:
     print(f"handle  {per(best['handle'])}  (TraceAssembler.handle, without publish)")
     print(f"store   {per(best['store'])}  (of handle: the calls to PendingTraces)")
     print(f"publish {per(best['publish'])}  (the events' JSON)")
+    print(f"validate {per(best['validate'])} (of map: validate_event on the events as dicts)")
     total = best["decode"] + best["handle"] + best["publish"]
     print(f"total   {per(total)}  (decode + handle + publish)")
     if profiler:
@@ -122,6 +125,11 @@ async def one_run(
     for e in published:
         e.to_json()
     publish_s = time.process_time() - t0
+    dicts = [e.model_dump(by_alias=True, exclude_none=True) for e in published]
+    t0 = time.process_time()
+    for d in dicts:
+        validate_event(d)
+    validate_s = time.process_time() - t0
     stored = len({e.event_id for e in published})
     assert stored == events, (stored, events)
     return {
@@ -130,6 +138,7 @@ async def one_run(
         "handle": handle_s,
         "store": store.spent,
         "publish": publish_s,
+        "validate": validate_s,
     }
 
 
