@@ -96,17 +96,8 @@ class PendingTraces:
         ids = sorted(set(trace_ids))
         if not ids:
             return Waiting()
-        out = Waiting()
-        async with self.engine.connect() as conn:  # one statement: one round trip, one snapshot
-            rows = await conn.execute(_LOAD[with_records, with_contexts], {"ids": ids})
-            for part, trace_id, body, conversation, agent, llm_calls in rows.tuples():
-                if part == _SPAN:
-                    out.spans.setdefault(str(trace_id), []).append(Span.from_json(str(body)))
-                elif part == _CONTEXT:
-                    out.contexts[str(trace_id)] = _context(conversation, agent, llm_calls)
-                else:
-                    out.records.append(LogEvent.from_json(str(body)))
-        return out
+        async with self.engine.connect() as conn:
+            return await _load(conn, ids, with_records, with_contexts)
 
     @_guarded
     async def records(self, trace_ids: Iterable[str]) -> list[LogEvent]:
@@ -120,12 +111,14 @@ class PendingTraces:
     @_guarded
     async def park(
         self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
-    ) -> None:
+    ) -> Waiting:
         """Store ``spans`` and GenAI log ``records`` as waiting, sent under ``scope`` (the agent
         patterns of the sender's key; None: every agent); a span or record already waiting
-        keeps its first arrival and scope."""
+        keeps its first arrival and scope. Returns what waits for their traces once they are
+        committed (``load`` of them, on the same connection): another request may have parked
+        its root meanwhile."""
         if not spans and not records:
-            return
+            return Waiting()
         now = self.now()
         patterns = None if scope is None else list(scope)
         rows = [
@@ -150,12 +143,15 @@ class PendingTraces:
             }
             for r in records
         ]
-        async with self.engine.begin() as conn:
-            if rows:
-                # executemany: one cached statement, not one compiled per row count
-                await conn.execute(insert(pending_t).on_conflict_do_nothing(), rows)
-            if record_rows:
-                await conn.execute(insert(records_t).on_conflict_do_nothing(), record_rows)
+        ids = sorted({s.trace_id for s in spans} | {r.trace_id for r in records})
+        async with self.engine.connect() as conn:
+            async with conn.begin():
+                if rows:
+                    # executemany: one cached statement, not one compiled per row count
+                    await conn.execute(insert(pending_t).on_conflict_do_nothing(), rows)
+                if record_rows:
+                    await conn.execute(insert(records_t).on_conflict_do_nothing(), record_rows)
+            return await _load(conn, ids, True, True)  # after the commit
 
     @_guarded
     async def settle(
@@ -450,6 +446,22 @@ def _load_statement(with_records: bool, with_contexts: bool) -> CompoundSelect[A
 
 
 _LOAD = {(r, c): _load_statement(r, c) for r in (False, True) for c in (False, True)}
+
+
+async def _load(
+    conn: AsyncConnection, ids: list[str], with_records: bool, with_contexts: bool
+) -> Waiting:
+    """``PendingTraces.load`` on ``conn``: one statement, one round trip, one snapshot."""
+    out = Waiting()
+    rows = await conn.execute(_LOAD[with_records, with_contexts], {"ids": ids})
+    for part, trace_id, body, conversation, agent, llm_calls in rows.tuples():
+        if part == _SPAN:
+            out.spans.setdefault(str(trace_id), []).append(Span.from_json(str(body)))
+        elif part == _CONTEXT:
+            out.contexts[str(trace_id)] = _context(conversation, agent, llm_calls)
+        else:
+            out.records.append(LogEvent.from_json(str(body)))
+    return out
 
 
 async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]:

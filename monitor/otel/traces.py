@@ -93,7 +93,7 @@ class PendingStore(Protocol):
     ) -> Awaitable[Waiting]: ...
     def park(
         self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
-    ) -> Awaitable[None]: ...
+    ) -> Awaitable[Waiting]: ...
     def scopes(self, trace_ids: Iterable[str]) -> Awaitable[dict[str, list[tuple[str, ...]]]]: ...
     def settle(
         self,
@@ -163,11 +163,11 @@ class TraceAssembler:
         park_records = [
             r for r in records if r.trace_id not in ready_traces and r.trace_id not in held.contexts
         ]
-        await self.store.park(todo.park, scope, park_records)
+        # what waits for the parked traces once parked: another request may have parked
+        # their root meanwhile
+        again = await self.store.park(todo.park, scope, park_records)
         stored = list(held.records)
-        if todo.park or park_records:  # another request may have parked its root meanwhile
-            ids = {s.trace_id for s in todo.park} | {r.trace_id for r in park_records}
-            again = await self.store.load(ids)
+        if todo.park or park_records:
             more = plan(
                 [], again.spans, again.contexts, by_span(again.records), self.wait_for_content
             )
