@@ -159,16 +159,20 @@ class PendingTraces:
         settled: dict[str, tuple[str, TraceContext]],
         done: list[Span],
         joined: Iterable[SpanKey] = (),
-    ) -> None:
+        look: bool = False,
+    ) -> Waiting:
         """Remember the traces just mapped and delete those of their spans that were mapped
         (after publishing): a span parked meanwhile stays for the next look. The waiting log
-        records of the ``joined`` spans (mapped with their content) are deleted too."""
+        records of the ``joined`` spans (mapped with their content) are deleted too. With
+        ``look``, returns the spans still waiting for the settled traces once committed and
+        the contexts of their traces (``load(settled, with_records=False,
+        with_contexts=False)``, on the same connection); else nothing."""
         used = sorted(set(joined))
         if used and not settled:
             async with self.engine.begin() as conn:
                 await _delete_records(conn, used)
         if not settled:
-            return
+            return Waiting()
         ordered = sorted(settled.items())
         columns = {
             "trace_ids": [trace_id for trace_id, _ in ordered],
@@ -178,14 +182,20 @@ class PendingTraces:
             "hows": [how for _, (how, _) in ordered],
             "resolved_at": self.now(),
         }
-        async with self.engine.begin() as conn:
-            await conn.execute(_REMEMBER_TRACES, columns)
-            keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
-            if keys:
-                trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
-                await conn.execute(_DELETE_SPANS, {"trace_ids": trace_ids, "span_ids": span_ids})
-            if used:
-                await _delete_records(conn, used)
+        async with self.engine.connect() as conn:
+            async with conn.begin():
+                await conn.execute(_REMEMBER_TRACES, columns)
+                keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
+                if keys:
+                    trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
+                    await conn.execute(
+                        _DELETE_SPANS, {"trace_ids": trace_ids, "span_ids": span_ids}
+                    )
+                if used:
+                    await _delete_records(conn, used)
+            if not look:
+                return Waiting()
+            return await _load(conn, [t for t, _ in ordered], False, False)  # after the commit
 
     @_guarded
     async def due(self, limit: int = 1000) -> tuple[dict[str, list[Span]], str]:

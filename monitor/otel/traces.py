@@ -100,7 +100,8 @@ class PendingStore(Protocol):
         settled: dict[str, tuple[str, TraceContext]],
         done: list[Span],
         joined: Iterable[SpanKey] = (),
-    ) -> Awaitable[None]: ...
+        look: bool = False,
+    ) -> Awaitable[Waiting]: ...
     def due(self) -> Awaitable[tuple[dict[str, list[Span]], str]]: ...
     def contexts(self, trace_ids: Iterable[str]) -> Awaitable[dict[str, TraceContext]]: ...
     def records(self, trace_ids: Iterable[str]) -> Awaitable[list[LogEvent]]: ...
@@ -202,11 +203,12 @@ class TraceAssembler:
         prepared = await self.prepare(spans, scope, records)
         if prepared.mapped.events:
             await publish(prepared.mapped.events)
-        await self.settle(prepared)
         if self.store is None or not prepared.settle:
+            await self.settle(prepared)
             return prepared
-        # the contexts of the traces just settled are only needed when spans wait for them
-        held = await self.store.load(prepared.settle, with_records=False, with_contexts=False)
+        # settled, then what waits for the traces just settled (and their contexts, only
+        # needed when spans wait for them), on one connection
+        held = await self.store.settle(prepared.settle, prepared.done, prepared.joined, look=True)
         if held.spans:
             held.records = await self.store.records(held.spans)
             todo = expire(held.spans, held.contexts, "late")
