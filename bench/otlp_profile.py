@@ -10,10 +10,15 @@ work is not counted, the client side of each statement is) per step and per stor
 - decode: inflating and ``decode_request``;
 - map: ``map_spans`` over the same spans as whole traces (no store), measured on its own;
 - handle: ``TraceAssembler.handle`` (the store's look-ups, parking, settling and the mapping);
-- publish: the events' JSON.
+- store: of handle, the calls to the store (``PendingTraces``; their client side);
+- publish: the events' JSON;
+- validate: the contract validation of the events as the mapping builds them (dicts), apart
+  (it is inside map and handle).
 
 Each step's least CPU time over ``--repeat`` runs is printed (a loaded machine inflates some
-runs).
+runs). The collector is tuned as in the worker (``monitor.core.gc_tuning.tune_gc``, after the
+bodies are made): with the default thresholds its collections, walking the decoded requests
+held, are a third of the mapping's time, which the worker does not pay.
 
 ``--profile N`` prints the N costliest functions of ``handle`` (cProfile, cumulative). Uses
 ``DATABASE_URL``'s server when set, else a private embedded Postgres::
@@ -32,18 +37,19 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs as a script
 
 from bench.harness import on_postgres, scratch_database
 from bench.otlp import make_requests
-from monitor.contract.events import AgentEvent
+from monitor.contract.events import AgentEvent, validate_event
+from monitor.core.gc_tuning import tune_gc
 from monitor.otel.decode import PROTOBUF, decode_request
 from monitor.otel.mapping import MappingConfig, map_spans
 from monitor.otel.pending import PendingLimits, PendingTraces
 from monitor.otel.spans import Span
-from monitor.otel.traces import TraceAssembler
+from monitor.otel.traces import PendingStore, TraceAssembler
 from monitor.store.engine import make_engine
 
 
@@ -54,6 +60,7 @@ def decode_all(bodies: list[bytes]) -> list[list[Span]]:
 async def run(db_url: str, args: argparse.Namespace) -> None:
     bodies, _, events, n_spans = make_requests(args.conversations)
     print(f"{args.conversations} conversations: {n_spans} spans, {events} events")
+    tune_gc()  # as the worker does
     config = MappingConfig()
     best: dict[str, float] = {}
     profiler = cProfile.Profile(time.process_time) if args.profile else None
@@ -67,7 +74,9 @@ async def run(db_url: str, args: argparse.Namespace) -> None:
     print(f"decode  {per(best['decode'])}")
     print(f"map     {per(best['map'])}  (map_spans alone, per request)")
     print(f"handle  {per(best['handle'])}  (TraceAssembler.handle, without publish)")
+    print(f"store   {per(best['store'])}  (of handle: the calls to PendingTraces)")
     print(f"publish {per(best['publish'])}  (the events' JSON)")
+    print(f"validate {per(best['validate'])} (of map: validate_event on the events as dicts)")
     total = best["decode"] + best["handle"] + best["publish"]
     print(f"total   {per(total)}  (decode + handle + publish)")
     if profiler:
@@ -100,8 +109,8 @@ async def one_run(
 
     async with scratch_database(db_url, "otlpprof") as url:
         engine = make_engine(url, pool_size=2)
-        store = PendingTraces(engine, PendingLimits(), lambda: datetime.now(UTC))
-        assembler = TraceAssembler(config, store)
+        store = Timed(PendingTraces(engine, PendingLimits(), lambda: datetime.now(UTC)))
+        assembler = TraceAssembler(config, cast(PendingStore, store))
         await assembler.waiting()  # connects
         t0 = time.process_time()
         if profiler:
@@ -116,9 +125,41 @@ async def one_run(
     for e in published:
         e.to_json()
     publish_s = time.process_time() - t0
+    dicts = [e.model_dump(by_alias=True, exclude_none=True) for e in published]
+    t0 = time.process_time()
+    for d in dicts:
+        validate_event(d)
+    validate_s = time.process_time() - t0
     stored = len({e.event_id for e in published})
     assert stored == events, (stored, events)
-    return {"decode": decode_s, "map": map_s, "handle": handle_s, "publish": publish_s}
+    return {
+        "decode": decode_s,
+        "map": map_s,
+        "handle": handle_s,
+        "store": store.spent,
+        "publish": publish_s,
+        "validate": validate_s,
+    }
+
+
+class Timed:
+    """A store whose calls' CPU time is summed in ``spent`` (nothing else runs meanwhile)."""
+
+    def __init__(self, store: PendingTraces) -> None:
+        self.store = store
+        self.spent = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                self.spent += time.process_time() - t0
+
+        return timed
 
 
 def main() -> int:

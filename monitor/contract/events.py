@@ -76,6 +76,35 @@ EVENT_TYPES: tuple[str, ...] = (
 #: how ``attributes`` are measured: compact JSON, non-ASCII escaped (so its length is in bytes)
 _ATTRIBUTES_JSON = json.JSONEncoder(separators=(",", ":"), default=str)
 
+#: the most bytes one character of a string takes in :data:`_ATTRIBUTES_JSON`'s output: a
+#: character outside the Basic Multilingual Plane is escaped as two ``\\uXXXX`` (12 bytes)
+_MAX_ESCAPED = 12
+
+
+def _surely_small(attributes: dict[str, Any]) -> bool:
+    """True when ``attributes`` (flat: string keys, values strings, numbers, booleans or None)
+    cannot serialize to more than ``MAX_ATTRIBUTES_BYTES``: an upper bound of the compact JSON's
+    length counted without encoding it (quotes, colon and comma 4 bytes a member, each
+    character of a string at most :data:`_MAX_ESCAPED` bytes, a number at most as long as its
+    ``repr``). False when it may (or has other values): then it is encoded and measured."""
+    bound = 2
+    for key, value in attributes.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is str:
+            bound += (len(key) + len(value)) * _MAX_ESCAPED + 6
+        elif kind is int or kind is float:  # a float may be written -Infinity (9 bytes)
+            bound += len(key) * _MAX_ESCAPED + 13 + len(repr(value))
+        elif value is None or kind is bool:
+            bound += len(key) * _MAX_ESCAPED + 9
+        else:
+            return False
+        if bound > MAX_ATTRIBUTES_BYTES:
+            return False
+    return True
+
+
 EventType = Literal["message", "tool_result", "escalation", "outcome", "feedback", "gate"]
 Payload = (
     MessagePayload
@@ -126,7 +155,7 @@ class AgentEvent(_Strict):
     @field_validator("attributes")
     @classmethod
     def _attributes_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
+        if value is not None and not _surely_small(value):
             size = len(_ATTRIBUTES_JSON.encode(value))  # ASCII: characters are bytes
             if size > MAX_ATTRIBUTES_BYTES:
                 raise ValueError(
@@ -136,6 +165,9 @@ class AgentEvent(_Strict):
 
     @model_validator(mode="after")
     def _one_payload(self) -> AgentEvent:
+        fields = self.__dict__
+        if fields[self.type] is not None and sum(fields[n] is not None for n in EVENT_TYPES) == 1:
+            return self  # the usual case, in one pass: the named payload and no other
         present = [name for name in EVENT_TYPES if getattr(self, name) is not None]
         if len(present) > 1:
             raise ValueError(f"multiple_payloads: {', '.join(present)} set; exactly one allowed")

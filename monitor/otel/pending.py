@@ -17,13 +17,28 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Boolean, ColumnElement, Text, any_, bindparam, delete, func, select, tuple_
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    delete,
+    func,
+    literal_column,
+    null,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import CollectionAggregate
+from sqlalchemy.sql.selectable import CompoundSelect
 
 from monitor.config import Settings
 from monitor.core.errors import StoreUnavailable
@@ -82,11 +97,7 @@ class PendingTraces:
         if not ids:
             return Waiting()
         async with self.engine.connect() as conn:
-            waiting = await _spans(conn, ids)
-            known = ids if with_contexts else sorted(waiting)
-            resolved = await _contexts(conn, known) if known else {}
-            records = await _records(conn, ids) if with_records else []
-        return Waiting(waiting, resolved, records)
+            return await _load(conn, ids, with_records, with_contexts)
 
     @_guarded
     async def records(self, trace_ids: Iterable[str]) -> list[LogEvent]:
@@ -100,12 +111,14 @@ class PendingTraces:
     @_guarded
     async def park(
         self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
-    ) -> None:
+    ) -> Waiting:
         """Store ``spans`` and GenAI log ``records`` as waiting, sent under ``scope`` (the agent
         patterns of the sender's key; None: every agent); a span or record already waiting
-        keeps its first arrival and scope."""
+        keeps its first arrival and scope. Returns what waits for their traces once they are
+        committed (``load`` of them, on the same connection): another request may have parked
+        its root meanwhile."""
         if not spans and not records:
-            return
+            return Waiting()
         now = self.now()
         patterns = None if scope is None else list(scope)
         rows = [
@@ -130,12 +143,15 @@ class PendingTraces:
             }
             for r in records
         ]
-        async with self.engine.begin() as conn:
-            if rows:
-                # executemany: one cached statement, not one compiled per row count
-                await conn.execute(insert(pending_t).on_conflict_do_nothing(), rows)
-            if record_rows:
-                await conn.execute(insert(records_t).on_conflict_do_nothing(), record_rows)
+        ids = sorted({s.trace_id for s in spans} | {r.trace_id for r in records})
+        async with self.engine.connect() as conn:
+            async with conn.begin():
+                if rows:
+                    # executemany: one cached statement, not one compiled per row count
+                    await conn.execute(insert(pending_t).on_conflict_do_nothing(), rows)
+                if record_rows:
+                    await conn.execute(insert(records_t).on_conflict_do_nothing(), record_rows)
+            return await _load(conn, ids, True, True)  # after the commit
 
     @_guarded
     async def settle(
@@ -143,16 +159,20 @@ class PendingTraces:
         settled: dict[str, tuple[str, TraceContext]],
         done: list[Span],
         joined: Iterable[SpanKey] = (),
-    ) -> None:
+        look: bool = False,
+    ) -> Waiting:
         """Remember the traces just mapped and delete those of their spans that were mapped
         (after publishing): a span parked meanwhile stays for the next look. The waiting log
-        records of the ``joined`` spans (mapped with their content) are deleted too."""
+        records of the ``joined`` spans (mapped with their content) are deleted too. With
+        ``look``, returns the spans still waiting for the settled traces once committed and
+        the contexts of their traces (``load(settled, with_records=False,
+        with_contexts=False)``, on the same connection); else nothing."""
         used = sorted(set(joined))
         if used and not settled:
             async with self.engine.begin() as conn:
                 await _delete_records(conn, used)
         if not settled:
-            return
+            return Waiting()
         ordered = sorted(settled.items())
         columns = {
             "trace_ids": [trace_id for trace_id, _ in ordered],
@@ -162,14 +182,20 @@ class PendingTraces:
             "hows": [how for _, (how, _) in ordered],
             "resolved_at": self.now(),
         }
-        async with self.engine.begin() as conn:
-            await conn.execute(_REMEMBER_TRACES, columns)
-            keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
-            if keys:
-                trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
-                await conn.execute(_DELETE_SPANS, {"trace_ids": trace_ids, "span_ids": span_ids})
-            if used:
-                await _delete_records(conn, used)
+        async with self.engine.connect() as conn:
+            async with conn.begin():
+                await conn.execute(_REMEMBER_TRACES, columns)
+                keys = sorted({(s.trace_id, s.span_id) for s in done if s.trace_id in settled})
+                if keys:
+                    trace_ids, span_ids = (list(column) for column in zip(*keys, strict=True))
+                    await conn.execute(
+                        _DELETE_SPANS, {"trace_ids": trace_ids, "span_ids": span_ids}
+                    )
+                if used:
+                    await _delete_records(conn, used)
+            if not look:
+                return Waiting()
+            return await _load(conn, [t for t, _ in ordered], False, False)  # after the commit
 
     @_guarded
     async def due(self, limit: int = 1000) -> tuple[dict[str, list[Span]], str]:
@@ -388,6 +414,64 @@ _REMEMBER_TRACES = _INSERT_TRACES.on_conflict_do_update(
         "llm_calls": traces_t.c.llm_calls | _INSERT_TRACES.excluded.llm_calls,
     },
 )
+
+
+_SPAN, _CONTEXT, _RECORD = 0, 1, 2
+
+
+def _load_statement(with_records: bool, with_contexts: bool) -> CompoundSelect[Any]:
+    """``PendingTraces.load`` as one statement: the waiting spans of the traces ``:ids``, the
+    remembered contexts of those already mapped (without ``with_contexts``: of those with
+    waiting spans only) and (``with_records``) their waiting log records, as rows ``(part,
+    trace_id, body, conversation_id, agent_id, llm_calls)``; ``part`` says which."""
+    ids = any_(bindparam("ids", type_=ARRAY(Text)))
+    text, flag = cast(null(), Text), cast(null(), Boolean)
+    spans = select(
+        literal_column(str(_SPAN)), pending_t.c.trace_id, pending_t.c.span, text, text, flag
+    ).where(pending_t.c.trace_id == ids)
+    contexts = select(
+        literal_column(str(_CONTEXT)),
+        traces_t.c.trace_id,
+        text,
+        traces_t.c.conversation_id,
+        traces_t.c.agent_id,
+        traces_t.c.llm_calls,
+    ).where(traces_t.c.trace_id == ids)
+    if not with_contexts:
+        waits = select(pending_t.c.span_id).where(pending_t.c.trace_id == traces_t.c.trace_id)
+        contexts = contexts.where(waits.exists())
+    parts = [spans, contexts]
+    if with_records:
+        parts.append(
+            select(
+                literal_column(str(_RECORD)),
+                records_t.c.trace_id,
+                records_t.c.record,
+                text,
+                text,
+                flag,
+            ).where(records_t.c.trace_id == ids)
+        )
+    return union_all(*parts)
+
+
+_LOAD = {(r, c): _load_statement(r, c) for r in (False, True) for c in (False, True)}
+
+
+async def _load(
+    conn: AsyncConnection, ids: list[str], with_records: bool, with_contexts: bool
+) -> Waiting:
+    """``PendingTraces.load`` on ``conn``: one statement, one round trip, one snapshot."""
+    out = Waiting()
+    rows = await conn.execute(_LOAD[with_records, with_contexts], {"ids": ids})
+    for part, trace_id, body, conversation, agent, llm_calls in rows.tuples():
+        if part == _SPAN:
+            out.spans.setdefault(str(trace_id), []).append(Span.from_json(str(body)))
+        elif part == _CONTEXT:
+            out.contexts[str(trace_id)] = _context(conversation, agent, llm_calls)
+        else:
+            out.records.append(LogEvent.from_json(str(body)))
+    return out
 
 
 async def _spans(conn: AsyncConnection, ids: list[str]) -> dict[str, list[Span]]:

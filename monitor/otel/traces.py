@@ -93,14 +93,15 @@ class PendingStore(Protocol):
     ) -> Awaitable[Waiting]: ...
     def park(
         self, spans: list[Span], scope: Scope = None, records: Sequence[LogEvent] = ()
-    ) -> Awaitable[None]: ...
+    ) -> Awaitable[Waiting]: ...
     def scopes(self, trace_ids: Iterable[str]) -> Awaitable[dict[str, list[tuple[str, ...]]]]: ...
     def settle(
         self,
         settled: dict[str, tuple[str, TraceContext]],
         done: list[Span],
         joined: Iterable[SpanKey] = (),
-    ) -> Awaitable[None]: ...
+        look: bool = False,
+    ) -> Awaitable[Waiting]: ...
     def due(self) -> Awaitable[tuple[dict[str, list[Span]], str]]: ...
     def contexts(self, trace_ids: Iterable[str]) -> Awaitable[dict[str, TraceContext]]: ...
     def records(self, trace_ids: Iterable[str]) -> Awaitable[list[LogEvent]]: ...
@@ -163,11 +164,11 @@ class TraceAssembler:
         park_records = [
             r for r in records if r.trace_id not in ready_traces and r.trace_id not in held.contexts
         ]
-        await self.store.park(todo.park, scope, park_records)
+        # what waits for the parked traces once parked: another request may have parked
+        # their root meanwhile
+        again = await self.store.park(todo.park, scope, park_records)
         stored = list(held.records)
-        if todo.park or park_records:  # another request may have parked its root meanwhile
-            ids = {s.trace_id for s in todo.park} | {r.trace_id for r in park_records}
-            again = await self.store.load(ids)
+        if todo.park or park_records:
             more = plan(
                 [], again.spans, again.contexts, by_span(again.records), self.wait_for_content
             )
@@ -202,11 +203,12 @@ class TraceAssembler:
         prepared = await self.prepare(spans, scope, records)
         if prepared.mapped.events:
             await publish(prepared.mapped.events)
-        await self.settle(prepared)
         if self.store is None or not prepared.settle:
+            await self.settle(prepared)
             return prepared
-        # the contexts of the traces just settled are only needed when spans wait for them
-        held = await self.store.load(prepared.settle, with_records=False, with_contexts=False)
+        # settled, then what waits for the traces just settled (and their contexts, only
+        # needed when spans wait for them), on one connection
+        held = await self.store.settle(prepared.settle, prepared.done, prepared.joined, look=True)
         if held.spans:
             held.records = await self.store.records(held.spans)
             todo = expire(held.spans, held.contexts, "late")

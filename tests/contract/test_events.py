@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from monitor.cli.schema import render_schema
 from monitor.contract.events import (
     EVENT_TYPES,
+    MAX_ATTRIBUTES_BYTES,
     MAX_EVENT_BYTES,
     PAYLOAD_TYPES,
     AgentEvent,
     decode_event,
+    validate_event,
 )
 from monitor.core.errors import InvalidEvent
 from tests.factories import event_dict
@@ -148,3 +150,34 @@ def test_of_takes_the_type_from_the_payload_for_every_type():
         assert again.type == etype and again.payload == event.payload
     with pytest.raises(ValueError, match="multiple_payloads"):  # validated like the constructor
         AgentEvent.of(made["message"].payload, **fields, outcome=made["outcome"].payload)
+
+
+_STORABLE = st.characters(codec="utf-8", exclude_characters="\x00")
+_ATTRIBUTE_VALUES = st.one_of(
+    st.text(_STORABLE, max_size=40),  # emoji and BMP escapes: 12/6 bytes
+    st.text(st.sampled_from('"\\\n\x01a'), max_size=40),  # escaped ASCII
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+)
+
+
+@given(
+    attributes=st.dictionaries(st.text(_STORABLE, max_size=30), _ATTRIBUTE_VALUES, max_size=8),
+    repeat=st.integers(min_value=1, max_value=400),
+)
+def test_attributes_limit_is_the_serialized_size(attributes: dict[str, object], repeat: int):
+    """An event's attributes are refused exactly when their compact ASCII JSON is over the limit
+    (the validator skips encoding flat attributes that cannot reach it: never wrongly)."""
+    # widen to sizes around the limit: the same members under ``repeat`` prefixes
+    wide = {f"{i}{k}": v for i in range(repeat) for k, v in attributes.items()}
+    size = len(json.dumps(wide, separators=(",", ":"), default=str))
+    raw = {**event_dict("e"), "attributes": wide}
+    if size > MAX_ATTRIBUTES_BYTES:
+        with pytest.raises(InvalidEvent) as info:
+            validate_event(raw)
+        assert (info.value.reason, info.value.field) == ("attributes_too_large", "attributes")
+    else:
+        kept = validate_event(raw).attributes
+        assert json.dumps(kept, default=str) == json.dumps(wide, default=str)
