@@ -115,6 +115,86 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str):
     assert mapped.failures == {"tool": tool_errors, "llm_call": llm_errors}
 
 
+# each flavor's switch for content capture off (OpenInference's TraceConfig from the
+# environment: hidden values written as ``__REDACTED__``; OpenLLMetry: no content attributes)
+CONTENT_OFF = {
+    "langgraph_oi": {"OPENINFERENCE_HIDE_INPUTS": "true", "OPENINFERENCE_HIDE_OUTPUTS": "true"},
+    "langgraph_traceloop": {"TRACELOOP_TRACE_CONTENT": "false"},
+}
+
+
+def blind(entries: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """What may be stored of a conversation recorded without content: each model call's
+    answer with no text and no calls (its model and tokens), each tool's result with no
+    content (its name, ok, the exception's message), each failed call; no system prompt, no
+    user message. The call id a tool result was stored under is the monitor's (``?`` here)."""
+    out: list[tuple[Any, ...]] = []
+    for e in entries:
+        if e[0] == "assistant":
+            out.append(("assistant", None, (), e[3], e[4]))
+        elif e[0] == "tool_result":
+            out.append(("tool_result", "?", e[2], e[3], None, e[5]))
+        elif e[0] == "llm_error":
+            out.append(e)
+    return out
+
+
+def by_name(entries: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each run of consecutive tool results in tool name order: with no call ids recorded the
+    results of parallel calls cannot be put in call order (:func:`in_call_order`), and the
+    order they finished in is a race."""
+    out: list[tuple[Any, ...]] = []
+    run: list[tuple[Any, ...]] = []
+    for e in [*entries, ("end",)]:
+        if e[0] == "tool_result":
+            run.append(e)
+            continue
+        out.extend(sorted(run, key=lambda r: str(r[2])))
+        run = []
+        out.append(e)
+    return out[:-1]
+
+
+def assert_blind(truths: dict[str, Truth], got: dict[str, list[dict[str, Any]]]) -> None:
+    """``got`` is :func:`blind` of each truth; a tool result's call id is no wire id (none was
+    recorded to pair it with) and no stored message has a text."""
+    assert set(got) == set(truths)
+    wire_ids = {
+        c[0] for t in truths.values() for e in t.entries if e[0] == "assistant" for c in e[2]
+    }
+    for cid, truth in truths.items():
+        stored_entries = transcript(got[cid])
+        ids = {e[1] for e in stored_entries if e[0] == "tool_result"}
+        assert not ids & wire_ids, cid
+        anonymous = [
+            ("tool_result", "?", *e[2:]) if e[0] == "tool_result" else e for e in stored_entries
+        ]
+        assert by_name(anonymous) == by_name(blind(truth.entries)), cid
+        assert all(not (e.get("message") or {}).get("content") for e in got[cid]), cid
+
+
+@pytest.mark.parametrize("flavor", GRAPH_FLAVORS)
+async def test_content_off_stores_the_structure_and_no_text(
+    flavor: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Content capture off: what is stored is what the spans say, and no more: OpenInference's
+    ``__REDACTED__`` placeholders are no text (no user message, no answer made of them)."""
+    for name, value in CONTENT_OFF[flavor].items():
+        monkeypatch.setenv(name, value)
+    tp, memory = provider_for(flavor)
+    with instrumented_graph(flavor, tp):
+        truths = await play_graph(cases(), f"{flavor}-off")
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for e in mapped.events:
+        by_conv.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
+    assert_blind(truths, by_conv)
+    for cid in truths:
+        assert {e["agent"]["id"] for e in by_conv[cid]} == {agent_id(flavor)}, cid
+
+
 CLIENT_ERRORS = {"OpenAIAPIError": "InternalServerError", "OpenAIRateLimitError": "RateLimitError"}
 
 
@@ -196,6 +276,38 @@ async def test_every_conversation_stored_exactly_over_http_and_grpc(
 ):
     """The official exporter in batches of 2 spans (each trace over several requests, in the
     order its spans end), then the whole set once more (an exporter's retry): stored once."""
+    await stored_over(worker, database_url, flavor, transport, content=True)
+
+
+@pytest.mark.parametrize(
+    ("flavor", "transport"),
+    [
+        ("langgraph_oi", "http/json"),
+        ("langgraph_oi", "grpc"),
+        ("langgraph_traceloop", "http/protobuf"),
+        ("langgraph_traceloop", "grpc"),
+    ],
+)
+async def test_content_off_stored_over_http_and_grpc(
+    worker: WorkerProcess,
+    database_url: str,
+    flavor: str,
+    transport: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Content capture off, end to end: the structure only (the traces wait for content
+    records that never come, ``MONITOR_OTEL_CONTENT_WAIT_SECONDS``, then are mapped)."""
+    for name, value in CONTENT_OFF[flavor].items():
+        monkeypatch.setenv(name, value)
+    await stored_over(worker, database_url, flavor, transport, content=False)
+
+
+async def stored_over(
+    worker: WorkerProcess, database_url: str, flavor: str, transport: str, content: bool
+) -> None:
+    """Every case through ``transport`` to the worker, then sent again; stored exactly (or,
+    without ``content``, :func:`blind`), once, every message under the graph's agent."""
+    check = assert_same if content else assert_blind
     tp, memory = provider_for(flavor)
     tp.add_span_processor(
         BatchSpanProcessor(
@@ -205,10 +317,10 @@ async def test_every_conversation_stored_exactly_over_http_and_grpc(
     with instrumented_graph(flavor, tp):
         truths = await play_graph(cases(), flavor)
     assert await asyncio.to_thread(tp.force_flush, 30_000)
-    want = sum(len(t.entries) for t in truths.values())
+    want = sum(len(t.entries if content else blind(t.entries)) for t in truths.values())
     assert await wait_for_count(database_url, want, stable_s=1.5) == want
     got = await stored(database_url)
-    assert_same(truths, got)
+    check(truths, got)
     assert {e["agent"]["id"] for events in got.values() for e in events} == {agent_id(flavor)}
 
     again = exporter(worker, transport)
@@ -216,7 +328,7 @@ async def test_every_conversation_stored_exactly_over_http_and_grpc(
     assert await asyncio.to_thread(again.export, spans) == SpanExportResult.SUCCESS
     await asyncio.sleep(2.0)
     assert await count(database_url) == want
-    assert_same(truths, await stored(database_url))
+    check(truths, await stored(database_url))
     assert metric(worker, "monitor_otlp_traces_total", "how", "deadline") == 0
     await asyncio.to_thread(tp.shutdown)
 
