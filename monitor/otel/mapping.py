@@ -540,9 +540,25 @@ class _Trace:
             if confidence is not None or self._said(span):
                 events.append(self._answer(span, ctx, confidence))
         failed = failure_of(span)
-        if failed is not None and not any(failure_of(s) for s in self.below(span)):
+        if failed is not None and not self._failure_said(span):
             events.append(self._error(span, ctx, failed, AGENT_ERROR_TOOL, "agent"))
         return events
+
+    def _failure_said(self, span: Span) -> bool:
+        """Rule 6: a failed span below the agent span already says its failure. An agent span
+        with nothing below it was recorded beside its work, not around it (OpenLLMetry's
+        ``invoke_agent`` of a LangGraph prebuilt agent, a sibling of the sub-graph's spans):
+        a failed model or tool call of the trace that ended within its time says it."""
+        below = self.below(span)
+        if below:
+            return any(failure_of(s) for s in below)
+        start, end = span.start_unix_nano, span.end_unix_nano or span.start_unix_nano
+        return any(
+            self.kinds[s.span_id] in ("llm", "tool")
+            and start <= (s.end_unix_nano or s.start_unix_nano) <= end
+            and failure_of(s) is not None
+            for s in self.by_id.values()
+        )
 
     def _answer(self, span: Span, ctx: SpanContext, confidence: float | None) -> dict[str, Any]:
         """The agent span's own answer (part ``answer``), with its confidence."""

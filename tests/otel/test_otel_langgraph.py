@@ -41,7 +41,14 @@ from monitor.otel.langchain import messages_in, tool_message_in
 from monitor.otel.mapping import MappingConfig, map_spans
 from monitor.otel.spans import Span
 from tests.otel.conformance import instrumented, transcript
-from tests.otel.graph_agent import GRAPH, GRAPH_FLAVORS, instrumented_graph, play_graph
+from tests.otel.graph_agent import (
+    GRAPH,
+    GRAPH_FLAVORS,
+    NODES,
+    SHAPES,
+    instrumented_graph,
+    play_graph,
+)
 from tests.otel.support_agent import Truth, cases
 from tests.otel.test_otel_conformance import TOKEN, metric, start_worker, stored
 from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
@@ -86,12 +93,15 @@ def provider_for(flavor: str) -> tuple[TracerProvider, InMemorySpanExporter]:
     return tp, memory
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("flavor", GRAPH_FLAVORS)
 @pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
-async def test_every_case_reconstructed_exactly(flavor: str, encoding: str):
+async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, shape: str):
+    """Every case, the support agent's nodes in the graph or (``react``) the prebuilt
+    ``create_react_agent`` as a sub-graph node after the triage node."""
     tp, memory = provider_for(flavor)
     with instrumented_graph(flavor, tp):
-        truths = await play_graph(cases(), flavor)
+        truths = await play_graph(cases(), flavor, shape)
     finished = list(memory.get_finished_spans())
     if encoding == PROTOBUF:
         body = encode_spans(finished).SerializeToString()
@@ -262,6 +272,7 @@ def exporter(worker: WorkerProcess, transport: str) -> SpanExporter:
     return JsonExporter(f"{worker.url}/v1/traces", headers=headers)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize(
     ("flavor", "transport"),
     [
@@ -272,11 +283,12 @@ def exporter(worker: WorkerProcess, transport: str) -> SpanExporter:
     ],
 )
 async def test_every_conversation_stored_exactly_over_http_and_grpc(
-    worker: WorkerProcess, database_url: str, flavor: str, transport: str
+    worker: WorkerProcess, database_url: str, flavor: str, transport: str, shape: str
 ):
     """The official exporter in batches of 2 spans (each trace over several requests, in the
-    order its spans end), then the whole set once more (an exporter's retry): stored once."""
-    await stored_over(worker, database_url, flavor, transport, content=True)
+    order its spans end), then the whole set once more (an exporter's retry): stored once;
+    both graph shapes (the ``react`` one: a prebuilt agent as a sub-graph)."""
+    await stored_over(worker, database_url, flavor, transport, content=True, shape=shape)
 
 
 @pytest.mark.parametrize(
@@ -303,7 +315,12 @@ async def test_content_off_stored_over_http_and_grpc(
 
 
 async def stored_over(
-    worker: WorkerProcess, database_url: str, flavor: str, transport: str, content: bool
+    worker: WorkerProcess,
+    database_url: str,
+    flavor: str,
+    transport: str,
+    content: bool,
+    shape: str = NODES,
 ) -> None:
     """Every case through ``transport`` to the worker, then sent again; stored exactly (or,
     without ``content``, :func:`blind`), once, every message under the graph's agent."""
@@ -315,7 +332,7 @@ async def stored_over(
         )
     )
     with instrumented_graph(flavor, tp):
-        truths = await play_graph(cases(), flavor)
+        truths = await play_graph(cases(), flavor, shape)
     assert await asyncio.to_thread(tp.force_flush, 30_000)
     want = sum(len(t.entries if content else blind(t.entries)) for t in truths.values())
     assert await wait_for_count(database_url, want, stable_s=1.5) == want
@@ -464,3 +481,37 @@ def test_concurrent_calls_beside_each_other_are_not_twins():
         mapped = map_spans([outer, inner], MappingConfig())
         texts = [e.message.content for e in mapped.events if e.type == "message"]
         assert sorted(t for t in texts if t) == stored_texts
+
+
+def test_a_failed_agent_span_beside_its_work_adds_no_second_failure():
+    """Rule 6 for an agent span with nothing below it (recorded beside its work): a failed
+    model call of the trace that ended within its time already says its failure; with none
+    (the call ended before it began, or did not fail) the agent's failure is stored."""
+
+    def span(span_id: str, start: int, end: int, failed: bool, **attributes: Any) -> Span:
+        return Span(
+            trace_id="ab" * 16,
+            span_id=span_id,
+            parent_span_id="cd" * 8,
+            name=span_id,
+            start_unix_nano=start,
+            end_unix_nano=end,
+            attributes={"gen_ai.conversation.id": "c", **attributes},
+            status_code=2 if failed else 0,
+            status_message="OpenAIAPIError: Error code: 500" if failed else "",
+        )
+
+    root = Span("ab" * 16, "cd" * 8, "", "graph", 0, 10_000_000, {"gen_ai.conversation.id": "c"})
+    agent = span("1" * 16, 1_000_000, 9_000_000, True, **{"gen_ai.operation.name": "invoke_agent"})
+    for chat_start, chat_end, chat_failed, agent_errors in (
+        (2_000_000, 8_000_000, True, 0),  # failed within its time: said once, by the call
+        (100, 500_000, True, 1),  # failed before the agent began: not its failure
+        (2_000_000, 8_000_000, False, 1),  # the call did not fail: the agent's own failure
+    ):
+        chat = span(
+            "2" * 16, chat_start, chat_end, chat_failed, **{"gen_ai.operation.name": "chat"}
+        )
+        mapped = map_spans([root, agent, chat], MappingConfig())
+        names = [e.tool_result.name for e in mapped.events if e.type == "tool_result"]
+        assert names.count("agent") == agent_errors, (chat_start, chat_failed)
+        assert names.count("llm") == int(chat_failed)
