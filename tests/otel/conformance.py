@@ -13,7 +13,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.otel.api_agents import API_FLAVORS, API_GAPS, run_api
-from tests.otel.framework_agents import PYDANTIC_AI_CASES, run_pydantic_ai
+from tests.otel.framework_agents import pydantic_ai_cases, run_pydantic_ai
 from tests.otel.provider import Provider
 from tests.otel.support_agent import (
     Case,
@@ -55,7 +55,7 @@ CASE_GAPS = (("anthropic_ll", "streaming"),)
 
 def cases_for(flavor: str) -> list[Case]:
     if flavor == PYDANTIC_AI:
-        return [c for c in cases() if c.name in PYDANTIC_AI_CASES]
+        return pydantic_ai_cases()
     if flavor in (*API_FLAVORS, *API_GAPS):
         return [c for c in cases() if c.name in API_CASES and (flavor, c.name) not in CASE_GAPS]
     return [c for c in cases() if flavor != "agents" or c.name in AGENT_SDK_CASES]
