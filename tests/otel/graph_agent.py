@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import openai
@@ -207,7 +207,9 @@ def build_graph(provider: Provider, case: Case, shape: str = NODES) -> Any:
     return builder.compile(checkpointer=InMemorySaver(), name=GRAPH)
 
 
-async def run_graph(provider: Provider, case: Case, cid: str, shape: str = NODES) -> Truth:
+async def run_graph(
+    provider: Provider, case: Case, cid: str, shape: str = NODES, turn_span: Any = None
+) -> Truth:
     """One conversation through the graph: a turn per ``ainvoke`` under ``thread_id`` = cid;
     a model call the client and the node's retries gave up on ends the conversation."""
     script = graph_script(case)
@@ -218,7 +220,8 @@ async def run_graph(provider: Provider, case: Case, cid: str, shape: str = NODES
     config = {"configurable": {"thread_id": cid}}
     for turn in case.turns:
         try:
-            await graph.ainvoke({"messages": [("user", turn)]}, config)
+            with turn_span() if turn_span is not None else nullcontext():
+                await graph.ainvoke({"messages": [("user", turn)]}, config)
         except openai.APIStatusError:
             break
     return wire_truth(cid, case, script, provider.requests[start:])
@@ -270,14 +273,17 @@ def wire_truth(
     return truth
 
 
-async def play_graph(cases: list[Case], prefix: str, shape: str = NODES) -> dict[str, Truth]:
+async def play_graph(
+    cases: list[Case], prefix: str, shape: str = NODES, turn_span: Any = None
+) -> dict[str, Truth]:
     """Each case once through the graph of ``shape``, as conversation ``<prefix>-<case name>``
-    (instrument first); the truths by conversation."""
+    (instrument first); the truths by conversation. ``turn_span``: a context manager factory
+    each turn's ``ainvoke`` runs in (the application's own span around the graph)."""
     truths: dict[str, Truth] = {}
     async with Provider() as provider:
         for case in cases:
             cid = f"{prefix}-{case.name}"
-            truths[cid] = await run_graph(provider, case, cid, shape)
+            truths[cid] = await run_graph(provider, case, cid, shape, turn_span)
     return truths
 
 

@@ -243,6 +243,76 @@ async def test_openllmetry_and_openai_v2_on_the_client_each_call_stored_once(
     assert_same(truths, by_conv)
 
 
+def with_client_errors(truths: dict[str, Truth]) -> dict[str, Truth]:
+    """The truths with each failure's type the ``openai`` client's (:data:`CLIENT_ERRORS`):
+    with the client instrumented too, its span is the one closest to the wire (rule 1)."""
+    for truth in truths.values():
+        truth.entries = [
+            ("llm_error", CLIENT_ERRORS[e[1]], e[2]) if e[0] == "llm_error" else e
+            for e in truth.entries
+        ]
+    return truths
+
+
+async def play_doubled(tp: TracerProvider, shape: str, prefix: str) -> dict[str, Truth]:
+    """Every case under OpenInference's LangChain and openai instrumentors at once, each turn
+    in the application's own span (OpenInference's LangChain callbacks never make their spans
+    current: without a span of the application's, each client call is a trace of its own)."""
+    tracer = tp.get_tracer("support-app")
+    with instrumented_graph("langgraph_oi", tp), instrumented("openinference", tp):
+        truths = await play_graph(
+            cases(), prefix, shape, lambda: tracer.start_as_current_span("handle-turn")
+        )
+    return with_client_errors(truths)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_openinference_langchain_and_openai_each_call_stored_once(shape: str):
+    """OpenInference's LangChain and openai instrumentors together: two LLM spans per model
+    call, the LangChain one under the node, the client's under the application's span (not
+    nested, not siblings), the client's within the other's time with the same answer: one
+    assistant message per call, the node's agent span adds nothing (rule 1, rule 5)."""
+    flavor = "langgraph_oi"
+    tp, memory = provider_for(flavor)
+    truths = await play_doubled(tp, shape, f"{flavor}-doubled")
+    spans = list(memory.get_finished_spans())
+    llm = [s for s in spans if (s.attributes or {}).get("openinference.span.kind") == "LLM"]
+    calls = sum(e[0] in ("assistant", "llm_error") for t in truths.values() for e in t.entries)
+    assert len(llm) == 2 * calls  # each call described twice
+    assert len({s.context.trace_id for s in spans if s.name == "handle-turn"}) == len(
+        {s.context.trace_id for s in llm}
+    )  # every LLM span in its turn's trace
+    body = encode_spans(spans).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for e in mapped.events:
+        by_conv.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
+    assert_same(truths, by_conv)
+
+
+@pytest.mark.parametrize("transport", ["http/json", "grpc"])
+async def test_openinference_langchain_and_openai_stored_once_over_http_and_grpc(
+    worker: WorkerProcess, database_url: str, transport: str
+):
+    """The doubled spans (both shapes) through the real worker, batches of 2 spans."""
+    flavor = "langgraph_oi"
+    tp, _ = provider_for(flavor)
+    tp.add_span_processor(
+        BatchSpanProcessor(
+            exporter(worker, transport), max_export_batch_size=2, schedule_delay_millis=50
+        )
+    )
+    truths: dict[str, Truth] = {}
+    for shape in SHAPES:
+        truths |= await play_doubled(tp, shape, f"doubled-{shape}")
+    assert await asyncio.to_thread(tp.force_flush, 30_000)
+    want = sum(len(t.entries) for t in truths.values())
+    assert await wait_for_count(database_url, want, stable_s=1.5) == want
+    assert_same(truths, await stored(database_url))
+    await asyncio.to_thread(tp.shutdown)
+
+
 @pytest.fixture
 async def worker(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path
