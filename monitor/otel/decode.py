@@ -111,9 +111,19 @@ def parse_into(request: Message, body: bytes, kind: str, path: tuple[str, str, s
         raise UndecodableBody(f"not an OTLP/JSON {name}: {exc}") from None
 
 
+# what OpenInference's TraceConfig writes in place of a hidden input or output (its
+# ``REDACTED_VALUE``): a value withheld, not a text anyone said
+REDACTED = "__REDACTED__"
+
+
 def attributes_of(pairs: Any) -> dict[str, Any]:
-    """OTLP ``KeyValue`` pairs as a dict of Python values (see :func:`value_of`)."""
-    return {kv.key: value_of(kv.value) for kv in pairs}
+    """OTLP ``KeyValue`` pairs as a dict of Python values (see :func:`value_of`); an attribute
+    whose value is the redaction marker (:data:`REDACTED`) is left out: the instrumentation
+    withheld it, as if it had not written it."""
+    out = {kv.key: value_of(kv.value) for kv in pairs}
+    if REDACTED in out.values():
+        return {k: v for k, v in out.items() if v != REDACTED}
+    return out
 
 
 def value_of(value: AnyValue) -> Any:

@@ -223,7 +223,9 @@ class _Trace:
         self.wraps_llm = {  # spans with an LLM span below them
             a.span_id for s in spans if self.kinds[s.span_id] == "llm" for a in self._ancestors(s)
         }
-        self.wraps_llm |= _outer_twins(spans, self.kinds)  # rule 1 for spans not nested
+        # rule 1 for spans not nested: outer twin -> the inner one that speaks for it
+        self.twin_of = _outer_twins(spans, self.kinds)
+        self.wraps_llm |= set(self.twin_of)
         self.tool_span_calls = {
             str(c) for s in spans if self.kinds[s.span_id] == "tool" and (c := _call_id(s))
         }
@@ -407,7 +409,9 @@ class _Trace:
             extra["gen_ai.response.id"] = response_id
         assistant = event(span, ctx, "message", "assistant", message, end, extra)
         events.append(assistant)
-        for anc in self._ancestors(span):
+        # the answer is below the containers of the span and of its outer twins (rule 1)
+        twins = [self.by_id[o] for o, inner in self.twin_of.items() if inner == span.span_id]
+        for anc in [*self._ancestors(span), *(a for t in twins for a in self._ancestors(t))]:
             if end >= self.last_assistant.get(anc.span_id, (0, {}))[0]:
                 self.last_assistant[anc.span_id] = (end, assistant)
         for call in tool_calls:
@@ -520,7 +524,7 @@ class _Trace:
         if span.span_id in self.wraps_llm:
             last = self.last_assistant.get(span.span_id)
             outermost = not any(self.kinds[a.span_id] == "agent" for a in self._ancestors(span))
-            if outermost and not any(s.span_id in self.with_content for s in self.below(span)):
+            if outermost and not any(self._spoke_with_content(s) for s in self.below(span)):
                 events.extend(self._content_off(span, ctx, last[1] if last else None))
             elif (last is None or last[1]["message"].get("content") is None) and self._said(span):
                 # the last LLM call below asked for tools (or failed): the agent's own answer
@@ -540,9 +544,32 @@ class _Trace:
             if confidence is not None or self._said(span):
                 events.append(self._answer(span, ctx, confidence))
         failed = failure_of(span)
-        if failed is not None and not any(failure_of(s) for s in self.below(span)):
+        if failed is not None and not self._failure_said(span):
             events.append(self._error(span, ctx, failed, AGENT_ERROR_TOOL, "agent"))
         return events
+
+    def _spoke_with_content(self, span: Span) -> bool:
+        """``span`` is an LLM span whose messages were taken: its own, or its inner twin's
+        (rule 1) for one that describes the same call as a span elsewhere in the trace."""
+        return span.span_id in self.with_content or self.twin_of.get(span.span_id) in (
+            self.with_content
+        )
+
+    def _failure_said(self, span: Span) -> bool:
+        """Rule 6: a failed span below the agent span already says its failure. An agent span
+        with nothing below it was recorded beside its work, not around it (OpenLLMetry's
+        ``invoke_agent`` of a LangGraph prebuilt agent, a sibling of the sub-graph's spans):
+        a failed model or tool call of the trace that ended within its time says it."""
+        below = self.below(span)
+        if below:
+            return any(failure_of(s) for s in below)
+        start, end = span.start_unix_nano, span.end_unix_nano or span.start_unix_nano
+        return any(
+            self.kinds[s.span_id] in ("llm", "tool")
+            and start <= (s.end_unix_nano or s.start_unix_nano) <= end
+            and failure_of(s) is not None
+            for s in self.by_id.values()
+        )
 
     def _answer(self, span: Span, ctx: SpanContext, confidence: float | None) -> dict[str, Any]:
         """The agent span's own answer (part ``answer``), with its confidence."""
@@ -635,31 +662,36 @@ class _Trace:
         return events
 
 
-def _outer_twins(spans: list[Span], kinds: dict[str, str]) -> set[str]:
-    """LLM spans describing the same call as an LLM span beside them (the same parent) whose
-    time lies within theirs: an instrumentation that does not nest its LLM span around the
-    client library's (OpenLLMetry's LangChain handler with openai-v2 on the client). The same
-    call: the same ``gen_ai.response.id``, or the same output messages, or both failed. The
-    inner one is the closer to the wire and speaks (rule 1); the outer ones are returned."""
-    llm = [s for s in spans if kinds[s.span_id] == "llm"]
-    by_parent: dict[str, list[Span]] = {}
-    for s in llm:
-        by_parent.setdefault(s.parent_span_id, []).append(s)
-    outer: set[str] = set()
-    for group in by_parent.values():
-        for a in group:
-            for b in group:
-                if a is b or not (
-                    a.start_unix_nano < b.start_unix_nano and b.end_unix_nano < a.end_unix_nano
-                ):
-                    continue
-                rid = a.attr("gen_ai.response.id")
-                if (
-                    (rid is not None and rid == b.attr("gen_ai.response.id"))
-                    or (failure_of(a) is not None and failure_of(b) is not None)
-                    or (bool(output_messages(a)) and output_messages(a) == output_messages(b))
-                ):
-                    outer.add(a.span_id)
+def _outer_twins(spans: list[Span], kinds: dict[str, str]) -> dict[str, str]:
+    """LLM spans describing the same call as another LLM span of the trace whose time lies
+    within theirs, wherever the two are in the tree: an instrumentation that does not nest its
+    LLM span around the client library's (OpenLLMetry's LangChain handler with openai-v2 on
+    the client: siblings; OpenInference's LangChain callbacks never make their span current, so
+    its openai instrumentor's span hangs under the application's span instead). The same call:
+    the same ``gen_ai.response.id``, or the same output messages, or both failed. The inner one
+    is the closer to the wire and speaks (rule 1); returned: each outer one's inner one."""
+    llm = sorted((s for s in spans if kinds[s.span_id] == "llm"), key=lambda s: s.start_unix_nano)
+    outputs: dict[str, list[Message]] = {}
+
+    def said(s: Span) -> list[Message]:
+        if s.span_id not in outputs:
+            outputs[s.span_id] = output_messages(s)
+        return outputs[s.span_id]
+
+    outer: dict[str, str] = {}
+    for i, a in enumerate(llm):
+        for b in llm[i + 1 :]:
+            if b.start_unix_nano >= a.end_unix_nano:
+                break  # sorted by start: no later span begins within ``a``
+            if b.start_unix_nano == a.start_unix_nano or b.end_unix_nano >= a.end_unix_nano:
+                continue
+            rid = a.attr("gen_ai.response.id")
+            if (
+                (rid is not None and rid == b.attr("gen_ai.response.id"))
+                or (failure_of(a) is not None and failure_of(b) is not None)
+                or (bool(said(a)) and said(a) == said(b))
+            ):
+                outer.setdefault(a.span_id, b.span_id)
     return outer
 
 

@@ -55,14 +55,22 @@ class Reply:
     items: list[dict[str, Any]]
 
 
-async def _ask_responses(client: Any, history: list[dict[str, Any]]) -> Reply:
+async def _ask_responses(client: Any, history: list[dict[str, Any]], stream: bool) -> Reply:
     tools = [
         {"type": "function", "name": f["name"], "description": f["description"], **params}
         for t in TOOLS
         for f in [t["function"]]
         for params in [{"parameters": f["parameters"]}]
     ]
-    r = await client.responses.create(model=MODEL, instructions=SYSTEM, input=history, tools=tools)
+    ask = {"model": MODEL, "instructions": SYSTEM, "input": history, "tools": tools}
+    if stream:  # the agent reads the deltas; the whole response comes in the last event
+        r = None
+        async for event in await client.responses.create(**ask, stream=True):
+            if event.type == "response.completed":
+                r = event.response
+        assert r is not None
+    else:
+        r = await client.responses.create(**ask)
     texts: list[str] = []
     calls: list[Call] = []
     items: list[dict[str, Any]] = []
@@ -89,7 +97,7 @@ def _responses_result(call: Call, result: str, ok: bool) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call.id, "output": result}
 
 
-async def _ask_anthropic(client: Any, history: list[dict[str, Any]]) -> Reply:
+async def _ask_anthropic(client: Any, history: list[dict[str, Any]], stream: bool) -> Reply:
     tools = [
         {
             "name": t["function"]["name"],
@@ -98,15 +106,47 @@ async def _ask_anthropic(client: Any, history: list[dict[str, Any]]) -> Reply:
         }
         for t in TOOLS
     ]
-    r = await client.messages.create(
-        model=MODEL, max_tokens=256, system=SYSTEM, messages=history, tools=tools
-    )
+    ask = {
+        "model": MODEL,
+        "max_tokens": 256,
+        "system": SYSTEM,
+        "messages": history,
+        "tools": tools,
+    }
+    if stream:
+        return await _stream_anthropic(client, ask)
+    r = await client.messages.create(**ask)
     texts = [b.text for b in r.content if b.type == "text"]
     calls = [Call(b.id, b.name, dict(b.input)) for b in r.content if b.type == "tool_use"]
     blocks = [b.model_dump(exclude_none=True) for b in r.content]
     usage = (r.usage.input_tokens, r.usage.output_tokens)
     text = "".join(texts) if texts else None
     return Reply(text, calls, usage, r.model, [{"role": "assistant", "content": blocks}])
+
+
+async def _stream_anthropic(client: Any, ask: dict[str, Any]) -> Reply:
+    """``messages.create(stream=True)``, the message put together from its events by hand."""
+    blocks: list[dict[str, Any]] = []
+    partial: dict[int, str] = {}
+    model, usage = MODEL, [0, 0]
+    async for event in await client.messages.create(**ask, stream=True):
+        if event.type == "message_start":
+            model, usage[0] = event.message.model, event.message.usage.input_tokens
+        elif event.type == "content_block_start":
+            blocks.append(event.content_block.model_dump(exclude_none=True))
+        elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+            blocks[event.index]["text"] += event.delta.text
+        elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+            partial[event.index] = partial.get(event.index, "") + event.delta.partial_json
+        elif event.type == "message_delta":
+            usage[1] = event.usage.output_tokens
+    for i, args in partial.items():
+        blocks[i]["input"] = json.loads(args)
+    texts = [b["text"] for b in blocks if b["type"] == "text"]
+    calls = [Call(b["id"], b["name"], b["input"]) for b in blocks if b["type"] == "tool_use"]
+    text = "".join(texts) if texts else None
+    reply = [{"role": "assistant", "content": blocks}]
+    return Reply(text, calls, (usage[0], usage[1]), model, reply)
 
 
 def _anthropic_result(call: Call, result: str, ok: bool) -> dict[str, Any]:
@@ -134,7 +174,7 @@ async def converse_api(
             reply = None
             for _attempt in range(case.agent_retries + 1):
                 try:
-                    reply = await ask(client, history)
+                    reply = await ask(client, history, case.stream)
                     break
                 except failures as exc:
                     truth.entries.append(("llm_error", type(exc).__name__, exc.status_code))

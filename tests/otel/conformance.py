@@ -13,7 +13,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.otel.api_agents import API_FLAVORS, API_GAPS, run_api
-from tests.otel.framework_agents import PYDANTIC_AI_CASES, run_pydantic_ai
+from tests.otel.framework_agents import pydantic_ai_cases, run_pydantic_ai
 from tests.otel.provider import Provider
 from tests.otel.support_agent import (
     Case,
@@ -43,16 +43,21 @@ AGENT_SDK_CASES = (
 )
 
 
-# the Responses and Anthropic flavors (tests/otel/api_agents.py): every case but streaming (the
-# loopback provider answers those APIs in JSON only)
-API_CASES = tuple(c for c in AGENT_SDK_CASES if c != "streaming")
+# the Responses and Anthropic flavors (tests/otel/api_agents.py): every case, streaming as each
+# API streams (server-sent events of its own kind)
+API_CASES = AGENT_SDK_CASES
+# (flavor, case) that are not stored exactly for a known fault of the instrumentation, each with
+# a test of its own that pins the fault (tests/otel/test_otel_conformance_apis.py): Traceloop's
+# anthropic 0.62.4 adds ``message_start``'s output token count to ``message_delta``'s, which
+# the API documents as cumulative (one token too many on every streamed call)
+CASE_GAPS = (("anthropic_ll", "streaming"),)
 
 
 def cases_for(flavor: str) -> list[Case]:
     if flavor == PYDANTIC_AI:
-        return [c for c in cases() if c.name in PYDANTIC_AI_CASES]
+        return pydantic_ai_cases()
     if flavor in (*API_FLAVORS, *API_GAPS):
-        return [c for c in cases() if c.name in API_CASES]
+        return [c for c in cases() if c.name in API_CASES and (flavor, c.name) not in CASE_GAPS]
     return [c for c in cases() if flavor != "agents" or c.name in AGENT_SDK_CASES]
 
 

@@ -15,11 +15,12 @@ from typing import Any
 import openai
 from opentelemetry.sdk.trace import TracerProvider
 
-from tests.otel.provider import Fail, Provider
-from tests.otel.support_agent import ANYTHING, SYSTEM, TOOLS, Case, Truth, run_tool
+from tests.otel.provider import Answer, Call, Fail, Provider
+from tests.otel.support_agent import ANYTHING, SYSTEM, TOOLS, Case, Truth, cases, run_tool
 
-# the cases pydantic-ai plays: a tool that raises ends its run (no failing_tool), and the
-# loopback provider streams chat completions only through the openai client's SSE (covered)
+# the support cases pydantic-ai plays: a tool that raises ends its run (no failing_tool; its
+# way to fail a tool is ModelRetry: TOOL_RETRY), and the loopback provider streams chat
+# completions only through the openai client's SSE (covered)
 PYDANTIC_AI_CASES = (
     "plain",
     "tool_loop",
@@ -29,14 +30,41 @@ PYDANTIC_AI_CASES = (
     "rate_limit_429_exhausted",
     "multi_turn_repeats",
 )
+# pydantic-ai's failing tool: under pydantic-ai a tool of ``failing_tools`` raises ``ModelRetry``
+# on its first call (the model is told, and asks again; the second call succeeds)
+RETRY_MESSAGE = "the refund service is busy, try again"
+TOOL_RETRY = Case(
+    "tool_retry",
+    ("Refund order A-17 please.",),
+    (
+        Answer(None, (Call("call_refund_1", "refund_order", {"order": "A-17"}),), 20, 9, "r-y1"),
+        Answer(None, (Call("call_refund_2", "refund_order", {"order": "A-17"}),), 24, 9, "r-y2"),
+        Answer("Order A-17 is refunded.", (), 30, 6, "r-y3"),
+    ),
+    failing_tools=frozenset({"refund_order"}),
+)
+
+
+def pydantic_ai_cases() -> list[Case]:
+    """The cases pydantic-ai plays: :data:`PYDANTIC_AI_CASES` and :data:`TOOL_RETRY`."""
+    return [c for c in cases() if c.name in PYDANTIC_AI_CASES] + [TOOL_RETRY]
 
 
 def wire_truth(
-    provider: Provider, start: int, case: Case, cid: str, model: str = "support-model"
+    provider: Provider,
+    start: int,
+    case: Case,
+    cid: str,
+    model: str = "support-model",
+    retried: dict[str, str] | None = None,
 ) -> Truth:
     """The truth of a framework's conversation from the provider's requests since ``start``:
     every request's new system, user and tool messages, then the scripted answer; a failed
-    request the client retried is not seen by the agent; the last one failing is an error."""
+    request the client retried is not seen by the agent; the last one failing is an error.
+    ``retried``: the calls whose tool asked the model to retry (call id -> the reason): their
+    tool message (the retry prompt) is a failed result with that error, and the reason as its
+    content (the tool's output its span records: what the tool gave back)."""
+    retried = retried or {}
     truth = Truth(cid, model)
     actions = iter(case.script)
     seen = 0
@@ -56,6 +84,11 @@ def wire_truth(
         for m in messages[seen:]:
             if m["role"] in ("system", "user"):
                 truth.entries.append((m["role"], m["content"]))
+            elif m["role"] == "tool" and m["tool_call_id"] in retried:
+                call_id = m["tool_call_id"]
+                name = call_names[call_id]
+                reason = retried[call_id]
+                truth.entries.append(("tool_result", call_id, name, False, reason, reason))
             elif m["role"] == "tool":
                 name = call_names[m["tool_call_id"]]
                 truth.entries.append(
@@ -74,7 +107,7 @@ async def run_pydantic_ai(provider: Provider, tp: TracerProvider, case: Case, ci
     provider, function tools, one ``run`` per user turn with the message history and the
     conversation id), instrumented by pydantic-ai itself (``InstrumentationSettings`` on
     ``tp``: ``invoke_agent`` > ``chat`` / ``execute_tool`` spans)."""
-    from pydantic_ai import Agent
+    from pydantic_ai import Agent, ModelRetry, RunContext
     from pydantic_ai.models.instrumented import InstrumentationSettings
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -94,14 +127,20 @@ async def run_pydantic_ai(provider: Provider, tp: TracerProvider, case: Case, ci
     )
     # (2.78's Agent takes no ``instrument`` argument: the property)
     agent.instrument = InstrumentationSettings(tracer_provider=tp)
+    retried: dict[str, str] = {}  # call id -> the reason the tool asked for a retry
     for t in TOOLS:
         name = t["function"]["name"]
 
-        def tool(order: str, name: str = name) -> str:
-            return run_tool(name, {"order": order}, case.failing_tools)
+        def tool(ctx: RunContext[None], order: str, name: str = name) -> str:
+            if name in case.failing_tools and ctx.retry == 0:
+                retried[str(ctx.tool_call_id)] = RETRY_MESSAGE
+                raise ModelRetry(RETRY_MESSAGE)
+            return run_tool(name, {"order": order}, frozenset())
 
         tool.__doc__ = f"{name} tool"
-        agent.tool_plain(name=name)(tool)
+        # the annotations as objects: this module's are strings, and RunContext is imported here
+        tool.__annotations__ = {"ctx": RunContext[None], "order": str, "name": str, "return": str}
+        agent.tool(name=name, retries=1)(tool)
     history: list[Any] = []
     for turn in case.turns:
         try:
@@ -112,7 +151,7 @@ async def run_pydantic_ai(provider: Provider, tp: TracerProvider, case: Case, ci
             break
         history = result.all_messages()
     await client.close()
-    return wire_truth(provider, start, case, cid)
+    return wire_truth(provider, start, case, cid, retried=retried)
 
 
 async def run_sub_agent_as_tool(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import openai
@@ -44,6 +44,12 @@ GRAPH = "support-graph"  # the compiled graph's name
 STATUS_ERRORS = {429: "OpenAIRateLimitError", 500: "OpenAIAPIError"}
 # the langchain instrumentations of the suite (flavor -> instrumentor)
 GRAPH_FLAVORS = ("langgraph_oi", "langgraph_traceloop")
+# the graph's shapes: ``nodes``, the support agent's nodes in the graph itself; ``react``, the
+# triage node then LangGraph's prebuilt ``create_react_agent`` (its own model-calling ``agent``
+# node and ``tools`` node) as a sub-graph node
+NODES, REACT = "nodes", "react"
+SHAPES = (NODES, REACT)
+REACT_AGENT = "support-react"  # the prebuilt agent's (the sub-graph's) name
 
 
 def graph_script(case: Case) -> tuple[Action, ...]:
@@ -141,8 +147,9 @@ def _tools(failing: frozenset[str]) -> list[Any]:
     return [make(t["function"]["name"]) for t in TOOLS]
 
 
-def build_graph(provider: Provider, case: Case) -> Any:
-    """The compiled graph for one conversation (its own checkpointer)."""
+def build_graph(provider: Provider, case: Case, shape: str = NODES) -> Any:
+    """The compiled graph for one conversation (its own checkpointer), of ``shape``
+    (:data:`SHAPES`)."""
     from langchain_core.messages import SystemMessage
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
@@ -172,18 +179,26 @@ def build_graph(provider: Provider, case: Case) -> Any:
     def after_agent(state: State) -> str:
         return "tools" if getattr(state["messages"][-1], "tool_calls", None) else END
 
+    retry = RetryPolicy(
+        max_attempts=1 + case.agent_retries,
+        initial_interval=0.01,
+        jitter=False,
+        retry_on=openai.APIStatusError,
+    )
     builder = StateGraph(State)
     builder.add_node("triage", triage)
-    builder.add_node(
-        "agent",
-        agent,
-        retry_policy=RetryPolicy(
-            max_attempts=1 + case.agent_retries,
-            initial_interval=0.01,
-            jitter=False,
-            retry_on=openai.APIStatusError,
-        ),
-    )
+    if shape == REACT:  # the prebuilt agent as a sub-graph node, retried whole
+        from langgraph.prebuilt import create_react_agent
+
+        react = create_react_agent(
+            model, ToolNode(tools, handle_tool_errors=True), prompt=SYSTEM, name=REACT_AGENT
+        )
+        builder.add_node("support", react, retry_policy=retry)
+        builder.add_edge(START, "triage")
+        builder.add_edge("triage", "support")
+        builder.add_edge("support", END)
+        return builder.compile(checkpointer=InMemorySaver(), name=GRAPH)
+    builder.add_node("agent", agent, retry_policy=retry)
     builder.add_node("tools", ToolNode(tools, handle_tool_errors=True))
     builder.add_edge(START, "triage")
     builder.add_edge("triage", "agent")
@@ -192,18 +207,21 @@ def build_graph(provider: Provider, case: Case) -> Any:
     return builder.compile(checkpointer=InMemorySaver(), name=GRAPH)
 
 
-async def run_graph(provider: Provider, case: Case, cid: str) -> Truth:
+async def run_graph(
+    provider: Provider, case: Case, cid: str, shape: str = NODES, turn_span: Any = None
+) -> Truth:
     """One conversation through the graph: a turn per ``ainvoke`` under ``thread_id`` = cid;
     a model call the client and the node's retries gave up on ends the conversation."""
     script = graph_script(case)
     provider.script.clear()
     provider.push(*script)
     start = len(provider.requests)
-    graph = build_graph(provider, case)
+    graph = build_graph(provider, case, shape)
     config = {"configurable": {"thread_id": cid}}
     for turn in case.turns:
         try:
-            await graph.ainvoke({"messages": [("user", turn)]}, config)
+            with turn_span() if turn_span is not None else nullcontext():
+                await graph.ainvoke({"messages": [("user", turn)]}, config)
         except openai.APIStatusError:
             break
     return wire_truth(cid, case, script, provider.requests[start:])
@@ -255,14 +273,17 @@ def wire_truth(
     return truth
 
 
-async def play_graph(cases: list[Case], prefix: str) -> dict[str, Truth]:
-    """Each case once through the graph, as conversation ``<prefix>-<case name>`` (instrument
-    first); the truths by conversation."""
+async def play_graph(
+    cases: list[Case], prefix: str, shape: str = NODES, turn_span: Any = None
+) -> dict[str, Truth]:
+    """Each case once through the graph of ``shape``, as conversation ``<prefix>-<case name>``
+    (instrument first); the truths by conversation. ``turn_span``: a context manager factory
+    each turn's ``ainvoke`` runs in (the application's own span around the graph)."""
     truths: dict[str, Truth] = {}
     async with Provider() as provider:
         for case in cases:
             cid = f"{prefix}-{case.name}"
-            truths[cid] = await run_graph(provider, case, cid)
+            truths[cid] = await run_graph(provider, case, cid, shape, turn_span)
     return truths
 
 

@@ -9,7 +9,10 @@ request asks ``stream: true``, as server-sent events in several chunks, with a u
 The same script also answers the OpenAI Responses API (``POST /v1/responses``: an ``output``
 list of ``message`` / ``function_call`` items) and Anthropic's Messages API (``POST
 /v1/messages``: ``text`` / ``tool_use`` content blocks; point the ``anthropic`` client at
-``root_url``), as JSON (not streamed), errors in each API's own error shape.
+``root_url``), errors in each API's own error shape; as JSON, or, when the request asks
+``stream: true``, as each API's server-sent events (the Responses API's ``response.*`` events
+ending in ``response.completed``; Anthropic's ``message_start`` ... ``message_stop``, text and
+tool input in several deltas).
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class Provider:
         if isinstance(action, Fail):
             error = {"error": {"message": action.message, "type": "server_error", "code": None}}
             return web.json_response(error, status=action.status, headers=action.headers)
+        if body.get("stream"):
+            return await _sse(request, _response_events(action, body.get("model", "m")))
         return web.json_response(_response(action, body.get("model", "m")))
 
     async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
@@ -119,7 +124,103 @@ class Provider:
             kind = "rate_limit_error" if action.status == 429 else "api_error"
             error = {"type": "error", "error": {"type": kind, "message": action.message}}
             return web.json_response(error, status=action.status, headers=action.headers)
+        if body.get("stream"):
+            return await _sse(request, _anthropic_events(action, body.get("model", "m")))
         return web.json_response(_anthropic_message(action, body.get("model", "m")))
+
+
+async def _sse(request: web.Request, events: list[dict[str, Any]]) -> web.StreamResponse:
+    """``events`` as server-sent events, each named by its ``type`` (both APIs do so)."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for event in events:
+        await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+    await response.write_eof()
+    return response
+
+
+def _pieces(text: str, size: int = 5) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _response_events(answer: Answer, model: str) -> list[dict[str, Any]]:
+    """The Responses API's stream of ``answer``: created, each output item added, its text or
+    arguments in deltas, done; then ``response.completed`` with the whole response."""
+    final = _response(answer, model)
+    started = {**final, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+    ]
+    for i, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            empty = {**item, "status": "in_progress", "content": []}
+            part = {"type": "output_text", "text": "", "annotations": []}
+            events.append({"type": "response.output_item.added", "output_index": i, "item": empty})
+            where = {"item_id": item["id"], "output_index": i, "content_index": 0}
+            events.append({"type": "response.content_part.added", **where, "part": part})
+            for piece in _pieces(text):
+                events.append(
+                    {"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []}
+                )
+            events.append(
+                {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
+            )
+            done_part = {**part, "text": text}
+            events.append({"type": "response.content_part.done", **where, "part": done_part})
+        else:
+            args = item["arguments"]
+            empty = {**item, "status": "in_progress", "arguments": ""}
+            events.append({"type": "response.output_item.added", "output_index": i, "item": empty})
+            where = {"item_id": item["id"], "output_index": i}
+            for piece in _pieces(args, len(args) // 2 or 1):
+                events.append(
+                    {"type": "response.function_call_arguments.delta", **where, "delta": piece}
+                )
+            events.append(
+                {"type": "response.function_call_arguments.done", **where, "arguments": args}
+            )
+        events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+    events.append({"type": "response.completed", "response": final})
+    return [{**e, "sequence_number": n} for n, e in enumerate(events)]
+
+
+def _anthropic_events(answer: Answer, model: str) -> list[dict[str, Any]]:
+    """Anthropic's stream of ``answer``: ``message_start`` (input tokens), each content block
+    started, its text or tool input JSON in deltas, stopped; ``message_delta`` (stop reason,
+    output tokens), ``message_stop``."""
+    whole = _anthropic_message(answer, model)
+    start = {
+        **whole,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": answer.prompt_tokens, "output_tokens": 1},
+    }
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for i, block in enumerate(whole["content"]):
+        if block["type"] == "text":
+            first = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": t} for t in _pieces(block["text"])]
+        else:
+            first = {**block, "input": {}}
+            args = json.dumps(block["input"])
+            deltas = [
+                {"type": "input_json_delta", "partial_json": t}
+                for t in _pieces(args, len(args) // 2 or 1)
+            ]
+        events.append({"type": "content_block_start", "index": i, "content_block": first})
+        events.extend({"type": "content_block_delta", "index": i, "delta": d} for d in deltas)
+        events.append({"type": "content_block_stop", "index": i})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": answer.completion_tokens},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return events
 
 
 def _response(answer: Answer, model: str) -> dict[str, Any]:

@@ -41,7 +41,14 @@ from monitor.otel.langchain import messages_in, tool_message_in
 from monitor.otel.mapping import MappingConfig, map_spans
 from monitor.otel.spans import Span
 from tests.otel.conformance import instrumented, transcript
-from tests.otel.graph_agent import GRAPH, GRAPH_FLAVORS, instrumented_graph, play_graph
+from tests.otel.graph_agent import (
+    GRAPH,
+    GRAPH_FLAVORS,
+    NODES,
+    SHAPES,
+    instrumented_graph,
+    play_graph,
+)
 from tests.otel.support_agent import Truth, cases
 from tests.otel.test_otel_conformance import TOKEN, metric, start_worker, stored
 from tests.servers.worker import WorkerProcess, count, create_topic, wait_for_count
@@ -86,12 +93,15 @@ def provider_for(flavor: str) -> tuple[TracerProvider, InMemorySpanExporter]:
     return tp, memory
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("flavor", GRAPH_FLAVORS)
 @pytest.mark.parametrize("encoding", [PROTOBUF, JSON])
-async def test_every_case_reconstructed_exactly(flavor: str, encoding: str):
+async def test_every_case_reconstructed_exactly(flavor: str, encoding: str, shape: str):
+    """Every case, the support agent's nodes in the graph or (``react``) the prebuilt
+    ``create_react_agent`` as a sub-graph node after the triage node."""
     tp, memory = provider_for(flavor)
     with instrumented_graph(flavor, tp):
-        truths = await play_graph(cases(), flavor)
+        truths = await play_graph(cases(), flavor, shape)
     finished = list(memory.get_finished_spans())
     if encoding == PROTOBUF:
         body = encode_spans(finished).SerializeToString()
@@ -113,6 +123,86 @@ async def test_every_case_reconstructed_exactly(flavor: str, encoding: str):
     )
     llm_errors = sum(e[0] == "llm_error" for t in truths.values() for e in t.entries)
     assert mapped.failures == {"tool": tool_errors, "llm_call": llm_errors}
+
+
+# each flavor's switch for content capture off (OpenInference's TraceConfig from the
+# environment: hidden values written as ``__REDACTED__``; OpenLLMetry: no content attributes)
+CONTENT_OFF = {
+    "langgraph_oi": {"OPENINFERENCE_HIDE_INPUTS": "true", "OPENINFERENCE_HIDE_OUTPUTS": "true"},
+    "langgraph_traceloop": {"TRACELOOP_TRACE_CONTENT": "false"},
+}
+
+
+def blind(entries: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """What may be stored of a conversation recorded without content: each model call's
+    answer with no text and no calls (its model and tokens), each tool's result with no
+    content (its name, ok, the exception's message), each failed call; no system prompt, no
+    user message. The call id a tool result was stored under is the monitor's (``?`` here)."""
+    out: list[tuple[Any, ...]] = []
+    for e in entries:
+        if e[0] == "assistant":
+            out.append(("assistant", None, (), e[3], e[4]))
+        elif e[0] == "tool_result":
+            out.append(("tool_result", "?", e[2], e[3], None, e[5]))
+        elif e[0] == "llm_error":
+            out.append(e)
+    return out
+
+
+def by_name(entries: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each run of consecutive tool results in tool name order: with no call ids recorded the
+    results of parallel calls cannot be put in call order (:func:`in_call_order`), and the
+    order they finished in is a race."""
+    out: list[tuple[Any, ...]] = []
+    run: list[tuple[Any, ...]] = []
+    for e in [*entries, ("end",)]:
+        if e[0] == "tool_result":
+            run.append(e)
+            continue
+        out.extend(sorted(run, key=lambda r: str(r[2])))
+        run = []
+        out.append(e)
+    return out[:-1]
+
+
+def assert_blind(truths: dict[str, Truth], got: dict[str, list[dict[str, Any]]]) -> None:
+    """``got`` is :func:`blind` of each truth; a tool result's call id is no wire id (none was
+    recorded to pair it with) and no stored message has a text."""
+    assert set(got) == set(truths)
+    wire_ids = {
+        c[0] for t in truths.values() for e in t.entries if e[0] == "assistant" for c in e[2]
+    }
+    for cid, truth in truths.items():
+        stored_entries = transcript(got[cid])
+        ids = {e[1] for e in stored_entries if e[0] == "tool_result"}
+        assert not ids & wire_ids, cid
+        anonymous = [
+            ("tool_result", "?", *e[2:]) if e[0] == "tool_result" else e for e in stored_entries
+        ]
+        assert by_name(anonymous) == by_name(blind(truth.entries)), cid
+        assert all(not (e.get("message") or {}).get("content") for e in got[cid]), cid
+
+
+@pytest.mark.parametrize("flavor", GRAPH_FLAVORS)
+async def test_content_off_stores_the_structure_and_no_text(
+    flavor: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Content capture off: what is stored is what the spans say, and no more: OpenInference's
+    ``__REDACTED__`` placeholders are no text (no user message, no answer made of them)."""
+    for name, value in CONTENT_OFF[flavor].items():
+        monkeypatch.setenv(name, value)
+    tp, memory = provider_for(flavor)
+    with instrumented_graph(flavor, tp):
+        truths = await play_graph(cases(), f"{flavor}-off")
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for e in mapped.events:
+        by_conv.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
+    assert_blind(truths, by_conv)
+    for cid in truths:
+        assert {e["agent"]["id"] for e in by_conv[cid]} == {agent_id(flavor)}, cid
 
 
 CLIENT_ERRORS = {"OpenAIAPIError": "InternalServerError", "OpenAIRateLimitError": "RateLimitError"}
@@ -153,6 +243,76 @@ async def test_openllmetry_and_openai_v2_on_the_client_each_call_stored_once(
     assert_same(truths, by_conv)
 
 
+def with_client_errors(truths: dict[str, Truth]) -> dict[str, Truth]:
+    """The truths with each failure's type the ``openai`` client's (:data:`CLIENT_ERRORS`):
+    with the client instrumented too, its span is the one closest to the wire (rule 1)."""
+    for truth in truths.values():
+        truth.entries = [
+            ("llm_error", CLIENT_ERRORS[e[1]], e[2]) if e[0] == "llm_error" else e
+            for e in truth.entries
+        ]
+    return truths
+
+
+async def play_doubled(tp: TracerProvider, shape: str, prefix: str) -> dict[str, Truth]:
+    """Every case under OpenInference's LangChain and openai instrumentors at once, each turn
+    in the application's own span (OpenInference's LangChain callbacks never make their spans
+    current: without a span of the application's, each client call is a trace of its own)."""
+    tracer = tp.get_tracer("support-app")
+    with instrumented_graph("langgraph_oi", tp), instrumented("openinference", tp):
+        truths = await play_graph(
+            cases(), prefix, shape, lambda: tracer.start_as_current_span("handle-turn")
+        )
+    return with_client_errors(truths)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_openinference_langchain_and_openai_each_call_stored_once(shape: str):
+    """OpenInference's LangChain and openai instrumentors together: two LLM spans per model
+    call, the LangChain one under the node, the client's under the application's span (not
+    nested, not siblings), the client's within the other's time with the same answer: one
+    assistant message per call, the node's agent span adds nothing (rule 1, rule 5)."""
+    flavor = "langgraph_oi"
+    tp, memory = provider_for(flavor)
+    truths = await play_doubled(tp, shape, f"{flavor}-doubled")
+    spans = list(memory.get_finished_spans())
+    llm = [s for s in spans if (s.attributes or {}).get("openinference.span.kind") == "LLM"]
+    calls = sum(e[0] in ("assistant", "llm_error") for t in truths.values() for e in t.entries)
+    assert len(llm) == 2 * calls  # each call described twice
+    assert len({s.context.trace_id for s in spans if s.name == "handle-turn"}) == len(
+        {s.context.trace_id for s in llm}
+    )  # every LLM span in its turn's trace
+    body = encode_spans(spans).SerializeToString()
+    mapped = map_spans(decode_request(body, PROTOBUF), MappingConfig())
+    assert mapped.rejected == 0, mapped.errors
+    by_conv: dict[str, list[dict[str, Any]]] = {}
+    for e in mapped.events:
+        by_conv.setdefault(e.conversation_id, []).append(json.loads(e.to_json()))
+    assert_same(truths, by_conv)
+
+
+@pytest.mark.parametrize("transport", ["http/json", "grpc"])
+async def test_openinference_langchain_and_openai_stored_once_over_http_and_grpc(
+    worker: WorkerProcess, database_url: str, transport: str
+):
+    """The doubled spans (both shapes) through the real worker, batches of 2 spans."""
+    flavor = "langgraph_oi"
+    tp, _ = provider_for(flavor)
+    tp.add_span_processor(
+        BatchSpanProcessor(
+            exporter(worker, transport), max_export_batch_size=2, schedule_delay_millis=50
+        )
+    )
+    truths: dict[str, Truth] = {}
+    for shape in SHAPES:
+        truths |= await play_doubled(tp, shape, f"doubled-{shape}")
+    assert await asyncio.to_thread(tp.force_flush, 30_000)
+    want = sum(len(t.entries) for t in truths.values())
+    assert await wait_for_count(database_url, want, stable_s=1.5) == want
+    assert_same(truths, await stored(database_url))
+    await asyncio.to_thread(tp.shutdown)
+
+
 @pytest.fixture
 async def worker(
     broker: Any, topic_name: str, database_url: str, tmp_path: Path
@@ -182,6 +342,7 @@ def exporter(worker: WorkerProcess, transport: str) -> SpanExporter:
     return JsonExporter(f"{worker.url}/v1/traces", headers=headers)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize(
     ("flavor", "transport"),
     [
@@ -192,10 +353,48 @@ def exporter(worker: WorkerProcess, transport: str) -> SpanExporter:
     ],
 )
 async def test_every_conversation_stored_exactly_over_http_and_grpc(
-    worker: WorkerProcess, database_url: str, flavor: str, transport: str
+    worker: WorkerProcess, database_url: str, flavor: str, transport: str, shape: str
 ):
     """The official exporter in batches of 2 spans (each trace over several requests, in the
-    order its spans end), then the whole set once more (an exporter's retry): stored once."""
+    order its spans end), then the whole set once more (an exporter's retry): stored once;
+    both graph shapes (the ``react`` one: a prebuilt agent as a sub-graph)."""
+    await stored_over(worker, database_url, flavor, transport, content=True, shape=shape)
+
+
+@pytest.mark.parametrize(
+    ("flavor", "transport"),
+    [
+        ("langgraph_oi", "http/json"),
+        ("langgraph_oi", "grpc"),
+        ("langgraph_traceloop", "http/protobuf"),
+        ("langgraph_traceloop", "grpc"),
+    ],
+)
+async def test_content_off_stored_over_http_and_grpc(
+    worker: WorkerProcess,
+    database_url: str,
+    flavor: str,
+    transport: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Content capture off, end to end: the structure only (the traces wait for content
+    records that never come, ``MONITOR_OTEL_CONTENT_WAIT_SECONDS``, then are mapped)."""
+    for name, value in CONTENT_OFF[flavor].items():
+        monkeypatch.setenv(name, value)
+    await stored_over(worker, database_url, flavor, transport, content=False)
+
+
+async def stored_over(
+    worker: WorkerProcess,
+    database_url: str,
+    flavor: str,
+    transport: str,
+    content: bool,
+    shape: str = NODES,
+) -> None:
+    """Every case through ``transport`` to the worker, then sent again; stored exactly (or,
+    without ``content``, :func:`blind`), once, every message under the graph's agent."""
+    check = assert_same if content else assert_blind
     tp, memory = provider_for(flavor)
     tp.add_span_processor(
         BatchSpanProcessor(
@@ -203,12 +402,12 @@ async def test_every_conversation_stored_exactly_over_http_and_grpc(
         )
     )
     with instrumented_graph(flavor, tp):
-        truths = await play_graph(cases(), flavor)
+        truths = await play_graph(cases(), flavor, shape)
     assert await asyncio.to_thread(tp.force_flush, 30_000)
-    want = sum(len(t.entries) for t in truths.values())
+    want = sum(len(t.entries if content else blind(t.entries)) for t in truths.values())
     assert await wait_for_count(database_url, want, stable_s=1.5) == want
     got = await stored(database_url)
-    assert_same(truths, got)
+    check(truths, got)
     assert {e["agent"]["id"] for events in got.values() for e in events} == {agent_id(flavor)}
 
     again = exporter(worker, transport)
@@ -216,7 +415,7 @@ async def test_every_conversation_stored_exactly_over_http_and_grpc(
     assert await asyncio.to_thread(again.export, spans) == SpanExportResult.SUCCESS
     await asyncio.sleep(2.0)
     assert await count(database_url) == want
-    assert_same(truths, await stored(database_url))
+    check(truths, await stored(database_url))
     assert metric(worker, "monitor_otlp_traces_total", "how", "deadline") == 0
     await asyncio.to_thread(tp.shutdown)
 
@@ -352,3 +551,37 @@ def test_concurrent_calls_beside_each_other_are_not_twins():
         mapped = map_spans([outer, inner], MappingConfig())
         texts = [e.message.content for e in mapped.events if e.type == "message"]
         assert sorted(t for t in texts if t) == stored_texts
+
+
+def test_a_failed_agent_span_beside_its_work_adds_no_second_failure():
+    """Rule 6 for an agent span with nothing below it (recorded beside its work): a failed
+    model call of the trace that ended within its time already says its failure; with none
+    (the call ended before it began, or did not fail) the agent's failure is stored."""
+
+    def span(span_id: str, start: int, end: int, failed: bool, **attributes: Any) -> Span:
+        return Span(
+            trace_id="ab" * 16,
+            span_id=span_id,
+            parent_span_id="cd" * 8,
+            name=span_id,
+            start_unix_nano=start,
+            end_unix_nano=end,
+            attributes={"gen_ai.conversation.id": "c", **attributes},
+            status_code=2 if failed else 0,
+            status_message="OpenAIAPIError: Error code: 500" if failed else "",
+        )
+
+    root = Span("ab" * 16, "cd" * 8, "", "graph", 0, 10_000_000, {"gen_ai.conversation.id": "c"})
+    agent = span("1" * 16, 1_000_000, 9_000_000, True, **{"gen_ai.operation.name": "invoke_agent"})
+    for chat_start, chat_end, chat_failed, agent_errors in (
+        (2_000_000, 8_000_000, True, 0),  # failed within its time: said once, by the call
+        (100, 500_000, True, 1),  # failed before the agent began: not its failure
+        (2_000_000, 8_000_000, False, 1),  # the call did not fail: the agent's own failure
+    ):
+        chat = span(
+            "2" * 16, chat_start, chat_end, chat_failed, **{"gen_ai.operation.name": "chat"}
+        )
+        mapped = map_spans([root, agent, chat], MappingConfig())
+        names = [e.tool_result.name for e in mapped.events if e.type == "tool_result"]
+        assert names.count("agent") == agent_errors, (chat_start, chat_failed)
+        assert names.count("llm") == int(chat_failed)
