@@ -154,6 +154,42 @@ class ScopeLabelling:
         return (self.agent_id, self.domain)
 
 
+@dataclass(frozen=True)
+class ScopeCounts:
+    """One judge (and version) in one scope: the conversations with an outcome it applied to
+    (``pairs``), those it flagged, those that failed, and those both flagged and failed: all
+    :func:`labelling` needs, so the store can sum them instead of listing conversations."""
+
+    judge: str
+    judge_version: str
+    agent_id: str
+    domain: str
+    pairs: int
+    flagged: int
+    failed: int
+    flagged_failed: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.judge, self.judge_version)
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.agent_id, self.domain)
+
+
+def scope_counts(judgements: Iterable[ConversationJudgement]) -> list[ScopeCounts]:
+    """The :class:`ScopeCounts` of ``judgements``, one per judge, version and scope."""
+    acc: dict[tuple[str, str, str, str], list[int]] = {}
+    for j in judgements:
+        c = acc.setdefault((j.judge, j.judge_version, j.agent_id, j.domain), [0, 0, 0, 0])
+        c[0] += 1
+        c[1] += j.flagged
+        c[2] += j.failed
+        c[3] += j.flagged and j.failed
+    return [ScopeCounts(*key, *c) for key, c in acc.items()]
+
+
 def labelling(
     judgements: Iterable[ConversationJudgement],
     floor: float = DEFAULT_PRECISION_FLOOR,
@@ -162,19 +198,33 @@ def labelling(
     """Per judge (and version): its pooled row, then one row per scope it applied to, ordered
     by judge, version, scope; each says whether the judge labels that scope's items (module
     docstring: the lower end of the deciding interval against ``floor``)."""
-    by_judge: dict[tuple[str, str], dict[tuple[str, str], list[ConversationJudgement]]] = {}
-    for j in judgements:
-        by_judge.setdefault((j.judge, j.judge_version), {}).setdefault(j.scope, []).append(j)
+    return labelling_of_counts(scope_counts(judgements), floor, min_pairs)
+
+
+def labelling_of_counts(
+    counts: Iterable[ScopeCounts],
+    floor: float = DEFAULT_PRECISION_FLOOR,
+    min_pairs: int = DEFAULT_FLOOR_MIN_PAIRS,
+) -> list[ScopeLabelling]:
+    """:func:`labelling` from per-scope counts (several rows of one judge, version and scope
+    add up); a row with no pairs is ignored."""
+    by_judge: dict[tuple[str, str], dict[tuple[str, str], tuple[int, int, int, int]]] = {}
+    for c in counts:
+        if c.pairs <= 0:
+            continue
+        scopes = by_judge.setdefault(c.key, {})
+        p, f, y, tp = scopes.get(c.scope, (0, 0, 0, 0))
+        scopes[c.scope] = (p + c.pairs, f + c.flagged, y + c.failed, tp + c.flagged_failed)
     out: list[ScopeLabelling] = []
     for (name, version), scopes in sorted(by_judge.items()):
-        every = [j for js in scopes.values() for j in js]
-        pooled = _precision_recall(every)
+        every = tuple(map(sum, zip(*scopes.values(), strict=True)))
+        pooled = _precision_recall(*every)
         pooled_labels = labels(pooled[0], floor)
         out.append(
-            ScopeLabelling(name, version, POOLED, "", len(every), *pooled, "pooled", pooled_labels)
+            ScopeLabelling(name, version, POOLED, "", every[0], *pooled, "pooled", pooled_labels)
         )
-        for (agent, domain), js in sorted(scopes.items()):
-            precision, recall = _precision_recall(js)
+        for (agent, domain), these in sorted(scopes.items()):
+            precision, recall = _precision_recall(*these)
             own = precision.n >= min_pairs
             out.append(
                 ScopeLabelling(
@@ -182,7 +232,7 @@ def labelling(
                     version,
                     agent,
                     domain,
-                    len(js),
+                    these[0],
                     precision,
                     recall,
                     "scope" if own else "pooled",
@@ -192,12 +242,10 @@ def labelling(
     return out
 
 
-def _precision_recall(js: Sequence[ConversationJudgement]) -> tuple[Proportion, Proportion]:
-    tp = sum(1 for j in js if j.flagged and j.failed)
-    return (
-        Proportion.of(tp, sum(1 for j in js if j.flagged)),
-        Proportion.of(tp, sum(1 for j in js if j.failed)),
-    )
+def _precision_recall(
+    _pairs: int, flagged: int, failed: int, flagged_failed: int
+) -> tuple[Proportion, Proportion]:
+    return Proportion.of(flagged_failed, flagged), Proportion.of(flagged_failed, failed)
 
 
 def labels_in(decisions: Iterable[ScopeLabelling]) -> Callable[[str, str, str, str], bool]:

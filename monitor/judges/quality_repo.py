@@ -20,18 +20,36 @@ import asyncpg
 
 from monitor.analytics.calibration import Proportion
 from monitor.ingest.items_sql import LOCK_CONVERSATIONS, RELABEL_ITEMS
-from monitor.judges.quality import POOLED, ConversationJudgement, ScopeLabelling, labelling
+from monitor.judges.quality import POOLED, ScopeCounts, ScopeLabelling, labelling_of_counts
 
-_JUDGEMENTS = """
-SELECT v.judge, v.judge_version, v.conversation_id, bool_or(v.label = 0) AS flagged,
-       string_agg(DISTINCT cat.c, ',') FILTER (WHERE v.label = 0) AS cats,
-       bool_and(c.outcome_success) AS ok, min(c.agent_id) AS agent_id,
-       coalesce(min(c.domain), '') AS domain
-FROM verdicts v JOIN conversations c USING (conversation_id)
-LEFT JOIN LATERAL jsonb_array_elements_text(v.categories) AS cat(c) ON TRUE
-WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL
-GROUP BY 1, 2, 3
+# per judge, version and scope, the counts labelling needs (monitor.judges.quality.ScopeCounts),
+# summed here: one row per conversation would make the refresh's memory grow with every
+# conversation ever judged
+_COUNTS = """
+SELECT judge, judge_version, agent_id, domain, count(*) AS pairs,
+       count(*) FILTER (WHERE flagged) AS flagged, count(*) FILTER (WHERE NOT ok) AS failed,
+       count(*) FILTER (WHERE flagged AND NOT ok) AS flagged_failed
+FROM (
+  SELECT v.judge, v.judge_version, bool_or(v.label = 0) AS flagged,
+         bool_and(c.outcome_success) AS ok, min(c.agent_id) AS agent_id,
+         coalesce(min(c.domain), '') AS domain
+  FROM verdicts v JOIN conversations c USING (conversation_id)
+  WHERE v.status = 'ok' AND v.label IS NOT NULL AND c.outcome_success IS NOT NULL
+  GROUP BY v.judge, v.judge_version, v.conversation_id
+) per_conversation
+GROUP BY 1, 2, 3, 4
 """
+
+_COUNT_FIELDS = (
+    "judge",
+    "judge_version",
+    "agent_id",
+    "domain",
+    "pairs",
+    "flagged",
+    "failed",
+    "flagged_failed",
+)
 
 _JUDGES = "SELECT judge, judge_version FROM verdicts GROUP BY 1, 2"
 
@@ -77,22 +95,11 @@ async def refresh_judge_quality(
     """Measure every judge per scope, store the decisions, relabel what changed (module
     docstring); returns the decisions (pooled rows first per judge) and the changes."""
     async with pool.acquire() as conn:
-        rows = await conn.fetch(_JUDGEMENTS)
+        rows = await conn.fetch(_COUNTS)
         judges = {(r["judge"], r["judge_version"]) for r in await conn.fetch(_JUDGES)}
-    judgements = [
-        ConversationJudgement(
-            r["conversation_id"],
-            r["judge"],
-            r["judge_version"],
-            bool(r["flagged"]),
-            frozenset(r["cats"].split(",")) if r["cats"] else frozenset(),
-            not r["ok"],
-            r["agent_id"],
-            r["domain"],
-        )
-        for r in rows
-    ]
-    decisions = labelling(judgements, floor, min_pairs)
+    decisions = labelling_of_counts(
+        (ScopeCounts(*(r[k] for k in _COUNT_FIELDS)) for r in rows), floor, min_pairs
+    )
     none = Proportion.of(0, 0)
     measured = {d.key for d in decisions}
     decisions += [

@@ -29,8 +29,10 @@ from monitor.judges.quality import (
     POOLED,
     ConversationJudgement,
     corrected_accuracy,
+    ScopeCounts,
     judge_quality,
     labelling,
+    labelling_of_counts,
     labels,
     labels_in,
 )
@@ -146,6 +148,37 @@ def test_a_scope_with_enough_pairs_decides_by_its_own_interval() -> None:
     anyj = next(r for r in judge_quality(more + other) if r.judge == ANY_JUDGE)
     assert (anyj.true_pos, anyj.false_pos) == (100 + 1, 4)
     assert anyj.false_neg == 18 + 1
+
+
+def test_labelling_from_counts_split_over_rows_equals_labelling_of_the_conversations() -> None:
+    """The store sums counts per judge, version and scope (the refresh never lists the
+    conversations): rows of one scope add up, and the decisions equal those on the list."""
+    js = scoped("a", 40, 40) + scoped("b", 30, 18) + scoped("c", 5, 1)
+    js += [
+        ConversationJudgement(f"e{i}", "det.y", "2", i % 3 == 0, frozenset(), i % 2 == 0, "e")
+        for i in range(50)
+    ]
+    halves = [
+        ScopeCounts(
+            j.judge,
+            j.judge_version,
+            j.agent_id,
+            j.domain,
+            1,
+            int(j.flagged),
+            int(j.failed),
+            int(j.flagged and j.failed),
+        )
+        for j in js
+    ]
+    assert labelling_of_counts(halves, 0.7, 30) == labelling(js, 0.7, 30)
+    zero = ScopeCounts("det.z", "1", "a", "d", 0, 0, 0, 0)
+    assert labelling_of_counts([zero]) == []  # no pairs: no row, as with no conversations
+    rows = labelling_of_counts([ScopeCounts("det.x", "1", "a", "d", 12, 10, 9, 8)], 0.7, 30)
+    assert [(r.agent_id, r.pairs, r.precision.k, r.precision.n, r.recall.n) for r in rows] == [
+        (POOLED, 12, 8, 10, 9),
+        ("a", 12, 8, 10, 9),
+    ]
 
 
 def test_rogan_gladen_correction() -> None:
