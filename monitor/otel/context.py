@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.otel.spans import Span
+from monitor.otel.spans import AGENT_ATTRIBUTES, CONVERSATION_ATTRIBUTES, Span
 
-CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id")
-AGENT_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
+__all__ = ["AGENT_ATTRIBUTES", "CONVERSATION_ATTRIBUTES", "SpanContext", "agent_of"]
 
 
 def kind_of(span: Span) -> str:
@@ -50,22 +49,27 @@ class SpanContext:
             seen.add(parent.span_id)
             chain.append(parent)
 
-        def first(*names: str) -> Any:
-            for s in chain:
-                if (v := s.attr(*names)) is not None:
-                    return v
-            return None
-
         res = span.resource
-        agent = next((a for s in chain if (a := agent_of(s)) is not None), None) or trace_agent
+        agent = agent_name = version = conversation = None
+        for s in chain:  # each field from the nearest span that names it
+            named = s.naming
+            if agent is None:
+                agent = named.agent
+            if agent_name is None:
+                agent_name = named.agent_name
+            if version is None:
+                version = named.agent_version
+            if conversation is None:
+                conversation = named.conversation
+        agent = agent or trace_agent
         agent = agent or res.get("gen_ai.agent.id") or res.get("gen_ai.agent.name")
         agent = agent or res.get("service.name") or "unknown_service"
-        conversation = first(*CONVERSATION_ATTRIBUTES) or trace_conversation or span.trace_id
+        conversation = conversation or trace_conversation or span.trace_id
         model = span.attr("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
         return SpanContext(
             agent_id=str(agent),
-            agent_name=_str(first("gen_ai.agent.name", "agent.name")),
-            agent_version=_str(first("gen_ai.agent.version") or res.get("service.version")),
+            agent_name=_str(agent_name),
+            agent_version=_str(version or res.get("service.version")),
             conversation_id=str(conversation),
             model=_str(model),
         )
@@ -75,9 +79,7 @@ def agent_of(span: Span) -> Any:
     """The agent ``span`` names (``AGENT_ATTRIBUTES``, first present). OpenLLMetry's spans
     (``traceloop.span.kind`` set) carry LangChain's run id, new at every invocation, as
     ``gen_ai.agent.id``: there the agent is its name."""
-    if "traceloop.span.kind" in span.attributes:
-        return span.attr("gen_ai.agent.name", "agent.name")
-    return span.attr(*AGENT_ATTRIBUTES)
+    return span.naming.agent
 
 
 def named_agent(spans: list[Span]) -> str | None:
@@ -88,7 +90,10 @@ def named_agent(spans: list[Span]) -> str | None:
 
 def named_once(spans: list[Span], names: tuple[str, ...]) -> str | None:
     """The value of ``names`` when the spans name exactly one, else None."""
-    values = {str(v) for s in spans if (v := s.attr(*names)) is not None}
+    if names == CONVERSATION_ATTRIBUTES:  # worked out once per span
+        values = {str(v) for s in spans if (v := s.naming.conversation) is not None}
+    else:
+        values = {str(v) for s in spans if (v := s.attr(*names)) is not None}
     return values.pop() if len(values) == 1 else None
 
 

@@ -5,7 +5,7 @@ bool, int, float, list, dict; bytes as hex), ids as lowercase hex, times in Unix
 and the attributes of the resource that emitted it. A span whose ids have the wrong length
 keeps them as given; the mapping rejects it (OTLP partial success) instead of the decoder.
 A span is not changed once made (its attributes neither): what is worked out of it alone
-(``kind``, ``well_formed``) is worked out once, on first use, and kept on it.
+(``kind``, ``well_formed``, ``naming``) is worked out once, on first use, and kept on it.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 STATUS_UNSET = 0
 STATUS_OK = 1
 STATUS_ERROR = 2
+CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id")
+AGENT_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name", "agent.name")
+AGENT_NAME_ATTRIBUTES = ("gen_ai.agent.name", "agent.name")
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 
@@ -29,6 +32,15 @@ class SpanEvent:
     name: str
     time_unix_nano: int
     attributes: dict[str, Any] = field(default_factory=dict)
+
+
+class Naming(NamedTuple):
+    """What one span names itself, without its ancestors (None where it names nothing)."""
+
+    agent: Any  # see ``Span.naming``
+    agent_name: Any
+    agent_version: Any
+    conversation: Any
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,19 @@ class Span:
         if op == "execute_tool" or oi == "TOOL":
             return "tool"
         return "other"
+
+    @cached_property
+    def naming(self) -> Naming:
+        """The agent (``AGENT_ATTRIBUTES``, first present), agent name, version and
+        conversation the span names itself. OpenLLMetry's spans (``traceloop.span.kind`` set)
+        carry LangChain's run id, new at every invocation, as ``gen_ai.agent.id``: there the
+        agent is its name."""
+        name = self.attr(*AGENT_NAME_ATTRIBUTES)
+        traceloop = "traceloop.span.kind" in self.attributes
+        agent = name if traceloop else self.attr(*AGENT_ATTRIBUTES)
+        return Naming(
+            agent, name, self.attr("gen_ai.agent.version"), self.attr(*CONVERSATION_ATTRIBUTES)
+        )
 
     @cached_property
     def well_formed(self) -> str | None:
