@@ -21,13 +21,22 @@ So each process also runs :func:`collect_periodically`: a full collection every
 :data:`COLLECT_EVERY_S` seconds, whose pause is bounded by the objects outside the frozen set
 (about 65,000 in the soak's worker: tens of milliseconds once a minute), and the garbage
 waiting for it by what one interval produces.
+
+Freed is not returned. glibc's allocator keeps the pages of freed blocks for reuse, and in a
+heap fragmented by a burst (a judging round, a large read) whole free pages sit between live
+blocks, where it never gives them back: the worker's RSS then follows the largest bursts it
+has seen rather than what it holds. After each collection :func:`release_free_memory` asks
+glibc to return them (``malloc_trim(0)``: every arena's free pages, by ``madvise``): 21 MiB of
+345 in the soak's worker at minute 5, in 3 ms. Elsewhere (musl, macOS) it does nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 from collections.abc import Awaitable, Callable
+from functools import cache
 
 #: (generation 0 allocations, generation 1 and generation 2 collection ratios)
 THRESHOLDS = (100_000, 50, 1000)
@@ -43,12 +52,31 @@ def tune_gc() -> None:
     gc.set_threshold(*THRESHOLDS)
 
 
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` from the running process's symbols; None without glibc."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_free_memory() -> bool:
+    """Return the allocator's free pages to the system (module docstring); True when some
+    were returned, False when none were or the C library has no ``malloc_trim``."""
+    trim = _malloc_trim()
+    return bool(trim(0)) if trim is not None else False
+
+
 async def collect_periodically(
     interval_s: float = COLLECT_EVERY_S,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    release: Callable[[], object] = release_free_memory,
 ) -> None:
-    """Run a full collection every ``interval_s`` seconds, until cancelled (the module
-    docstring says why); ``sleep`` is injected for tests."""
+    """Every ``interval_s`` seconds, until cancelled: a full collection, then ``release`` of
+    the free memory (the module docstring says why); ``sleep`` and ``release`` are injected
+    for tests."""
     while True:
         await sleep(interval_s)
         gc.collect()
+        release()
