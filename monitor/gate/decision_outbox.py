@@ -15,8 +15,9 @@ broker. Two modes:
 
 What can be lost (docs/gate.md, "Outages"): a killed process loses the events answered in the
 last ``spill_after_s`` whose send was not yet acknowledged (nothing is on disk for them yet);
-a graceful stop (:meth:`close`) first writes the events in flight to disk. An event on disk is
-lost only to the size cap (counted, ``dropped["full"]``), a corrupt record
+a graceful stop (:meth:`close`) first writes the events in flight to disk, then delivers the
+buffer for up to :data:`STOP_DRAIN_S` (what is left waits for a process to take the slot). An
+event on disk is lost only to the size cap (counted, ``dropped["full"]``), a corrupt record
 (``dropped["corrupt"]``), a disk that refuses the write (``dropped["write_error"]``), or a
 broker that refuses the record for good (:class:`Refused`, ``dropped["refused"]``). An
 event can be delivered twice (a late acknowledgement after it was spilled, a crash between a
@@ -43,6 +44,10 @@ from monitor.core.errors import Refused
 
 log = logging.getLogger("monitor.gate.decision_outbox")
 Deliver = Callable[[bytes, bytes], Awaitable[None]]  # (key, value): returns once acknowledged
+
+#: Seconds a graceful stop spends delivering the disk buffer (a broker merely slow to
+#: acknowledge, as under load, would otherwise leave a stopped process's decisions on disk)
+STOP_DRAIN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -262,9 +267,11 @@ class DecisionOutbox:
             else:
                 await asyncio.sleep(self.retry_s)
 
-    async def close(self) -> None:
+    async def close(self, drain_s: float = 0.0) -> None:
         """Stop replaying; write the events still in flight to disk (a graceful stop loses
-        nothing that was answered)."""
+        nothing that was answered), then, for up to ``drain_s`` seconds, deliver what the disk
+        buffer holds: a slot is replayed only when a gate process takes it again, which after
+        a scale-down may be never (call it before the producer closes)."""
         self._closing = True
         self._wake.set()
         if self._inflight:
@@ -272,8 +279,27 @@ class DecisionOutbox:
         while self._writer_busy:
             assert self._writer is not None
             await self._writer
+        if drain_s > 0 and self.buffer.pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._replay_all(), drain_s)
+            if self.buffer.pending:
+                log.warning(
+                    "gate: %d decision events stay buffered on disk, replayed when a gate "
+                    "process takes this slot again",
+                    self.buffer.pending,
+                )
         if self.evaluations is not None:
             await self.evaluations.aclose()
+
+    async def _replay_all(self) -> None:
+        """Replay until the buffer is empty or a round delivers nothing."""
+        while self.buffer.pending:
+            try:
+                if not await self.replay_once():
+                    return
+            except Exception as exc:  # the disk: what is left stays there
+                self._note(exc)
+                return
 
     def status(self, now_ms: int | None = None) -> dict[str, Any]:
         """``buffered`` (on disk, fsynced, not yet acknowledged), ``writing`` (on their way to

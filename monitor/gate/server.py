@@ -45,7 +45,7 @@ from monitor.core.http_guard import Guard
 from monitor.core.rate_limit import Rate, RateLimiter
 from monitor.gate.answering import GATE, GateAnswerer, gate_limits
 from monitor.gate.buffer_slot import open_decision_path
-from monitor.gate.decision_outbox import DecisionOutbox
+from monitor.gate.decision_outbox import STOP_DRAIN_S, DecisionOutbox
 from monitor.gate.http_server import Refusals, RefusingRunner, handler_args, json_errors
 from monitor.gate.state import MAP_CHECK_S, GateState
 from monitor.store.engine import make_engine
@@ -186,14 +186,15 @@ class GateServer:
 
     async def close(self) -> None:
         """Stop serving (answers under way finish), then write the decision events still in
-        flight to disk, stop the producer and close the buffer, the store and the LLM judge."""
+        flight to disk and deliver the buffer for up to ``STOP_DRAIN_S``, stop the producer and
+        close the buffer, the store and the LLM judge."""
         if self.runner is not None:
             await self.runner.cleanup()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await asyncio.sleep(0)  # the publications of the last answers reach the outbox
-        await self.outbox.close()
+        await self.outbox.close(STOP_DRAIN_S)
         await self.producer.close()
         await self.answerer.drop_pending()
         self.buffer.close()

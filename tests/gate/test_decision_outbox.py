@@ -5,6 +5,7 @@ once one does."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,40 @@ async def test_a_graceful_stop_writes_the_events_in_flight_to_disk(tmp_path: Pat
         await producer.close()
         buf.close()
         own.stop()
+
+
+async def test_a_graceful_stop_delivers_what_the_disk_holds_before_the_producer_closes(
+    broker: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """Events buffered while the broker was slow are delivered by the stop itself: a stopped
+    process's slot may never be taken again (a scale-down)."""
+    await create_topic(broker.bootstrap, topic_name, partitions=1)
+    buf = DiskBuffer(tmp_path / "buf")
+    buf.append([(b"c%d" % i, decision(i).to_json()) for i in range(5)])
+    producer = DecisionProducer(broker.bootstrap, topic_name, idempotent=False)
+    outbox = DecisionOutbox(producer.deliver, buf)
+    try:
+        await outbox.close(drain_s=30)
+        assert buf.pending == 0 and outbox.delivered == 5
+    finally:
+        await producer.close()
+        buf.close()
+    got = await read_all(broker.bootstrap, topic_name, 5)
+    assert [e.event_id for e in got] == [f"gate:{i}" for i in range(5)]
+
+
+async def test_a_stop_without_a_broker_keeps_the_buffer_within_its_drain_time(
+    tmp_path: Path,
+) -> None:
+    buf = DiskBuffer(tmp_path / "buf")
+    buf.append([(b"c0", decision(0).to_json())])
+
+    async def hangs(key: bytes, value: bytes) -> None:
+        await asyncio.sleep(3600)
+
+    outbox = DecisionOutbox(hangs, buf)
+    started = time.monotonic()
+    await outbox.close(drain_s=0.3)
+    assert time.monotonic() - started < 5
+    assert buf.pending == 1  # kept for the next process that takes the slot
+    buf.close()
