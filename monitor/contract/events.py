@@ -77,7 +77,8 @@ EVENT_TYPES: tuple[str, ...] = (
 _ATTRIBUTES_JSON = json.JSONEncoder(separators=(",", ":"), default=str)
 
 #: the most bytes one character of a string takes in :data:`_ATTRIBUTES_JSON`'s output: a
-#: character outside the Basic Multilingual Plane is escaped as two ``\\uXXXX`` (12 bytes)
+#: character outside the Basic Multilingual Plane is escaped as a surrogate pair, two six-byte
+#: escapes such as ``\\ud83d\\ude00`` (12 bytes)
 _MAX_ESCAPED = 12
 
 

@@ -40,17 +40,6 @@ FROM (
 GROUP BY 1, 2, 3, 4
 """
 
-_COUNT_FIELDS = (
-    "judge",
-    "judge_version",
-    "agent_id",
-    "domain",
-    "pairs",
-    "flagged",
-    "failed",
-    "flagged_failed",
-)
-
 _JUDGES = "SELECT judge, judge_version FROM verdicts GROUP BY 1, 2"
 
 _UPSERT = """
@@ -97,9 +86,7 @@ async def refresh_judge_quality(
     async with pool.acquire() as conn:
         rows = await conn.fetch(_COUNTS)
         judges = {(r["judge"], r["judge_version"]) for r in await conn.fetch(_JUDGES)}
-    decisions = labelling_of_counts(
-        (ScopeCounts(*(r[k] for k in _COUNT_FIELDS)) for r in rows), floor, min_pairs
-    )
+    decisions = labelling_of_counts((ScopeCounts(**dict(r)) for r in rows), floor, min_pairs)
     none = Proportion.of(0, 0)
     measured = {d.key for d in decisions}
     decisions += [
